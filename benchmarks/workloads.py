@@ -1,0 +1,12 @@
+"""The public workloads the benchmarks use (a copy of shared/data ships with the package)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+
+def resnet18_layers() -> list[dict]:
+    """The 11 distinct conv2d layers of ResNet-18 (C1-C11), batch 1, NCHW."""
+    text = resources.files(__package__).joinpath("data/resnet18_conv_layers.json").read_text()
+    return json.loads(text)["layers"]

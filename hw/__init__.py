@@ -1,0 +1,1 @@
+"""The accelerator: HwConfig, the ISA and (in later modules) its Amaranth components."""

@@ -1,0 +1,362 @@
+"""HwConfig: the single source of truth for every size, width and timing of the accelerator.
+
+The log2 parameters are VTA's (same names, same shipped defaults), so VTA's published figures
+compare. Everything else (depths, element sizes, ISA field widths) is derived from them.
+A config is frozen and validated on construction; bad values raise `ConfigError` naming the field,
+the value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tilecraft.errors import ConfigError
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10 on the boards
+    import tomli as _toml  # type: ignore[no-redef]
+
+# (low, high) inclusive ranges of every integer field; the reason text is part of the error.
+_RANGES: dict[str, tuple[int, int]] = {
+    "log_inp_width": (3, 4),
+    "log_wgt_width": (3, 4),
+    "log_acc_width": (4, 5),
+    "log_batch": (0, 4),
+    "log_block_in": (1, 6),
+    "log_block_out": (1, 6),
+    "log_uop_buff": (8, 20),
+    "log_inp_buff": (8, 22),
+    "log_wgt_buff": (8, 24),
+    "log_acc_buff": (8, 22),
+    "axi_data_bits": (32, 1024),
+    "dram_latency": (1, 4096),
+    "burst_len": (1, 256),
+    "dep_queue_depth": (1, 4096),
+    "cmd_queue_depth": (1, 4096),
+}
+
+# Fields that change what a program means or whether it deadlocks. The rest (clock, bus width,
+# DRAM timing) only change how long it takes, so a program runs unchanged across them.
+ARCH_FIELDS = (
+    "log_inp_width",
+    "log_wgt_width",
+    "log_acc_width",
+    "log_batch",
+    "log_block_in",
+    "log_block_out",
+    "log_uop_buff",
+    "log_inp_buff",
+    "log_wgt_buff",
+    "log_acc_buff",
+    "dep_queue_depth",
+    "cmd_queue_depth",
+)
+
+UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
+
+
+@dataclass(frozen=True)
+class HwConfig:
+    """Accelerator parameters. `log_*_buff` are log2 of scratchpad sizes in bytes."""
+
+    log_inp_width: int = 3
+    log_wgt_width: int = 3
+    log_acc_width: int = 5
+    log_batch: int = 0
+    log_block_in: int = 4
+    log_block_out: int = 4
+    log_uop_buff: int = 15
+    log_inp_buff: int = 15
+    log_wgt_buff: int = 18
+    log_acc_buff: int = 17
+    clock_mhz: float = 100.0
+    axi_data_bits: int = 64
+    dram_latency: int = 32
+    burst_len: int = 16
+    dep_queue_depth: int = 16
+    cmd_queue_depth: int = 512
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "clock_mhz":
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ConfigError(f"clock_mhz must be a number of MHz, not {value!r}")
+                if not 1.0 <= float(value) <= 2000.0:
+                    raise ConfigError(f"clock_mhz must be in [1, 2000], not {value}")
+                object.__setattr__(self, "clock_mhz", float(value))
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{f.name} must be an integer, not {value!r}")
+            lo, hi = _RANGES[f.name]
+            if not lo <= value <= hi:
+                raise ConfigError(f"{f.name} must be in [{lo}, {hi}], not {value}")
+        if self.axi_data_bits & (self.axi_data_bits - 1):
+            raise ConfigError(
+                f"axi_data_bits must be a power of two in [32, 1024], not {self.axi_data_bits}"
+            )
+        if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
+            raise ConfigError(
+                f"log_acc_width must give an accumulator wider than the operands "
+                f"({self.inp_bits}/{self.wgt_bits} bits), not {self.acc_bits} bits"
+            )
+        for name in ("uop", "inp", "wgt", "acc"):
+            depth = self.depth(name)
+            if depth < 2:
+                elem = self.elem_bytes(name)
+                raise ConfigError(
+                    f"log_{name}_buff={getattr(self, f'log_{name}_buff')} holds {depth} "
+                    f"element(s) of {elem} bytes; it must hold at least 2 "
+                    f"(log_{name}_buff >= {(elem * 2).bit_length() - 1})"
+                )
+
+    # ---- derived sizes -------------------------------------------------------------------
+    @property
+    def inp_bits(self) -> int:
+        return 1 << self.log_inp_width
+
+    @property
+    def wgt_bits(self) -> int:
+        return 1 << self.log_wgt_width
+
+    @property
+    def acc_bits(self) -> int:
+        return 1 << self.log_acc_width
+
+    @property
+    def out_bits(self) -> int:
+        """STORE narrows each accumulator lane to the input width (VTA: truncation)."""
+        return self.inp_bits
+
+    @property
+    def batch(self) -> int:
+        return 1 << self.log_batch
+
+    @property
+    def block_in(self) -> int:
+        return 1 << self.log_block_in
+
+    @property
+    def block_out(self) -> int:
+        return 1 << self.log_block_out
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.batch * self.block_in * self.block_out
+
+    @property
+    def axi_bytes(self) -> int:
+        return self.axi_data_bits // 8
+
+    def elem_bytes(self, buffer: str) -> int:
+        """Bytes of one element of `buffer` (uop, inp, wgt, acc, out)."""
+        sizes = {
+            "uop": self.uop_bytes,
+            "inp": self.batch * self.block_in * self.inp_bits // 8,
+            "wgt": self.block_out * self.block_in * self.wgt_bits // 8,
+            "acc": self.batch * self.block_out * self.acc_bits // 8,
+            "out": self.batch * self.block_out * self.out_bits // 8,
+        }
+        if buffer not in sizes:
+            raise ConfigError(f"unknown buffer {buffer!r}; valid: {', '.join(sizes)}")
+        return sizes[buffer]
+
+    def depth(self, buffer: str) -> int:
+        """Number of elements a scratchpad holds. OUT is a view of ACC, so it has ACC's depth."""
+        if buffer == "out":
+            buffer = "acc"
+        log = {
+            "uop": self.log_uop_buff,
+            "inp": self.log_inp_buff,
+            "wgt": self.log_wgt_buff,
+            "acc": self.log_acc_buff,
+        }
+        if buffer not in log:
+            raise ConfigError(f"unknown buffer {buffer!r}; valid: uop, inp, wgt, acc, out")
+        return max((1 << log[buffer]) // self.elem_bytes(buffer), 0)
+
+    @property
+    def uop_bytes(self) -> int:
+        """A micro-op holds acc, src and wgt indices, rounded up to a power-of-two byte count."""
+        bits = self._index_bits("acc") + self._src_bits() + self._index_bits("wgt")
+        size = UOP_BYTES_MIN
+        while size * 8 < bits:
+            size *= 2
+        return size
+
+    def _index_bits(self, buffer: str) -> int:
+        # Computed without depth() for uop size (which depth('uop') itself needs).
+        log_buff = getattr(self, f"log_{buffer}_buff")
+        elem = {
+            "inp": self.batch * self.block_in * self.inp_bits // 8,
+            "wgt": self.block_out * self.block_in * self.wgt_bits // 8,
+            "acc": self.batch * self.block_out * self.acc_bits // 8,
+        }[buffer]
+        return max(log_buff - (elem.bit_length() - 1), 1)
+
+    def _src_bits(self) -> int:
+        return max(self._index_bits("inp"), self._index_bits("acc"))
+
+    # ---- identity ------------------------------------------------------------------------
+    @property
+    def tag(self) -> str:
+        """Short stable name, e.g. `1x16x16_i8w8a32_15_15_18_17` (VTA-style)."""
+        return (
+            f"{self.batch}x{self.block_in}x{self.block_out}"
+            f"_i{self.inp_bits}w{self.wgt_bits}a{self.acc_bits}"
+            f"_{self.log_uop_buff}_{self.log_inp_buff}_{self.log_wgt_buff}_{self.log_acc_buff}"
+        )
+
+    @property
+    def digest(self) -> str:
+        """Content digest over every field (16 hex digits)."""
+        return _digest(self.to_dict())
+
+    @property
+    def arch_digest(self) -> str:
+        """Digest over the fields a program depends on (not clock, bus width or DRAM timing)."""
+        return _digest({k: getattr(self, k) for k in ARCH_FIELDS})
+
+    def arch_mismatches(self, other: HwConfig) -> list[str]:
+        """Architectural fields that differ, as `name: mine != theirs` lines."""
+        return [
+            f"{k}: {getattr(self, k)} != {getattr(other, k)}"
+            for k in ARCH_FIELDS
+            if getattr(self, k) != getattr(other, k)
+        ]
+
+    # ---- (de)serialization ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HwConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config field(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
+            )
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> HwConfig:
+        bad = sorted(set(changes) - {f.name for f in fields(self)})
+        if bad:
+            raise ConfigError(f"unknown config field(s) {', '.join(bad)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_toml(self) -> str:
+        lines = [f"# tilecraft HwConfig {self.tag} digest {self.digest}"]
+        for key, value in self.to_dict().items():
+            lines.append(f"{key} = {value!r}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write as TOML or JSON by suffix, through a temp file and a rename."""
+        path = Path(path)
+        if path.suffix == ".toml":
+            text = self.to_toml()
+        elif path.suffix == ".json":
+            text = self.to_json() + "\n"
+        else:
+            raise ConfigError(f"config file must end in .toml or .json, not {path.name!r}")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> HwConfig:
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+        try:
+            if path.suffix == ".toml":
+                data = _toml.loads(raw.decode())
+            elif path.suffix == ".json":
+                data = json.loads(raw)
+            else:
+                raise ConfigError(f"config file must end in .toml or .json, not {path.name!r}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {str(path)!r} does not parse: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a table of fields")
+        data = data.get("hw", data)  # board preset files keep the config under [hw]
+        return cls.from_dict(data)
+
+    def describe(self) -> str:
+        """A human-readable table of the config and its derived sizes."""
+        rows = [f"tag     {self.tag}", f"digest  {self.digest}"]
+        rows += [f"{k:16s} {v}" for k, v in self.to_dict().items()]
+        rows.append(
+            f"gemm             {self.batch}x{self.block_in}x{self.block_out} "
+            f"({self.macs_per_cycle} MAC/cycle, "
+            f"{2 * self.macs_per_cycle * self.clock_mhz / 1e3:.1f} GOPS peak)"
+        )
+        for name in ("uop", "inp", "wgt", "acc"):
+            size = 1 << getattr(self, f"log_{name}_buff")
+            rows.append(
+                f"{name} buffer       {size // 1024} KiB = {self.depth(name)} x "
+                f"{self.elem_bytes(name)} B"
+            )
+        return "\n".join(rows)
+
+
+def _digest(data: dict[str, Any]) -> str:
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Non-board presets the tests sweep; board presets live in tilecraft.boards.
+_SWEEP_PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "1x8x8": {"log_block_in": 3, "log_block_out": 3, "log_wgt_buff": 16, "log_acc_buff": 15},
+    "2x16x16": {"log_batch": 1, "log_inp_buff": 16, "log_acc_buff": 18},
+    "1x32x32": {
+        "log_block_in": 5,
+        "log_block_out": 5,
+        "log_inp_buff": 16,
+        "log_wgt_buff": 19,
+        "log_acc_buff": 18,
+        "axi_data_bits": 128,
+    },
+    "1x16x8": {"log_block_out": 3, "log_acc_buff": 16, "log_wgt_buff": 17},
+}
+
+
+def preset_names() -> list[str]:
+    from tilecraft.boards import board_names
+
+    return list(_SWEEP_PRESETS) + board_names()
+
+
+def preset(name: str = "default") -> HwConfig:
+    """A named config: `default`, a sweep config (1x8x8, 2x16x16, ...) or a board (pynq-z1, ...)."""
+    if name in _SWEEP_PRESETS:
+        return HwConfig(**_SWEEP_PRESETS[name])
+    from tilecraft.boards import board, board_names
+
+    if name in board_names():
+        return board(name).config
+    raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
+
+
+def resolve(spec: str | HwConfig | None) -> HwConfig:
+    """A config from a preset name, a .toml/.json path, an HwConfig, or None (default)."""
+    if spec is None:
+        return HwConfig()
+    if isinstance(spec, HwConfig):
+        return spec
+    if spec.endswith((".toml", ".json")):
+        return HwConfig.load(spec)
+    return preset(spec)

@@ -1,0 +1,203 @@
+"""Bit layouts of the 128-bit instruction word and the micro-op word, derived from HwConfig.
+
+Fields are packed LSB first in the order declared. Every kind starts with the same header, and
+GEMM and ALU share their loop fields at the same offsets, so the RTL decodes them once.
+No other module types a bit offset: they all come from an `IsaSpec`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa.enums import Opcode
+
+from tilecraft.errors import ConfigError
+
+INSN_BITS = 128
+DRAM_ADDR_BITS = 32  # DRAM addresses count elements of the target buffer
+SIZE_BITS = 16  # y_size, x_size, x_stride
+PAD_BITS = 4  # each of the four zero-padding amounts
+ITER_BITS = 14  # GEMM/ALU loop extents
+IMM_BITS = 16  # ALU immediate (signed)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    offset: int
+    width: int
+    signed: bool = False
+
+    @property
+    def lo(self) -> int:
+        return -(1 << (self.width - 1)) if self.signed else 0
+
+    @property
+    def hi(self) -> int:
+        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+
+
+@dataclass(frozen=True)
+class Format:
+    """One word layout: a name, a total width and its fields by name."""
+
+    name: str
+    bits: int
+    fields: dict[str, Field]
+
+    def __iter__(self):
+        return iter(self.fields.values())
+
+
+def _pack(name: str, bits: int, spec: list[tuple[str, int, bool]], start: int = 0) -> Format:
+    out: dict[str, Field] = {}
+    offset = start
+    for fname, width, signed in spec:
+        if offset + width > bits:
+            raise ConfigError(
+                f"{name} field {fname} ({width} bits at offset {offset}) does not fit the "
+                f"{bits}-bit word; the config's buffers need fewer index bits "
+                f"(smaller log_*_buff or larger elements)"
+            )
+        out[fname] = Field(fname, offset, width, signed)
+        offset += width
+    return Format(name, bits, out)
+
+
+def _bits_for(count: int) -> int:
+    """Bits to hold values 0..count-1."""
+    return max((count - 1).bit_length(), 1)
+
+
+class IsaSpec:
+    """The instruction and micro-op formats of one HwConfig."""
+
+    def __init__(self, config: HwConfig):
+        self.config = config
+        c = config
+        self.acc_idx_bits = _bits_for(c.depth("acc"))
+        self.inp_idx_bits = _bits_for(c.depth("inp"))
+        self.wgt_idx_bits = _bits_for(c.depth("wgt"))
+        self.uop_idx_bits = _bits_for(c.depth("uop"))
+        self.src_idx_bits = max(self.inp_idx_bits, self.acc_idx_bits)
+        self.sram_bits = max(_bits_for(c.depth(b)) for b in ("uop", "inp", "wgt", "acc"))
+
+        header = [
+            ("opcode", 3, False),
+            ("pop_prev", 1, False),
+            ("pop_next", 1, False),
+            ("push_prev", 1, False),
+            ("push_next", 1, False),
+        ]
+        loop = [
+            ("uop_bgn", self.uop_idx_bits, False),
+            ("uop_end", self.uop_idx_bits + 1, False),
+            ("iter_out", ITER_BITS, False),
+            ("iter_in", ITER_BITS, False),
+            ("dst_out", self.acc_idx_bits, False),
+            ("dst_in", self.acc_idx_bits, False),
+            ("src_out", self.src_idx_bits, False),
+            ("src_in", self.src_idx_bits, False),
+        ]
+        mem = [
+            ("mem", 3, False),
+            ("sram_base", self.sram_bits, False),
+            ("dram_base", DRAM_ADDR_BITS, False),
+            ("y_size", SIZE_BITS, False),
+            ("x_size", SIZE_BITS, False),
+            ("x_stride", SIZE_BITS, False),
+            ("y_pad0", PAD_BITS, False),
+            ("y_pad1", PAD_BITS, False),
+            ("x_pad0", PAD_BITS, False),
+            ("x_pad1", PAD_BITS, False),
+        ]
+        gemm = [
+            ("reset", 1, False),
+            ("wgt_out", self.wgt_idx_bits, False),
+            ("wgt_in", self.wgt_idx_bits, False),
+        ]
+        alu = [("alu_op", 3, False), ("use_imm", 1, False), ("imm", IMM_BITS, True)]
+        mem_fmt = _pack("LOAD/STORE", INSN_BITS, header + mem)
+        self.formats: dict[Opcode, Format] = {
+            Opcode.LOAD: mem_fmt,
+            Opcode.STORE: mem_fmt,
+            Opcode.GEMM: _pack("GEMM", INSN_BITS, header + loop + gemm),
+            Opcode.ALU: _pack("ALU", INSN_BITS, header + loop + alu),
+            Opcode.FINISH: _pack("FINISH", INSN_BITS, header),
+        }
+        self.uop = _pack(
+            "micro-op",
+            c.uop_bytes * 8,
+            [
+                ("dst", self.acc_idx_bits, False),
+                ("src", self.src_idx_bits, False),
+                ("wgt", self.wgt_idx_bits, False),
+            ],
+        )
+        self.header = self.formats[Opcode.FINISH]
+
+    @cached_property
+    def all_fields(self) -> tuple[str, ...]:
+        """Every instruction field name across kinds, in a stable order."""
+        names: list[str] = []
+        for fmt in self.formats.values():
+            names += [f.name for f in fmt if f.name not in names]
+        return tuple(names)
+
+    # ---- Amaranth shapes (imported lazily: the runtime must not need amaranth) -----------
+    def layout(self, opcode: Opcode):
+        """The `amaranth.lib.data.FlexibleLayout` of one instruction kind."""
+        from amaranth.hdl import signed, unsigned
+        from amaranth.lib import data
+
+        fmt = self.formats[Opcode(opcode)]
+        return data.FlexibleLayout(
+            fmt.bits,
+            {
+                f.name: data.Field(signed(f.width) if f.signed else unsigned(f.width), f.offset)
+                for f in fmt
+            },
+        )
+
+    def insn_layout(self):
+        """A union of every instruction kind's layout, viewable over one 128-bit word."""
+        from amaranth.lib import data
+
+        kinds = {op.name.lower(): self.layout(op) for op in Opcode if op != Opcode.STORE}
+        return data.UnionLayout(kinds)
+
+    def uop_layout(self):
+        """The micro-op word's `amaranth.lib.data.FlexibleLayout`."""
+        from amaranth.hdl import unsigned
+        from amaranth.lib import data
+
+        return data.FlexibleLayout(
+            self.uop.bits,
+            {f.name: data.Field(unsigned(f.width), f.offset) for f in self.uop},
+        )
+
+    def describe(self) -> str:
+        """A table of every format's fields, offsets and widths (for docs and `config show`)."""
+        lines = []
+        for op, fmt in self.formats.items():
+            if op == Opcode.STORE:
+                continue
+            title = "LOAD/STORE" if op == Opcode.LOAD else op.name
+            lines.append(f"{title}:")
+            lines += [f"  [{f.offset + f.width - 1:3d}:{f.offset:3d}] {f.name}" for f in fmt]
+        lines.append(f"micro-op ({self.uop.bits} bits):")
+        lines += [f"  [{f.offset + f.width - 1:3d}:{f.offset:3d}] {f.name}" for f in self.uop]
+        return "\n".join(lines)
+
+
+_SPECS: dict[HwConfig, IsaSpec] = {}
+
+
+def isa_for(config: HwConfig) -> IsaSpec:
+    """The (cached) IsaSpec of a config."""
+    spec = _SPECS.get(config)
+    if spec is None:
+        spec = _SPECS[config] = IsaSpec(config)
+    return spec

@@ -1,0 +1,234 @@
+"""Host-side instructions: one frozen dataclass per kind, and the column table they pack into.
+
+Build programs from `Load`, `Store`, `Gemm`, `Alu`, `Finish` and `Uop`; `insn_table` turns a list
+of them into a numpy structured array (one int64 column per field), which `codec` encodes in bulk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tilecraft.hw.isa.enums import AluOp, MemId, Opcode
+
+from tilecraft.errors import EncodingError
+
+FLAG_NAMES = ("pop_prev", "pop_next", "push_prev", "push_next")
+FIELD_NAMES = (
+    "opcode",
+    *FLAG_NAMES,
+    "mem",
+    "sram_base",
+    "dram_base",
+    "y_size",
+    "x_size",
+    "x_stride",
+    "y_pad0",
+    "y_pad1",
+    "x_pad0",
+    "x_pad1",
+    "uop_bgn",
+    "uop_end",
+    "iter_out",
+    "iter_in",
+    "dst_out",
+    "dst_in",
+    "src_out",
+    "src_in",
+    "reset",
+    "wgt_out",
+    "wgt_in",
+    "alu_op",
+    "use_imm",
+    "imm",
+)
+TABLE_DTYPE = np.dtype([(name, np.int64) for name in FIELD_NAMES])
+UOP_DTYPE = np.dtype([("dst", np.int64), ("src", np.int64), ("wgt", np.int64)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Insn:
+    """Dependence flags every instruction carries (see hw.isa.enums for the queues)."""
+
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+    opcode = Opcode.FINISH  # overridden per kind
+
+    def row(self) -> dict[str, int]:
+        values = {f.name: int(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        values["opcode"] = int(self.opcode)
+        return values
+
+    def with_flags(self, **flags: bool) -> _Insn:
+        bad = sorted(set(flags) - set(FLAG_NAMES))
+        if bad:
+            raise EncodingError(f"unknown dependence flag(s) {bad}; valid: {list(FLAG_NAMES)}")
+        return dataclasses.replace(self, **flags)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load(_Insn):
+    """2-D DMA from DRAM into a scratchpad, zero-padding on four sides.
+
+    Addresses count elements of `mem` (an INP element is BATCH x BLOCK_IN values, ...).
+    """
+
+    mem: MemId
+    sram_base: int
+    dram_base: int
+    y_size: int
+    x_size: int
+    x_stride: int
+    y_pad0: int = 0
+    y_pad1: int = 0
+    x_pad0: int = 0
+    x_pad1: int = 0
+    opcode = Opcode.LOAD
+
+
+@dataclass(frozen=True, kw_only=True)
+class Store(_Insn):
+    """2-D DMA of narrowed accumulator rows (the OUT view) to DRAM."""
+
+    sram_base: int
+    dram_base: int
+    y_size: int
+    x_size: int
+    x_stride: int
+    mem: MemId = MemId.OUT
+    opcode = Opcode.STORE
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Loop(_Insn):
+    """The two-level loop around micro-ops [uop_bgn, uop_end) shared by GEMM and ALU."""
+
+    uop_bgn: int
+    uop_end: int
+    iter_out: int = 1
+    iter_in: int = 1
+    dst_out: int = 0
+    dst_in: int = 0
+    src_out: int = 0
+    src_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemm(_Loop):
+    """acc[dst] += inp[src] . wgt[wgt]^T per micro-op; `reset` sets acc[dst] = 0 instead."""
+
+    wgt_out: int = 0
+    wgt_in: int = 0
+    reset: bool = False
+    opcode = Opcode.GEMM
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alu(_Loop):
+    """acc[dst] = op(acc[dst], imm if use_imm else acc[src]) lane-wise."""
+
+    op: AluOp
+    use_imm: bool = False
+    imm: int = 0
+    opcode = Opcode.ALU
+
+    def row(self) -> dict[str, int]:
+        values = super().row()
+        values["alu_op"] = int(values.pop("op"))
+        return values
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finish(_Insn):
+    """Completes when every earlier compute instruction has; raises `done`."""
+
+    opcode = Opcode.FINISH
+
+
+@dataclass(frozen=True)
+class Uop:
+    """Micro-op: base indices into acc (dst), inp or acc (src) and wgt."""
+
+    dst: int
+    src: int
+    wgt: int = 0
+
+
+Insn = Load | Store | Gemm | Alu | Finish
+
+
+def insn_table(insns: Iterable[_Insn]) -> np.ndarray:
+    """Pack instructions into a structured array with one int64 column per field."""
+    insns = list(insns)
+    table = np.zeros(len(insns), dtype=TABLE_DTYPE)
+    for i, insn in enumerate(insns):
+        if not isinstance(insn, _Insn):
+            raise EncodingError(f"instruction {i} is a {type(insn).__name__}, not an instruction")
+        for name, value in insn.row().items():
+            table[i][name] = value
+    return table
+
+
+def uop_table(uops: Sequence[Uop] | np.ndarray) -> np.ndarray:
+    """Micro-ops as a structured array with int64 columns dst, src, wgt."""
+    if isinstance(uops, np.ndarray) and uops.dtype == UOP_DTYPE:
+        return uops
+    table = np.zeros(len(uops), dtype=UOP_DTYPE)
+    if len(uops):
+        table["dst"] = [u.dst for u in uops]
+        table["src"] = [u.src for u in uops]
+        table["wgt"] = [u.wgt for u in uops]
+    return table
+
+
+def table_insns(table: np.ndarray) -> list[_Insn]:
+    """The inverse of `insn_table` (for reading and printing decoded programs)."""
+    return [row_insn(row) for row in table]
+
+
+def row_insn(row) -> _Insn:
+    get = row.__getitem__
+    flags = {name: bool(get(name)) for name in FLAG_NAMES}
+    op = int(get("opcode"))
+    if op == Opcode.LOAD:
+        mem_fields = ("sram_base", "dram_base", "y_size", "x_size", "x_stride")
+        pads = ("y_pad0", "y_pad1", "x_pad0", "x_pad1")
+        return Load(
+            mem=_enum(MemId, get("mem")), **{k: int(get(k)) for k in mem_fields + pads}, **flags
+        )
+    if op == Opcode.STORE:
+        keys = ("sram_base", "dram_base", "y_size", "x_size", "x_stride")
+        return Store(mem=_enum(MemId, get("mem")), **{k: int(get(k)) for k in keys}, **flags)
+    loop = ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out", "src_in")
+    if op == Opcode.GEMM:
+        keys = loop + ("wgt_out", "wgt_in")
+        return Gemm(reset=bool(get("reset")), **{k: int(get(k)) for k in keys}, **flags)
+    if op == Opcode.ALU:
+        return Alu(
+            op=_enum(AluOp, get("alu_op")),
+            use_imm=bool(get("use_imm")),
+            imm=int(get("imm")),
+            **{k: int(get(k)) for k in loop},
+            **flags,
+        )
+    if op == Opcode.FINISH:
+        return Finish(**flags)
+    raise EncodingError(f"unknown opcode {op}; valid: {_valid(Opcode)}")
+
+
+def _enum(kind, value):
+    try:
+        return kind(int(value))
+    except ValueError:
+        raise EncodingError(
+            f"unknown {kind.__name__} {int(value)}; valid: {_valid(kind)}"
+        ) from None
+
+
+def _valid(kind) -> str:
+    return ", ".join(f"{m.name}={m.value}" for m in kind)

@@ -1,0 +1,251 @@
+"""The concurrent-stage engine: fetch, load, compute and store advance in simulated time.
+
+Each stage runs its own in-order queue. An instruction starts when its stage is free, fetch has
+routed it, and every token it pops is there; it runs (functionally, in one step) and its pushes
+are sent when it completes, stalling the stage while a target token queue is full. Fetch routes
+instructions into command queues of `cmd_queue_depth` entries. Events are taken in time order,
+so the shared DRAM port is granted first come, first served. When nothing can move and the
+program is not done, `DeadlockError` lists every stage's blocked instruction and the tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
+from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape
+
+from tilecraft.errors import DeadlockError, ExecutionError
+
+FETCH = 3  # actor id of the fetch unit, after the three stages
+STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
+
+
+class Plan:
+    """Per-instruction facts the engine needs, computed once from the decoded table."""
+
+    def __init__(self, cfg: HwConfig, timing: Timing, rows: list[dict], stages: np.ndarray):
+        self.rows = rows
+        self.stage = stages.tolist()
+        self.pops: list[tuple[int, ...]] = []
+        self.pushes: list[tuple[int, ...]] = []
+        self.busy: list[int] = []  # cycles without DRAM
+        self.bus: list[int] = []  # cycles holding the DRAM port
+        self.dram_bytes: list[int] = []
+        for k, row in enumerate(rows):
+            s = Stage(self.stage[k])
+            pops = tuple(q for f, q in POP_QUEUES[s].items() if q is not None and row[f])
+            pushes = tuple(q for f, q in PUSH_QUEUES[s].items() if q is not None and row[f])
+            self.pops.append(pops)
+            self.pushes.append(pushes)
+            if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
+                runs, run_bytes, pads, nbytes = dma_shape(cfg, row)
+                xfer = timing.transfer(runs, run_bytes)
+                lat = timing.dram_latency if xfer else 0
+                self.busy.append(timing.insn_overhead + lat + pads * timing.pad_ii)
+                self.bus.append(xfer)
+                self.dram_bytes.append(nbytes)
+            else:
+                self.busy.append(busy_cycles(timing, row))
+                self.bus.append(0)
+                self.dram_bytes.append(0)
+
+
+class Engine:
+    def __init__(self, cfg: HwConfig, timing: Timing, plan: Plan, execute: Callable):
+        self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
+        n = len(plan.stage)
+        self.n = n
+        self.queues = {s: [k for k in range(n) if plan.stage[k] == s] for s in Stage}
+        self.pos = dict.fromkeys(Stage, 0)
+        self.free = dict.fromkeys(Stage, 0)
+        self.pending: dict[Stage, tuple[int, int] | None] = dict.fromkeys(Stage)
+        self.starts: dict[Stage, list[int]] = {s: [] for s in Stage}
+        self.push_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
+        self.pop_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
+        self.dispatch_t: list[int] = []
+        self.routed = dict.fromkeys(Stage, 0)
+        self.fetch_free = 0
+        self.chunk_ready = 0
+        self.bus_free = 0
+        self.start = [0] * n
+        self.end = [0] * n
+        self.stall = dict.fromkeys(Stage, 0)
+        self.fetch_bus = 0
+
+    # ---- one event per call: pick the earliest actor that can move -------------------------
+    def run(self) -> None:
+        actors = (Stage.LOAD, Stage.COMPUTE, Stage.STORE, FETCH)
+        while True:
+            best, best_t = None, math.inf
+            for a in actors:
+                t = self._ready(a)
+                if t is not None and t < best_t:
+                    best, best_t = a, t
+            if best is None:
+                if all(self.pos[s] == len(self.queues[s]) and not self.pending[s] for s in Stage):
+                    return
+                self._deadlock()
+            if best == FETCH:
+                self._fetch(best_t)
+            elif self.pending[best]:
+                self._push(best, best_t)
+            else:
+                self._exec(best, best_t)
+
+    def _ready(self, a) -> int | None:
+        """Time actor `a` can take its next step, or None while it is blocked."""
+        if a == FETCH:
+            return self._fetch_ready()
+        if self.pending[a]:
+            k, done = self.pending[a]
+            return self._push_ready(k, done)
+        if self.pos[a] == len(self.queues[a]):
+            return None
+        k = self.queues[a][self.pos[a]]
+        if k >= len(self.dispatch_t):
+            return None
+        t = max(self.free[a], self.dispatch_t[k])
+        for q in self.plan.pops[k]:
+            m = len(self.pop_t[q])
+            if m >= len(self.push_t[q]):
+                return None
+            t = max(t, self.push_t[q][m])
+        return t
+
+    def _push_ready(self, k: int, done: int) -> int | None:
+        t = done
+        for q in self.plan.pushes[k]:
+            m = len(self.push_t[q]) - self.cfg.dep_queue_depth
+            if m >= 0:
+                if m >= len(self.pop_t[q]):
+                    return None
+                t = max(t, self.pop_t[q][m])
+        return t
+
+    def _exec(self, s: Stage, t: int) -> None:
+        k = self.queues[s][self.pos[s]]
+        ready = max(self.free[s], self.dispatch_t[k])
+        self.stall[s] += t - ready
+        for q in self.plan.pops[k]:
+            self.pop_t[q].append(t)
+        self.starts[s].append(t)
+        self.pos[s] += 1
+        end = t + self.plan.busy[k]
+        if self.plan.bus[k]:
+            data = max(t + self.timing.insn_overhead + self.timing.dram_latency, self.bus_free)
+            self.bus_free = data + self.plan.bus[k]
+            end = max(end, self.bus_free + 1)
+        self.start[k], self.end[k] = t, end
+        self.execute(k, s, t, end)
+        if self._push_ready(k, end) is not None and not self._must_wait(k):
+            self._send(k, end)
+            self.free[s] = end
+        else:
+            self.pending[s] = (k, end)
+
+    def _must_wait(self, k: int) -> bool:
+        return any(
+            len(self.push_t[q]) - len(self.pop_t[q]) >= self.cfg.dep_queue_depth
+            for q in self.plan.pushes[k]
+        )
+
+    def _push(self, s: Stage, t: int) -> None:
+        k, done = self.pending[s]
+        self.stall[s] += t - done
+        self._send(k, t)
+        self.pending[s] = None
+        self.free[s] = t
+
+    def _send(self, k: int, t: int) -> None:
+        for q in self.plan.pushes[k]:
+            self.push_t[q].append(t)
+
+    # ---- fetch ------------------------------------------------------------------------------
+    def _fetch_ready(self) -> int | None:
+        f = len(self.dispatch_t)
+        if f == self.n:
+            return None
+        t = self.fetch_free
+        if f % self.timing.fetch_chunk():
+            t = max(t, self.chunk_ready)
+        s = self.plan.stage[f]
+        m = self.routed[s] - self.cfg.cmd_queue_depth
+        if m >= 0:
+            if m >= len(self.starts[s]):
+                return None
+            t = max(t, self.starts[s][m])
+        return t
+
+    def _fetch(self, t: int) -> None:
+        f = len(self.dispatch_t)
+        chunk = self.timing.fetch_chunk()
+        if f % chunk == 0:  # read the next burst of instruction words
+            count = min(chunk, self.n - f)
+            xfer = self.timing.transfer(1, count * INSN_BYTES)
+            data = max(t + self.timing.dram_latency, self.bus_free)
+            self.bus_free = data + xfer
+            self.fetch_bus += xfer
+            self.chunk_ready = self.bus_free
+            t = max(t, self.chunk_ready)
+        self.dispatch_t.append(t)
+        self.routed[self.plan.stage[f]] += 1
+        self.fetch_free = t + self.timing.dispatch_ii
+
+    # ---- diagnosis --------------------------------------------------------------------------
+    def _deadlock(self) -> None:
+        stages, lines = {}, []
+        for s in Stage:
+            name = STAGE_NAMES[s]
+            if self.pending[s]:
+                k = self.pending[s][0]
+                why = "done, waiting to push a token into a full queue"
+            elif self.pos[s] < len(self.queues[s]):
+                k = self.queues[s][self.pos[s]]
+                if k >= len(self.dispatch_t):
+                    why = "not yet fetched (fetch is blocked on a full command queue)"
+                else:
+                    missing = [
+                        q.name
+                        for q in self.plan.pops[k]
+                        if len(self.pop_t[q]) >= len(self.push_t[q])
+                    ]
+                    why = "waiting for a token on " + ", ".join(missing)
+            else:
+                lines.append(f"  {name}: finished")
+                continue
+            text = f"{k}: {format_row(self.plan.rows[k])}"
+            stages[name] = {"index": k, "insn": text, "reason": why}
+            lines.append(f"  {name}: blocked at instruction {text}\n      ({why})")
+        tokens = {q.name: len(self.push_t[q]) - len(self.pop_t[q]) for q in TokenQueue}
+        lines.append(
+            "  tokens in flight: " + ", ".join(f"{name}={v}" for name, v in tokens.items())
+        )
+        raise DeadlockError(
+            "deadlock: no stage can make progress\n" + "\n".join(lines), stages, tokens
+        )
+
+    def check_finish(self) -> int:
+        """Cycle at which `done` rises; every instruction must complete by then."""
+        compute = self.queues[Stage.COMPUTE]
+        if not compute or self.plan.rows[compute[-1]]["opcode"] != Opcode.FINISH:
+            raise ExecutionError(
+                "the program does not end with FINISH on the compute stage, so done would "
+                "never rise"
+            )
+        k = compute[-1]
+        done = self.end[k]
+        late = [i for i in range(self.n) if self.end[i] > done]
+        if late:
+            i = late[0]
+            raise ExecutionError(
+                f"completes at cycle {self.end[i]}, after FINISH (instruction {k}) raised done "
+                f"at cycle {done}: the host would read DRAM before it is written; make FINISH "
+                f"wait for it with a token",
+                index=i,
+                insn=format_row(self.plan.rows[i]),
+            )
+        return done

@@ -1,0 +1,242 @@
+"""What each instruction does, one function per kind: the ISA's executable spec.
+
+Each function takes the machine and one decoded instruction (a dict-like row), mutates the
+machine, and returns the scratchpad rows it read and wrote (for the race checker). One GEMM or ALU
+instruction's whole micro-op loop runs as numpy array operations.
+
+Rules beyond ARCHITECTURE.md's "ISA semantics":
+- accumulator arithmetic wraps at the accumulator width (two's complement);
+- SHR takes its amount from the low log_acc_width+1 bits of the operand, read as signed:
+  amount >= 0 is an arithmetic right shift, amount < 0 a left shift by -amount (so for 32-bit
+  lanes the amount is in [-32, 31], and a left shift by 32 gives 0);
+- STORE narrows each lane by truncation to its low out_bits (VTA's rule; saturate with MIN/MAX);
+- a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
+- GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
+  whose micro-ops read a row an earlier micro-op of the same instruction wrote sees the new value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+from tilecraft.hw.isa import AluOp, MemId
+from tilecraft.sim.machine import Machine
+
+from tilecraft.errors import AccessError, IllegalInstructionError
+
+_MEM_NAME = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc"}
+
+
+@dataclass
+class Footprint:
+    """Scratchpad rows an instruction touched: buffer name -> index array or (lo, hi) range."""
+
+    reads: dict
+    writes: dict
+
+
+NOTHING = Footprint({}, {})
+
+
+def load(m: Machine, r) -> Footprint:
+    mem = MemId(r["mem"])
+    name = _MEM_NAME[mem]
+    if r["x_size"] == 0:
+        return NOTHING
+    cfg = m.config
+    eb = cfg.elem_bytes(name)
+    width = r["x_pad0"] + r["x_size"] + r["x_pad1"]
+    height = r["y_pad0"] + r["y_size"] + r["y_pad1"]
+    base, count = r["sram_base"], width * height
+    _check_sram(name, base, count, cfg.depth(name))
+    sram = m.sram(name)
+    raw = _dram_rows(m, r["dram_base"] * eb, r["y_size"], r["x_size"] * eb, r["x_stride"] * eb)
+    data = (
+        raw.reshape(-1)
+        .view(sram.dtype.newbyteorder("<"))
+        .reshape((r["y_size"], r["x_size"]) + sram.shape[1:])
+    )
+    block = np.zeros((height, width) + sram.shape[1:], sram.dtype)
+    block[r["y_pad0"] : r["y_pad0"] + r["y_size"], r["x_pad0"] : r["x_pad0"] + r["x_size"]] = data
+    sram[base : base + count] = block.reshape((count,) + sram.shape[1:])
+    if mem == MemId.UOP:
+        _decode_uops(m, base, count)
+    elif mem == MemId.INP:
+        m.inp_f[base : base + count] = m.inp[base : base + count]
+    elif mem == MemId.WGT:
+        m.wgt_f[base : base + count] = m.wgt[base : base + count]
+    return Footprint({}, {name: (base, base + count)})
+
+
+def store(m: Machine, r) -> Footprint:
+    cfg = m.config
+    y, x = r["y_size"], r["x_size"]
+    base, count = r["sram_base"], x * y
+    if count == 0:
+        return NOTHING
+    _check_sram("out", base, count, cfg.depth("acc"))
+    eb = cfg.elem_bytes("out")
+    rows = m.acc[base : base + count].astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
+    start, stride = r["dram_base"] * eb, r["x_stride"] * eb
+    _check_dram(m, start, y, x * eb, stride)
+    if r["x_stride"] >= x:
+        as_strided(m.dram[start:], shape=(y, x * eb), strides=(stride, 1))[...] = rows
+    else:  # overlapping rows: later rows win
+        for k in range(y):
+            m.dram[start + k * stride : start + k * stride + x * eb] = rows[k]
+    return Footprint({"acc": (base, base + count)}, {})
+
+
+def gemm(m: Machine, r) -> Footprint:
+    dst, src, wgt, n_uops = _loop_indices(m, r, with_wgt=True)
+    cfg = m.config
+    _check_index("acc", dst, cfg.depth("acc"), "dst")
+    if r["reset"]:
+        m.acc[dst] = 0
+        return Footprint({}, {"acc": dst})
+    _check_index("inp", src, cfg.depth("inp"), "src")
+    _check_index("wgt", wgt, cfg.depth("wgt"), "wgt")
+    lo, hi = int(dst.min()), int(dst.max()) + 1
+    total = np.zeros((hi - lo,) + m.acc.shape[1:], np.float64)
+    inp, wts = m.inp_f, m.wgt_f
+    bi = cfg.block_in
+    if r["wgt_out"] == 0 and r["wgt_in"] == 0:
+        # Each micro-op uses one weight tile for its whole loop: one matmul per micro-op.
+        grid = dst.reshape(-1, n_uops)[:, 0] - dst[0]
+        unique = np.unique(grid).size == grid.size
+        for u in range(n_uops):
+            d, s = dst[u::n_uops] - lo, src[u::n_uops]
+            prod = (inp[s].reshape(-1, bi) @ wts[wgt[u]].T).reshape((-1,) + m.acc.shape[1:])
+            _accumulate(total, d, prod, unique)
+    else:
+        order = np.argsort(wgt, kind="stable")
+        keys, starts = np.unique(wgt[order], return_index=True)
+        if keys.size * 4 > dst.size:  # little weight reuse: one batched matmul
+            prod = np.matmul(inp[src], wts[wgt].transpose(0, 2, 1))
+            np.add.at(total, dst - lo, prod)
+        else:
+            ends = np.append(starts[1:], dst.size)
+            for key, a, b in zip(keys, starts, ends):
+                sel = order[a:b]
+                d = dst[sel] - lo
+                prod = (inp[src[sel]].reshape(-1, bi) @ wts[key].T).reshape((-1,) + m.acc.shape[1:])
+                _accumulate(total, d, prod, np.bincount(d).max() == 1)
+    acc = m.acc[lo:hi]
+    acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
+    return Footprint({"inp": src, "wgt": wgt}, {"acc": dst})
+
+
+def alu(m: Machine, r) -> Footprint:
+    dst, src, _, _ = _loop_indices(m, r, with_wgt=False)
+    depth = m.config.depth("acc")
+    _check_index("acc", dst, depth, "dst")
+    try:
+        op = AluOp(r["alu_op"])
+    except ValueError:
+        raise IllegalInstructionError(f"unknown ALU op {r['alu_op']}") from None
+    use_imm = bool(r["use_imm"])
+    if not use_imm:
+        _check_index("acc", src, depth, "src")
+    keys, first = np.unique(dst, return_index=True)
+    sequential = keys.size < dst.size
+    if not use_imm and not sequential:
+        first_write = np.full(depth, dst.size, np.int64)
+        first_write[keys] = first
+        sequential = bool((first_write[src] < np.arange(dst.size)).any())
+    if sequential:  # micro-ops depend on each other: follow program order exactly
+        for p in range(dst.size):
+            b = r["imm"] if use_imm else m.acc[src[p]]
+            m.acc[dst[p]] = _alu_op(op, m.acc[dst[p]], b, m.config.acc_bits)
+    else:
+        b = r["imm"] if use_imm else m.acc[src]
+        m.acc[dst] = _alu_op(op, m.acc[dst], b, m.config.acc_bits)
+    return Footprint({}, {"acc": dst})
+
+
+def _alu_op(op: AluOp, a, b, bits: int):
+    dtype = a.dtype
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    if op == AluOp.MIN:
+        res = np.minimum(a, b)
+    elif op == AluOp.MAX:
+        res = np.maximum(a, b)
+    elif op == AluOp.ADD:
+        res = a + b
+    elif op == AluOp.MUL:
+        res = a * b  # int32 x int32 fits int64; the cast below keeps the low bits
+    else:  # SHR: signed amount from the low log2(bits)+1 bits
+        amount = ((b & (2 * bits - 1)) ^ bits) - bits
+        right = np.minimum(np.maximum(amount, 0), 63)
+        left = np.maximum(-amount, 0)
+        res = np.where(amount >= 0, a >> right, a << np.minimum(left, 63))
+        res = np.where(left >= bits, 0, res)
+    return res.astype(dtype)
+
+
+def _accumulate(total: np.ndarray, d: np.ndarray, prod: np.ndarray, unique: bool) -> None:
+    if unique:
+        total[d] += prod
+    else:
+        np.add.at(total, d, prod)
+
+
+def _loop_indices(m: Machine, r, with_wgt: bool):
+    """dst/src(/wgt) index of every (i, j, micro-op) step, flattened in execution order."""
+    bgn, end = r["uop_bgn"], r["uop_end"]
+    depth = m.config.depth("uop")
+    if not bgn < end <= depth:
+        raise AccessError(
+            f"micro-op range [{bgn}, {end}) must be non-empty and within the {depth}-entry "
+            f"micro-op buffer"
+        )
+    i = np.arange(r["iter_out"], dtype=np.int64)[:, None, None]
+    j = np.arange(r["iter_in"], dtype=np.int64)[None, :, None]
+
+    def indices(base, out, inner):
+        return (base[bgn:end][None, None, :] + i * r[out] + j * r[inner]).reshape(-1)
+
+    dst = indices(m.uop_dst, "dst_out", "dst_in")
+    src = indices(m.uop_src, "src_out", "src_in")
+    wgt = indices(m.uop_wgt, "wgt_out", "wgt_in") if with_wgt else None
+    return dst, src, wgt, end - bgn
+
+
+def _decode_uops(m: Machine, base: int, count: int) -> None:
+    raw = m.uop_words[base : base + count].astype(np.uint64)
+    for f in m.spec.uop:
+        col = {"dst": m.uop_dst, "src": m.uop_src, "wgt": m.uop_wgt}[f.name]
+        col[base : base + count] = (raw >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)
+
+
+def _check_sram(name: str, base: int, count: int, depth: int) -> None:
+    if base + count > depth:
+        raise AccessError(
+            f"{name} rows [{base}, {base + count}) are outside the scratchpad "
+            f"(valid 0..{depth - 1})"
+        )
+
+
+def _check_index(name: str, idx: np.ndarray, depth: int, what: str) -> None:
+    top = int(idx.max()) if idx.size else 0
+    if top >= depth:
+        raise AccessError(
+            f"{what} index {top} is outside the {name} scratchpad (valid 0..{depth - 1})"
+        )
+
+
+def _check_dram(m: Machine, start: int, rows: int, row_bytes: int, stride: int) -> None:
+    end = start + (rows - 1) * stride + row_bytes if rows else start
+    if end > m.dram.size:
+        raise AccessError(
+            f"DRAM bytes [{start}, {end}) are outside the mapped region of {m.dram.size} bytes"
+        )
+
+
+def _dram_rows(m: Machine, start: int, rows: int, row_bytes: int, stride: int) -> np.ndarray:
+    _check_dram(m, start, rows, row_bytes, stride)
+    if rows == 0:
+        return np.zeros((0, row_bytes), np.uint8)
+    return as_strided(m.dram[start:], shape=(rows, row_bytes), strides=(stride, 1)).copy()

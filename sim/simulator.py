@@ -1,0 +1,158 @@
+"""Run a program image from DRAM, as the hardware would: read `count` instruction words at an
+address, route them to the three stages, execute bit-exactly and time it with the cycle model."""
+
+from __future__ import annotations
+
+import numpy as np
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import (
+    POP_QUEUES,
+    PUSH_QUEUES,
+    AluOp,
+    MemId,
+    Opcode,
+    Stage,
+    as_words,
+    decode,
+    format_row,
+    isa_for,
+)
+from tilecraft.sim import semantics
+from tilecraft.sim.engine import STAGE_NAMES, Engine, Plan
+from tilecraft.sim.machine import Machine
+from tilecraft.sim.races import RaceChecker
+from tilecraft.sim.report import SimReport, StageStats
+from tilecraft.sim.timing import INSN_BYTES, Timing
+from tilecraft.sim.trace import chrome_trace
+
+from tilecraft.errors import AccessError, ExecutionError, IllegalInstructionError
+
+_EXEC = {
+    Opcode.LOAD: semantics.load,
+    Opcode.STORE: semantics.store,
+    Opcode.GEMM: semantics.gemm,
+    Opcode.ALU: semantics.alu,
+}
+_LOAD_MEMS = {int(m) for m in (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)}
+_BUF = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc", MemId.OUT: "out"}
+
+
+def simulate(
+    config: HwConfig,
+    dram: np.ndarray,
+    insn_addr: int,
+    insn_count: int,
+    *,
+    timing: Timing | None = None,
+    trace: bool = False,
+    check_races: bool = True,
+) -> SimReport:
+    """Execute `insn_count` instructions at byte `insn_addr` of `dram` (a uint8 array, updated
+    in place) and return the report. Raises `ExecutionError` subclasses for illegal programs and
+    `DeadlockError` when the stages block each other."""
+    timing = timing or Timing.from_config(config)
+    spec = isa_for(config)
+    end = insn_addr + insn_count * INSN_BYTES
+    if insn_addr < 0 or insn_count < 1 or end > dram.size:
+        raise AccessError(
+            f"instructions at DRAM bytes [{insn_addr}, {end}) are outside the mapped region of "
+            f"{dram.size} bytes (or the count {insn_count} is not positive)"
+        )
+    table = decode(spec, as_words(dram[insn_addr:end]))
+    stages = _validate(table, as_words(dram[insn_addr:end]))
+    rows = [dict(zip(table.dtype.names, vals)) for vals in table.tolist()]
+    plan = Plan(config, timing, rows, stages)
+    machine = Machine(config, dram)
+    races = RaceChecker(config, lambda k: format_row(rows[k])) if check_races else None
+    events: list = []
+    counts = {"gemm": 0, "alu": 0}
+
+    def execute(k: int, stage: Stage, start: int, stop: int) -> None:
+        row = rows[k]
+        op = row["opcode"]
+        run = _EXEC.get(op)
+        if run is not None:
+            try:
+                footprint = run(machine, row)
+            except ExecutionError as exc:
+                raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
+            if races is not None:
+                races.check(k, stage, start, stop, footprint)
+            if op in (Opcode.GEMM, Opcode.ALU):
+                steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
+                if op == Opcode.ALU:
+                    counts["alu"] += steps
+                elif not row["reset"]:
+                    counts["gemm"] += steps
+        if trace:
+            events.append((STAGE_NAMES[stage], k, start, stop, format_row(row)))
+
+    engine = Engine(config, timing, plan, execute)
+    engine.run()
+    cycles = engine.check_finish()
+    return _report(config, table, plan, engine, cycles, counts, events if trace else None)
+
+
+def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Stage of every instruction; IllegalInstructionError for what the hardware can't run."""
+    ops, mems = table["opcode"], table["mem"]
+    stages = np.full(len(table), Stage.COMPUTE, np.int64)
+    for k in range(len(table)):
+        op = int(ops[k])
+        word = f"word 0x{int(words[k, 1]):016x}{int(words[k, 0]):016x}"
+        if op not in Opcode._value2member_map_:
+            valid = ", ".join(f"{o.name}={o.value}" for o in Opcode)
+            raise IllegalInstructionError(f"unknown opcode {op} ({word}); valid: {valid}", index=k)
+        if op == Opcode.LOAD and int(mems[k]) not in _LOAD_MEMS:
+            raise IllegalInstructionError(
+                f"LOAD to memory id {int(mems[k])}; valid: UOP=0, WGT=1, INP=2, ACC=3", index=k
+            )
+        if op == Opcode.STORE and int(mems[k]) != MemId.OUT:
+            raise IllegalInstructionError(
+                f"STORE from memory id {int(mems[k])}; valid: OUT=4", index=k
+            )
+        if op == Opcode.ALU and int(table["alu_op"][k]) not in AluOp._value2member_map_:
+            raise IllegalInstructionError(
+                f"unknown ALU op {int(table['alu_op'][k])}; valid: "
+                + ", ".join(f"{a.name}={a.value}" for a in AluOp),
+                index=k,
+            )
+        if op == Opcode.LOAD:
+            stages[k] = Stage.LOAD if int(mems[k]) in (MemId.INP, MemId.WGT) else Stage.COMPUTE
+        elif op == Opcode.STORE:
+            stages[k] = Stage.STORE
+        s = Stage(int(stages[k]))
+        for flag, q in {**POP_QUEUES[s], **PUSH_QUEUES[s]}.items():
+            if q is None and table[flag][k]:
+                raise IllegalInstructionError(
+                    f"flag {flag} has no token queue on the {s.name.lower()} stage",
+                    index=k,
+                    insn=format_row(table[k]),
+                )
+    return stages
+
+
+def _report(cfg, table, plan, engine, cycles, counts, events) -> SimReport:
+    stages = {}
+    for s in Stage:
+        ks = engine.queues[s]
+        stages[STAGE_NAMES[s]] = StageStats(
+            instructions=len(ks),
+            busy_cycles=int(sum(engine.end[k] - engine.start[k] for k in ks)),
+            stall_cycles=int(engine.stall[s]),
+        )
+    moved = {"insn": len(table) * INSN_BYTES, "uop": 0, "inp": 0, "wgt": 0, "acc": 0, "out": 0}
+    for k in range(len(table)):
+        if plan.dram_bytes[k]:
+            moved[_BUF[MemId(int(table["mem"][k]))]] += plan.dram_bytes[k]
+    return SimReport(
+        cycles=int(cycles),
+        clock_mhz=cfg.clock_mhz,
+        macs_per_cycle=cfg.macs_per_cycle,
+        instructions=len(table),
+        gemm_uops=int(counts["gemm"]),
+        alu_uops=int(counts["alu"]),
+        stages=stages,
+        dram_bytes=moved,
+        trace=chrome_trace(events, cfg.clock_mhz) if events is not None else None,
+    )

@@ -1,0 +1,91 @@
+"""The cycle model's parameters and per-instruction costs, all in one place.
+
+The DRAM-facing numbers (clock, AXI width, latency, burst length) come from HwConfig; the
+micro-architectural ones (pipeline depths, initiation intervals, per-instruction overhead) are
+here, to be calibrated against the RTL. A DMA costs latency + data beats + a gap per burst, and
+its data beats hold the one shared DRAM port (fetch, load, compute and store all use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import MemId, Opcode
+
+INSN_BYTES = 16
+_MEM_NAME = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc"}
+
+
+@dataclass(frozen=True)
+class Timing:
+    axi_bytes: int
+    dram_latency: int
+    burst_len: int
+    insn_overhead: int = 2  # decode and issue, every instruction on every stage
+    gemm_ii: int = 1  # cycles per GEMM micro-op
+    gemm_depth: int = 4  # GEMM pipeline fill and drain
+    alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
+    alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port)
+    alu_depth: int = 4
+    burst_gap: int = 1  # address-phase cycles per AXI burst
+    pad_ii: int = 1  # cycles per zero-padding element written
+    dispatch_ii: int = 1  # cycles for fetch to route one instruction
+
+    @classmethod
+    def from_config(cls, cfg: HwConfig, **overrides) -> Timing:
+        return cls(
+            axi_bytes=cfg.axi_bytes,
+            dram_latency=cfg.dram_latency,
+            burst_len=cfg.burst_len,
+            **overrides,
+        )
+
+    @property
+    def burst_bytes(self) -> int:
+        return self.burst_len * self.axi_bytes
+
+    def transfer(self, runs: int, run_bytes: int) -> int:
+        """Bus cycles to move `runs` contiguous runs of `run_bytes` each (beats plus gaps)."""
+        if runs == 0 or run_bytes == 0:
+            return 0
+        beats = -(-run_bytes // self.axi_bytes)
+        bursts = -(-beats // self.burst_len)
+        return runs * (beats + bursts * self.burst_gap)
+
+    def fetch_chunk(self) -> int:
+        """Instructions fetch reads per burst."""
+        return max(self.burst_bytes // INSN_BYTES, 1)
+
+
+def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:
+    """(runs, run_bytes, pad_elements, bytes) of a LOAD or STORE row of the instruction table."""
+    op = row["opcode"]
+    name = "out" if op == Opcode.STORE else _MEM_NAME.get(MemId(row["mem"]), "inp")
+    eb = cfg.elem_bytes(name)
+    x, y, stride = row["x_size"], row["y_size"], row["x_stride"]
+    if x == 0 or y == 0:
+        pads = 0
+        if x and op == Opcode.LOAD:
+            width = row["x_pad0"] + x + row["x_pad1"]
+            pads = width * (row["y_pad0"] + row["y_pad1"])
+        return 0, 0, pads, 0
+    nbytes = x * y * eb
+    runs, run_bytes = (1, nbytes) if stride == x else (y, x * eb)
+    pads = 0
+    if op == Opcode.LOAD:
+        width = row["x_pad0"] + x + row["x_pad1"]
+        pads = width * (row["y_pad0"] + y + row["y_pad1"]) - x * y
+    return runs, run_bytes, pads, nbytes
+
+
+def busy_cycles(t: Timing, row) -> int:
+    """Cycles a GEMM/ALU/FINISH instruction keeps the compute stage (no DRAM involved)."""
+    op = row["opcode"]
+    if op == Opcode.FINISH:
+        return t.insn_overhead
+    steps = row["iter_out"] * row["iter_in"] * max(row["uop_end"] - row["uop_bgn"], 0)
+    if op == Opcode.GEMM:
+        return t.insn_overhead + steps * t.gemm_ii + t.gemm_depth
+    ii = t.alu_ii_imm if row["use_imm"] else t.alu_ii_tensor
+    return t.insn_overhead + steps * ii + t.alu_depth

@@ -1,0 +1,36 @@
+"""tilecraft: hardware-software co-design for VTA-style FPGA deep-learning accelerators.
+
+Subpackages: `tilecraft.hw` (config, ISA, RTL), `tilecraft.sim` (behavioral simulator),
+`tilecraft.compiler`, `tilecraft.runtime`, `tilecraft.boards`.
+"""
+
+from tilecraft.errors import (
+    AccessError,
+    ConfigError,
+    DeadlockError,
+    DeviceError,
+    EncodingError,
+    ExecutionError,
+    HazardError,
+    IllegalInstructionError,
+    ProgramError,
+    ScheduleError,
+    TilecraftError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccessError",
+    "ConfigError",
+    "DeadlockError",
+    "DeviceError",
+    "EncodingError",
+    "ExecutionError",
+    "HazardError",
+    "IllegalInstructionError",
+    "ProgramError",
+    "ScheduleError",
+    "TilecraftError",
+    "__version__",
+]

@@ -1,0 +1,209 @@
+"""The `tilecraft` command: thin subcommands over public functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tilecraft.errors import TilecraftError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except TilecraftError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tilecraft", description=__doc__)
+    sub = p.add_subparsers(title="commands")
+
+    cfg = sub.add_parser("config", help="hardware configs").add_subparsers(title="config")
+    show = cfg.add_parser("show", help="print a config, its derived sizes and ISA layout")
+    show.add_argument("preset", nargs="?", default="default", help="preset name or .toml/.json")
+    show.add_argument("--isa", action="store_true", help="also print the instruction layouts")
+    show.add_argument("--list", action="store_true", help="list the preset names")
+    show.set_defaults(func=cmd_config_show)
+
+    dis = sub.add_parser("disasm", help="disassemble a program file")
+    dis.add_argument("program")
+    dis.add_argument("--uops", action="store_true", help="also list the micro-ops")
+    dis.set_defaults(func=cmd_disasm)
+
+    sim = sub.add_parser("sim", help="run a program on the behavioral simulator")
+    sim.add_argument("program")
+    sim.add_argument("--inputs", help=".npz of named inputs (default: random, --seed)")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--trace", help="write a Perfetto/Chrome trace JSON here")
+    sim.add_argument("--json", help="write the report as JSON here")
+    sim.add_argument("--check", action="store_true", help="compare outputs with the numpy oracle")
+    sim.set_defaults(func=cmd_sim)
+
+    ex = sub.add_parser("example", help="the double-buffered blocked GEMM (the main job)")
+    ex.add_argument("--config", default="default", help="preset name or .toml/.json")
+    ex.add_argument("--M", type=int, default=64)
+    ex.add_argument("--K", type=int, default=256)
+    ex.add_argument("--N", type=int, default=128)
+    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("-o", "--output", help="save the overlapped program here (.tcp)")
+    ex.add_argument("--trace", help="write the overlapped run's trace here")
+    ex.add_argument("--json", help="write the figures as JSON here")
+    ex.set_defaults(func=cmd_example)
+
+    bench = sub.add_parser("bench", help="benchmark suites (BENCHMARKS.md)")
+    bench.add_argument("suite", choices=["sim-speed"])
+    bench.add_argument("--config", default="default")
+    bench.add_argument("--json", help="write the result JSON here")
+    bench.set_defaults(func=cmd_bench)
+    return p
+
+
+def cmd_config_show(args) -> int:
+    from tilecraft.hw.config import preset_names, resolve
+    from tilecraft.hw.isa import isa_for
+
+    if args.list:
+        print("\n".join(preset_names()))
+        return 0
+    cfg = resolve(args.preset)
+    print(cfg.describe())
+    if args.isa:
+        print(isa_for(cfg).describe())
+    return 0
+
+
+def cmd_disasm(args) -> int:
+    from tilecraft.hw.isa import disassemble, format_uops
+    from tilecraft.runtime import Program
+
+    program = Program.load(args.program)
+    print(
+        f"# {program.name}: config {program.config.tag}, {len(program.insns)} instructions, "
+        f"{len(program.uops)} micro-ops, {program.dram_size} DRAM bytes"
+    )
+    for b in program.buffers:
+        print(f"# {b.role:8s} {b.name}: {np.dtype(b.dtype)}{list(b.shape)} at byte {b.offset}")
+    print("\n".join(disassemble(program.table())))
+    if args.uops:
+        print("\n".join(format_uops(program.uop_table())))
+    return 0
+
+
+def cmd_sim(args) -> int:
+    from tilecraft.runtime import Program, get_device
+    from tilecraft.sim.trace import write_trace
+
+    program = Program.load(args.program)
+    inputs = _inputs(program, args.inputs, args.seed)
+    result = get_device("sim").run(program, inputs, trace=bool(args.trace))
+    print(result.report.format())
+    if args.trace:
+        write_trace(args.trace, result.report.trace)
+        print(f"trace written to {args.trace}")
+    if args.json:
+        _write_json(args.json, result.report.to_dict())
+    if args.check:
+        from tilecraft.compiler.oracle import check_outputs
+
+        ok, message = check_outputs(program, inputs, result.outputs)
+        print(message)
+        return 0 if ok else 1
+    return 0
+
+
+def cmd_example(args) -> int:
+    from tilecraft.compiler.blocked_gemm import run_demo
+    from tilecraft.hw.config import resolve
+    from tilecraft.sim.trace import write_trace
+
+    cfg = resolve(args.config)
+    r = run_demo(cfg, args.M, args.K, args.N, seed=args.seed, trace=bool(args.trace))
+    print(
+        f"blocked GEMM {r['M']}x{r['K']} . {r['K']}x{r['N']} int8 on {r['config']}, "
+        f"tiles (blocks) m,n,k = {r['tiles']}"
+    )
+    for label in ("overlap", "serial"):
+        x = r[label]
+        status = "bit-exact vs numpy" if x["bit_exact"] else f"{x['mismatches']} MISMATCHES"
+        print(
+            f"  {label:8s} {x['cycles']:9,} cycles  GEMM utilization {x['gemm_utilization']:.3f}"
+            f"  {x['instructions']} insns  {status}"
+        )
+    print(f"  overlap gained {r['speedup']:.2f}x over serialized tokens")
+    if args.output:
+        r["programs"]["overlap"].save(args.output)
+        print(f"program written to {args.output}")
+    if args.trace:
+        write_trace(args.trace, r["overlap"]["report"].trace)
+        print(f"trace written to {args.trace}")
+    if args.json:
+        slim = {k: v for k, v in r.items() if k != "programs"}
+        for label in ("overlap", "serial"):
+            slim[label] = {**slim[label], "report": slim[label]["report"].to_dict()}
+        _write_json(args.json, slim)
+    return 0 if r["overlap"]["bit_exact"] and r["serial"]["bit_exact"] else 1
+
+
+def cmd_bench(args) -> int:
+    from tilecraft.benchmarks import sim_speed
+    from tilecraft.hw.config import resolve
+
+    result = sim_speed.run(resolve(args.config))
+    print(sim_speed.format_table(result))
+    if args.json:
+        _write_json(args.json, result)
+    return 0
+
+
+def _inputs(program, path: str | None, seed: int) -> dict[str, np.ndarray]:
+    from tilecraft.errors import DeviceError
+
+    if path:
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                return {k: npz[k] for k in npz.files}
+        except (OSError, ValueError) as exc:
+            raise DeviceError(f"cannot read inputs from {path!r}: {exc}") from None
+    rng = np.random.default_rng(seed)
+    out = {}
+    for b in program.inputs:
+        dtype = np.dtype(b.dtype)
+        info = np.iinfo(dtype)
+        out[b.name] = rng.integers(info.min, int(info.max) + 1, b.shape, dtype=dtype)
+    return out
+
+
+def _write_json(path: str, data: dict) -> None:
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, target)
+    print(f"JSON written to {path}")
+
+
+def _jsonable(obj):
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The exception hierarchy: every domain error is a `TilecraftError`."""
+
+from __future__ import annotations
+
+
+class TilecraftError(Exception):
+    """Base class of every error tilecraft raises on bad input or bad programs."""
+
+
+class ConfigError(TilecraftError, ValueError):
+    """A hardware configuration value is out of range or inconsistent."""
+
+
+class EncodingError(TilecraftError, ValueError):
+    """An instruction or micro-op field does not fit its encoding, or a word does not decode."""
+
+
+class ScheduleError(TilecraftError, ValueError):
+    """A schedule breaks a hardware limit (capacity, field width, ...)."""
+
+
+class ProgramError(TilecraftError, ValueError):
+    """A program artifact is malformed, truncated, tampered with or for another config."""
+
+
+class DeviceError(TilecraftError, RuntimeError):
+    """A device could not run a program."""
+
+
+class ExecutionError(DeviceError):
+    """An instruction did something illegal while running (bad opcode, address out of range).
+
+    `index` is the instruction's position in the program, `insn` its disassembly.
+    """
+
+    def __init__(self, message: str, index: int | None = None, insn: str | None = None):
+        where = f"instruction {index}" if index is not None else "program"
+        text = f"{where}: {message}" + (f"\n    {insn}" if insn else "")
+        super().__init__(text)
+        self.message = message
+        self.index = index
+        self.insn = insn
+
+
+class IllegalInstructionError(ExecutionError):
+    """An instruction word with an opcode or field combination the hardware does not know."""
+
+
+class AccessError(ExecutionError):
+    """A scratchpad index or DRAM address outside the mapped range."""
+
+
+class HazardError(ExecutionError):
+    """Two stages touched the same scratchpad rows at overlapping times (a missing token)."""
+
+
+class DeadlockError(DeviceError):
+    """No stage can make progress; `stages` maps each stage to its blocked instruction."""
+
+    def __init__(self, message: str, stages: dict | None = None, tokens: dict | None = None):
+        super().__init__(message)
+        self.stages = stages or {}
+        self.tokens = tokens or {}
