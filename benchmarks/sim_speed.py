@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from tilecraft.benchmarks.workloads import resnet18_layers
 from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b
 from tilecraft.hw.config import HwConfig

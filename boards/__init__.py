@@ -9,11 +9,6 @@ from typing import Any
 
 from tilecraft.errors import ConfigError
 
-try:  # Python 3.11+
-    import tomllib as _toml
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 on the boards
-    import tomli as _toml  # type: ignore[no-redef]
-
 
 @dataclass(frozen=True)
 class Board:
@@ -38,12 +33,12 @@ def board_names() -> list[str]:
 
 def board(name: str) -> Board:
     """Load one board preset by name (e.g. `pynq-z1`)."""
-    from tilecraft.hw.config import HwConfig
+    from tilecraft.hw.config import HwConfig, toml_loads
 
     names = board_names()
     if name not in names:
         raise ConfigError(f"unknown board {name!r}; valid: {', '.join(names)}")
-    data = _toml.loads(_preset_dir().joinpath(f"{name}.toml").read_text())
+    data = toml_loads(_preset_dir().joinpath(f"{name}.toml").read_text())
     try:
         info = data["board"]
         return Board(

@@ -14,14 +14,14 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+
 from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.hw.isa.formats import ITER_BITS
 from tilecraft.runtime.program import Program
 from tilecraft.sim.timing import Timing
-
-from tilecraft.errors import ScheduleError
 
 
 def pack_a(cfg: HwConfig, a: np.ndarray) -> np.ndarray:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Uop, encode, encode_uops, isa_for
 from tilecraft.runtime.program import BufferSpec, Program
-
-from tilecraft.errors import ScheduleError
 
 _ELEM_KINDS = ("uop", "inp", "wgt", "acc", "out")
 

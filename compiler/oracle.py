@@ -7,10 +7,10 @@ from its inputs with numpy.
 from __future__ import annotations
 
 import numpy as np
-from tilecraft.compiler import blocked_gemm
-from tilecraft.runtime.program import Program
 
+from tilecraft.compiler import blocked_gemm
 from tilecraft.errors import ProgramError
+from tilecraft.runtime.program import Program
 
 
 def _gemm_oracle(program: Program, inputs: dict) -> dict:

@@ -18,9 +18,11 @@ from typing import Any
 from tilecraft.errors import ConfigError
 
 try:  # Python 3.11+
-    import tomllib as _toml
+    import tomllib as _toml  # novm
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 on the boards
     import tomli as _toml  # type: ignore[no-redef]
+
+toml_loads = _toml.loads
 
 # (low, high) inclusive ranges of every integer field; the reason text is part of the error.
 _RANGES: dict[str, tuple[int, int]] = {

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from tilecraft.hw.config import HwConfig
-from tilecraft.runtime.program import Program
 
 from tilecraft.errors import DeviceError, ProgramError
+from tilecraft.hw.config import HwConfig
+from tilecraft.runtime.program import Program
 
 
 @dataclass

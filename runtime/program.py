@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import as_words, decode, decode_uops, isa_for, uop_dtype
 
 from tilecraft.errors import ConfigError, ProgramError
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import as_words, decode, decode_uops, isa_for, uop_dtype
 
 FORMAT = "tilecraft-program"
 VERSION = 1

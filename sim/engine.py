@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+
+from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
 from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape
-
-from tilecraft.errors import DeadlockError, ExecutionError
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
@@ -229,7 +229,7 @@ class Engine:
         )
 
     def check_finish(self) -> int:
-        """Cycle at which `done` rises; every instruction must complete by then."""
+        """Cycle at which `done` rises; every STORE (the only DRAM writer) must be done by then."""
         compute = self.queues[Stage.COMPUTE]
         if not compute or self.plan.rows[compute[-1]]["opcode"] != Opcode.FINISH:
             raise ExecutionError(
@@ -238,7 +238,8 @@ class Engine:
             )
         k = compute[-1]
         done = self.end[k]
-        late = [i for i in range(self.n) if self.end[i] > done]
+        stores = self.queues[Stage.STORE]
+        late = [i for i in stores if self.end[i] > done]
         if late:
             i = late[0]
             raise ExecutionError(

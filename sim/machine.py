@@ -6,6 +6,7 @@ OUT is not a separate memory: it is the narrowed view of ACC that STORE reads.
 from __future__ import annotations
 
 import numpy as np
+
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import IsaSpec, isa_for
 

@@ -9,11 +9,11 @@ compute) and ACC (written by compute, read by store as OUT).
 from __future__ import annotations
 
 import numpy as np
+
+from tilecraft.errors import HazardError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage
 from tilecraft.sim.semantics import Footprint
-
-from tilecraft.errors import HazardError
 
 _WRITER = {"inp": Stage.LOAD, "wgt": Stage.LOAD, "acc": Stage.COMPUTE}
 _READER = {"inp": Stage.COMPUTE, "wgt": Stage.COMPUTE, "acc": Stage.STORE}

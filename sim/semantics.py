@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-from tilecraft.hw.isa import AluOp, MemId
-from tilecraft.sim.machine import Machine
 
 from tilecraft.errors import AccessError, IllegalInstructionError
+from tilecraft.hw.isa import AluOp, MemId
+from tilecraft.sim.machine import Machine
 
 _MEM_NAME = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc"}
 

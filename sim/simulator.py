@@ -4,6 +4,8 @@ address, route them to the three stages, execute bit-exactly and time it with th
 from __future__ import annotations
 
 import numpy as np
+
+from tilecraft.errors import AccessError, ExecutionError, IllegalInstructionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
     POP_QUEUES,
@@ -24,8 +26,6 @@ from tilecraft.sim.races import RaceChecker
 from tilecraft.sim.report import SimReport, StageStats
 from tilecraft.sim.timing import INSN_BYTES, Timing
 from tilecraft.sim.trace import chrome_trace
-
-from tilecraft.errors import AccessError, ExecutionError, IllegalInstructionError
 
 _EXEC = {
     Opcode.LOAD: semantics.load,
@@ -50,6 +50,23 @@ def simulate(
     """Execute `insn_count` instructions at byte `insn_addr` of `dram` (a uint8 array, updated
     in place) and return the report. Raises `ExecutionError` subclasses for illegal programs and
     `DeadlockError` when the stages block each other."""
+    report, _ = run_image(
+        config, dram, insn_addr, insn_count, timing=timing, trace=trace, check_races=check_races
+    )
+    return report
+
+
+def run_image(
+    config: HwConfig,
+    dram: np.ndarray,
+    insn_addr: int,
+    insn_count: int,
+    *,
+    timing: Timing | None = None,
+    trace: bool = False,
+    check_races: bool = True,
+) -> tuple[SimReport, Machine]:
+    """`simulate`, also returning the final machine state (scratchpads) for inspection."""
     timing = timing or Timing.from_config(config)
     spec = isa_for(config)
     end = insn_addr + insn_count * INSN_BYTES
@@ -90,7 +107,8 @@ def simulate(
     engine = Engine(config, timing, plan, execute)
     engine.run()
     cycles = engine.check_finish()
-    return _report(config, table, plan, engine, cycles, counts, events if trace else None)
+    report = _report(config, table, plan, engine, cycles, counts, events if trace else None)
+    return report, machine
 
 
 def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:

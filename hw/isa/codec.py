@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+
+from tilecraft.errors import EncodingError
 from tilecraft.hw.isa.enums import MemId, Opcode
 from tilecraft.hw.isa.formats import Field, IsaSpec
 from tilecraft.hw.isa.insns import TABLE_DTYPE, UOP_DTYPE, insn_table, uop_table
-
-from tilecraft.errors import EncodingError
 
 _U64 = np.uint64
 _LOAD_MEMS = (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tilecraft.hw.isa.enums import AluOp, MemId, Opcode
 from tilecraft.hw.isa.insns import FLAG_NAMES
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa.enums import Opcode
-
-from tilecraft.errors import ConfigError
 
 INSN_BITS = 128
 DRAM_ADDR_BITS = 32  # DRAM addresses count elements of the target buffer

