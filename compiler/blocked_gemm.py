@@ -243,14 +243,14 @@ def run_demo(
     on the simulator, check both against numpy, and return the figures."""
     from tilecraft.runtime import get_device
 
+    overlapped = blocked_gemm(cfg, m, k, n, overlap=True)  # validates the shape first
+    tiles = tuple(overlapped.meta["tiles"])
+    serial = blocked_gemm(cfg, m, k, n, overlap=False, tiles=tiles)
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     w = rng.integers(-128, 128, (k, n), dtype=np.int8)
     expected = reference(cfg, a, w, shift=8)
     inputs = {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}
-    overlapped = blocked_gemm(cfg, m, k, n, overlap=True)
-    tiles = tuple(overlapped.meta["tiles"])
-    serial = blocked_gemm(cfg, m, k, n, overlap=False, tiles=tiles)
     device = get_device("sim")
     result = {"config": cfg.tag, "M": m, "K": k, "N": n, "tiles": list(tiles), "seed": seed}
     for label, program in (("overlap", overlapped), ("serial", serial)):

@@ -278,22 +278,20 @@ class HwConfig:
     @classmethod
     def load(cls, path: str | Path) -> HwConfig:
         path = Path(path)
+        if path.suffix not in (".toml", ".json"):
+            raise ConfigError(f"config file must end in .toml or .json, not {path.name!r}")
         try:
             raw = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
         try:
-            if path.suffix == ".toml":
-                data = _toml.loads(raw.decode())
-            elif path.suffix == ".json":
-                data = json.loads(raw)
-            else:
-                raise ConfigError(f"config file must end in .toml or .json, not {path.name!r}")
+            data = _toml.loads(raw.decode()) if path.suffix == ".toml" else json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {str(path)!r} does not parse: {exc}") from exc
+        if isinstance(data, dict):
+            data = data.get("hw", data)  # board preset files keep the config under [hw]
         if not isinstance(data, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a table of fields")
-        data = data.get("hw", data)  # board preset files keep the config under [hw]
         return cls.from_dict(data)
 
     def describe(self) -> str:

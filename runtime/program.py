@@ -155,7 +155,18 @@ class Program:
     def load(cls, path: str | Path) -> Program:
         path = Path(path)
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            npz = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise ProgramError(f"program file {str(path)!r} does not exist") from None
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise ProgramError(
+                f"{str(path)!r} is not a readable tilecraft program (truncated or foreign "
+                f"file): {exc}"
+            ) from None
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ProgramError(f"{str(path)!r} is a bare array, not a tilecraft program")
+        try:
+            with npz:
                 files = set(npz.files)
                 if "header" not in files:
                     raise ProgramError(f"{str(path)!r} is not a tilecraft program (no header)")
@@ -163,8 +174,6 @@ class Program:
                 arrays = {k: npz[k] for k in files - {"header"}}
         except ProgramError:
             raise
-        except FileNotFoundError:
-            raise ProgramError(f"program file {str(path)!r} does not exist") from None
         except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
             raise ProgramError(
                 f"{str(path)!r} is not a readable tilecraft program (truncated or foreign "
@@ -174,10 +183,9 @@ class Program:
 
     @classmethod
     def _from_parts(cls, header: dict, arrays: dict, where: str) -> Program:
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise ProgramError(
-                f"{where!r} is not a tilecraft program (format {header.get('format')!r})"
-            )
+        fmt = header.get("format") if isinstance(header, dict) else type(header).__name__
+        if fmt != FORMAT:
+            raise ProgramError(f"{where!r} is not a tilecraft program (format {fmt!r})")
         if header.get("version") != VERSION:
             raise ProgramError(
                 f"{where!r} has program format version {header.get('version')!r}; this "
@@ -190,6 +198,13 @@ class Program:
                 f"{where!r} fails its digest check (stored {stored}, computed {actual}): the file "
                 f"was modified or corrupted"
             )
+        try:
+            return cls._build(header, arrays, where)
+        except (KeyError, TypeError) as exc:
+            raise ProgramError(f"{where!r}: the program header lacks or mangles {exc}") from None
+
+    @classmethod
+    def _build(cls, header: dict, arrays: dict, where: str) -> Program:
         try:
             config = HwConfig.from_dict(header["config"])
         except ConfigError as exc:

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -172,9 +173,12 @@ def _inputs(program, path: str | None, seed: int) -> dict[str, np.ndarray]:
 
     if path:
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            npz = np.load(path, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise DeviceError(f"cannot read inputs from {path!r}: not an .npz of named arrays")
+            with npz:
                 return {k: npz[k] for k in npz.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
             raise DeviceError(f"cannot read inputs from {path!r}: {exc}") from None
     rng = np.random.default_rng(seed)
     out = {}

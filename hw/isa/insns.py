@@ -164,13 +164,14 @@ Insn = Load | Store | Gemm | Alu | Finish
 
 def insn_table(insns: Iterable[_Insn]) -> np.ndarray:
     """Pack instructions into a structured array with one int64 column per field."""
-    insns = list(insns)
-    table = np.zeros(len(insns), dtype=TABLE_DTYPE)
+    rows = []
     for i, insn in enumerate(insns):
         if not isinstance(insn, _Insn):
             raise EncodingError(f"instruction {i} is a {type(insn).__name__}, not an instruction")
-        for name, value in insn.row().items():
-            table[i][name] = value
+        rows.append(insn.row())
+    table = np.zeros(len(rows), dtype=TABLE_DTYPE)
+    for name in FIELD_NAMES:
+        table[name] = [row.get(name, 0) for row in rows]
     return table
 
 

@@ -1,0 +1,213 @@
+"""The `tilecraft` command, run in-process, and the sim-speed benchmark's result shape."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from tilecraft.benchmarks import sim_speed
+from tilecraft.cli import main
+from tilecraft.compiler.blocked_gemm import blocked_gemm
+from tilecraft.hw.config import HwConfig, preset_names
+from tilecraft.runtime import Program
+
+
+@pytest.fixture
+def program_file(tmp_path):
+    return str(blocked_gemm(HwConfig(), 16, 32, 32).save(tmp_path / "p.tcp"))
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "usage: tilecraft" in capsys.readouterr().out
+
+
+def test_unknown_command_exits():
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_config_show_default(capsys):
+    assert main(["config", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "tag     1x16x16_i8w8a32_15_15_18_17" in out
+    assert f"digest  {HwConfig().digest}" in out
+    assert "LOAD/STORE:" not in out
+
+
+def test_config_show_board(capsys):
+    assert main(["config", "show", "pynq-z1"]) == 0
+    out = capsys.readouterr().out
+    assert "clock_mhz        100.0" in out
+    assert "axi_data_bits    64" in out
+
+
+def test_config_show_file(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    HwConfig(log_batch=1, log_acc_buff=18).save(path)
+    assert main(["config", "show", str(path)]) == 0
+    assert "tag     2x16x16_" in capsys.readouterr().out
+
+
+def test_config_show_list(capsys):
+    assert main(["config", "show", "--list"]) == 0
+    assert capsys.readouterr().out.split() == preset_names()
+
+
+def test_config_show_isa(capsys):
+    assert main(["config", "show", "--isa"]) == 0
+    out = capsys.readouterr().out
+    for title in ("LOAD/STORE:", "GEMM:", "ALU:", "FINISH:", "micro-op (32 bits):"):
+        assert title in out
+    assert "[  2:  0] opcode" in out
+
+
+def test_config_show_unknown(capsys):
+    assert main(["config", "show", "nosuch"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: unknown preset 'nosuch'; valid: default")
+    assert captured.out == ""
+
+
+def test_example(tmp_path, capsys):
+    prog, figures, trace = tmp_path / "p.tcp", tmp_path / "e.json", tmp_path / "t.json"
+    argv = ["example", "--M", "32", "--K", "64", "--N", "64", "-o", str(prog)]
+    assert main([*argv, "--json", str(figures), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "blocked GEMM 32x64 . 64x64 int8 on 1x16x16_i8w8a32_15_15_18_17" in out
+    assert out.count("bit-exact vs numpy") == 2
+    assert "MISMATCHES" not in out
+    assert f"program written to {prog}" in out
+
+    data = json.loads(figures.read_text())
+    for label in ("overlap", "serial"):
+        assert data[label]["bit_exact"] is True
+        assert data[label]["mismatches"] == 0
+        assert data[label]["cycles"] > 0
+        assert data[label]["report"]["cycles"] == data[label]["cycles"]
+    assert data["overlap"]["cycles"] <= data["serial"]["cycles"]
+    assert data["speedup"] == pytest.approx(data["serial"]["cycles"] / data["overlap"]["cycles"])
+    assert (data["M"], data["K"], data["N"]) == (32, 64, 64)
+    assert "programs" not in data
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert slices
+    assert {e["tid"] for e in slices} <= {1, 2, 3}
+    assert all(e["dur"] >= 0 for e in slices)
+    assert Program.load(prog).meta["M"] == 32
+
+
+def test_example_bad_config(capsys):
+    assert main(["example", "--config", "nosuch"]) == 1
+    assert "error: unknown preset 'nosuch'" in capsys.readouterr().err
+
+
+def test_example_bad_shape(capsys):
+    assert main(["example", "--M", "32", "--K", "60", "--N", "64"]) == 1
+    assert "error: K = 60 must be a positive multiple of 16" in capsys.readouterr().err
+
+
+def test_disasm(program_file, capsys):
+    assert main(["disasm", program_file, "--uops"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    program = Program.load(program_file)
+    assert lines[0].startswith(f"# {program.name}: config {program.config.tag}, ")
+    assert "# input    a: int8[16, 2, 1, 16] at byte 0" in lines
+    numbered = [line for line in lines if re.match(r"\s*\d+: ", line)]
+    assert len(numbered) == len(program.insns)
+    assert [int(line.split(":")[0]) for line in numbered] == list(range(len(program.insns)))
+    assert numbered[0].startswith(" 0: ")  # right-aligned to the widest number
+    assert "FINISH" in numbered[-1]
+    assert "LOAD   UOP" in numbered[0]
+    assert sum(line.startswith("uop ") for line in lines) == len(program.uops)
+
+
+def test_sim_check(program_file, tmp_path, capsys):
+    report, trace = tmp_path / "r.json", tmp_path / "t.json"
+    assert main(["sim", program_file, "--check", "--json", str(report), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "check c: bit-exact vs numpy" in out
+    assert out.startswith("cycles ")
+    data = json.loads(report.read_text())
+    assert data["cycles"] > 0
+    assert data["instructions"] == len(Program.load(program_file).insns)
+    assert 0 < data["gemm_utilization"] <= 1
+    assert any(e["ph"] == "X" for e in json.loads(trace.read_text())["traceEvents"])
+
+
+def test_sim_with_inputs_file(program_file, tmp_path, capsys):
+    program = Program.load(program_file)
+    rng = np.random.default_rng(5)
+    arrays = {b.name: rng.integers(-128, 128, b.shape, dtype=np.int8) for b in program.inputs}
+    path = tmp_path / "in.npz"
+    np.savez(path, **arrays)
+    assert main(["sim", program_file, "--inputs", str(path), "--check"]) == 0
+    assert "bit-exact vs numpy" in capsys.readouterr().out
+    np.savez(path, a=arrays["a"])
+    assert main(["sim", program_file, "--inputs", str(path)]) == 1
+    assert "missing ['b']" in capsys.readouterr().err
+    assert main(["sim", program_file, "--inputs", str(tmp_path / "none.npz")]) == 1
+    assert "error: cannot read inputs from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("npy"),
+        pytest.param("cut"),
+    ],
+)
+def test_sim_unreadable_inputs_file(program_file, tmp_path, capsys, kind):
+    path = tmp_path / "in.npy"
+    if kind == "npy":
+        np.save(path, np.zeros(3, np.int8))
+    else:
+        np.savez(path.with_suffix(".npz"), a=np.zeros(512, np.int8))
+        path.write_bytes(path.with_suffix(".npz").read_bytes()[:200])
+    assert main(["sim", program_file, "--inputs", str(path)]) == 1
+    assert "error: cannot read inputs from" in capsys.readouterr().err
+
+
+def test_sim_truncated_file(program_file, capsys):
+    with open(program_file, "rb") as fh:
+        raw = fh.read()
+    with open(program_file, "wb") as fh:
+        fh.write(raw[: len(raw) // 2])
+    assert main(["sim", program_file]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "truncated or foreign file" in err
+    assert "Traceback" not in err
+
+
+def test_sim_missing_file(tmp_path, capsys):
+    assert main(["sim", str(tmp_path / "gone.tcp")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["disasm", str(tmp_path / "gone.tcp")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_sim_speed_result_shape():
+    layer = {"name": "T", "H": 8, "W": 8, "IC": 16, "OC": 16, "K": 3, "S": 1, "P": 1}
+    assert sim_speed.gemm_shape(layer) == (64, 144, 16)
+    result = sim_speed.run(layers=[layer])
+    for key in ("sim_seconds", "numpy_seconds", "ratio"):
+        assert result[key] > 0, key
+    assert result["suite"] == "sim-speed"
+    assert result["config"] == HwConfig().tag
+    (row,) = result["layers"]
+    assert row["name"] == "T"
+    assert row["gemm"] == [64, 144, 16]
+    assert row["macs"] == 64 * 144 * 16
+    assert row["instructions"] > 0
+    assert result["ratio"] == pytest.approx(result["sim_seconds"] / result["numpy_seconds"])
+    table = sim_speed.format_table(result)
+    assert table.splitlines()[1].startswith("T ")
+    assert "64x144x16" in table
+    assert "(goal <= 2)" in table

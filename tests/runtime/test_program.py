@@ -1,0 +1,315 @@
+"""Program artifacts (save/load, integrity checks, DRAM plan) and the Device API."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b, reference, unpack_c
+from tilecraft.errors import DeviceError, ProgramError
+from tilecraft.hw.config import HwConfig, preset
+from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
+from tilecraft.runtime import BufferSpec, Program, SimDevice, device_names, get_device
+from tilecraft.runtime.program import VERSION, _digest
+
+M, K, N = 16, 32, 32
+
+
+@pytest.fixture(scope="module")
+def program() -> Program:
+    return blocked_gemm(HwConfig(), M, K, N)
+
+
+@pytest.fixture(scope="module")
+def matrices():
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    return a, w
+
+
+@pytest.fixture
+def inputs(matrices):
+    a, w = matrices
+    cfg = HwConfig()
+    return {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}
+
+
+@pytest.fixture
+def saved(tmp_path, program):
+    return program.save(tmp_path / "p.tcp")
+
+
+def _parts(path):
+    """The header dict and arrays of a saved program file."""
+    with np.load(path, allow_pickle=False) as npz:
+        header = json.loads(npz["header"].tobytes().decode())
+        arrays = {k: npz[k] for k in npz.files if k != "header"}
+    return header, arrays
+
+
+def _write(path, header, arrays):
+    blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, header=blob, **arrays)
+
+
+# ---- persistence ---------------------------------------------------------------------------
+def test_save_load_round_trip(program, saved):
+    assert saved.name == "p.tcp"
+    assert not list(saved.parent.glob("*.tmp"))
+    loaded = Program.load(saved)
+    assert loaded.config == program.config
+    assert np.array_equal(loaded.insns, program.insns)
+    assert loaded.insns.dtype == np.uint64
+    assert np.array_equal(loaded.uops, program.uops)
+    assert loaded.uops.dtype == program.uops.dtype
+    assert loaded.buffers == program.buffers
+    assert loaded.constants.keys() == program.constants.keys()
+    assert loaded.meta == program.meta
+    assert loaded.meta["tiles"] == program.meta["tiles"]
+    assert (loaded.name, loaded.dram_size) == (program.name, program.dram_size)
+    assert (loaded.insn_offset, loaded.uop_offset) == (program.insn_offset, program.uop_offset)
+    assert loaded.digest == program.digest
+    assert np.array_equal(loaded.table(), program.table())
+
+
+def test_round_trip_with_constants(tmp_path):
+    cfg = HwConfig()
+    spec = isa_for(cfg)
+    weights = np.arange(64, dtype=np.int8).reshape(4, 16)
+    p = Program(
+        config=cfg,
+        insns=encode(spec, [Finish()]),
+        uops=encode_uops(spec, []),
+        buffers=[BufferSpec("w", "constant", (4, 16), "int8", 0)],
+        constants={"w": weights},
+        insn_offset=64,
+        uop_offset=80,
+        dram_size=128,
+        name="const",
+    )
+    loaded = Program.load(p.save(tmp_path / "c.tcp"))
+    assert np.array_equal(loaded.constants["w"], weights)
+    assert np.array_equal(loaded.dram_image()[:64], weights.view(np.uint8).ravel())
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(ProgramError, match=r"program file '.*nope\.tcp' does not exist"):
+        Program.load(tmp_path / "nope.tcp")
+
+
+def test_load_truncated_file(saved):
+    raw = saved.read_bytes()
+    saved.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ProgramError, match=r"not a readable tilecraft program \(truncated or"):
+        Program.load(saved)
+
+
+def test_load_foreign_files(tmp_path):
+    junk = tmp_path / "junk.tcp"
+    junk.write_bytes(np.random.default_rng(0).bytes(1000))
+    with pytest.raises(ProgramError, match="not a readable tilecraft program"):
+        Program.load(junk)
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, insns=np.zeros((1, 2), np.uint64))
+    with pytest.raises(ProgramError, match=r"is not a tilecraft program \(no header\)"):
+        Program.load(bare)
+
+
+def test_load_plain_npy(tmp_path):
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.zeros(3))
+    with pytest.raises(ProgramError, match="not a tilecraft program"):
+        Program.load(npy)
+
+
+def test_load_header_not_json(saved):
+    _, arrays = _parts(saved)
+    with open(saved, "wb") as fh:
+        np.savez(fh, header=np.frombuffer(b"\xff{not json", np.uint8), **arrays)
+    with pytest.raises(ProgramError, match="not a readable tilecraft program"):
+        Program.load(saved)
+
+
+def test_load_header_not_an_object(saved):
+    _, arrays = _parts(saved)
+    _write(saved, [1, 2], arrays)
+    with pytest.raises(ProgramError, match="is not a tilecraft program"):
+        Program.load(saved)
+
+
+def test_load_tampered_instruction(saved):
+    header, arrays = _parts(saved)
+    raw = arrays["insns"].view(np.uint8).copy()
+    raw[5] ^= 0x01
+    arrays["insns"] = raw.view("<u8").reshape(arrays["insns"].shape)
+    _write(saved, header, arrays)
+    with pytest.raises(ProgramError, match=r"fails its digest check .*modified or corrupted"):
+        Program.load(saved)
+
+
+def test_load_tampered_header(saved):
+    header, arrays = _parts(saved)
+    header["dram_size"] += 4096
+    _write(saved, header, arrays)
+    with pytest.raises(ProgramError, match="fails its digest check"):
+        Program.load(saved)
+
+
+def test_load_wrong_format(saved):
+    header, arrays = _parts(saved)
+    header["format"] = "onnx"
+    _write(saved, header, arrays)
+    with pytest.raises(ProgramError, match=r"is not a tilecraft program \(format 'onnx'\)"):
+        Program.load(saved)
+
+
+def test_version_checked_before_digest(saved):
+    header, arrays = _parts(saved)
+    header["version"] = VERSION + 1  # the stored digest is now stale too
+    _write(saved, header, arrays)
+    msg = rf"program format version {VERSION + 1}; this tilecraft reads version {VERSION}"
+    with pytest.raises(ProgramError, match=msg):
+        Program.load(saved)
+
+
+def _rewrite_with_digest(path, header, arrays):
+    header.pop("digest")
+    header["digest"] = _digest(header, arrays)
+    _write(path, header, arrays)
+
+
+def test_load_invalid_config(saved):
+    header, arrays = _parts(saved)
+    header["config"]["log_batch"] = 9
+    _rewrite_with_digest(saved, header, arrays)
+    with pytest.raises(ProgramError, match=r"holds an invalid config: log_batch must be in"):
+        Program.load(saved)
+
+
+def test_load_header_missing_key(saved):
+    header, arrays = _parts(saved)
+    del header["buffers"]
+    _rewrite_with_digest(saved, header, arrays)
+    with pytest.raises(ProgramError, match="buffers"):
+        Program.load(saved)
+
+
+def test_load_config_digest_mismatch(saved):
+    header, arrays = _parts(saved)
+    header["config"]["clock_mhz"] = 200.0
+    _rewrite_with_digest(saved, header, arrays)
+    with pytest.raises(ProgramError, match="config digest does not match its config"):
+        Program.load(saved)
+
+
+# ---- the DRAM plan -------------------------------------------------------------------------
+def _hand_made(buffers, dram_size=4096, **kw):
+    cfg = HwConfig()
+    spec = isa_for(cfg)
+    args = dict(
+        config=cfg,
+        insns=encode(spec, [Finish()]),
+        uops=encode_uops(spec, []),
+        buffers=buffers,
+        constants={},
+        insn_offset=1024,
+        uop_offset=1040,
+        dram_size=dram_size,
+    )
+    args.update(kw)
+    return Program(**args)
+
+
+def test_plan_accepts_disjoint_buffers():
+    p = _hand_made([BufferSpec("x", "input", (16,), "int8", 0), BufferSpec("y", "output",
+                    (4, 4), "int32", 16)])  # fmt: skip
+    assert [b.nbytes for b in p.buffers] == [16, 64]
+    assert p.buffer("y").offset == 16
+    assert [b.name for b in p.inputs] == ["x"] and [b.name for b in p.outputs] == ["y"]
+    with pytest.raises(ProgramError, match=r"has no buffer 'z'; it has x, y"):
+        p.buffer("z")
+
+
+def test_plan_rejects_overlap():
+    bufs = [BufferSpec("x", "input", (32,), "int8", 0), BufferSpec("y", "output", (8,), "int8", 16)]
+    with pytest.raises(ProgramError, match="x and y overlap in DRAM at byte 16"):
+        _hand_made(bufs)
+    with pytest.raises(ProgramError, match="instructions and x overlap in DRAM at byte 1030"):
+        _hand_made([BufferSpec("x", "input", (4,), "int8", 1030)])
+
+
+def test_plan_rejects_buffer_outside_region():
+    with pytest.raises(ProgramError, match=r"y at DRAM bytes \[4000, 4100\) lie outside .*4096"):
+        _hand_made([BufferSpec("y", "output", (100,), "int8", 4000)])
+    with pytest.raises(ProgramError, match=r"x at DRAM bytes \[-16, 0\) lie outside"):
+        _hand_made([BufferSpec("x", "input", (16,), "int8", -16)])
+    with pytest.raises(ProgramError, match=r"instructions at DRAM bytes \[1024, 1040\) lie"):
+        _hand_made([], dram_size=1030, uop_offset=0)
+
+
+def test_plan_rejects_bad_buffers():
+    with pytest.raises(ProgramError, match=r"buffer name\(s\) \['x'\] appear more than once"):
+        _hand_made([BufferSpec("x", "input", (4,), "int8", 0)] * 2)
+    with pytest.raises(ProgramError, match="role 'weights' is not one of"):
+        BufferSpec("w", "weights", (4,), "int8", 0)
+    with pytest.raises(ProgramError, match=r"constant 'w' is int16\(4,\) but its buffer is"):
+        _hand_made(
+            [BufferSpec("w", "constant", (4,), "int8", 0)],
+            constants={"w": np.zeros(4, np.int16)},
+        )
+
+
+# ---- devices -------------------------------------------------------------------------------
+def test_sim_device_is_bit_exact(program, inputs, matrices):
+    result = get_device("sim").run(program, inputs)
+    assert set(result.outputs) == {"c"}
+    got = unpack_c(HwConfig(), result.outputs["c"])
+    assert np.array_equal(got, reference(HwConfig(), *matrices, shift=program.meta["shift"]))
+    assert result.report.cycles > 0
+    assert result.report.instructions == len(program.insns)
+
+
+def test_device_input_errors(program, inputs):
+    dev = get_device("sim")
+    with pytest.raises(DeviceError, match=r"takes inputs \['a', 'b'\]; missing \['b'\]"):
+        dev.run(program, {"a": inputs["a"]})
+    with pytest.raises(DeviceError, match=r"unknown \['x'\]"):
+        dev.run(program, {**inputs, "x": inputs["a"]})
+    with pytest.raises(DeviceError, match=r"input 'a' has shape \(16, 32\); .*\(16, 2, 1, 16\)"):
+        dev.run(program, {**inputs, "a": inputs["a"].reshape(16, 32)})
+    with pytest.raises(DeviceError, match="input 'b' is float32; the program expects int8"):
+        dev.run(program, {**inputs, "b": inputs["b"].astype(np.float32)})
+    wide = inputs["a"].astype(np.int16)
+    wide.flat[3] = 200
+    with pytest.raises(DeviceError, match="input 'a' is int16; .*do not all fit"):
+        dev.run(program, {**inputs, "a": wide})
+
+
+def test_device_accepts_wider_ints_that_fit(program, inputs):
+    dev = get_device("sim")
+    want = dev.run(program, inputs).outputs["c"]
+    wide = {k: v.astype(np.int16) for k, v in inputs.items()}
+    assert np.array_equal(dev.run(program, wide).outputs["c"], want)
+
+
+def test_device_refuses_other_architecture(program, inputs):
+    with pytest.raises(ProgramError, match=r"differing fields .*log_block_in: 4 != 3"):
+        SimDevice(config=preset("1x8x8")).run(program, inputs)
+
+
+def test_device_runs_on_timing_only_change(program, inputs):
+    base = SimDevice().run(program, inputs)
+    other = SimDevice(config=preset("ultra96-v2")).run(program, inputs)
+    assert np.array_equal(other.outputs["c"], base.outputs["c"])
+    assert other.report.clock_mhz == 333.0
+
+
+def test_unknown_device():
+    assert device_names() == ["sim"]
+    with pytest.raises(DeviceError, match="unknown device 'nope'; available: sim"):
+        get_device("nope")
+    assert isinstance(get_device(), SimDevice)
