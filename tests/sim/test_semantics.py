@@ -10,7 +10,7 @@ from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
 
 from harness import naive_alu, naive_loop, run, wrap
 
-CONFIGS = ["default", "1x8x8", "2x16x16"]
+CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32"]
 
 
 @pytest.fixture(params=CONFIGS)
@@ -139,11 +139,22 @@ LOOPS = [
 ]
 
 
+def _check_gemm(cfg, rng, uops, row):
+    """Run one GEMM over random tiles and compare with the naive per-step loop."""
+    assert cfg.uop_bytes == 4  # _uop_load addresses 4-byte micro-ops
+    insns, data, (inp, wgt, acc) = _setup_gemm(cfg, rng)
+    program = [_uop_load(len(uops)), *insns, Gemm(pop_prev=True, **row)]
+    _, m, _ = run(cfg, program, data, uops=uops, uop_offset=60000)
+    expected = acc.astype(np.int64).copy()
+    for d, s, w in naive_loop(row, uops):
+        expected[d] += inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
+    np.testing.assert_array_equal(m.acc[: len(acc)], wrap(expected, cfg.acc_bits))
+
+
 @pytest.mark.parametrize("loop", LOOPS)
 def test_gemm_loop_matches_naive(cfg, loop):
     rng = np.random.default_rng(sum(loop))
     io, ii, do, di, so, si, wo, wi = loop
-    insns, data, (inp, wgt, acc) = _setup_gemm(cfg, rng)
     uops = [
         Uop(dst=int(rng.integers(0, 4)), src=int(rng.integers(0, 4)), wgt=int(rng.integers(0, 3)))
         for _ in range(3)
@@ -160,19 +171,11 @@ def test_gemm_loop_matches_naive(cfg, loop):
         wgt_out=wo,
         wgt_in=wi,
     )
-    assert cfg.uop_bytes == 4  # _uop_load addresses 4-byte micro-ops
-    program = [_uop_load(3), *insns, Gemm(pop_prev=True, **row)]
-    _, m, _ = run(cfg, program, data, uops=uops, uop_offset=60000)
-    expected = acc.astype(np.int64).copy()
-    for d, s, w in naive_loop(row, uops):
-        expected[d] += inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
-    np.testing.assert_array_equal(m.acc[: len(acc)], wrap(expected, cfg.acc_bits))
+    _check_gemm(cfg, rng, uops, row)
 
 
 def test_gemm_little_weight_reuse_path(cfg):
     """Every step with its own weight tile takes the batched path; still exact."""
-    rng = np.random.default_rng(7)
-    insns, data, (inp, wgt, acc) = _setup_gemm(cfg, rng)
     uops = [Uop(dst=0, src=0, wgt=0), Uop(dst=0, src=1, wgt=1)]
     row = dict(
         uop_bgn=0,
@@ -186,12 +189,7 @@ def test_gemm_little_weight_reuse_path(cfg):
         wgt_out=2,
         wgt_in=0,
     )
-    program = [_uop_load(2), *insns, Gemm(pop_prev=True, **row)]
-    _, m, _ = run(cfg, program, data, uops=uops, uop_offset=60000)
-    expected = acc.astype(np.int64).copy()
-    for d, s, w in naive_loop(row, uops):
-        expected[d] += inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
-    np.testing.assert_array_equal(m.acc[: len(acc)], wrap(expected, cfg.acc_bits))
+    _check_gemm(cfg, np.random.default_rng(7), uops, row)
 
 
 def test_gemm_accumulator_wraps(cfg):
