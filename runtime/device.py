@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tilecraft.errors import DeviceError, ProgramError
+from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime.program import Program
 
@@ -29,12 +29,7 @@ class Device(Protocol):
 
 def check_program(program: Program, config: HwConfig) -> None:
     """Refuse a program built for an architecturally different config."""
-    diffs = program.config.arch_mismatches(config)
-    if diffs:
-        raise ProgramError(
-            f"program {program.name!r} is for config {program.config.tag} but the device is "
-            f"{config.tag}; differing fields (program != device): " + "; ".join(diffs)
-        )
+    program.check_config(config)
 
 
 def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -89,6 +89,15 @@ class Program:
     def outputs(self) -> list[BufferSpec]:
         return self.by_role("output")
 
+    def check_config(self, config: HwConfig) -> None:
+        """Refuse to run on an architecturally different config (`ProgramError` naming fields)."""
+        diffs = self.config.arch_mismatches(config)
+        if diffs:
+            raise ProgramError(
+                f"program {self.name!r} is for config {self.config.tag} but the device is "
+                f"{config.tag}; differing fields (program != device): " + "; ".join(diffs)
+            )
+
     def table(self) -> np.ndarray:
         """The decoded instruction table."""
         return decode(isa_for(self.config), self.insns)
@@ -152,8 +161,15 @@ class Program:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> Program:
-        path = Path(path)
+    def load(cls, path: str | Path, config: HwConfig | None = None) -> Program:
+        """Read a program file; with `config`, also refuse one built for another config."""
+        program = cls._load(Path(path))
+        if config is not None:
+            program.check_config(config)
+        return program
+
+    @classmethod
+    def _load(cls, path: Path) -> Program:
         try:
             npz = np.load(path, allow_pickle=False)
         except FileNotFoundError:

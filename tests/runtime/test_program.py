@@ -313,3 +313,13 @@ def test_unknown_device():
     with pytest.raises(DeviceError, match="unknown device 'nope'; available: sim"):
         get_device("nope")
     assert isinstance(get_device(), SimDevice)
+
+
+def test_load_refuses_a_program_for_another_config(tmp_path):
+    from tilecraft.compiler.blocked_gemm import blocked_gemm
+    from tilecraft.hw.config import preset
+
+    path = blocked_gemm(preset("default"), 16, 32, 32).save(tmp_path / "p.tcp")
+    assert Program.load(path, config=preset("pynq-z1")).config.tag == preset("default").tag
+    with pytest.raises(ProgramError, match=r"log_block_in: 4 != 3"):
+        Program.load(path, config=preset("1x8x8"))
