@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -158,16 +159,20 @@ class HwConfig:
 
     def elem_bytes(self, buffer: str) -> int:
         """Bytes of one element of `buffer` (uop, inp, wgt, acc, out)."""
-        sizes = {
+        sizes = self._elem_sizes
+        if buffer not in sizes:
+            raise ConfigError(f"unknown buffer {buffer!r}; valid: {', '.join(sizes)}")
+        return sizes[buffer]
+
+    @cached_property
+    def _elem_sizes(self) -> dict[str, int]:
+        return {
             "uop": self.uop_bytes,
             "inp": self.batch * self.block_in * self.inp_bits // 8,
             "wgt": self.block_out * self.block_in * self.wgt_bits // 8,
             "acc": self.batch * self.block_out * self.acc_bits // 8,
             "out": self.batch * self.block_out * self.out_bits // 8,
         }
-        if buffer not in sizes:
-            raise ConfigError(f"unknown buffer {buffer!r}; valid: {', '.join(sizes)}")
-        return sizes[buffer]
 
     def depth(self, buffer: str) -> int:
         """Number of elements a scratchpad holds. OUT is a view of ACC, so it has ACC's depth."""
@@ -183,7 +188,7 @@ class HwConfig:
             raise ConfigError(f"unknown buffer {buffer!r}; valid: uop, inp, wgt, acc, out")
         return max((1 << log[buffer]) // self.elem_bytes(buffer), 0)
 
-    @property
+    @cached_property
     def uop_bytes(self) -> int:
         """A micro-op holds acc, src and wgt indices, rounded up to a power-of-two byte count."""
         bits = self._index_bits("acc") + self._src_bits() + self._index_bits("wgt")
