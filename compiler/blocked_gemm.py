@@ -115,7 +115,7 @@ def blocked_gemm(
     for a in range(halves):
         first = pb.uops([Uop(base("acc", a) + j, base("acc", a) + j) for j in range(tn)])
         reset_k[a] = (first, first + tn)
-    count = len(pb._uops)
+    count = pb.uop_count
     pb.reserve_uops(count)
     pb.emit(
         Load(

@@ -68,6 +68,10 @@ class ProgramBuilder:
         self._uops.extend(uops)
         return first
 
+    @property
+    def uop_count(self) -> int:
+        return len(self._uops)
+
     def reserve_uops(self, count: int) -> None:
         """Fix the micro-op region's size (needed before emitting any LOAD UOP)."""
         self._uop_offset = self._alloc(count * self.config.uop_bytes)

@@ -74,7 +74,6 @@ class Engine:
         self.start = [0] * n
         self.end = [0] * n
         self.stall = dict.fromkeys(Stage, 0)
-        self.fetch_bus = 0
 
     # ---- one event per call: pick the earliest actor that can move -------------------------
     def run(self) -> None:
@@ -188,7 +187,6 @@ class Engine:
             xfer = self.timing.transfer(1, count * INSN_BYTES)
             data = max(t + self.timing.dram_latency, self.bus_free)
             self.bus_free = data + xfer
-            self.fetch_bus += xfer
             self.chunk_ready = self.bus_free
             t = max(t, self.chunk_ready)
         self.dispatch_t.append(t)
