@@ -23,10 +23,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tilecraft.errors import AccessError, IllegalInstructionError
-from tilecraft.hw.isa import AluOp, MemId
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId
 from tilecraft.sim.machine import Machine
-
-_MEM_NAME = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc"}
 
 
 @dataclass
@@ -42,7 +40,7 @@ NOTHING = Footprint({}, {})
 
 def load(m: Machine, r) -> Footprint:
     mem = MemId(r["mem"])
-    name = _MEM_NAME[mem]
+    name = BUFFER_NAMES[mem]
     if r["x_size"] == 0:
         return NOTHING
     cfg = m.config

@@ -8,6 +8,8 @@ import numpy as np
 from tilecraft.errors import AccessError, ExecutionError, IllegalInstructionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
+    BUFFER_NAMES,
+    LOAD_MEMS,
     POP_QUEUES,
     PUSH_QUEUES,
     AluOp,
@@ -18,6 +20,7 @@ from tilecraft.hw.isa import (
     decode,
     format_row,
     isa_for,
+    stage_of,
 )
 from tilecraft.sim import semantics
 from tilecraft.sim.engine import STAGE_NAMES, Engine, Plan
@@ -33,27 +36,15 @@ _EXEC = {
     Opcode.GEMM: semantics.gemm,
     Opcode.ALU: semantics.alu,
 }
-_LOAD_MEMS = {int(m) for m in (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)}
-_BUF = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc", MemId.OUT: "out"}
 
 
 def simulate(
-    config: HwConfig,
-    dram: np.ndarray,
-    insn_addr: int,
-    insn_count: int,
-    *,
-    timing: Timing | None = None,
-    trace: bool = False,
-    check_races: bool = True,
+    config: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int, **options
 ) -> SimReport:
     """Execute `insn_count` instructions at byte `insn_addr` of `dram` (a uint8 array, updated
-    in place) and return the report. Raises `ExecutionError` subclasses for illegal programs and
-    `DeadlockError` when the stages block each other."""
-    report, _ = run_image(
-        config, dram, insn_addr, insn_count, timing=timing, trace=trace, check_races=check_races
-    )
-    return report
+    in place) and return the report; options as `run_image`. Raises `ExecutionError` subclasses
+    for illegal programs and `DeadlockError` when the stages block each other."""
+    return run_image(config, dram, insn_addr, insn_count, **options)[0]
 
 
 def run_image(
@@ -114,14 +105,14 @@ def run_image(
 def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
     """Stage of every instruction; IllegalInstructionError for what the hardware can't run."""
     ops, mems = table["opcode"], table["mem"]
-    stages = np.full(len(table), Stage.COMPUTE, np.int64)
+    stages = np.zeros(len(table), np.int64)
     for k in range(len(table)):
         op = int(ops[k])
         word = f"word 0x{int(words[k, 1]):016x}{int(words[k, 0]):016x}"
         if op not in Opcode._value2member_map_:
             valid = ", ".join(f"{o.name}={o.value}" for o in Opcode)
             raise IllegalInstructionError(f"unknown opcode {op} ({word}); valid: {valid}", index=k)
-        if op == Opcode.LOAD and int(mems[k]) not in _LOAD_MEMS:
+        if op == Opcode.LOAD and int(mems[k]) not in LOAD_MEMS:
             raise IllegalInstructionError(
                 f"LOAD to memory id {int(mems[k])}; valid: UOP=0, WGT=1, INP=2, ACC=3", index=k
             )
@@ -135,11 +126,8 @@ def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
                 + ", ".join(f"{a.name}={a.value}" for a in AluOp),
                 index=k,
             )
-        if op == Opcode.LOAD:
-            stages[k] = Stage.LOAD if int(mems[k]) in (MemId.INP, MemId.WGT) else Stage.COMPUTE
-        elif op == Opcode.STORE:
-            stages[k] = Stage.STORE
-        s = Stage(int(stages[k]))
+        s = stage_of(op, int(mems[k]))
+        stages[k] = s
         for flag, q in {**POP_QUEUES[s], **PUSH_QUEUES[s]}.items():
             if q is None and table[flag][k]:
                 raise IllegalInstructionError(
@@ -162,7 +150,7 @@ def _report(cfg, table, plan, engine, cycles, counts, events) -> SimReport:
     moved = {"insn": len(table) * INSN_BYTES, "uop": 0, "inp": 0, "wgt": 0, "acc": 0, "out": 0}
     for k in range(len(table)):
         if plan.dram_bytes[k]:
-            moved[_BUF[MemId(int(table["mem"][k]))]] += plan.dram_bytes[k]
+            moved[BUFFER_NAMES[MemId(int(table["mem"][k]))]] += plan.dram_bytes[k]
     return SimReport(
         cycles=int(cycles),
         clock_mhz=cfg.clock_mhz,

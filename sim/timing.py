@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import MemId, Opcode
+from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode
 
 INSN_BYTES = 16
-_MEM_NAME = {MemId.UOP: "uop", MemId.WGT: "wgt", MemId.INP: "inp", MemId.ACC: "acc"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class Timing:
 def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:
     """(runs, run_bytes, pad_elements, bytes) of a LOAD or STORE row of the instruction table."""
     op = row["opcode"]
-    name = "out" if op == Opcode.STORE else _MEM_NAME.get(MemId(row["mem"]), "inp")
+    name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
     eb = cfg.elem_bytes(name)
     x, y, stride = row["x_size"], row["y_size"], row["x_stride"]
     if x == 0 or y == 0:

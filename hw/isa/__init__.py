@@ -6,6 +6,8 @@ Imports only numpy (Amaranth layouts are built on request), so it runs on the bo
 from tilecraft.hw.isa.codec import as_words, decode, decode_uops, encode, encode_uops, uop_dtype
 from tilecraft.hw.isa.disasm import disassemble, format_row, format_uops
 from tilecraft.hw.isa.enums import (
+    BUFFER_NAMES,
+    LOAD_MEMS,
     POP_QUEUES,
     PUSH_QUEUES,
     AluOp,
@@ -35,6 +37,8 @@ from tilecraft.hw.isa.insns import (
 )
 
 __all__ = [
+    "BUFFER_NAMES",
+    "LOAD_MEMS",
     "FIELD_NAMES",
     "FLAG_NAMES",
     "INSN_BITS",

@@ -12,12 +12,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from tilecraft.errors import EncodingError
-from tilecraft.hw.isa.enums import MemId, Opcode
+from tilecraft.hw.isa.enums import LOAD_MEMS, MemId, Opcode
 from tilecraft.hw.isa.formats import Field, IsaSpec
 from tilecraft.hw.isa.insns import TABLE_DTYPE, UOP_DTYPE, insn_table, uop_table
 
 _U64 = np.uint64
-_LOAD_MEMS = (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)
 
 
 def encode(spec: IsaSpec, insns: np.ndarray | Iterable) -> np.ndarray:
@@ -151,7 +150,7 @@ def _check_members(values, valid, name, kind, words=None) -> None:
 
 def _check_mems(table: np.ndarray) -> None:
     ops, mems = table["opcode"], table["mem"]
-    bad_load = (ops == Opcode.LOAD) & ~np.isin(mems, [int(m) for m in _LOAD_MEMS])
+    bad_load = (ops == Opcode.LOAD) & ~np.isin(mems, [int(m) for m in LOAD_MEMS])
     bad_store = (ops == Opcode.STORE) & (mems != MemId.OUT)
     for bad, what in (
         (bad_load, "LOAD takes UOP, WGT, INP or ACC"),

@@ -23,6 +23,17 @@ class MemId(IntEnum):
     OUT = 4
 
 
+# The scratchpad (HwConfig buffer name) each memory id addresses, and what LOAD may target.
+BUFFER_NAMES: dict[MemId, str] = {
+    MemId.UOP: "uop",
+    MemId.WGT: "wgt",
+    MemId.INP: "inp",
+    MemId.ACC: "acc",
+    MemId.OUT: "out",
+}
+LOAD_MEMS = (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)
+
+
 class AluOp(IntEnum):
     """Lane-wise accumulator ops; results wrap at the accumulator width.
 
