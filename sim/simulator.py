@@ -56,8 +56,13 @@ def run_image(
     timing: Timing | None = None,
     trace: bool = False,
     check_races: bool = True,
+    functional: bool = True,
 ) -> tuple[SimReport, Machine]:
-    """`simulate`, also returning the final machine state (scratchpads) for inspection."""
+    """`simulate`, also returning the final machine state (scratchpads) for inspection.
+
+    `functional=False` runs the cycle model only (timing never depends on data): the schedule
+    search uses it to measure candidates quickly; outputs and scratchpads are left untouched.
+    """
     timing = timing or Timing.from_config(config)
     spec = isa_for(config)
     end = insn_addr + insn_count * INSN_BYTES
@@ -78,7 +83,7 @@ def run_image(
     def execute(k: int, stage: Stage, start: int, stop: int) -> None:
         row = rows[k]
         op = row["opcode"]
-        run = _EXEC.get(op)
+        run = _EXEC.get(op) if functional else None
         if run is not None:
             try:
                 footprint = run(machine, row)
@@ -86,12 +91,12 @@ def run_image(
                 raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
             if races is not None:
                 races.check(k, stage, start, stop, footprint)
-            if op in (Opcode.GEMM, Opcode.ALU):
-                steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
-                if op == Opcode.ALU:
-                    counts["alu"] += steps
-                elif not row["reset"]:
-                    counts["gemm"] += steps
+        if op in (Opcode.GEMM, Opcode.ALU):
+            steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
+            if op == Opcode.ALU:
+                counts["alu"] += steps
+            elif not row["reset"]:
+                counts["gemm"] += steps
         if trace:
             events.append((STAGE_NAMES[stage], k, start, stop, format_row(row)))
 

@@ -61,3 +61,20 @@ class DeadlockError(DeviceError):
         super().__init__(message)
         self.stages = stages or {}
         self.tokens = tokens or {}
+
+
+class VerifyError(ProgramError):
+    """The static verifier found a program that would race, deadlock or go out of range.
+
+    `rule` names the broken rule (token-balance, deadlock, raw, war, waw, range, dram),
+    `index` the instruction, `insn` its disassembly.
+    """
+
+    def __init__(self, rule: str, message: str, index: int | None = None, insn: str | None = None):
+        where = f"instruction {index}" if index is not None else "program"
+        text = f"{rule}: {where}: {message}" + (f"\n    {insn}" if insn else "")
+        super().__init__(text)
+        self.rule = rule
+        self.message = message
+        self.index = index
+        self.insn = insn

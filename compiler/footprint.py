@@ -1,0 +1,165 @@
+"""What each instruction of a program touches, worked out statically (no data needed).
+
+`accesses` walks the instruction table in program order, keeps the micro-op scratchpad's
+contents up to date from LOAD UOP instructions (micro-op words come from the program's own
+micro-op region), and yields one `Access` per instruction: its stage, the scratchpad rows it
+reads and writes, and the DRAM bytes it reads and writes. Out-of-range indices are reported as
+`problems` rather than raised, so the verifier can name every rule an instruction breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, Stage, stage_of
+
+SRAMS = ("uop", "inp", "wgt", "acc")
+
+
+@dataclass
+class Access:
+    index: int
+    stage: Stage
+    reads: dict[str, np.ndarray] = field(default_factory=dict)
+    writes: dict[str, np.ndarray] = field(default_factory=dict)
+    dram_reads: list[tuple[int, int]] = field(default_factory=list)  # byte ranges [lo, hi)
+    dram_writes: list[tuple[int, int]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def accesses(
+    cfg: HwConfig, table: np.ndarray, uops: np.ndarray, uop_region: int
+) -> Iterator[Access]:
+    """`table`: decoded instructions; `uops`: the micro-op table (dst, src, wgt columns) stored
+    at DRAM element `uop_region` (in micro-op elements)."""
+    depth = {b: cfg.depth(b) for b in SRAMS}
+    sram_uops = {c: np.zeros(depth["uop"], np.int64) for c in ("dst", "src", "wgt")}
+    for k in range(len(table)):
+        r = table[k]
+        op, mem = int(r["opcode"]), int(r["mem"])
+        a = Access(k, stage_of(op, mem))
+        if op == Opcode.LOAD:
+            _load(cfg, r, mem, depth, a)
+            if mem == MemId.UOP and not a.problems and int(r["x_size"]):
+                _fill_uops(cfg, r, uops, uop_region, sram_uops, a)
+        elif op == Opcode.STORE:
+            _store(cfg, r, depth, a)
+        elif op in (Opcode.GEMM, Opcode.ALU):
+            _loop(r, op, depth, sram_uops, a)
+        yield a
+
+
+def _load(cfg, r, mem, depth, a: Access) -> None:
+    name = BUFFER_NAMES[MemId(mem)]
+    x, y = int(r["x_size"]), int(r["y_size"])
+    if x == 0:
+        return
+    width = int(r["x_pad0"]) + x + int(r["x_pad1"])
+    count = width * (int(r["y_pad0"]) + y + int(r["y_pad1"]))
+    base = int(r["sram_base"])
+    if base + count > depth[name]:
+        a.problems.append(
+            f"writes {name} rows [{base}, {base + count}) beyond its {depth[name]} rows"
+        )
+        return
+    a.writes[name] = np.arange(base, base + count)
+    eb = cfg.elem_bytes(name)
+    a.dram_reads.extend(_dram_rows(r, eb))
+
+
+def _store(cfg, r, depth, a: Access) -> None:
+    x, y = int(r["x_size"]), int(r["y_size"])
+    if x == 0 or y == 0:
+        return
+    base, count = int(r["sram_base"]), x * y
+    if base + count > depth["acc"]:
+        a.problems.append(f"reads out rows [{base}, {base + count}) beyond its {depth['acc']} rows")
+        return
+    a.reads["acc"] = np.arange(base, base + count)
+    a.dram_writes.extend(_dram_rows(r, cfg.elem_bytes("out")))
+
+
+def _dram_rows(r, eb: int) -> list[tuple[int, int]]:
+    x, y, stride, start = (
+        int(r["x_size"]),
+        int(r["y_size"]),
+        int(r["x_stride"]),
+        int(r["dram_base"]),
+    )
+    if stride == x or y == 1:
+        return [(start * eb, (start + (y - 1) * stride + x) * eb)]
+    return [((start + i * stride) * eb, (start + i * stride + x) * eb) for i in range(y)]
+
+
+def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
+    first = int(r["dram_base"]) - uop_region
+    x, y, stride = int(r["x_size"]), int(r["y_size"]), int(r["x_stride"])
+    src = (first + np.arange(y)[:, None] * stride + np.arange(x)[None, :]).reshape(-1)
+    if first < 0 or src.max() >= len(uops):
+        a.problems.append(
+            f"loads micro-ops {first}..{int(src.max())} but the program's micro-op region holds "
+            f"{len(uops)} (0..{len(uops) - 1})"
+        )
+        return
+    dst = a.writes["uop"]
+    width = int(r["x_pad0"]) + x + int(r["x_pad1"])
+    # padded micro-op rows are zero micro-ops; copy only the data rows
+    rows = (
+        int(r["sram_base"])
+        + (int(r["y_pad0"]) + np.arange(y)[:, None]) * width
+        + int(r["x_pad0"])
+        + np.arange(x)[None, :]
+    ).reshape(-1)
+    for col in ("dst", "src", "wgt"):
+        sram_uops[col][dst] = 0
+        sram_uops[col][rows] = uops[col][src]
+
+
+def _loop(r, op, depth, sram_uops, a: Access) -> None:
+    bgn, end = int(r["uop_bgn"]), int(r["uop_end"])
+    if not bgn < end <= depth["uop"]:
+        a.problems.append(
+            f"micro-op range [{bgn}, {end}) is empty or beyond the {depth['uop']}-entry buffer"
+        )
+        return
+    a.reads["uop"] = np.arange(bgn, end)
+    i = np.arange(int(r["iter_out"]), dtype=np.int64)[:, None, None]
+    j = np.arange(int(r["iter_in"]), dtype=np.int64)[None, :, None]
+
+    def idx(col: str, out: str, inner: str) -> np.ndarray:
+        base = sram_uops[col][bgn:end][None, None, :]
+        return np.unique((base + i * int(r[out]) + j * int(r[inner])).reshape(-1))
+
+    dst = idx("dst", "dst_out", "dst_in")
+    if dst.size and dst[-1] >= depth["acc"]:
+        a.problems.append(f"dst index {int(dst[-1])} is beyond the {depth['acc']} acc rows")
+        return
+    a.writes["acc"] = dst
+    if op == Opcode.GEMM:
+        if int(r["reset"]):
+            return
+        a.reads["acc"] = dst
+        for buf, col, out, inner in (
+            ("inp", "src", "src_out", "src_in"),
+            ("wgt", "wgt", "wgt_out", "wgt_in"),
+        ):
+            rows = idx(col, out, inner)
+            if rows.size and rows[-1] >= depth[buf]:
+                a.problems.append(
+                    f"{col} index {int(rows[-1])} is beyond the {depth[buf]} {buf} rows"
+                )
+                return
+            a.reads[buf] = rows
+        return
+    reads = [dst]
+    if not int(r["use_imm"]):
+        src = idx("src", "src_out", "src_in")
+        if src.size and src[-1] >= depth["acc"]:
+            a.problems.append(f"src index {int(src[-1])} is beyond the {depth['acc']} acc rows")
+            return
+        reads.append(src)
+    a.reads["acc"] = np.unique(np.concatenate(reads))

@@ -1,0 +1,121 @@
+"""The default schedule (no tuning): rank every legal schedule with an analytic estimate of
+the pipeline, then build the best few and measure them with the cycle model; keep the fastest.
+
+The estimate: compute-stage work (GEMM micro-ops, accumulator resets, epilogue ALU passes,
+per-instruction overheads), load-stage work (per-LOAD latency, padding, data beats) and DRAM
+port occupancy, counting the loads residency saves. Double-buffered schedules take the largest
+of the three plus one step of fill; single-buffered ones take their sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecraft.compiler import schedule as S
+from tilecraft.compiler.mapping import Lowered, lower
+from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import HwConfig
+from tilecraft.sim.timing import Timing
+
+MEASURED = 4  # candidates built and timed with the cycle model
+
+
+@dataclass
+class Choice:
+    schedule: S.ConvSchedule
+    notes: list[str]
+    candidates: list[dict]  # the measured ones: schedule, estimate, cycles
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def alu_passes(ep: Epilogue) -> tuple[int, int]:
+    """(immediate, tensor) ALU passes over every accumulator of a tile."""
+    imm = 2 + int(bool(ep.shift)) + int(ep.multiplier == "tensor")
+    tensor = int(ep.multiplier == "channel") + int(ep.bias)
+    if not ep.bias and ep.shift:
+        imm, tensor = (imm + 1, tensor) if ep.shift <= 15 else (imm, tensor + 1)
+    return imm, tensor
+
+
+def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float:
+    kh, kw = low.kernel
+    kk = kh * kw
+    ocs, ohs, ows = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
+    steps = _ceil(low.icb, s.tile_ic)
+    n_tiles = low.nbb * ocs * ohs * ows
+    pix = s.tile_oh * s.tile_ow
+    acc = s.tile_oc * pix
+    fixed = t.insn_overhead + t.dram_latency
+    imm, tensor = alu_passes(low.epilogue)
+    gemm = steps * (acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth)
+    epi = acc * (1 + imm * t.alu_ii_imm + tensor * t.alu_ii_tensor) + (3 + imm + tensor) * 6
+    if low.epilogue.residual:
+        epi += pix * low.residual_blocks(s.tile_oc, cfg) + fixed
+    compute = n_tiles * (gemm + epi)
+    wr, wc = S.window(low, s.tile_oh, s.tile_ow)
+    inp_bytes = s.tile_ic * wr * wc * cfg.elem_bytes("inp")
+    inp_loads = s.tile_ic * (fixed + t.transfer(wr, wc * cfg.elem_bytes("inp")) + wr * wc // 8)
+    wgt_bytes = s.tile_oc * s.tile_ic * kk * cfg.elem_bytes("wgt")
+    wgt_loads = fixed + t.transfer(s.tile_oc, s.tile_ic * kk * cfg.elem_bytes("wgt"))
+    inp_n = wgt_n = n_tiles * steps
+    if steps == 1 and s.double_buffer:
+        if s.order == "oc_outer":
+            wgt_n = low.nbb * ocs
+        else:
+            inp_n = low.nbb * ohs * ows
+    out_bytes = acc * cfg.elem_bytes("out")
+    store = n_tiles * (fixed + t.transfer(s.tile_oc, pix * cfg.elem_bytes("out")))
+    load = inp_n * inp_loads + wgt_n * wgt_loads
+    bus = (inp_n * inp_bytes + wgt_n * wgt_bytes + n_tiles * out_bytes) / t.axi_bytes * 1.07
+    if not s.double_buffer:
+        return compute + load + store
+    fill = (inp_loads + wgt_loads) + gemm + epi + fixed
+    return max(compute, load, bus, store) + fill
+
+
+def choose(
+    cfg: HwConfig, op: Conv2d, epilogue: Epilogue, *, fold: bool | None = None, params=None
+) -> Choice:
+    from tilecraft.compiler.conv2d import build
+    from tilecraft.sim.simulator import run_image
+
+    low = lower(cfg, op, epilogue, fold)
+    t = Timing.from_config(cfg)
+    ranked = sorted(
+        ((estimate(cfg, low, s, t), i, s) for i, s in enumerate(S.space(cfg, low))),
+        key=lambda x: x[:2],
+    )
+    if not ranked:
+        raise ScheduleError(
+            f"no schedule fits {low.describe()} on {cfg.tag}: even the smallest tiles break "
+            + "; ".join(S.violations(cfg, low, S.ConvSchedule(1, 1, 1, 1)))
+        )
+    params = dict(params or {})
+    if epilogue.multiplier == "tensor" and params.get("multiplier") is None:
+        params["multiplier"] = 1  # timing does not depend on the value
+    measured: list[tuple[int, S.ConvSchedule, dict]] = []
+    for est, _, s in ranked:
+        if len(measured) == MEASURED:
+            break
+        try:
+            program = build(cfg, op, epilogue, s, params, fold=low.folded, check=False)
+        except ScheduleError:
+            continue  # e.g. too many micro-op kernels, which the estimate does not see
+        report, _ = run_image(
+            cfg,
+            program.dram_image(),
+            program.insn_offset,
+            len(program.insns),
+            functional=False,
+            check_races=False,
+        )
+        row = {"schedule": s.to_dict(), "estimate": round(est), "cycles": report.cycles}
+        measured.append((report.cycles, s, row))
+    if not measured:
+        raise ScheduleError(f"no schedule for {low.describe()} fits the micro-op buffer")
+    chosen = min(measured, key=lambda m: m[0])[1]
+    return Choice(chosen, S.shaping_limits(cfg, low, chosen), [m[2] for m in measured])

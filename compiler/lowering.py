@@ -1,0 +1,543 @@
+"""Lowering a scheduled convolution to instructions and micro-ops.
+
+Tensorization: each reduction step is one GEMM instruction whose two hardware loops run over
+the two largest regular dimensions of the step (normally output rows and columns), so its
+micro-op kernel holds only the rest (taps x input blocks x output blocks) and is shared by
+every tile of the same shape and buffer slots. DMA: the input window of a tile is loaded with
+its zero padding made by LOAD itself (nothing padded in DRAM). Epilogue: ALU instructions on the
+accumulator tile, per-channel operands kept in reserved accumulator rows; the residual enters
+through the GEMM with 0/1 selector weights. Buffers: with double buffering each scratchpad has
+two slots; a load whose data is still resident in a slot (weights across tiles in `oc_outer`
+order, the input window in `spatial_outer`) is skipped. Dependence flags come afterwards, from
+tokens.insert_tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.compiler.mapping import Lowered, residual_offsets
+from tilecraft.compiler.schedule import ConvSchedule, budget, window
+from tilecraft.compiler.tokens import insert_tokens
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.runtime import layout as L
+from tilecraft.runtime.program import Program
+
+PREFERRED_UOPS = 512  # above this a GEMM kernel loops over other dimensions instead
+
+
+@dataclass(frozen=True)
+class Tile:
+    nb: int
+    oc0: int
+    toc: int
+    oh0: int
+    toh: int
+    ow0: int
+    tow: int
+
+    @property
+    def pix(self) -> int:
+        return self.toh * self.tow
+
+
+def _ranges(total: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(step, total - a)) for a in range(0, total, step)]
+
+
+def tiles(low: Lowered, s: ConvSchedule) -> Iterator[Tile]:
+    ocs, ohs, ows = (
+        _ranges(low.ocb, s.tile_oc),
+        _ranges(low.oh, s.tile_oh),
+        _ranges(low.ow, s.tile_ow),
+    )
+    for nb in range(low.nbb):
+        if s.order == "oc_outer":
+            for (oc0, toc), (oh0, toh), (ow0, tow) in itertools.product(ocs, ohs, ows):
+                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
+        else:
+            for (oh0, toh), (ow0, tow), (oc0, toc) in itertools.product(ohs, ows, ocs):
+                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
+
+
+class SlotCache:
+    """Which slot of a double-buffered scratchpad holds what; least recently used is refilled."""
+
+    def __init__(self, slots: int):
+        self.keys = [None] * slots
+        self.used = [-1] * slots
+        self.clock = 0
+
+    def get(self, key) -> tuple[int, bool]:
+        self.clock += 1
+        if key in self.keys:
+            slot = self.keys.index(key)
+            self.used[slot] = self.clock
+            return slot, True
+        slot = int(np.argmin(self.used))
+        self.keys[slot], self.used[slot] = key, self.clock
+        return slot, False
+
+
+def gemm_loops(dims: list[tuple[str, int, int, int, int]]) -> tuple[list, list]:
+    """Split (name, extent, dst, src, wgt) dimensions into the GEMM's two hardware loops and
+    the micro-op list: output rows x columns when the rest stays small, else the pair that
+    leaves the fewest micro-ops."""
+    by_name = {d[0]: d for d in dims}
+    preferred = (by_name["oh"], by_name["ow"])
+
+    def rest_of(pair):
+        return [d for d in dims if d[0] not in (pair[0][0], pair[1][0])]
+
+    def count(pair):
+        return int(np.prod([d[1] for d in rest_of(pair)], dtype=np.int64))
+
+    pair = preferred
+    if count(preferred) > PREFERRED_UOPS:
+        best = min(itertools.combinations(dims, 2), key=count)
+        if count(best) < count(preferred):
+            pair = best
+    return list(pair), rest_of(pair)
+
+
+class ConvEmitter:
+    def __init__(self, cfg: HwConfig, low: Lowered, s: ConvSchedule, params: dict, name: str):
+        self.cfg, self.low, self.s = cfg, low, s
+        self.pb = pb = ProgramBuilder(cfg, name)
+        b = budget(cfg, low, s)
+        self.b = b
+        n = b.slots
+        self.inp_slot = [k * b.inp_window for k in range(n)]
+        self.res_slot = [n * b.inp_window + k * b.inp_residual for k in range(n)]
+        self.wgt_slot = [k * b.wgt_tile for k in range(n)]
+        self.select_base = n * b.wgt_tile
+        self.acc_slot = [k * b.acc_tile for k in range(n)]
+        self.param_base = cfg.depth("acc") - b.acc_reserved
+        self.kernels: dict = {}
+        self.insns: list = []
+        ep, op = low.epilogue, low.op
+        bt, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+        self.inp = pb.buffer(
+            "input",
+            "input",
+            (low.nbb, low.icb, low.h, low.w, bt, bi),
+            np.int8,
+            layout=low.input_layout(),
+        )
+        kh, kw = low.kernel
+        self.wgt = self._param(
+            "weight",
+            (low.ocb, low.icb, kh, kw, bo, bi),
+            np.int8,
+            low.weight_layout(),
+            params.get("weight"),
+        )
+        channels = {"pack": "channels", "logical": [op.oc]}
+        self.bias = self.mul = self.res = self.sel = None
+        if ep.bias:
+            self.bias = self._param(
+                "bias",
+                (low.ocb, bt, bo),
+                np.int32,
+                {**channels, "range": [-(1 << 16), 1 << 16]},
+                params.get("bias"),
+            )
+        if ep.multiplier == "channel":
+            self.mul = self._param(
+                "multiplier",
+                (low.ocb, bt, bo),
+                np.int32,
+                {**channels, "range": [1, 1 << 12]},
+                params.get("multiplier"),
+            )
+        if ep.residual:
+            rb = -(-op.oc // bi)
+            self.res_blocks = rb
+            self.res = pb.buffer(
+                "residual",
+                "input",
+                (low.nbb, rb, low.oh, low.ow, bt, bi),
+                np.int8,
+                layout={"pack": "activation", "logical": list(op.output_shape), "block": "inp"},
+            )
+            self.offsets = residual_offsets(cfg, op.oc)
+            sel = np.zeros((len(self.offsets), bo, bi), np.int8)
+            for t, d in enumerate(self.offsets):
+                for o in range(bo):
+                    if 0 <= o + d < bi:
+                        sel[t, o, o + d] = 1
+            self.sel = pb.buffer("select", "constant", sel.shape, np.int8, data=sel)
+        self.out = pb.buffer(
+            "output",
+            "output",
+            (low.nbb, low.ocb, low.oh, low.ow, bt, bo),
+            np.int8,
+            layout={"pack": "activation", "logical": list(op.output_shape), "block": "out"},
+        )
+        self.m_imm = None
+        if ep.multiplier == "tensor":
+            m = params.get("multiplier")
+            if m is None or np.ndim(m) != 0 or not -(1 << 15) <= int(m) < (1 << 15):
+                raise ScheduleError(
+                    f"a per-tensor multiplier must be given at compile time as an int in "
+                    f"[-32768, 32767] (it is an immediate), not {m!r}"
+                )
+            self.m_imm = int(m)
+
+    def _param(self, name, shape, dtype, layout, value):
+        if value is None:
+            return self.pb.buffer(name, "input", shape, dtype, layout=layout)
+        value = np.asarray(value)
+        want = tuple(layout["logical"])
+        if value.shape != want:
+            raise ScheduleError(f"{name} has shape {value.shape}; expected {want}")
+        info = np.iinfo(dtype)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise ScheduleError(f"{name} values must fit {np.dtype(dtype).name}")
+        packed = L.pack(self.cfg, layout, value.astype(dtype))
+        return self.pb.buffer(name, "constant", shape, dtype, data=packed, layout=layout)
+
+    # ---- micro-op kernels ---------------------------------------------------------------------
+    def kernel(self, key, make) -> tuple[int, int]:
+        if key not in self.kernels:
+            uops = make()
+            first = self.pb.uops(uops)
+            self.kernels[key] = (first, first + len(uops))
+        return self.kernels[key]
+
+    def loop(self, key, uops, outer=(1, 0, 0, 0), inner=(1, 0, 0, 0)) -> dict:
+        """GEMM/ALU loop fields: outer/inner = (extent, dst stride, src stride, wgt stride)."""
+        bgn, end = self.kernel(key, lambda: uops)
+        return dict(
+            uop_bgn=bgn,
+            uop_end=end,
+            iter_out=outer[0],
+            iter_in=inner[0],
+            dst_out=outer[1],
+            dst_in=inner[1],
+            src_out=outer[2],
+            src_in=inner[2],
+        )
+
+    # ---- emission -----------------------------------------------------------------------------
+    def emit(self) -> Program:
+        low, s, cfg = self.low, self.s, self.cfg
+        self.insns.append(None)  # LOAD UOP, once every kernel is known
+        self._prologue()
+        inp_cache, wgt_cache = SlotCache(self.b.slots), SlotCache(self.b.slots)
+        steps = _ranges(low.icb, s.tile_ic)
+        for t, tile in enumerate(tiles(low, s)):
+            a = t % self.b.slots
+            self._reset(tile, a)
+            for ic0, tic in steps:
+                islot, ihit = inp_cache.get((tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow))
+                if not ihit:
+                    self._load_window(tile, ic0, tic, islot)
+                wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
+                if not whit:
+                    self._load_weights(tile, ic0, tic, wslot)
+                self._gemm(tile, tic, islot, wslot, a)
+            self._epilogue(tile, a)
+            self._store(tile, a)
+        self.insns.append(Finish())
+        count = self.pb.uop_count
+        if count > cfg.depth("uop"):
+            raise ScheduleError(
+                f"micro-op buffer: needs {count} micro-ops, has {cfg.depth('uop')} "
+                f"(exceeds by {count - cfg.depth('uop')})"
+            )
+        self.pb.reserve_uops(count)
+        region = self.pb.uop_dram(0)
+        self.insns[0] = Load(
+            mem=MemId.UOP, sram_base=0, dram_base=region, y_size=1, x_size=count, x_stride=count
+        )
+        flagged = insert_tokens(cfg, self.insns, self.pb._uops, region)
+        for insn in flagged:
+            self.pb.emit(insn)
+        return self.pb.build()
+
+    def _prologue(self) -> None:
+        low, ep = self.low, self.low.epilogue
+        ocb = low.ocb
+        base = {}
+        for k, name in enumerate(low.param_vectors()):
+            base[name] = self.param_base + k * ocb
+        self.vec = base
+        self.round_row = self.param_base + len(base) * ocb if low.needs_round_row() else None
+        for name, buf in (("mul", self.mul), ("add", self.bias)):
+            if buf is not None:
+                self.insns.append(
+                    Load(
+                        mem=MemId.ACC,
+                        sram_base=base[name],
+                        dram_base=self.pb.elem(buf, "acc"),
+                        y_size=1,
+                        x_size=ocb,
+                        x_stride=ocb,
+                    )
+                )
+        if self.sel is not None:
+            n = len(self.offsets)
+            self.insns.append(
+                Load(
+                    mem=MemId.WGT,
+                    sram_base=self.select_base,
+                    dram_base=self.pb.elem(self.sel, "wgt"),
+                    y_size=1,
+                    x_size=n,
+                    x_stride=n,
+                )
+            )
+        if self.round_row is not None:
+            r = self.round_row
+            one = self.loop(("row", r), [Uop(r, r)])
+            self.insns.append(Gemm(reset=True, **one))
+            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1, **one))
+            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=-(ep.shift - 1), **one))
+        if "add" in base:
+            vec = (ocb, 1, 1, 0)
+            if "mul" in base:
+                fields = self.loop(
+                    ("vec", base["add"], base["mul"]), [Uop(base["add"], base["mul"])], inner=vec
+                )
+                self.insns.append(Alu(op=AluOp.MUL, **fields))
+            fields = self.loop(
+                ("vec", base["add"], base["add"]), [Uop(base["add"], base["add"])], inner=vec
+            )
+            if self.m_imm is not None:
+                self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **fields))
+            if 0 < ep.shift <= 15:
+                self.insns.append(
+                    Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **fields)
+                )
+            elif self.round_row is not None:
+                fields = self.loop(
+                    ("vec", base["add"], self.round_row),
+                    [Uop(base["add"], self.round_row)],
+                    inner=(ocb, 1, 0, 0),
+                )
+                self.insns.append(Alu(op=AluOp.ADD, **fields))
+
+    def _tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool) -> dict:
+        dst = self.acc_slot[a]
+        return self.loop(
+            ("tile", dst, src, per_channel, tile.toc, tile.pix),
+            [Uop(dst, src)],
+            outer=(tile.toc, tile.pix, int(per_channel), 0),
+            inner=(tile.pix, 1, 0, 0),
+        )
+
+    def _reset(self, tile: Tile, a: int) -> None:
+        self.insns.append(Gemm(reset=True, **self._tile_loop(tile, a, 0, False)))
+
+    def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
+        low = self.low
+        (sh, sw), (ph, pw) = low.stride, low.pad
+        wr, wc = window(low, tile.toh, tile.tow)
+        if low.row_skip:
+            r_lo, y_pad0, y_pad1, ystride = tile.oh0 * sh, 0, 0, sh * low.w
+        else:
+            r_lo = tile.oh0 * sh - ph
+            y_pad0, y_pad1 = max(0, -r_lo), max(0, r_lo + wr - low.h)
+            r_lo, ystride = max(r_lo, 0), low.w
+        c_lo = tile.ow0 * sw - pw
+        x_pad0, x_pad1 = max(0, -c_lo), max(0, c_lo + wc - low.w)
+        c_lo = max(c_lo, 0)
+        ys, xs = wr - y_pad0 - y_pad1, wc - x_pad0 - x_pad1
+        base = self.pb.elem(self.inp, "inp")
+        pads = dict(y_pad0=y_pad0, y_pad1=y_pad1, x_pad0=x_pad0, x_pad1=x_pad1)
+        first = base + ((tile.nb * low.icb + ic0) * low.h + r_lo) * low.w + c_lo
+        if not (low.row_skip or y_pad0 or y_pad1) and ys == low.h:
+            # whole planes: the channel blocks are contiguous, one LOAD for all of them
+            self.insns.append(
+                Load(
+                    mem=MemId.INP,
+                    sram_base=self.inp_slot[slot],
+                    dram_base=first,
+                    y_size=tic * ys,
+                    x_size=xs,
+                    x_stride=ystride,
+                    **pads,
+                )
+            )
+            return
+        for i in range(tic):
+            self.insns.append(
+                Load(
+                    mem=MemId.INP,
+                    sram_base=self.inp_slot[slot] + i * wr * wc,
+                    dram_base=first + i * low.h * low.w,
+                    y_size=ys,
+                    x_size=xs,
+                    x_stride=ystride,
+                    **pads,
+                )
+            )
+
+    def _load_weights(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
+        low = self.low
+        kk = low.kernel[0] * low.kernel[1]
+        row = low.icb * kk
+        first = self.pb.elem(self.wgt, "wgt") + tile.oc0 * row + ic0 * kk
+        self.insns.append(
+            Load(
+                mem=MemId.WGT,
+                sram_base=self.wgt_slot[slot],
+                dram_base=first,
+                y_size=tile.toc,
+                x_size=tic * kk,
+                x_stride=row,
+            )
+        )
+
+    def _gemm(self, tile: Tile, tic: int, islot: int, wslot: int, a: int) -> None:
+        low = self.low
+        (kh, kw), (sh, sw) = low.kernel, low.stride
+        wr, wc = window(low, tile.toh, tile.tow)
+        kk = kh * kw
+        dims = [  # name, extent, dst stride, src stride, wgt stride
+            ("oh", tile.toh, tile.tow, (1 if low.row_skip else sh) * wc, 0),
+            ("ow", tile.tow, 1, sw, 0),
+            ("ic", tic, 0, wr * wc, kk),
+            ("kh", kh, 0, wc, kw),
+            ("kw", kw, 0, 1, 1),
+            ("oc", tile.toc, tile.pix, 0, tic * kk),
+        ]
+        loops, rest = gemm_loops(dims)
+        base = (self.acc_slot[a], self.inp_slot[islot], self.wgt_slot[wslot])
+        key = ("gemm", base, tuple(dims))
+
+        def make():
+            uops = []
+            for idx in itertools.product(*(range(d[1]) for d in rest)):
+                d = s = w = 0
+                for i, dim in zip(idx, rest):
+                    d, s, w = d + i * dim[2], s + i * dim[3], w + i * dim[4]
+                uops.append(Uop(base[0] + d, base[1] + s, base[2] + w))
+            return uops
+
+        bgn, end = self.kernel(key, make)
+        (_, n1, d1, s1, w1), (_, n2, d2, s2, w2) = loops
+        self.insns.append(
+            Gemm(
+                uop_bgn=bgn,
+                uop_end=end,
+                iter_out=n1,
+                iter_in=n2,
+                dst_out=d1,
+                dst_in=d2,
+                src_out=s1,
+                src_in=s2,
+                wgt_out=w1,
+                wgt_in=w2,
+            )
+        )
+
+    def _epilogue(self, tile: Tile, a: int) -> None:
+        ep = self.low.epilogue
+        imm = self._tile_loop(tile, a, 0, False)
+
+        def tensor(row: int, per_channel: bool = True):
+            return self._tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
+
+        if "mul" in self.vec:
+            self.insns.append(Alu(op=AluOp.MUL, **tensor(self.vec["mul"])))
+        elif self.m_imm is not None:
+            self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **imm))
+        if "add" in self.vec:
+            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.vec["add"])))
+        elif 0 < ep.shift <= 15:
+            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **imm))
+        elif ep.shift:
+            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.round_row, per_channel=False)))
+        if ep.shift:
+            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
+        if ep.residual:
+            self._residual(tile, a)
+        self.insns.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
+        self.insns.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
+
+    def _residual(self, tile: Tile, a: int) -> None:
+        cfg, low = self.cfg, self.low
+        bo, bi = cfg.block_out, cfg.block_in
+        lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, low.op.oc)
+        blocks = list(range(lo // bi, (hi - 1) // bi + 1))
+        base = self.res_slot[a]
+        plane = low.oh * low.ow
+        first = self.pb.elem(self.res, "inp") + (tile.nb * self.res_blocks) * plane
+        first += tile.oh0 * low.ow + tile.ow0
+        if tile.tow == low.ow:
+            self.insns.append(
+                Load(
+                    mem=MemId.INP,
+                    sram_base=base,
+                    dram_base=first + blocks[0] * plane,
+                    y_size=len(blocks),
+                    x_size=tile.pix,
+                    x_stride=plane,
+                )
+            )
+        else:
+            for j, rb in enumerate(blocks):
+                self.insns.append(
+                    Load(
+                        mem=MemId.INP,
+                        sram_base=base + j * tile.pix,
+                        dram_base=first + rb * plane,
+                        y_size=tile.toh,
+                        x_size=tile.tow,
+                        x_stride=low.ow,
+                    )
+                )
+        uops = []
+        for o in range(tile.toc):
+            ob = tile.oc0 + o
+            for j, rb in enumerate(blocks):
+                d = ob * bo - rb * bi
+                if d in self.offsets and -bo < d < bi and ob * bo < low.op.oc:
+                    uops.append(
+                        Uop(
+                            self.acc_slot[a] + o * tile.pix,
+                            base + j * tile.pix,
+                            self.select_base + self.offsets.index(d),
+                        )
+                    )
+        key = ("residual", self.acc_slot[a], base, tile.oc0, tile.toc, tile.pix)
+        bgn, end = self.kernel(key, lambda: uops)
+        self.insns.append(
+            Gemm(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=tile.pix, dst_in=1, src_in=1)
+        )
+
+    def _store(self, tile: Tile, a: int) -> None:
+        low = self.low
+        plane = low.oh * low.ow
+        first = self.pb.elem(self.out, "out") + (tile.nb * low.ocb + tile.oc0) * plane
+        first += tile.oh0 * low.ow + tile.ow0
+        if tile.tow == low.ow:
+            self.insns.append(
+                Store(
+                    sram_base=self.acc_slot[a],
+                    dram_base=first,
+                    y_size=tile.toc,
+                    x_size=tile.pix,
+                    x_stride=plane,
+                )
+            )
+            return
+        for o in range(tile.toc):
+            self.insns.append(
+                Store(
+                    sram_base=self.acc_slot[a] + o * tile.pix,
+                    dram_base=first + o * plane,
+                    y_size=tile.toh,
+                    x_size=tile.tow,
+                    x_stride=low.ow,
+                )
+            )

@@ -1,0 +1,279 @@
+"""The static verifier: checks a program before anything runs it.
+
+Rules, each a `VerifyError` naming the instruction:
+- ``range``: every scratchpad index, micro-op range and micro-op load is in bounds;
+- ``dram``: LOADs read inside the program's region, STOREs write only output/scratch buffers;
+- ``token-balance``: every queue's pushes are all popped (a token left over means a missing
+  pop; more pops than pushes shows up as a deadlock);
+- ``deadlock``: the stages, run abstractly with the configured token and command queue depths
+  (fetch routes in program order), all reach the end;
+- ``raw`` / ``war`` / ``waw``: when two stages touch the same scratchpad rows, the later one in
+  program order is ordered after the earlier one by the tokens (happens-before, with vector
+  clocks), and nothing reads a row no instruction has written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.compiler.footprint import SRAMS, accesses
+from tilecraft.errors import VerifyError
+from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Stage, TokenQueue, format_row
+from tilecraft.runtime.program import Program
+
+
+def verify(program: Program) -> dict:
+    """Raise `VerifyError` on the first broken rule; return counts on success."""
+    cfg = program.config
+    table = program.table()
+    uops = program.uop_table()
+    region = program.uop_offset // cfg.uop_bytes
+    acc = list(accesses(cfg, table, uops, region))
+    for a in acc:
+        if a.problems:
+            _fail("range", a.problems[0], table, a.index)
+    _check_dram(program, table, acc)
+    stages = [a.stage for a in acc]
+    pops, pushes = _token_lists(table, stages)
+    order = _check_deadlock(cfg, table, stages, pops, pushes)
+    _check_balance(table, pops, pushes)
+    clocks = _clocks(stages, pops, pushes, order)
+    _check_hazards(cfg, table, acc, clocks)
+    return {
+        "instructions": len(table),
+        "tokens": {q.name: len(pushes[q]) for q in TokenQueue},
+    }
+
+
+def _fail(rule: str, message: str, table, index: int | None):
+    insn = format_row(table[index]) if index is not None else None
+    raise VerifyError(rule, message, index, insn)
+
+
+def _check_dram(program: Program, table, acc) -> None:
+    size = program.dram_size
+    writable = [
+        (b.offset, b.offset + b.nbytes, b.name)
+        for b in program.buffers
+        if b.role in ("output", "scratch")
+    ]
+    for a in acc:
+        for lo, hi in a.dram_reads:
+            if lo < 0 or hi > size:
+                _fail(
+                    "dram",
+                    f"reads DRAM bytes [{lo}, {hi}) outside the program's {size}-byte region",
+                    table,
+                    a.index,
+                )
+        for lo, hi in a.dram_writes:
+            if not any(blo <= lo and hi <= bhi for blo, bhi, _ in writable):
+                names = ", ".join(f"{n} [{blo}, {bhi})" for blo, bhi, n in writable) or "none"
+                _fail(
+                    "dram",
+                    f"writes DRAM bytes [{lo}, {hi}) outside every output buffer ({names})",
+                    table,
+                    a.index,
+                )
+
+
+def _token_lists(table, stages):
+    """Per queue: the instructions that pop and push it, in program order."""
+    pops = {q: [] for q in TokenQueue}
+    pushes = {q: [] for q in TokenQueue}
+    for k, s in enumerate(stages):
+        for flag, q in POP_QUEUES[s].items():
+            if table[flag][k]:
+                if q is None:
+                    _fail(
+                        "range", f"flag {flag} has no queue on the {s.name.lower()} stage", table, k
+                    )
+                pops[q].append(k)
+        for flag, q in PUSH_QUEUES[s].items():
+            if table[flag][k]:
+                if q is None:
+                    _fail(
+                        "range", f"flag {flag} has no queue on the {s.name.lower()} stage", table, k
+                    )
+                pushes[q].append(k)
+    return pops, pushes
+
+
+def _check_balance(table, pops, pushes) -> None:
+    for q in TokenQueue:
+        if len(pushes[q]) > len(pops[q]):
+            k = pushes[q][len(pops[q])]
+            _fail(
+                "token-balance",
+                f"pushes a {q.name} token that no instruction pops "
+                f"({len(pushes[q])} pushes, {len(pops[q])} pops)",
+                table,
+                k,
+            )
+
+
+def _check_deadlock(cfg, table, stages, pops, pushes) -> list[int]:
+    n = len(stages)
+    queue = {s: [k for k in range(n) if stages[k] == s] for s in Stage}
+    pop_of = {k: [] for k in range(n)}
+    push_of = {k: [] for k in range(n)}
+    for q, ks in pops.items():
+        for k in ks:
+            pop_of[k].append(q)
+    for q, ks in pushes.items():
+        for k in ks:
+            push_of[k].append(q)
+    tokens = dict.fromkeys(TokenQueue, 0)
+    pos = dict.fromkeys(Stage, 0)
+    routed = dict.fromkeys(Stage, 0)
+    pending: dict[Stage, int | None] = dict.fromkeys(Stage)
+    fetched = 0
+    order: list[int] = []  # instructions in the order they start: a topological order
+    depth, cmd = cfg.dep_queue_depth, cfg.cmd_queue_depth
+    progress = True
+    while progress:
+        progress = False
+        while fetched < n and routed[stages[fetched]] - pos[stages[fetched]] < cmd:
+            routed[stages[fetched]] += 1
+            fetched += 1
+            progress = True
+        for s in Stage:
+            if pending[s] is not None:
+                k = pending[s]
+                if all(tokens[q] < depth for q in push_of[k]):
+                    for q in push_of[k]:
+                        tokens[q] += 1
+                    pending[s] = None
+                    progress = True
+                continue
+            if pos[s] >= routed[s]:
+                continue
+            k = queue[s][pos[s]]
+            if any(tokens[q] == 0 for q in pop_of[k]):
+                continue
+            for q in pop_of[k]:
+                tokens[q] -= 1
+            pos[s] += 1
+            order.append(k)
+            pending[s] = k
+            progress = True
+    if fetched == n and all(pos[s] == len(queue[s]) and pending[s] is None for s in Stage):
+        return order
+    lines = []
+    first = None
+    for s in Stage:
+        if pending[s] is not None:
+            k, why = pending[s], "cannot push: token queue full"
+        elif pos[s] < len(queue[s]):
+            k = queue[s][pos[s]]
+            if pos[s] >= routed[s]:
+                why = "not fetched: fetch is stuck behind a full command queue"
+            else:
+                why = "waits for a token on " + ", ".join(
+                    q.name for q in pop_of[k] if tokens[q] == 0
+                )
+        else:
+            continue
+        first = k if first is None else first
+        lines.append(
+            f"{s.name.lower()} stage blocked at instruction {k} ({why}): {format_row(table[k])}"
+        )
+    _fail(
+        "deadlock",
+        f"no stage can make progress at token queue depth {depth}:\n  " + "\n  ".join(lines),
+        table,
+        first,
+    )
+
+
+def _clocks(stages, pops, pushes, order) -> list[np.ndarray]:
+    """Vector clock of each instruction at its start: the latest stage-local index on each
+    stage that is certainly complete (program order within a stage, tokens across). `order`
+    is the order the abstract run started them in, so producers come before consumers."""
+    source: dict[int, list[int]] = {}
+    for q in TokenQueue:
+        for producer, consumer in zip(pushes[q], pops[q]):
+            source.setdefault(consumer, []).append(producer)
+    n = len(stages)
+    done: list[np.ndarray | None] = [None] * n
+    start: list[np.ndarray | None] = [None] * n
+    last = {s: np.full(3, -1) for s in Stage}
+    count = dict.fromkeys(Stage, 0)
+    for k in order:
+        s = stages[k]
+        clock = last[s].copy()
+        for p in source.get(k, ()):
+            clock = np.maximum(clock, done[p])
+        start[k] = clock.copy()
+        clock[s] = count[s]
+        count[s] += 1
+        done[k] = clock
+        last[s] = clock
+    return start
+
+
+def _check_hazards(cfg, table, acc, clocks) -> None:
+    stages = [a.stage for a in acc]
+    local = []
+    count = dict.fromkeys(Stage, 0)
+    for a in acc:
+        local.append(count[a.stage])
+        count[a.stage] += 1
+    writer = {b: np.full(cfg.depth(b), -1) for b in SRAMS}  # global index, program order
+    reader = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
+    writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
+    for a in acc:
+        k, s, clock = a.index, a.stage, clocks[a.index]
+        for buf, rows in a.reads.items():
+            w = writer[buf][rows]
+            if rows.size and w.min() < 0:
+                row = int(rows[np.argmin(w)])
+                _fail("raw", f"reads {buf} row {row} before any instruction writes it", table, k)
+            _ordered(table, k, clock, stages, local, w, "raw", f"reads {buf} rows written by")
+        for buf, rows in a.writes.items():
+            for other in Stage:
+                if other == s:
+                    continue
+                r = reader[other][buf][rows]
+                _ordered(
+                    table,
+                    k,
+                    clock,
+                    stages,
+                    local,
+                    r,
+                    "war",
+                    f"overwrites {buf} rows still to be read by",
+                )
+                w = writer_by[other][buf][rows]
+                _ordered(
+                    table,
+                    k,
+                    clock,
+                    stages,
+                    local,
+                    w,
+                    "waw",
+                    f"overwrites {buf} rows also written by",
+                )
+        for buf, rows in a.reads.items():
+            reader[s][buf][rows] = k
+        for buf, rows in a.writes.items():
+            writer[buf][rows] = k
+            writer_by[s][buf][rows] = k
+
+
+def _ordered(table, k, clock, stages, local, others, rule, what) -> None:
+    """Every instruction in `others` (global indices, -1 none) on another stage than k must be
+    complete before k starts."""
+    for g in np.unique(others):
+        g = int(g)
+        if g < 0 or stages[g] == stages[k]:
+            continue
+        if local[g] > clock[stages[g]]:
+            _fail(
+                rule,
+                f"{what} instruction {g} ({format_row(table[g])}) with no token ordering them",
+                table,
+                k,
+            )
