@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, Stage, stage_of
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode, Stage, stage_of
 
 SRAMS = ("uop", "inp", "wgt", "acc")
 
@@ -155,6 +155,8 @@ def _loop(r, op, depth, sram_uops, a: Access) -> None:
                 return
             a.reads[buf] = rows
         return
+    if int(r["use_imm"]) and int(r["alu_op"]) == AluOp.MUL and int(r["imm"]) == 0:
+        return  # x * 0 does not depend on x: it initializes the rows
     reads = [dst]
     if not int(r["use_imm"]):
         src = idx("src", "src_out", "src_in")

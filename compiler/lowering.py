@@ -118,8 +118,9 @@ class ConvEmitter:
         self.res_slot = [n * b.inp_window + k * b.inp_residual for k in range(n)]
         self.wgt_slot = [k * b.wgt_tile for k in range(n)]
         self.select_base = n * b.wgt_tile
-        self.acc_slot = [k * b.acc_tile for k in range(n)]
-        self.param_base = cfg.depth("acc") - b.acc_reserved
+        half = cfg.depth("acc") // n
+        self.acc_slot = [k * half for k in range(n)]
+        self.param_base = half - b.acc_reserved
         self.kernels: dict = {}
         self.insns: list = []
         ep, op = low.epilogue, low.op
@@ -233,10 +234,15 @@ class ConvEmitter:
         self._prologue()
         inp_cache, wgt_cache = SlotCache(self.b.slots), SlotCache(self.b.slots)
         steps = _ranges(low.icb, s.tile_ic)
-        for t, tile in enumerate(tiles(low, s)):
+        # With two accumulator slots the epilogue of tile t-1 is emitted after the first GEMM
+        # of tile t, and tile t+1's accumulators are zeroed after tile t's last GEMM: the ALU
+        # unit then works on one half while the GEMM core works on the other.
+        pipelined = self.b.slots == 2
+        order = list(tiles(low, s))
+        self._zero(order[0], 0)
+        for t, tile in enumerate(order):
             a = t % self.b.slots
-            self._reset(tile, a)
-            for ic0, tic in steps:
+            for i, (ic0, tic) in enumerate(steps):
                 islot, ihit = inp_cache.get((tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow))
                 if not ihit:
                     self._load_window(tile, ic0, tic, islot)
@@ -244,8 +250,14 @@ class ConvEmitter:
                 if not whit:
                     self._load_weights(tile, ic0, tic, wslot)
                 self._gemm(tile, tic, islot, wslot, a)
-            self._epilogue(tile, a)
-            self._store(tile, a)
+                if pipelined and i == 0 and t > 0:
+                    self._finish_tile(order[t - 1], 1 - a)
+            if not pipelined:
+                self._finish_tile(tile, a)
+            if t + 1 < len(order):
+                self._zero(order[t + 1], (t + 1) % self.b.slots)
+        if pipelined:
+            self._finish_tile(order[-1], (len(order) - 1) % 2)
         self.insns.append(Finish())
         count = self.pb.uop_count
         if count > cfg.depth("uop"):
@@ -334,8 +346,15 @@ class ConvEmitter:
             inner=(tile.pix, 1, 0, 0),
         )
 
-    def _reset(self, tile: Tile, a: int) -> None:
-        self.insns.append(Gemm(reset=True, **self._tile_loop(tile, a, 0, False)))
+    def _zero(self, tile: Tile, a: int) -> None:
+        """Clear the accumulator tile on the ALU unit (x * 0), leaving the GEMM core free."""
+        self.insns.append(
+            Alu(op=AluOp.MUL, use_imm=True, imm=0, **self._tile_loop(tile, a, 0, False))
+        )
+
+    def _finish_tile(self, tile: Tile, a: int) -> None:
+        self._epilogue(tile, a)
+        self._store(tile, a)
 
     def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
         low = self.low

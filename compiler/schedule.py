@@ -57,11 +57,14 @@ class Budget:
     acc_tile: int
     acc_reserved: int
 
-    def needs(self) -> dict[str, int]:
+    def needs(self, cfg: HwConfig) -> dict[str, tuple[int, int]]:
+        """buffer -> (rows needed, rows available). Double-buffered accumulator tiles live in
+        separate halves (so the GEMM and ALU units may overlap), the parameters in the first."""
+        acc = ("acc", self.acc_tile + self.acc_reserved, cfg.depth("acc") // self.slots)
         return {
-            "inp": self.slots * (self.inp_window + self.inp_residual),
-            "wgt": self.slots * self.wgt_tile + self.wgt_reserved,
-            "acc": self.slots * self.acc_tile + self.acc_reserved,
+            "inp": (self.slots * (self.inp_window + self.inp_residual), cfg.depth("inp")),
+            "wgt": (self.slots * self.wgt_tile + self.wgt_reserved, cfg.depth("wgt")),
+            "acc" if self.slots == 1 else "acc half": acc[1:],
         }
 
 
@@ -103,8 +106,7 @@ def violations(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
     if out:
         return out
     b = budget(cfg, low, s)
-    for buf, need in b.needs().items():
-        have = cfg.depth(buf)
+    for buf, (need, have) in b.needs(cfg).items():
         if need > have:
             out.append(
                 f"{buf} scratchpad: needs {need} rows ({_explain(buf, b)}), has {have} "
@@ -175,11 +177,11 @@ def _sizes(n: int) -> list[int]:
 
 
 def _explain(buf: str, b: Budget) -> str:
-    if buf == "inp":
+    if buf.startswith("inp"):
         res = f" + {b.inp_residual} residual" if b.inp_residual else ""
         return f"{b.slots} x ({b.inp_window} window{res})"
-    if buf == "wgt":
+    if buf.startswith("wgt"):
         extra = f" + {b.wgt_reserved} residual selectors" if b.wgt_reserved else ""
         return f"{b.slots} x {b.wgt_tile} weight tile{extra}"
     extra = f" + {b.acc_reserved} epilogue parameters" if b.acc_reserved else ""
-    return f"{b.slots} x {b.acc_tile} accumulator tile{extra}"
+    return f"{b.acc_tile} accumulator tile{extra}"

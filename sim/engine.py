@@ -6,6 +6,12 @@ are sent when it completes, stalling the stage while a target token queue is ful
 instructions into command queues of `cmd_queue_depth` entries. Events are taken in time order,
 so the shared DRAM port is granted first come, first served. When nothing can move and the
 program is not done, `DeadlockError` lists every stage's blocked instruction and the tokens.
+
+The compute stage has two execution units, the GEMM core and the vector ALU. It issues in
+order, one instruction per cycle at most; an instruction waits for its own unit, and also for
+the other unit's in-flight instruction unless their first micro-ops write different halves of
+the accumulator (the interlock the hardware can afford: one bit per unit). LOAD UOP/ACC and
+FINISH wait for both units. Tokens pushed into one queue keep program order.
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ FETCH = 3  # actor id of the fetch unit, after the three stages
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
 
 
+GEMM_UNIT, ALU_UNIT, BARRIER = "gemm", "alu", "barrier"
+
+
 class Plan:
     """Per-instruction facts the engine needs, computed once from the decoded table."""
 
     def __init__(self, cfg: HwConfig, timing: Timing, rows: list[dict], stages: np.ndarray):
         self.rows = rows
         self.stage = stages.tolist()
+        self.unit: list[str | None] = []
         self.pops: list[tuple[int, ...]] = []
         self.pushes: list[tuple[int, ...]] = []
         self.busy: list[int] = []  # cycles without DRAM
@@ -41,6 +51,9 @@ class Plan:
             pushes = tuple(q for f, q in PUSH_QUEUES[s].items() if q is not None and row[f])
             self.pops.append(pops)
             self.pushes.append(pushes)
+            op = row["opcode"]
+            unit = {Opcode.GEMM: GEMM_UNIT, Opcode.ALU: ALU_UNIT}.get(op, BARRIER)
+            self.unit.append(unit if s == Stage.COMPUTE else None)
             if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
                 runs, run_bytes, pads, nbytes = dma_shape(cfg, row)
                 xfer = timing.transfer(runs, run_bytes)
@@ -55,8 +68,22 @@ class Plan:
 
 
 class Engine:
-    def __init__(self, cfg: HwConfig, timing: Timing, plan: Plan, execute: Callable):
+    def __init__(
+        self,
+        cfg: HwConfig,
+        timing: Timing,
+        plan: Plan,
+        execute: Callable,
+        half: Callable[[int], int] | None = None,
+    ):
+        """`execute(k, stage, start, end, overlaps)` runs instruction k (`overlaps`: the other
+        compute unit's instruction still in flight, or None); `half(k)` is the accumulator
+        half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap)."""
         self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
+        self.half = half if timing.dual_issue else None
+        self.unit_free = {GEMM_UNIT: 0, ALU_UNIT: 0}
+        self.unit_last: dict[str, int | None] = {GEMM_UNIT: None, ALU_UNIT: None}
+        self.last_push = dict.fromkeys(TokenQueue, 0)
         n = len(plan.stage)
         self.n = n
         self.queues = {s: [k for k in range(n) if plan.stage[k] == s] for s in Stage}
@@ -113,7 +140,24 @@ class Engine:
             if m >= len(self.push_t[q]):
                 return None
             t = max(t, self.push_t[q][m])
+        if a == Stage.COMPUTE:
+            t, _ = self._unit_ready(k, t)
         return t
+
+    def _unit_ready(self, k: int, t: int) -> tuple[int, int | None]:
+        """Earliest start of compute instruction k at or after t, and the other unit's
+        instruction it would overlap (None if it waits for it)."""
+        unit = self.plan.unit[k]
+        if unit == BARRIER or self.half is None:
+            return max(t, *self.unit_free.values()), None
+        other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
+        t = max(t, self.unit_free[unit])
+        j = self.unit_last[other]
+        if j is None or self.unit_free[other] <= t:
+            return t, None
+        if self.half(k) == self.half(j):
+            return self.unit_free[other], None
+        return t, j
 
     def _push_ready(self, k: int, done: int) -> int | None:
         t = done
@@ -128,6 +172,10 @@ class Engine:
     def _exec(self, s: Stage, t: int) -> None:
         k = self.queues[s][self.pos[s]]
         ready = max(self.free[s], self.dispatch_t[k])
+        overlaps = None
+        if s == Stage.COMPUTE:  # waiting for a unit is work, not a stall on tokens
+            overlaps = self._unit_ready(k, t)[1]
+            ready = min(self._unit_ready(k, ready)[0], t)
         self.stall[s] += t - ready
         for q in self.plan.pops[k]:
             self.pop_t[q].append(t)
@@ -139,10 +187,14 @@ class Engine:
             self.bus_free = data + self.plan.bus[k]
             end = max(end, self.bus_free + 1)
         self.start[k], self.end[k] = t, end
-        self.execute(k, s, t, end)
+        self.execute(k, s, t, end, overlaps)
+        unit = self.plan.unit[k]
+        if unit in self.unit_free:
+            self.unit_free[unit], self.unit_last[unit] = end, k
         if self._push_ready(k, end) is not None and not self._must_wait(k):
             self._send(k, end)
-            self.free[s] = end
+            # the compute stage issues the next instruction while this one runs on its unit
+            self.free[s] = t + 1 if unit in self.unit_free and self.half else end
         else:
             self.pending[s] = (k, end)
 
@@ -161,7 +213,9 @@ class Engine:
 
     def _send(self, k: int, t: int) -> None:
         for q in self.plan.pushes[k]:
-            self.push_t[q].append(t)
+            t_q = max(t, self.last_push[q])  # tokens of one queue arrive in program order
+            self.last_push[q] = t_q
+            self.push_t[q].append(t_q)
 
     # ---- fetch ------------------------------------------------------------------------------
     def _fetch_ready(self) -> int | None:
@@ -235,7 +289,7 @@ class Engine:
                 "never rise"
             )
         k = compute[-1]
-        done = self.end[k]
+        done = max(self.end[i] for i in compute)
         stores = self.queues[Stage.STORE]
         late = [i for i in stores if self.end[i] > done]
         if late:

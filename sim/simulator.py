@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.errors import AccessError, ExecutionError, IllegalInstructionError
+from tilecraft.errors import AccessError, ExecutionError, HazardError, IllegalInstructionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
     BUFFER_NAMES,
@@ -80,10 +80,14 @@ def run_image(
     events: list = []
     counts = {"gemm": 0, "alu": 0}
 
-    def execute(k: int, stage: Stage, start: int, stop: int) -> None:
+    last_footprint: dict[int, object] = {}  # opcode (unit) -> (index, footprint) of its latest
+    half_row = config.depth("acc") // 2
+
+    def execute(k: int, stage: Stage, start: int, stop: int, overlaps: int | None) -> None:
         row = rows[k]
         op = row["opcode"]
-        run = _EXEC.get(op) if functional else None
+        loads_uops = op == Opcode.LOAD and row["mem"] == MemId.UOP
+        run = _EXEC.get(op) if functional or loads_uops else None
         if run is not None:
             try:
                 footprint = run(machine, row)
@@ -91,6 +95,12 @@ def run_image(
                 raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
             if races is not None:
                 races.check(k, stage, start, stop, footprint)
+            if op in (Opcode.GEMM, Opcode.ALU) and functional:
+                if overlaps is not None:
+                    j, theirs = last_footprint[rows[overlaps]["opcode"]]
+                    assert j == overlaps
+                    _check_overlap(k, j, footprint, theirs, rows)
+                last_footprint[op] = (k, footprint)
         if op in (Opcode.GEMM, Opcode.ALU):
             steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
             if op == Opcode.ALU:
@@ -100,11 +110,39 @@ def run_image(
         if trace:
             events.append((STAGE_NAMES[stage], k, start, stop, format_row(row)))
 
-    engine = Engine(config, timing, plan, execute)
+    def half(k: int) -> int:
+        return int(machine.uop_dst[rows[k]["uop_bgn"]] >= half_row)
+
+    engine = Engine(config, timing, plan, execute, half)
     engine.run()
     cycles = engine.check_finish()
     report = _report(config, table, plan, engine, cycles, counts, events if trace else None)
     return report, machine
+
+
+def _check_overlap(k: int, j: int, mine, theirs, rows) -> None:
+    """Instructions k and j ran at the same time on the two compute units: their accumulator
+    rows must be disjoint (the half interlock only looks at each one's first micro-op)."""
+    for a, b in ((mine, theirs), (theirs, mine)):
+        written = a.writes.get("acc")
+        if written is None:
+            continue
+        touched = [x for x in (b.reads.get("acc"), b.writes.get("acc")) if x is not None]
+        for other in touched:
+            common = np.intersect1d(_rows(written), _rows(other))
+            if common.size:
+                raise HazardError(
+                    f"runs on one compute unit while instruction {j} ({format_row(rows[j])}) "
+                    f"runs on the other, and both touch acc row {int(common[0])}: their first "
+                    f"micro-ops write different accumulator halves, so the interlock let them "
+                    f"overlap; keep each instruction's accumulator rows in its first row's half",
+                    index=k,
+                    insn=format_row(rows[k]),
+                )
+
+
+def _rows(rows) -> np.ndarray:
+    return np.arange(*rows) if isinstance(rows, tuple) else np.asarray(rows)
 
 
 def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ class Timing:
     burst_gap: int = 1  # address-phase cycles per AXI burst
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
+    dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
     @classmethod
     def from_config(cls, cfg: HwConfig, **overrides) -> Timing:
