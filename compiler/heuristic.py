@@ -18,7 +18,7 @@ from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.sim.timing import Timing
 
-MEASURED = 4  # candidates built and timed with the cycle model
+MEASURED = 3  # candidates built and timed with the cycle model
 
 
 @dataclass
@@ -33,8 +33,8 @@ def _ceil(a: int, b: int) -> int:
 
 
 def alu_passes(ep: Epilogue) -> tuple[int, int]:
-    """(immediate, tensor) ALU passes over every accumulator of a tile."""
-    imm = 2 + int(bool(ep.shift)) + int(ep.multiplier == "tensor")
+    """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
+    imm = 3 + int(bool(ep.shift)) + int(ep.multiplier == "tensor")
     tensor = int(ep.multiplier == "channel") + int(ep.bias)
     if not ep.bias and ep.shift:
         imm, tensor = (imm + 1, tensor) if ep.shift <= 15 else (imm, tensor + 1)
@@ -42,6 +42,7 @@ def alu_passes(ep: Epilogue) -> tuple[int, int]:
 
 
 def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float:
+    """Cycles the schedule should take, from per-tile work on each unit, stage and the bus."""
     kh, kw = low.kernel
     kk = kh * kw
     ocs, ohs, ows = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
@@ -51,30 +52,41 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     acc = s.tile_oc * pix
     fixed = t.insn_overhead + t.dram_latency
     imm, tensor = alu_passes(low.epilogue)
-    gemm = steps * (acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth)
-    epi = acc * (1 + imm * t.alu_ii_imm + tensor * t.alu_ii_tensor) + (3 + imm + tensor) * 6
+    step = acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth
+    gemm = steps * step
+    zero = acc * t.alu_ii_imm + 6
+    alu = acc * (imm * t.alu_ii_imm + tensor * t.alu_ii_tensor) + (imm + tensor) * 6
     if low.epilogue.residual:
-        epi += pix * low.residual_blocks(s.tile_oc, cfg) + fixed
-    compute = n_tiles * (gemm + epi)
+        gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
+    eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))
     wr, wc = S.window(low, s.tile_oh, s.tile_ow)
-    inp_bytes = s.tile_ic * wr * wc * cfg.elem_bytes("inp")
-    inp_loads = s.tile_ic * (fixed + t.transfer(wr, wc * cfg.elem_bytes("inp")) + wr * wc // 8)
-    wgt_bytes = s.tile_oc * s.tile_ic * kk * cfg.elem_bytes("wgt")
-    wgt_loads = fixed + t.transfer(s.tile_oc, s.tile_ic * kk * cfg.elem_bytes("wgt"))
+    merged = low.pad[0] == 0 and not low.row_skip and s.tile_oh == low.oh
+    inp_loads = (1 if merged else s.tile_ic) * fixed + s.tile_ic * (
+        t.transfer(wr, wc * eb_i) + (wr * wc - s.tile_oh * s.tile_ow) // 4
+    )
+    wgt_loads = fixed + t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
     inp_n = wgt_n = n_tiles * steps
     if steps == 1 and s.double_buffer:
         if s.order == "oc_outer":
             wgt_n = low.nbb * ocs
         else:
             inp_n = low.nbb * ohs * ows
-    out_bytes = acc * cfg.elem_bytes("out")
-    store = n_tiles * (fixed + t.transfer(s.tile_oc, pix * cfg.elem_bytes("out")))
+    stores = 1 if s.tile_ow == low.ow else s.tile_oc
+    store = stores * fixed + t.transfer(s.tile_oc, pix * eb_o)
+    bus = (
+        inp_n * s.tile_ic * wr * wc * eb_i
+        + wgt_n * s.tile_oc * s.tile_ic * kk * eb_w
+        + n_tiles * acc * eb_o
+    ) / t.axi_bytes
     load = inp_n * inp_loads + wgt_n * wgt_loads
-    bus = (inp_n * inp_bytes + wgt_n * wgt_bytes + n_tiles * out_bytes) / t.axi_bytes * 1.07
     if not s.double_buffer:
-        return compute + load + store
-    fill = (inp_loads + wgt_loads) + gemm + epi + fixed
-    return max(compute, load, bus, store) + fill
+        return n_tiles * (gemm + alu + store) + load
+    # Per tile: the units' work, and the chain through the accumulator slot the next tile
+    # reuses: epilogue of tile t-1 (under tile t's GEMMs) -> its store -> zeroing -> GEMMs.
+    chain = max(gemm - step, alu - zero) + store + zero
+    period = max(gemm, alu, chain)
+    fill = inp_loads + wgt_loads + alu + store
+    return max(n_tiles * period, load, bus * 1.07) + fill
 
 
 def choose(

@@ -143,6 +143,9 @@ def space(cfg: HwConfig, low: Lowered, double_buffer=(True, False)) -> Iterator[
         for oc, ic, oh, ow, order in itertools.product(
             _sizes(low.ocb), _sizes(low.icb), _sizes(low.oh), _sizes(low.ow), ORDERS
         ):
+            single = oc == low.ocb or (oh == low.oh and ow == low.ow)
+            if order == "spatial_outer" and single:
+                continue  # one loop has a single trip: the orders are the same program
             s = ConvSchedule(oc, ic, oh, ow, order, db)
             if not violations(cfg, low, s):
                 yield s
