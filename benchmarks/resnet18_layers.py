@@ -1,0 +1,158 @@
+"""resnet18-layers: the accelerator's efficiency on ResNet-18's 11 conv layers (BENCHMARKS.md).
+
+Each layer is compiled with the default schedule heuristic (no tuning), run on the behavioral
+simulator with random int8 data, checked bit-exact against the numpy reference, and timed by
+the cycle model. The same tiles single-buffered (no latency hiding: loads, compute and stores
+take turns, and so do the GEMM core and the ALU) give `utilization_no_overlap`. The epilogue
+is a quantized layer's: rounding right shift by 8, ReLU, clip to int8.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from tilecraft.benchmarks.workloads import resnet18_layers
+from tilecraft.compiler import reference
+from tilecraft.compiler.conv2d import build, conv2d
+from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.schedule import ConvSchedule
+from tilecraft.hw.config import HwConfig
+from tilecraft.runtime import get_device
+from tilecraft.runtime.layout import pack_inputs, unpack_outputs
+from tilecraft.sim.simulator import run_image
+
+EPILOGUE = Epilogue(shift=8, relu=True)
+
+
+def layer_op(layer: dict) -> Conv2d:
+    return Conv2d(
+        1,
+        layer["IC"],
+        layer["H"],
+        layer["W"],
+        layer["OC"],
+        kernel=layer["K"],
+        stride=layer["S"],
+        pad=layer["P"],
+    )
+
+
+def _cycles(program) -> int:
+    cfg = program.config
+    report, _ = run_image(
+        cfg,
+        program.dram_image(),
+        program.insn_offset,
+        len(program.insns),
+        functional=False,
+        check_races=False,
+    )
+    return report.cycles
+
+
+def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True) -> dict:
+    op = layer_op(layer)
+    w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
+    x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+    t0 = time.perf_counter()
+    program = conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
+    compile_s = time.perf_counter() - t0
+    schedule = ConvSchedule(**program.meta["schedule"])
+    ideal = op.macs / cfg.macs_per_cycle
+    row = {
+        "name": layer["name"],
+        "macs": op.macs,
+        "on_accelerator": True,
+        "folded": program.meta["folded"],
+        "schedule": schedule.to_dict(),
+        "schedule_notes": program.meta["schedule_notes"],
+        "compile_seconds": compile_s,
+        "instructions": len(program.insns),
+        "ideal_cycles": ideal,
+    }
+    if check:
+        t0 = time.perf_counter()
+        result = get_device("sim").run(program, pack_inputs(program, {"input": x}))
+        row["sim_seconds"] = time.perf_counter() - t0
+        got = unpack_outputs(program, result.outputs)["output"]
+        row["bit_exact"] = bool(np.array_equal(got, reference.conv2d(op, EPILOGUE, x, w)))
+        report = result.report
+    else:
+        report, _ = run_image(
+            cfg,
+            program.dram_image(),
+            program.insn_offset,
+            len(program.insns),
+            functional=False,
+            check_races=False,
+        )
+    dram = dict(report.dram_bytes)
+    total = sum(dram.values())
+    roofline = max(ideal, total / cfg.axi_bytes)
+    serial = build(
+        cfg, op, EPILOGUE, replace(schedule, double_buffer=False), {"weight": w}, check=False
+    )
+    row.update(
+        cycles=report.cycles,
+        utilization=ideal / report.cycles,
+        roofline_cycles=roofline,
+        roofline_fraction=roofline / report.cycles,
+        dram_bytes=dram,
+        utilization_no_overlap=ideal / _cycles(serial),
+    )
+    return row
+
+
+def run(
+    cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int = 0, check: bool = True
+) -> dict:
+    cfg = cfg or HwConfig()
+    layers = layers or resnet18_layers()
+    rng = np.random.default_rng(seed)
+    rows = [run_layer(cfg, layer, rng, check) for layer in layers]
+    macs = sum(r["macs"] for r in rows)
+    result = {
+        "config": cfg.tag,
+        "epilogue": EPILOGUE.describe(),
+        "seed": seed,
+        "layers": rows,
+        "mac_weighted_utilization": sum(r["macs"] * r["utilization"] for r in rows) / macs,
+        "mac_weighted_utilization_no_overlap": sum(
+            r["macs"] * r["utilization_no_overlap"] for r in rows
+        )
+        / macs,
+        "min_roofline_fraction": min(r["roofline_fraction"] for r in rows),
+        "total_cycles": sum(r["cycles"] for r in rows),
+        "total_ideal_cycles": sum(r["ideal_cycles"] for r in rows),
+    }
+    if check:
+        result["all_bit_exact"] = all(r["bit_exact"] for r in rows)
+    return result
+
+
+def format_table(result: dict) -> str:
+    head = (
+        f"{'layer':5s} {'MMACs':>7s} {'cycles':>9s} {'util':>6s} {'no-ovl':>6s} {'roofl':>6s} "
+        f"{'DRAM KiB':>8s} {'exact':>5s}  schedule (oc ic oh ow, order)"
+    )
+    lines = [f"resnet18-layers on {result['config']} (epilogue: {result['epilogue']})", head]
+    for r in result["layers"]:
+        s = r["schedule"]
+        exact = {True: "yes", False: "NO"}.get(r.get("bit_exact"), "-")
+        lines.append(
+            f"{r['name']:5s} {r['macs'] / 1e6:7.1f} {r['cycles']:9,} {r['utilization']:6.3f} "
+            f"{r['utilization_no_overlap']:6.3f} {r['roofline_fraction']:6.3f} "
+            f"{sum(r['dram_bytes'].values()) / 1024:8.0f} {exact:>5s}  "
+            f"{s['tile_oc']} {s['tile_ic']} {s['tile_oh']} {s['tile_ow']} {s['order']}"
+            + (" (taps folded)" if r["folded"] else "")
+        )
+    lines.append(
+        f"MAC-weighted utilization {result['mac_weighted_utilization']:.3f} "
+        f"(no overlap {result['mac_weighted_utilization_no_overlap']:.3f}), "
+        f"min roofline fraction {result['min_roofline_fraction']:.3f}, "
+        f"total {result['total_cycles']:,} cycles vs ideal {result['total_ideal_cycles']:,.0f}"
+    )
+    return "\n".join(lines)
