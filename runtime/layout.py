@@ -129,8 +129,15 @@ def unpack(cfg: HwConfig, layout: dict, p: np.ndarray) -> np.ndarray:
     if kind == "rows":
         m, n = shape
         return activation_as_rows(unpack_activation(p, p.shape[0] * p.shape[4], n), m)
-    if kind == "weight" and not layout.get("folded"):
-        return unpack_weight(p, shape[0], shape[1])
+    if kind == "weight":
+        if layout.get("dense"):  # (K, N) stored as an (N, K, 1, 1) kernel
+            return np.ascontiguousarray(unpack_weight(p, shape[1], shape[0])[:, :, 0, 0].T)
+        o, i, kh, kw = shape
+        if layout.get("folded"):
+            return unpack_weight(p, o, i * kh * kw).reshape(o, i, kh, kw)
+        return unpack_weight(p, o, i)
+    if kind == "channels":
+        return np.ascontiguousarray(p[:, 0, :].reshape(-1)[: shape[0]])
     raise ProgramError(f"a {kind!r} layout cannot be unpacked")
 
 
