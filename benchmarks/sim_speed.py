@@ -1,8 +1,9 @@
 """sim-speed: functional simulation of the ResNet-18 conv layers vs numpy.matmul (BENCHMARKS.md).
 
-Until the conv2d compiler lands, each layer runs as its im2col GEMM (M = OH*OW, K = IC*KH*KW
-padded to BLOCK_IN, N = OC) through the blocked-GEMM program: the same MACs as the layer. The
-baseline is numpy.matmul of int32 matrices of the layer's true (unpadded) shape, same process.
+Each layer is compiled by the conv2d compiler (default schedule; compile time not counted) and
+run on the behavioral simulator with random int8 data. The baseline is numpy.matmul of int32
+matrices of the layer's im2col shape (M = OH*OW, K = IC*KH*KW, N = OC: the same MACs), same
+process.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import time
 import numpy as np
 
 from tilecraft.benchmarks.workloads import resnet18_layers
-from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b
+from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import get_device
+from tilecraft.runtime.layout import pack_inputs
 
 
 def gemm_shape(layer: dict) -> tuple[int, int, int]:
@@ -30,20 +33,26 @@ def run(cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int
     device = get_device("sim")
     rows, sim_total, np_total = [], 0.0, 0.0
     for layer in layers:
-        m, k, n = gemm_shape(layer)
-        m_pad = -(-m // cfg.batch) * cfg.batch
-        k_pad = -(-k // cfg.block_in) * cfg.block_in
-        n_pad = -(-n // cfg.block_out) * cfg.block_out
-        a = np.zeros((m_pad, k_pad), np.int8)
-        w = np.zeros((k_pad, n_pad), np.int8)
-        a[:m, :k] = rng.integers(-128, 128, (m, k))
-        w[:k, :n] = rng.integers(-128, 128, (k, n))
-        program = blocked_gemm(cfg, m_pad, k_pad, n_pad)
-        inputs = {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}
+        op = Conv2d(
+            1,
+            layer["IC"],
+            layer["H"],
+            layer["W"],
+            layer["OC"],
+            kernel=layer["K"],
+            stride=layer["S"],
+            pad=layer["P"],
+        )
+        w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
+        x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+        program = conv2d(cfg, op, Epilogue(shift=8, relu=True), weight=w)
+        inputs = pack_inputs(program, {"input": x})
         t0 = time.perf_counter()
         result = device.run(program, inputs)
         sim_s = time.perf_counter() - t0
-        a32, w32 = a[:m, :k].astype(np.int32), w[:k, :n].astype(np.int32)
+        m, k, n = gemm_shape(layer)
+        a32 = rng.integers(-128, 128, (m, k)).astype(np.int32)
+        w32 = rng.integers(-128, 128, (k, n)).astype(np.int32)
         t0 = time.perf_counter()
         np.matmul(a32, w32)
         np_s = time.perf_counter() - t0
@@ -63,7 +72,7 @@ def run(cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int
     return {
         "suite": "sim-speed",
         "config": cfg.tag,
-        "workload": "ResNet-18 C1-C11 as im2col GEMMs through the blocked-GEMM program",
+        "workload": "ResNet-18 C1-C11 compiled by the conv2d compiler",
         "layers": rows,
         "sim_seconds": sim_total,
         "numpy_seconds": np_total,

@@ -29,6 +29,7 @@ class Access:
     dram_reads: list[tuple[int, int]] = field(default_factory=list)  # byte ranges [lo, hi)
     dram_writes: list[tuple[int, int]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    first_dst: int | None = None  # GEMM/ALU: the accumulator row of the first micro-op
 
 
 def accesses(
@@ -127,6 +128,7 @@ def _loop(r, op, depth, sram_uops, a: Access) -> None:
         )
         return
     a.reads["uop"] = np.arange(bgn, end)
+    a.first_dst = int(sram_uops["dst"][bgn])
     i = np.arange(int(r["iter_out"]), dtype=np.int64)[:, None, None]
     j = np.arange(int(r["iter_in"]), dtype=np.int64)[None, :, None]
 

@@ -9,7 +9,10 @@ Rules, each a `VerifyError` naming the instruction:
   (fetch routes in program order), all reach the end;
 - ``raw`` / ``war`` / ``waw``: when two stages touch the same scratchpad rows, the later one in
   program order is ordered after the earlier one by the tokens (happens-before, with vector
-  clocks), and nothing reads a row no instruction has written.
+  clocks), and nothing reads a row no instruction has written;
+- ``unit-overlap``: a GEMM and an ALU instruction the compute stage may run at the same time
+  (their first micro-ops write different accumulator halves, see sim.engine) touch disjoint
+  accumulator rows.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 from tilecraft.compiler.footprint import SRAMS, accesses
 from tilecraft.errors import VerifyError
-from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Stage, TokenQueue, format_row
+from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
 from tilecraft.runtime.program import Program
 
 
@@ -39,6 +42,7 @@ def verify(program: Program) -> dict:
     _check_balance(table, pops, pushes)
     clocks = _clocks(stages, pops, pushes, order)
     _check_hazards(cfg, table, acc, clocks)
+    _check_unit_overlap(cfg, table, acc)
     return {
         "instructions": len(table),
         "tokens": {q.name: len(pushes[q]) for q in TokenQueue},
@@ -261,6 +265,39 @@ def _check_hazards(cfg, table, acc, clocks) -> None:
         for buf, rows in a.writes.items():
             writer[buf][rows] = k
             writer_by[s][buf][rows] = k
+
+
+def _check_unit_overlap(cfg, table, acc) -> None:
+    """An instruction can overlap only the latest instruction of the other unit issued since
+    the last LOAD UOP/ACC or FINISH (anything older on that unit finished before it)."""
+    half = cfg.depth("acc") // 2
+    last = {int(Opcode.GEMM): None, int(Opcode.ALU): None}
+    for a in acc:
+        if a.stage != Stage.COMPUTE:
+            continue
+        op = int(table["opcode"][a.index])
+        if op not in last:
+            last = dict.fromkeys(last)
+            continue
+        other = last[int(Opcode.ALU) if op == Opcode.GEMM else int(Opcode.GEMM)]
+        last[op] = a
+        if other is None or (a.first_dst >= half) == (other.first_dst >= half):
+            continue
+        for x, y in ((a, other), (other, a)):
+            written = x.writes.get("acc")
+            if written is None:
+                continue
+            for rows in (y.reads.get("acc"), y.writes.get("acc")):
+                if rows is not None and np.intersect1d(written, rows).size:
+                    row = int(np.intersect1d(written, rows)[0])
+                    _fail(
+                        "unit-overlap",
+                        f"may run alongside instruction {other.index} "
+                        f"({format_row(table[other.index])}) on the other compute unit "
+                        f"(different accumulator halves) but both touch acc row {row}",
+                        table,
+                        a.index,
+                    )
 
 
 def _ordered(table, k, clock, stages, local, others, rule, what) -> None:

@@ -108,7 +108,8 @@ def run_image(
             elif not row["reset"]:
                 counts["gemm"] += steps
         if trace:
-            events.append((STAGE_NAMES[stage], k, start, stop, format_row(row)))
+            lane = STAGE_NAMES[stage] + _UNIT_LANES.get(op, "")
+            events.append((lane, k, start, stop, format_row(row)))
 
     def half(k: int) -> int:
         return int(machine.uop_dst[rows[k]["uop_bgn"]] >= half_row)
@@ -118,6 +119,9 @@ def run_image(
     cycles = engine.check_finish()
     report = _report(config, table, plan, engine, cycles, counts, events if trace else None)
     return report, machine
+
+
+_UNIT_LANES = {Opcode.GEMM: "/gemm", Opcode.ALU: "/alu"}
 
 
 def _check_overlap(k: int, j: int, mine, theirs, rows) -> None:

@@ -6,7 +6,8 @@ import json
 import os
 from pathlib import Path
 
-_TIDS = {"load": 1, "compute": 2, "store": 3}
+# compute-stage instructions are drawn on the unit that runs them (they may overlap)
+_TIDS = {"load": 1, "compute": 2, "compute/gemm": 3, "compute/alu": 4, "store": 5}
 
 
 def chrome_trace(events: list[tuple[str, int, int, int, str]], clock_mhz: float) -> dict:

@@ -97,7 +97,7 @@ def test_example(tmp_path, capsys):
     events = json.loads(trace.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     assert slices
-    assert {e["tid"] for e in slices} <= {1, 2, 3}
+    assert {e["tid"] for e in slices} <= {1, 2, 3, 4, 5}
     assert all(e["dur"] >= 0 for e in slices)
     assert Program.load(prog).meta["M"] == 32
 
@@ -211,3 +211,98 @@ def test_sim_speed_result_shape():
     assert table.splitlines()[1].startswith("T ")
     assert "64x144x16" in table
     assert "(goal <= 2)" in table
+
+
+def test_compile_conv2d_then_sim_check(tmp_path, capsys):
+    out = str(tmp_path / "layer.tcp")
+    args = [
+        "compile",
+        "conv2d",
+        "--H",
+        "9",
+        "--W",
+        "9",
+        "--IC",
+        "20",
+        "--OC",
+        "24",
+        "--K",
+        "3",
+        "--S",
+        "2",
+        "--P",
+        "1",
+        "--bias",
+        "--multiplier",
+        "channel",
+        "--relu",
+        "-o",
+        out,
+    ]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "schedule:" in text and "tile_oc=" in text and "verified" in text
+    assert main(["sim", out, "--check", "--seed", "3"]) == 0
+    assert "check output: bit-exact vs numpy" in capsys.readouterr().out
+
+
+def test_compile_dense_with_inputs_and_explicit_schedule(tmp_path, capsys):
+    out = str(tmp_path / "d.tcp")
+    args = [
+        "compile",
+        "dense",
+        "--M",
+        "20",
+        "--K",
+        "40",
+        "--N",
+        "24",
+        "--residual",
+        "--params-as-inputs",
+        "--schedule",
+        "1,1,4,1,single",
+        "-o",
+        out,
+    ]
+    assert main(args) == 0
+    assert "'double_buffer': False" in capsys.readouterr().out
+    assert main(["sim", out, "--check"]) == 0
+    assert "bit-exact" in capsys.readouterr().out
+
+
+def test_compile_rejects_bad_schedules(tmp_path, capsys):
+    out = str(tmp_path / "x.tcp")
+    assert main(["compile", "conv2d", "--schedule", "4,4,56,56", "-o", out]) == 1
+    err = capsys.readouterr().err
+    assert "inp scratchpad: needs" in err and "exceeds by" in err
+    assert main(["compile", "conv2d", "--schedule", "1,2", "-o", out]) == 1
+    assert "expected TILE_OC,TILE_IC,TILE_OH,TILE_OW" in capsys.readouterr().err
+
+
+def test_resnet18_layers_result_shape():
+    from tilecraft.benchmarks import resnet18_layers as bench
+
+    layers = [
+        {"name": "A", "H": 16, "W": 16, "IC": 3, "OC": 16, "K": 7, "S": 2, "P": 3},
+        {"name": "B", "H": 8, "W": 8, "IC": 32, "OC": 32, "K": 3, "S": 1, "P": 1},
+    ]
+    result = bench.run(layers=layers)
+    assert result["all_bit_exact"]
+    a, b = result["layers"]
+    assert a["folded"] and not b["folded"]
+    for row in (a, b):
+        assert row["on_accelerator"]
+        assert row["ideal_cycles"] == row["macs"] / 256
+        assert 0 < row["utilization"] <= 1
+        assert row["utilization"] == pytest.approx(row["ideal_cycles"] / row["cycles"])
+        assert row["utilization_no_overlap"] < row["utilization"]
+        assert row["roofline_cycles"] >= row["ideal_cycles"]
+        assert 0 < row["roofline_fraction"] <= 1
+        assert set(row["dram_bytes"]) >= {"inp", "wgt", "out"}
+    weighted = (a["macs"] * a["utilization"] + b["macs"] * b["utilization"]) / (
+        a["macs"] + b["macs"]
+    )
+    assert result["mac_weighted_utilization"] == pytest.approx(weighted)
+    assert result["min_roofline_fraction"] == min(a["roofline_fraction"], b["roofline_fraction"])
+    table = bench.format_table(result)
+    assert "MAC-weighted utilization" in table and "(taps folded)" in table

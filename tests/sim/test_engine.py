@@ -196,12 +196,65 @@ def test_trace_has_one_slice_per_instruction():
     table = program.table()
     for k, tid in tids.items():
         if table["opcode"][k] == Opcode.STORE:
-            assert tid == 3
+            assert tid == 5
         elif table["opcode"][k] == Opcode.GEMM:
-            assert tid == 2
+            assert tid == 3  # compute stage, GEMM unit
+        elif table["opcode"][k] == Opcode.ALU:
+            assert tid == 4
     assert max(e["args"]["end_cycle"] for e in slices) <= report.cycles
 
 
 def test_finish_only_program_runs():
     report, _, _ = run(preset("default"), [Finish()], finish=False)
     assert report.cycles > 0 and report.gemm_uops == 0
+
+
+def _units_program(alu_dst: int):
+    """LOAD UOP, a long GEMM writing acc rows 0..63, then an ALU pass whose first micro-op
+    writes `alu_dst` (rows alu_dst..alu_dst+63)."""
+    from tilecraft.hw.isa import Alu, AluOp, Uop
+
+    uops = [Uop(0, 0, 0), Uop(alu_dst, 0, 0)]
+    insns = [
+        Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=2, x_stride=2),
+        Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
+        Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=2, iter_out=64, dst_out=1),
+    ]
+    return insns, uops
+
+
+def test_gemm_and_alu_overlap_only_across_accumulator_halves():
+    cfg = preset("default")
+    half = cfg.depth("acc") // 2
+    times = {}
+    for label, dst in (("same", 64), ("other", half)):
+        insns, uops = _units_program(dst)
+        report, _, _ = run(cfg, insns, uops=uops, trace=True)
+        slices = {e["name"]: e["args"] for e in report.trace["traceEvents"] if e["ph"] == "X"}
+        times[label] = (slices["GEMM"], slices["ALU"], report.cycles)
+    gemm, alu, _ = times["same"]
+    assert alu["start_cycle"] >= gemm["end_cycle"]  # same half: the ALU waits for the GEMM
+    gemm, alu, _ = times["other"]
+    assert alu["start_cycle"] < gemm["end_cycle"]  # other half: it runs alongside
+    assert times["other"][2] < times["same"][2]
+
+
+def test_overlapping_units_touching_the_same_rows_is_a_hazard():
+    from tilecraft.hw.isa import Alu, AluOp, Uop
+
+    cfg = preset("default")
+    half = cfg.depth("acc") // 2
+    # the ALU's first micro-op is in the upper half, its second writes GEMM rows
+    uops = [Uop(0, 0, 0), Uop(half, 0, 0), Uop(3, 0, 0)]
+    insns = [
+        Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=3, x_stride=3),
+        Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
+        Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=3, iter_out=1),
+    ]
+    with pytest.raises(HazardError, match="both touch acc row 3"):
+        run(cfg, insns, uops=uops)
+    no_dual = dataclasses.replace(
+        __import__("tilecraft.sim.timing", fromlist=["Timing"]).Timing.from_config(cfg),
+        dual_issue=False,
+    )
+    run(cfg, insns, uops=uops, timing=no_dual)  # serialized units: no overlap, no hazard

@@ -1,0 +1,75 @@
+"""The numpy oracle itself: conv2d against a naive loop, the epilogue's exact arithmetic, and
+requantization's error bound against float."""
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler import reference as R
+from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.errors import ScheduleError
+
+
+def naive_conv(x, w, stride, pad):
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh = (h + 2 * pad[0] - kh) // stride[0] + 1
+    ow = (wd + 2 * pad[1] - kw) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    for b, f, i, j in np.ndindex(n, o, oh, ow):
+        for ci, a, bb in np.ndindex(c, kh, kw):
+            y, xx = i * stride[0] + a - pad[0], j * stride[1] + bb - pad[1]
+            if 0 <= y < h and 0 <= xx < wd:
+                out[b, f, i, j] += int(x[b, ci, y, xx]) * int(w[f, ci, a, bb])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_conv_acc_matches_a_naive_loop(seed):
+    rng = np.random.default_rng(seed)
+    op = Conv2d(2, 3, 6, 5, 4, kernel=(3, 2), stride=(2, 1), pad=(1, 2))
+    x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+    w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
+    np.testing.assert_array_equal(R.conv2d_acc(op, x, w), naive_conv(x, w, op.stride, op.pad))
+
+
+def test_epilogue_steps_in_order_with_32_bit_wrap():
+    acc = np.array([[2**31 - 1, -5, 1000, 7]], np.int64)
+    ep = Epilogue(bias=True, multiplier="channel", shift=2, residual=True, relu=True)
+    out = R.epilogue(
+        ep,
+        acc,
+        bias=np.array([1, 0, 0, 0]),
+        multiplier=np.array([1, 3, 1, 2]),
+        residual=np.array([[0, 1, -300, 3]]),
+    )
+    # 2**31-1 + 1 wraps to -2**31 -> >>2 -> relu 0; -15+2>>2 = -4 +1 -> relu 0;
+    # (1000+2)>>2 = 250 - 300 -> 0; (14+2)>>2 = 4 + 3 = 7
+    np.testing.assert_array_equal(out, [[0, 0, 0, 7]])
+    assert out.dtype == np.int8
+
+
+def test_rounding_shift_is_round_half_up():
+    ep = Epilogue(shift=1)
+    acc = np.array([[-3, -2, -1, 0, 1, 2, 3]])
+    np.testing.assert_array_equal(R.epilogue(ep, acc, channel_axis=0), [[-1, -1, 0, 0, 1, 1, 2]])
+
+
+@pytest.mark.parametrize("scale", [1 / 256, 0.0137, [0.002, 0.01, 0.03], 0.7])
+def test_requantization_error_bound_against_float(scale):
+    bound = 1 << 16
+    m, s = R.requant_params(scale, bound)
+    scale = np.broadcast_to(np.asarray(scale, float), np.shape(m))
+    assert int(np.max(m)) * bound < 2**31  # the multiply never wraps
+    x = np.random.default_rng(0).integers(-bound, bound + 1, (4096, np.size(m)))
+    q = (x * np.asarray(m).reshape(1, -1) + (1 << (s - 1))) >> s
+    err = np.abs(q - x * scale.reshape(1, -1))
+    assert err.max() <= 0.5 + bound / 2 ** (s + 1) + 1e-9
+    if scale.max() * bound < 2**10:  # outputs near the int8 range: under one step off
+        assert err.max() < 1.0
+
+
+def test_requant_rejects_what_cannot_be_represented():
+    with pytest.raises(ScheduleError, match="positive"):
+        R.requant_params(-1.0, 100)
+    with pytest.raises(ScheduleError, match="too small"):
+        R.requant_params([1e-9, 100.0], 1 << 10)

@@ -1,0 +1,220 @@
+"""The static verifier catches broken programs before anything runs them, and the token pass
+produces programs it accepts."""
+
+import re
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.verify import verify
+from tilecraft.errors import DeadlockError, VerifyError
+from tilecraft.hw.config import preset
+from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Stage, Uop, encode, isa_for
+from tilecraft.runtime import get_device
+from tilecraft.runtime.layout import pack_inputs, random_inputs
+
+CFG = preset("default")
+
+
+def compiled():
+    op = Conv2d(1, 32, 10, 10, 32, kernel=3, pad=1)
+    return conv2d(
+        CFG, op, Epilogue(shift=6), weight=np.ones(op.weight_shape, np.int8), schedule=None
+    )
+
+
+def with_table(program, table):
+    program.insns = encode(isa_for(program.config), [_row(r) for r in table])
+    return program
+
+
+def _row(r):
+    from tilecraft.hw.isa import row_insn
+
+    return row_insn(r)
+
+
+def first(table, opcode_mem, flag):
+    from tilecraft.hw.isa import stage_of
+
+    for k in range(len(table)):
+        r = table[k]
+        if stage_of(int(r["opcode"]), int(r["mem"])) == opcode_mem and r[flag]:
+            return k
+    raise AssertionError(flag)
+
+
+def test_compiled_programs_verify_and_count_tokens():
+    summary = verify(compiled())
+    assert summary["tokens"]["LOAD_TO_COMPUTE"] > 0
+    assert summary["tokens"]["COMPUTE_TO_STORE"] > 0
+
+
+def test_dropped_push_is_a_deadlock():
+    program = compiled()
+    table = program.table()
+    k = first(table, Stage.LOAD, "push_next")
+    table["push_next"][k] = 0
+    with pytest.raises(VerifyError) as info:
+        verify(with_table(program, table))
+    assert info.value.rule == "deadlock"
+    assert "waits for a token on LOAD_TO_COMPUTE" in str(info.value)
+
+
+def test_dropped_pop_unbalances_the_queue():
+    program = compiled()
+    table = program.table()
+    k = first(table, Stage.COMPUTE, "pop_prev")
+    table["pop_prev"][k] = 0
+    with pytest.raises(VerifyError) as info:
+        verify(with_table(program, table))
+    assert info.value.rule in ("token-balance", "raw")
+    assert info.value.index is not None
+
+
+def test_dropped_pair_is_a_raw_hazard_naming_both_instructions():
+    program = compiled()
+    table = program.table()
+    producer = first(table, Stage.LOAD, "push_next")
+    consumer = first(table, Stage.COMPUTE, "pop_prev")
+    table["push_next"][producer] = 0
+    table["pop_prev"][consumer] = 0
+    with pytest.raises(VerifyError) as info:
+        verify(with_table(program, table))
+    assert info.value.rule == "raw"
+    assert info.value.index == consumer
+    writer = int(re.search(r"written by instruction (\d+)", str(info.value)).group(1))
+    assert writer <= producer and table["opcode"][writer] == 0  # one of that step's LOADs
+
+
+def test_the_simulator_agrees_a_dropped_pair_races():
+    from tilecraft.errors import HazardError
+
+    program = compiled()
+    table = program.table()
+    table["push_next"][first(table, Stage.LOAD, "push_next")] = 0
+    table["pop_prev"][first(table, Stage.COMPUTE, "pop_prev")] = 0
+    broken = with_table(program, table)
+    inputs = pack_inputs(broken, random_inputs(broken, np.random.default_rng(0)))
+    with pytest.raises(HazardError):
+        get_device("sim").run(broken, inputs)
+
+
+def _token_storm(cfg, n):
+    """Load and compute each push n tokens to the other before popping any."""
+    pb = ProgramBuilder(cfg, "storm")
+    idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    for _ in range(n):
+        pb.emit(Load(mem=MemId.INP, push_next=True, **idle))
+    for _ in range(n):
+        pb.emit(Load(mem=MemId.ACC, push_prev=True, **idle))
+    for _ in range(n):
+        pb.emit(Load(mem=MemId.INP, pop_next=True, **idle))
+    for _ in range(n):
+        pb.emit(Load(mem=MemId.ACC, pop_prev=True, **idle))
+    pb.emit(Finish())
+    return pb.build()
+
+
+def test_deadlock_at_the_configured_queue_depth():
+    depth = CFG.dep_queue_depth
+    verify(_token_storm(CFG, depth))
+    with pytest.raises(VerifyError, match="cannot push: token queue full") as info:
+        verify(_token_storm(CFG, depth + 1))
+    assert info.value.rule == "deadlock"
+    with pytest.raises(DeadlockError):  # and the simulator agrees
+        get_device("sim").run(_token_storm(CFG, depth + 1), {})
+
+
+def test_read_before_any_write():
+    pb = ProgramBuilder(CFG, "uninit")
+    first_uop = pb.uops([Uop(0, 0, 0)])
+    pb.reserve_uops(1)
+    pb.emit(
+        Load(
+            mem=MemId.UOP,
+            sram_base=0,
+            dram_base=pb.uop_dram(first_uop),
+            y_size=1,
+            x_size=1,
+            x_stride=1,
+        )
+    )
+    pb.emit(Gemm(uop_bgn=0, uop_end=1))
+    pb.emit(Finish())
+    with pytest.raises(
+        VerifyError, match="reads (acc|inp|wgt) row 0 before any instruction writes it"
+    ):
+        verify(pb.build())
+
+
+def test_out_of_range_and_stray_store():
+    from tilecraft.hw.isa import Store
+
+    pb = ProgramBuilder(CFG, "ranges")
+    out = pb.buffer("out", "output", (4, 1, 16), np.int8)
+    pb.uops([Uop(CFG.depth("acc") - 2, 0, 0)])
+    pb.reserve_uops(1)
+    pb.emit(
+        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=1, x_stride=1)
+    )
+    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=4, dst_out=1))
+    pb.emit(Finish())
+    with pytest.raises(VerifyError, match=r"dst index \d+ is beyond the 2048 acc rows") as info:
+        verify(pb.build())
+    assert info.value.rule == "range" and info.value.index == 1
+
+    pb = ProgramBuilder(CFG, "stray")
+    pb.buffer("out", "output", (4, 1, 16), np.int8)
+    pb.uops([Uop(0, 0, 0)])
+    pb.reserve_uops(1)
+    pb.emit(
+        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=1, x_stride=1)
+    )
+    pb.emit(
+        Alu(
+            op=AluOp.MUL,
+            use_imm=True,
+            imm=0,
+            uop_bgn=0,
+            uop_end=1,
+            iter_out=4,
+            dst_out=1,
+            push_next=True,
+        )
+    )
+    pb.emit(
+        Store(
+            sram_base=0,
+            dram_base=pb.elem(out, "out") + 2,
+            y_size=1,
+            x_size=4,
+            x_stride=4,
+            pop_prev=True,
+            push_prev=True,
+        )
+    )
+    pb.emit(Finish(pop_next=True))
+    with pytest.raises(VerifyError, match="outside every output buffer") as info:
+        verify(pb.build())
+    assert info.value.rule == "dram"
+
+
+def test_units_overlapping_on_shared_rows():
+    half = CFG.depth("acc") // 2
+    pb = ProgramBuilder(CFG, "units")
+    pb.uops([Uop(0, 0, 0), Uop(half, 0, 0), Uop(5, 0, 0)])
+    pb.reserve_uops(3)
+    pb.emit(
+        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=3, x_stride=3)
+    )
+    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1))
+    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=3))
+    pb.emit(Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1))
+    pb.emit(Finish())
+    with pytest.raises(VerifyError, match="both touch acc row 5") as info:
+        verify(pb.build())
+    assert info.value.rule == "unit-overlap"
