@@ -148,3 +148,69 @@ def test_program_round_trips_through_a_file(tmp_path):
     loaded = Program.load(program.save(tmp_path / "c.tcp"))
     ok, message, *_ = run_and_check(loaded, np.random.default_rng(2))
     assert ok, message
+
+
+@pytest.mark.parametrize("config", ["default", "1x16x8", "2x16x16"])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ConvSchedule(3, 2, 4, 5, "oc_outer", True),  # ragged edges in every dimension
+        ConvSchedule(2, 1, 3, 7, "spatial_outer", True),
+        ConvSchedule(4, 3, 5, 3, "oc_outer", False),
+    ],
+)
+def test_explicit_ragged_schedules(config, schedule):
+    op = Conv2d(3, 45, 11, 13, 70, kernel=3, stride=2, pad=2)
+    ep = Epilogue(bias=True, multiplier="channel", shift=11, residual=True, relu=True)
+    program = conv2d(preset(config), op, ep, schedule=schedule)
+    assert program.meta["schedule"] == schedule.to_dict()
+    ok, message, *_ = run_and_check(program, np.random.default_rng(0))
+    assert ok, message
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_legal_schedules_from_the_space(seed):
+    from tilecraft.compiler.mapping import lower
+    from tilecraft.compiler.schedule import space
+
+    cfg = preset("default")
+    op = Conv2d(1, 40, 9, 9, 48, kernel=3, pad=1)
+    ep = Epilogue(shift=5, relu=True)
+    legal = list(space(cfg, lower(cfg, op, ep)))
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(len(legal), 4, replace=False):
+        program = conv2d(cfg, op, ep, schedule=legal[i])
+        ok, message, *_ = run_and_check(program, rng)
+        assert ok, f"{legal[i].describe()}: {message}"
+
+
+NAMED_SHAPES = {
+    "odd channels": Conv2d(1, 19, 8, 8, 21, kernel=3, pad=1),
+    "stride 2": Conv2d(1, 32, 9, 9, 16, kernel=3, stride=2, pad=1),
+    "1x1": Conv2d(1, 24, 6, 6, 40, kernel=1),
+    "1x1 stride 2": Conv2d(1, 32, 8, 8, 16, kernel=1, stride=2),
+    "7x7 pad 3": Conv2d(1, 16, 12, 12, 16, kernel=7, stride=2, pad=3),
+    "pad 0": Conv2d(1, 16, 7, 7, 16, kernel=3),
+    "pad 2": Conv2d(1, 16, 6, 6, 16, kernel=5, pad=2),
+    "batch 2": Conv2d(2, 16, 6, 6, 32, kernel=3, pad=1),
+}
+EPILOGUES = {
+    "none": Epilogue(),
+    "bias": Epilogue(bias=True),
+    "channel requant": Epilogue(multiplier="channel", shift=10),
+    "tensor requant": Epilogue(multiplier="tensor", shift=7),
+    "relu": Epilogue(shift=6, relu=True),
+    "clip": Epilogue(shift=6, clip=(-20, 90)),
+    "residual": Epilogue(shift=6, residual=True),
+}
+
+
+@pytest.mark.parametrize("config", ["default", "1x8x8"])
+@pytest.mark.parametrize("shape", list(NAMED_SHAPES))
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_named_shapes_with_each_epilogue(config, shape, epilogue):
+    op, ep = NAMED_SHAPES[shape], EPILOGUES[epilogue]
+    rng = np.random.default_rng(len(shape) * 31 + len(epilogue))
+    program = conv2d(preset(config), op, ep, **params_for(op.oc, ep, rng, op.weight_shape))
+    ok, message, *_ = run_and_check(program, rng)
+    assert ok, f"{shape} / {epilogue} on {config}: {message}"
