@@ -19,6 +19,7 @@ from tilecraft.compiler.mapping import lower
 from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.compiler.schedule import ConvSchedule
 from tilecraft.compiler.verify import verify
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime.program import Program
 
@@ -71,6 +72,29 @@ def build(
     return program
 
 
+def _compile(cfg, op, epilogue, params, schedule, fold, name, meta) -> Program:
+    """The program for `schedule`, or for the heuristic's choice; not yet verified."""
+    from tilecraft.compiler.heuristic import choose
+
+    m = params.get("multiplier")
+    if epilogue.multiplier == "tensor" and (
+        m is None or np.ndim(m) != 0 or not -(1 << 15) <= int(m) < (1 << 15)
+    ):
+        raise ScheduleError(
+            f"a per-tensor multiplier must be given at compile time as an int in "
+            f"[-32768, 32767] (it is an immediate), not {m!r}"
+        )
+    if schedule is None:
+        choice = choose(cfg, op, epilogue, fold=fold, params=params)
+        program = choice.program
+        meta = {**meta, "schedule_notes": choice.notes, "schedule_candidates": choice.candidates}
+    else:
+        program = build(cfg, op, epilogue, schedule, params, fold=fold, check=False)
+    program.name = name
+    program.meta.update(meta)
+    return program
+
+
 def conv2d(
     cfg: HwConfig,
     op: Conv2d,
@@ -86,18 +110,14 @@ def conv2d(
     """Compile one conv2d (NCHW int8 input "input", OIHW int8 "weight", int8 "output").
 
     Without `schedule`, the heuristic picks one (heuristic.choose) and the program's
-    `meta["schedule_notes"]` says which limits shaped it.
+    `meta["schedule_notes"]` says which limits shaped it. The program is verified.
     """
-    from tilecraft.compiler.heuristic import choose
-
-    epilogue = epilogue or Epilogue()
     params = {"weight": weight, "bias": bias, "multiplier": multiplier}
-    meta = {}
-    if schedule is None:
-        choice = choose(cfg, op, epilogue, fold=fold, params=params)
-        schedule = choice.schedule
-        meta = {"schedule_notes": choice.notes, "schedule_candidates": choice.candidates}
-    return build(cfg, op, epilogue, schedule, params, fold=fold, name=name, meta=meta)
+    program = _compile(
+        cfg, op, epilogue or Epilogue(), params, schedule, fold, name or "conv2d", {}
+    )
+    verify(program)
+    return program
 
 
 def dense(
@@ -118,29 +138,13 @@ def dense(
     Runs as a 1x1 convolution over BATCH images of ceil(M/BATCH) rows each (runtime.layout
     ``rows``), so every batch lane is used whatever M is.
     """
-    from tilecraft.compiler.heuristic import choose
-
-    epilogue = epilogue or Epilogue()
     op = Conv2d(cfg.batch, k, -(-m // cfg.batch), 1, n, kernel=1)
     w = None if weight is None else np.asarray(weight).T.reshape(n, k, 1, 1)
     params = {"weight": w, "bias": bias, "multiplier": multiplier}
-    meta = {"dense": {"m": m, "k": k, "n": n}}
-    if schedule is None:
-        choice = choose(cfg, op, epilogue, fold=False, params=params)
-        schedule = choice.schedule
-        meta.update(schedule_notes=choice.notes, schedule_candidates=choice.candidates)
-    program = build(
-        cfg,
-        op,
-        epilogue,
-        schedule,
-        params,
-        fold=False,
-        name=name or "dense",
-        check=False,
-        meta=meta,
+    meta = {"kind": "dense", "dense": {"m": m, "k": k, "n": n}}
+    program = _compile(
+        cfg, op, epilogue or Epilogue(), params, schedule, False, name or "dense", meta
     )
-    program.meta["kind"] = "dense"
     _relayout_dense(program, m, k, n)
     verify(program)
     return program

@@ -26,6 +26,7 @@ class Choice:
     schedule: S.ConvSchedule
     notes: list[str]
     candidates: list[dict]  # the measured ones: schedule, estimate, cycles
+    program: object  # the chosen schedule's program, not yet verified
 
 
 def _ceil(a: int, b: int) -> int:
@@ -107,9 +108,7 @@ def choose(
             + "; ".join(S.violations(cfg, low, S.ConvSchedule(1, 1, 1, 1)))
         )
     params = dict(params or {})
-    if epilogue.multiplier == "tensor" and params.get("multiplier") is None:
-        params["multiplier"] = 1  # timing does not depend on the value
-    measured: list[tuple[int, S.ConvSchedule, dict]] = []
+    measured: list[tuple] = []
     for est, _, s in ranked:
         if len(measured) == MEASURED:
             break
@@ -126,8 +125,8 @@ def choose(
             check_races=False,
         )
         row = {"schedule": s.to_dict(), "estimate": round(est), "cycles": report.cycles}
-        measured.append((report.cycles, s, row))
+        measured.append((report.cycles, s, row, program))
     if not measured:
         raise ScheduleError(f"no schedule for {low.describe()} fits the micro-op buffer")
-    chosen = min(measured, key=lambda m: m[0])[1]
-    return Choice(chosen, S.shaping_limits(cfg, low, chosen), [m[2] for m in measured])
+    _, chosen, _, program = min(measured, key=lambda m: m[0])
+    return Choice(chosen, S.shaping_limits(cfg, low, chosen), [m[2] for m in measured], program)

@@ -182,15 +182,8 @@ class ConvEmitter:
             np.int8,
             layout={"pack": "activation", "logical": list(op.output_shape), "block": "out"},
         )
-        self.m_imm = None
-        if ep.multiplier == "tensor":
-            m = params.get("multiplier")
-            if m is None or np.ndim(m) != 0 or not -(1 << 15) <= int(m) < (1 << 15):
-                raise ScheduleError(
-                    f"a per-tensor multiplier must be given at compile time as an int in "
-                    f"[-32768, 32767] (it is an immediate), not {m!r}"
-                )
-            self.m_imm = int(m)
+        # a per-tensor multiplier is an immediate (conv2d._compile checked its range)
+        self.m_imm = int(params["multiplier"]) if ep.multiplier == "tensor" else None
 
     def _param(self, name, shape, dtype, layout, value):
         if value is None:
