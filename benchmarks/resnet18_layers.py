@@ -136,7 +136,7 @@ def run(
 def format_table(result: dict) -> str:
     head = (
         f"{'layer':5s} {'MMACs':>7s} {'cycles':>9s} {'util':>6s} {'no-ovl':>6s} {'roofl':>6s} "
-        f"{'DRAM KiB':>8s} {'exact':>5s}  schedule (oc ic oh ow, order)"
+        f"{'DRAM KiB':>8s} {'exact':>5s}  schedule (oc ic oh ow, order, acc slots)"
     )
     lines = [f"resnet18-layers on {result['config']} (epilogue: {result['epilogue']})", head]
     for r in result["layers"]:
@@ -146,7 +146,8 @@ def format_table(result: dict) -> str:
             f"{r['name']:5s} {r['macs'] / 1e6:7.1f} {r['cycles']:9,} {r['utilization']:6.3f} "
             f"{r['utilization_no_overlap']:6.3f} {r['roofline_fraction']:6.3f} "
             f"{sum(r['dram_bytes'].values()) / 1024:8.0f} {exact:>5s}  "
-            f"{s['tile_oc']} {s['tile_ic']} {s['tile_oh']} {s['tile_ow']} {s['order']}"
+            f"{s['tile_oc']} {s['tile_ic']} {s['tile_oh']} {s['tile_ow']} {s['order']} "
+            + (f"x{s['acc_slots']}" if s["double_buffer"] else "single")
             + (" (taps folded)" if r["folded"] else "")
         )
     lines.append(

@@ -85,7 +85,7 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     # Per tile: the units' work, and the chain through the accumulator slot the next tile
     # reuses: epilogue of tile t-1 (under tile t's GEMMs) -> its store -> zeroing -> GEMMs.
     chain = max(gemm - step, alu - zero) + store + zero
-    period = max(gemm, alu, chain)
+    period = max(gemm, alu, chain / (s.acc_slots - 1))
     fill = inp_loads + wgt_loads + alu + store
     return max(n_tiles * period, load, bus * 1.07) + fill
 

@@ -118,9 +118,12 @@ class ConvEmitter:
         self.res_slot = [n * b.inp_window + k * b.inp_residual for k in range(n)]
         self.wgt_slot = [k * b.wgt_tile for k in range(n)]
         self.select_base = n * b.wgt_tile
-        half = cfg.depth("acc") // n
-        self.acc_slot = [k * half for k in range(n)]
-        self.param_base = half - b.acc_reserved
+        # accumulator slots alternate between the halves (the GEMM/ALU interlock's unit), the
+        # epilogue parameters sit at the end of slot 0's region
+        half = cfg.depth("acc") // 2
+        region = cfg.depth("acc") // b.acc_slots
+        self.acc_slot = [(k % 2) * half + (k // 2) * region for k in range(b.acc_slots)]
+        self.param_base = region - b.acc_reserved
         self.kernels: dict = {}
         self.insns: list = []
         ep, op = low.epilogue, low.op
@@ -227,14 +230,15 @@ class ConvEmitter:
         self._prologue()
         inp_cache, wgt_cache = SlotCache(self.b.slots), SlotCache(self.b.slots)
         steps = _ranges(low.icb, s.tile_ic)
-        # With two accumulator slots the epilogue of tile t-1 is emitted after the first GEMM
-        # of tile t, and tile t+1's accumulators are zeroed after tile t's last GEMM: the ALU
-        # unit then works on one half while the GEMM core works on the other.
-        pipelined = self.b.slots == 2
+        # With several accumulator slots the epilogue of tile t-1 is emitted after the first
+        # GEMM of tile t, and tile t+1's accumulators are zeroed after tile t's last GEMM: the
+        # ALU unit then works on one half while the GEMM core works on the other.
+        n_acc = self.b.acc_slots
+        pipelined = n_acc > 1
         order = list(tiles(low, s))
         self._zero(order[0], 0)
         for t, tile in enumerate(order):
-            a = t % self.b.slots
+            a = t % n_acc
             for i, (ic0, tic) in enumerate(steps):
                 islot, ihit = inp_cache.get((tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow))
                 if not ihit:
@@ -244,13 +248,13 @@ class ConvEmitter:
                     self._load_weights(tile, ic0, tic, wslot)
                 self._gemm(tile, tic, islot, wslot, a)
                 if pipelined and i == 0 and t > 0:
-                    self._finish_tile(order[t - 1], 1 - a)
+                    self._finish_tile(order[t - 1], (t - 1) % n_acc)
             if not pipelined:
                 self._finish_tile(tile, a)
             if t + 1 < len(order):
-                self._zero(order[t + 1], (t + 1) % self.b.slots)
+                self._zero(order[t + 1], (t + 1) % n_acc)
         if pipelined:
-            self._finish_tile(order[-1], (len(order) - 1) % 2)
+            self._finish_tile(order[-1], (len(order) - 1) % n_acc)
         self.insns.append(Finish())
         count = self.pb.uop_count
         if count > cfg.depth("uop"):
@@ -481,7 +485,7 @@ class ConvEmitter:
         bo, bi = cfg.block_out, cfg.block_in
         lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, low.op.oc)
         blocks = list(range(lo // bi, (hi - 1) // bi + 1))
-        base = self.res_slot[a]
+        base = self.res_slot[a % self.b.slots]
         plane = low.oh * low.ow
         first = self.pb.elem(self.res, "inp") + (tile.nb * self.res_blocks) * plane
         first += tile.oh0 * low.ow + tile.ow0

@@ -6,7 +6,10 @@ A `ConvSchedule` tiles the lowered convolution (see mapping.py) into output tile
 `tile_ic` input-channel blocks; `order` says whether output-channel tiles are the outer loop
 (weights stay resident while the window slides) or the inner one (the input window stays while
 the channels change); `double_buffer` splits every scratchpad into two halves so loads, compute
-and stores of neighbouring steps overlap. It is frozen and hashable: the tuner's search space.
+and stores of neighbouring steps overlap, and `acc_slots` (2 or 4, when double-buffered) is how
+many accumulator tiles rotate, alternating between the accumulator's halves: with 4, a tile's
+epilogue and store have three tile-times, not one, before its slot is zeroed again. It is
+frozen and hashable: the tuner's search space.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class ConvSchedule:
     tile_ow: int
     order: str = "oc_outer"
     double_buffer: bool = True
+    acc_slots: int = 2  # when double-buffered: 2 or 4 accumulator tiles in rotation
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -41,7 +45,13 @@ class ConvSchedule:
     def describe(self) -> str:
         return (
             f"tiles oc={self.tile_oc} ic={self.tile_ic} oh={self.tile_oh} ow={self.tile_ow} "
-            f"({self.order}, {'double-buffered' if self.double_buffer else 'single buffer'})"
+            f"({self.order}, "
+            + (
+                f"double-buffered, {self.acc_slots} acc slots"
+                if self.double_buffer
+                else "single buffer"
+            )
+            + ")"
         )
 
 
@@ -50,6 +60,7 @@ class Budget:
     """Scratchpad rows a schedule needs, per buffer, against what the config has."""
 
     slots: int
+    acc_slots: int
     inp_window: int  # rows of one input-window slot
     inp_residual: int  # rows of one residual slot
     wgt_tile: int
@@ -60,11 +71,11 @@ class Budget:
     def needs(self, cfg: HwConfig) -> dict[str, tuple[int, int]]:
         """buffer -> (rows needed, rows available). Double-buffered accumulator tiles live in
         separate halves (so the GEMM and ALU units may overlap), the parameters in the first."""
-        acc = ("acc", self.acc_tile + self.acc_reserved, cfg.depth("acc") // self.slots)
+        slot = {1: "acc", 2: "acc half", 4: "acc quarter"}[self.acc_slots]
         return {
             "inp": (self.slots * (self.inp_window + self.inp_residual), cfg.depth("inp")),
             "wgt": (self.slots * self.wgt_tile + self.wgt_reserved, cfg.depth("wgt")),
-            "acc" if self.slots == 1 else "acc half": acc[1:],
+            slot: (self.acc_tile + self.acc_reserved, cfg.depth("acc") // self.acc_slots),
         }
 
 
@@ -81,6 +92,7 @@ def budget(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> Budget:
     res_blocks = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
     return Budget(
         slots=2 if s.double_buffer else 1,
+        acc_slots=s.acc_slots if s.double_buffer else 1,
         inp_window=s.tile_ic * wr * wc,
         inp_residual=res_blocks * s.tile_oh * s.tile_ow,
         wgt_tile=s.tile_oc * s.tile_ic * kh * kw,
@@ -95,6 +107,8 @@ def violations(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
     out = []
     if s.order not in ORDERS:
         out.append(f"order {s.order!r} is not one of {ORDERS}")
+    if s.acc_slots not in (2, 4):
+        out.append(f"acc_slots = {s.acc_slots!r} must be 2 or 4")
     for name, value, top in (
         ("tile_oc", s.tile_oc, low.ocb),
         ("tile_ic", s.tile_ic, low.icb),
@@ -140,13 +154,18 @@ def check(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> None:
 def space(cfg: HwConfig, low: Lowered, double_buffer=(True, False)) -> Iterator[ConvSchedule]:
     """Every legal schedule (tile sizes that divide their dimension, or the whole of it)."""
     for db in double_buffer:
-        for oc, ic, oh, ow, order in itertools.product(
-            _sizes(low.ocb), _sizes(low.icb), _sizes(low.oh), _sizes(low.ow), ORDERS
+        for oc, ic, oh, ow, order, acc in itertools.product(
+            _sizes(low.ocb),
+            _sizes(low.icb),
+            _sizes(low.oh),
+            _sizes(low.ow),
+            ORDERS,
+            (2, 4) if db else (2,),
         ):
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)
             if order == "spatial_outer" and single:
                 continue  # one loop has a single trip: the orders are the same program
-            s = ConvSchedule(oc, ic, oh, ow, order, db)
+            s = ConvSchedule(oc, ic, oh, ow, order, db, acc)
             if not violations(cfg, low, s):
                 yield s
 
