@@ -157,6 +157,7 @@ def test_program_round_trips_through_a_file(tmp_path):
         ConvSchedule(3, 2, 4, 5, "oc_outer", True),  # ragged edges in every dimension
         ConvSchedule(2, 1, 3, 7, "spatial_outer", True),
         ConvSchedule(4, 3, 5, 3, "oc_outer", False),
+        ConvSchedule(1, 3, 2, 7, "oc_outer", True, acc_slots=4),
     ],
 )
 def test_explicit_ragged_schedules(config, schedule):
