@@ -22,15 +22,14 @@ import numpy as np
 
 from tilecraft.compiler.builder import ProgramBuilder
 from tilecraft.compiler.mapping import Lowered, residual_offsets
-from tilecraft.compiler.schedule import ConvSchedule, budget, window
+from tilecraft.compiler.schedule import ConvSchedule, budget
+from tilecraft.compiler.tensorize import gemm_loops, kernel_uops, step_dims, window
 from tilecraft.compiler.tokens import insert_tokens
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.runtime import layout as L
 from tilecraft.runtime.program import Program
-
-PREFERRED_UOPS = 512  # above this a GEMM kernel loops over other dimensions instead
 
 
 @dataclass(frozen=True)
@@ -84,27 +83,6 @@ class SlotCache:
         slot = int(np.argmin(self.used))
         self.keys[slot], self.used[slot] = key, self.clock
         return slot, False
-
-
-def gemm_loops(dims: list[tuple[str, int, int, int, int]]) -> tuple[list, list]:
-    """Split (name, extent, dst, src, wgt) dimensions into the GEMM's two hardware loops and
-    the micro-op list: output rows x columns when the rest stays small, else the pair that
-    leaves the fewest micro-ops."""
-    by_name = {d[0]: d for d in dims}
-    preferred = (by_name["oh"], by_name["ow"])
-
-    def rest_of(pair):
-        return [d for d in dims if d[0] not in (pair[0][0], pair[1][0])]
-
-    def count(pair):
-        return int(np.prod([d[1] for d in rest_of(pair)], dtype=np.int64))
-
-    pair = preferred
-    if count(preferred) > PREFERRED_UOPS:
-        best = min(itertools.combinations(dims, 2), key=count)
-        if count(best) < count(preferred):
-            pair = best
-    return list(pair), rest_of(pair)
 
 
 class ConvEmitter:
@@ -414,32 +392,12 @@ class ConvEmitter:
         )
 
     def _gemm(self, tile: Tile, tic: int, islot: int, wslot: int, a: int) -> None:
-        low = self.low
-        (kh, kw), (sh, sw) = low.kernel, low.stride
-        wr, wc = window(low, tile.toh, tile.tow)
-        kk = kh * kw
-        dims = [  # name, extent, dst stride, src stride, wgt stride
-            ("oh", tile.toh, tile.tow, (1 if low.row_skip else sh) * wc, 0),
-            ("ow", tile.tow, 1, sw, 0),
-            ("ic", tic, 0, wr * wc, kk),
-            ("kh", kh, 0, wc, kw),
-            ("kw", kw, 0, 1, 1),
-            ("oc", tile.toc, tile.pix, 0, tic * kk),
-        ]
+        dims = step_dims(self.low, tile.toc, tic, tile.toh, tile.tow)
         loops, rest = gemm_loops(dims)
         base = (self.acc_slot[a], self.inp_slot[islot], self.wgt_slot[wslot])
-        key = ("gemm", base, tuple(dims))
-
-        def make():
-            uops = []
-            for idx in itertools.product(*(range(d[1]) for d in rest)):
-                d = s = w = 0
-                for i, dim in zip(idx, rest):
-                    d, s, w = d + i * dim[2], s + i * dim[3], w + i * dim[4]
-                uops.append(Uop(base[0] + d, base[1] + s, base[2] + w))
-            return uops
-
-        bgn, end = self.kernel(key, make)
+        bgn, end = self.kernel(
+            ("gemm", base, tuple(dims)), lambda: [Uop(*u) for u in kernel_uops(rest, base)]
+        )
         (_, n1, d1, s1, w1), (_, n2, d2, s2, w2) = loops
         self.insns.append(
             Gemm(

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from tilecraft.compiler.mapping import Lowered
+from tilecraft.compiler.tensorize import kernel_size, window
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa.formats import ITER_BITS
@@ -79,13 +80,6 @@ class Budget:
         }
 
 
-def window(low: Lowered, rows: int, cols: int) -> tuple[int, int]:
-    """Input rows and columns of the window an output block of rows x cols reads."""
-    (kh, kw), (sh, sw) = low.kernel, low.stride
-    wr = rows if low.row_skip else (rows - 1) * sh + kh
-    return wr, (cols - 1) * sw + kw
-
-
 def budget(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> Budget:
     kh, kw = low.kernel
     wr, wc = window(low, s.tile_oh, s.tile_ow)
@@ -126,6 +120,15 @@ def violations(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
                 f"{buf} scratchpad: needs {need} rows ({_explain(buf, b)}), has {have} "
                 f"(exceeds by {need - have})"
             )
+    uops, have = kernel_size(low, s.tile_oc, s.tile_ic, s.tile_oh, s.tile_ow), cfg.depth("uop")
+    # at least one kernel per accumulator slot in use (the exact count is known at emission)
+    tiles = low.nbb * -(-low.ocb // s.tile_oc) * -(-low.oh // s.tile_oh) * -(-low.ow // s.tile_ow)
+    kernels = min(b.acc_slots, tiles)
+    if uops * kernels > have:
+        out.append(
+            f"micro-op buffer: needs at least {kernels} GEMM kernel(s) of {uops} micro-ops = "
+            f"{uops * kernels}, has {have} (exceeds by {uops * kernels - have})"
+        )
     pix = s.tile_oh * s.tile_ow
     if pix > MAX_ITER:
         out.append(f"ALU loop over {pix} tile pixels exceeds the {ITER_BITS}-bit iteration field")
