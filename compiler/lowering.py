@@ -14,15 +14,12 @@ tokens.insert_tokens.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 import numpy as np
 
 from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.compiler.epilogue import EpilogueLowering
 from tilecraft.compiler.mapping import Lowered, residual_offsets
-from tilecraft.compiler.schedule import ConvSchedule, budget
+from tilecraft.compiler.schedule import ConvSchedule, Tile, budget, ranges, tiles
 from tilecraft.compiler.tensorize import gemm_loops, kernel_uops, step_dims, window
 from tilecraft.compiler.tokens import insert_tokens
 from tilecraft.errors import ScheduleError
@@ -30,40 +27,6 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.runtime import layout as L
 from tilecraft.runtime.program import Program
-
-
-@dataclass(frozen=True)
-class Tile:
-    nb: int
-    oc0: int
-    toc: int
-    oh0: int
-    toh: int
-    ow0: int
-    tow: int
-
-    @property
-    def pix(self) -> int:
-        return self.toh * self.tow
-
-
-def _ranges(total: int, step: int) -> list[tuple[int, int]]:
-    return [(a, min(step, total - a)) for a in range(0, total, step)]
-
-
-def tiles(low: Lowered, s: ConvSchedule) -> Iterator[Tile]:
-    ocs, ohs, ows = (
-        _ranges(low.ocb, s.tile_oc),
-        _ranges(low.oh, s.tile_oh),
-        _ranges(low.ow, s.tile_ow),
-    )
-    for nb in range(low.nbb):
-        if s.order == "oc_outer":
-            for (oc0, toc), (oh0, toh), (ow0, tow) in itertools.product(ocs, ohs, ows):
-                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
-        else:
-            for (oh0, toh), (ow0, tow), (oc0, toc) in itertools.product(ohs, ows, ocs):
-                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
 
 
 class SlotCache:
@@ -85,7 +48,7 @@ class SlotCache:
         return slot, False
 
 
-class ConvEmitter:
+class ConvEmitter(EpilogueLowering):
     def __init__(self, cfg: HwConfig, low: Lowered, s: ConvSchedule, params: dict, name: str):
         self.cfg, self.low, self.s = cfg, low, s
         self.pb = pb = ProgramBuilder(cfg, name)
@@ -207,7 +170,7 @@ class ConvEmitter:
         self.insns.append(None)  # LOAD UOP, once every kernel is known
         self._prologue()
         inp_cache, wgt_cache = SlotCache(self.b.slots), SlotCache(self.b.slots)
-        steps = _ranges(low.icb, s.tile_ic)
+        steps = ranges(low.icb, s.tile_ic)
         # With several accumulator slots the epilogue of tile t-1 is emitted after the first
         # GEMM of tile t, and tile t+1's accumulators are zeroed after tile t's last GEMM: the
         # ALU unit then works on one half while the GEMM core works on the other.
@@ -249,77 +212,6 @@ class ConvEmitter:
         for insn in flagged:
             self.pb.emit(insn)
         return self.pb.build()
-
-    def _prologue(self) -> None:
-        low, ep = self.low, self.low.epilogue
-        ocb = low.ocb
-        base = {}
-        for k, name in enumerate(low.param_vectors()):
-            base[name] = self.param_base + k * ocb
-        self.vec = base
-        self.round_row = self.param_base + len(base) * ocb if low.needs_round_row() else None
-        for name, buf in (("mul", self.mul), ("add", self.bias)):
-            if buf is not None:
-                self.insns.append(
-                    Load(
-                        mem=MemId.ACC,
-                        sram_base=base[name],
-                        dram_base=self.pb.elem(buf, "acc"),
-                        y_size=1,
-                        x_size=ocb,
-                        x_stride=ocb,
-                    )
-                )
-        if self.sel is not None:
-            n = len(self.offsets)
-            self.insns.append(
-                Load(
-                    mem=MemId.WGT,
-                    sram_base=self.select_base,
-                    dram_base=self.pb.elem(self.sel, "wgt"),
-                    y_size=1,
-                    x_size=n,
-                    x_stride=n,
-                )
-            )
-        if self.round_row is not None:
-            r = self.round_row
-            one = self.loop(("row", r), [Uop(r, r)])
-            self.insns.append(Gemm(reset=True, **one))
-            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1, **one))
-            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=-(ep.shift - 1), **one))
-        if "add" in base:
-            vec = (ocb, 1, 1, 0)
-            if "mul" in base:
-                fields = self.loop(
-                    ("vec", base["add"], base["mul"]), [Uop(base["add"], base["mul"])], inner=vec
-                )
-                self.insns.append(Alu(op=AluOp.MUL, **fields))
-            fields = self.loop(
-                ("vec", base["add"], base["add"]), [Uop(base["add"], base["add"])], inner=vec
-            )
-            if self.m_imm is not None:
-                self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **fields))
-            if 0 < ep.shift <= 15:
-                self.insns.append(
-                    Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **fields)
-                )
-            elif self.round_row is not None:
-                fields = self.loop(
-                    ("vec", base["add"], self.round_row),
-                    [Uop(base["add"], self.round_row)],
-                    inner=(ocb, 1, 0, 0),
-                )
-                self.insns.append(Alu(op=AluOp.ADD, **fields))
-
-    def _tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool) -> dict:
-        dst = self.acc_slot[a]
-        return self.loop(
-            ("tile", dst, src, per_channel, tile.toc, tile.pix),
-            [Uop(dst, src)],
-            outer=(tile.toc, tile.pix, int(per_channel), 0),
-            inner=(tile.pix, 1, 0, 0),
-        )
 
     def _zero(self, tile: Tile, a: int) -> None:
         """Clear the accumulator tile on the ALU unit (x * 0), leaving the GEMM core free."""
@@ -412,81 +304,6 @@ class ConvEmitter:
                 wgt_out=w1,
                 wgt_in=w2,
             )
-        )
-
-    def _epilogue(self, tile: Tile, a: int) -> None:
-        ep = self.low.epilogue
-        imm = self._tile_loop(tile, a, 0, False)
-
-        def tensor(row: int, per_channel: bool = True):
-            return self._tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
-
-        if "mul" in self.vec:
-            self.insns.append(Alu(op=AluOp.MUL, **tensor(self.vec["mul"])))
-        elif self.m_imm is not None:
-            self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **imm))
-        if "add" in self.vec:
-            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.vec["add"])))
-        elif 0 < ep.shift <= 15:
-            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **imm))
-        elif ep.shift:
-            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.round_row, per_channel=False)))
-        if ep.shift:
-            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
-        if ep.residual:
-            self._residual(tile, a)
-        self.insns.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
-        self.insns.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
-
-    def _residual(self, tile: Tile, a: int) -> None:
-        cfg, low = self.cfg, self.low
-        bo, bi = cfg.block_out, cfg.block_in
-        lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, low.op.oc)
-        blocks = list(range(lo // bi, (hi - 1) // bi + 1))
-        base = self.res_slot[a % self.b.slots]
-        plane = low.oh * low.ow
-        first = self.pb.elem(self.res, "inp") + (tile.nb * self.res_blocks) * plane
-        first += tile.oh0 * low.ow + tile.ow0
-        if tile.tow == low.ow:
-            self.insns.append(
-                Load(
-                    mem=MemId.INP,
-                    sram_base=base,
-                    dram_base=first + blocks[0] * plane,
-                    y_size=len(blocks),
-                    x_size=tile.pix,
-                    x_stride=plane,
-                )
-            )
-        else:
-            for j, rb in enumerate(blocks):
-                self.insns.append(
-                    Load(
-                        mem=MemId.INP,
-                        sram_base=base + j * tile.pix,
-                        dram_base=first + rb * plane,
-                        y_size=tile.toh,
-                        x_size=tile.tow,
-                        x_stride=low.ow,
-                    )
-                )
-        uops = []
-        for o in range(tile.toc):
-            ob = tile.oc0 + o
-            for j, rb in enumerate(blocks):
-                d = ob * bo - rb * bi
-                if d in self.offsets and -bo < d < bi and ob * bo < low.op.oc:
-                    uops.append(
-                        Uop(
-                            self.acc_slot[a] + o * tile.pix,
-                            base + j * tile.pix,
-                            self.select_base + self.offsets.index(d),
-                        )
-                    )
-        key = ("residual", self.acc_slot[a], base, tile.oc0, tile.toc, tile.pix)
-        bgn, end = self.kernel(key, lambda: uops)
-        self.insns.append(
-            Gemm(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=tile.pix, dst_in=1, src_in=1)
         )
 
     def _store(self, tile: Tile, a: int) -> None:

@@ -80,6 +80,40 @@ class Budget:
         }
 
 
+@dataclass(frozen=True)
+class Tile:
+    nb: int
+    oc0: int
+    toc: int
+    oh0: int
+    toh: int
+    ow0: int
+    tow: int
+
+    @property
+    def pix(self) -> int:
+        return self.toh * self.tow
+
+
+def ranges(total: int, step: int) -> list[tuple[int, int]]:
+    return [(a, min(step, total - a)) for a in range(0, total, step)]
+
+
+def tiles(low: Lowered, s: ConvSchedule) -> Iterator[Tile]:
+    ocs, ohs, ows = (
+        ranges(low.ocb, s.tile_oc),
+        ranges(low.oh, s.tile_oh),
+        ranges(low.ow, s.tile_ow),
+    )
+    for nb in range(low.nbb):
+        if s.order == "oc_outer":
+            for (oc0, toc), (oh0, toh), (ow0, tow) in itertools.product(ocs, ohs, ows):
+                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
+        else:
+            for (oh0, toh), (ow0, tow), (oc0, toc) in itertools.product(ohs, ows, ocs):
+                yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
+
+
 def budget(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> Budget:
     kh, kw = low.kernel
     wr, wc = window(low, s.tile_oh, s.tile_ow)
