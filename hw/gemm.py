@@ -1,0 +1,86 @@
+"""The GEMM core: BATCH x BLOCK_IN int8 inputs times BLOCK_OUT x BLOCK_IN int8 weights, the
+BATCH x BLOCK_OUT dot products as accumulator-width sums, one pair per cycle, pipelined.
+
+With `packed`, two products that share an input lane share one multiplier (the DSP48E1 trick,
+cf. Xilinx WP486): a * ((w1 << 16) + w0) = (a*w1 << 16) + a*w0, and since |a*w0| <= 2**14 the
+low product is the sign-extended low 16 bits and the high one the rest. A 16x16 array then needs
+128 multipliers instead of 256 (a Zynq-7020 has 220 DSP48E1).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw.config import HwConfig
+
+PACK_SHIFT = 16
+
+
+class GemmCore(wiring.Component):
+    LATENCY = 2  # products, then the adder trees
+
+    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+        self.cfg = cfg
+        self.packed = (cfg.block_out % 2 == 0) if packed is None else packed
+        if self.packed and (cfg.block_out % 2 or cfg.inp_bits > 8 or cfg.log_wgt_width > 3):
+            raise ValueError("multiplier packing needs int8 operands and an even BLOCK_OUT")
+        b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+        super().__init__(
+            {
+                "inp": In(b * bi * cfg.inp_bits),
+                "wgt": In(bo * bi * (1 << cfg.log_wgt_width)),
+                "valid": In(1),
+                "sums": Out(b * bo * cfg.acc_bits),
+                "sums_valid": Out(1),
+            }
+        )
+
+    @property
+    def multipliers(self) -> int:
+        c = self.cfg
+        n = c.batch * c.block_in * c.block_out
+        return n // 2 if self.packed else n
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cfg
+        b, bi, bo = c.batch, c.block_in, c.block_out
+        ib, wb, ab = c.inp_bits, 1 << c.log_wgt_width, c.acc_bits
+
+        def inp(r, i):
+            return self.inp[(r * bi + i) * ib : (r * bi + i + 1) * ib].as_signed()
+
+        def wgt(o, i):
+            return self.wgt[(o * bi + i) * wb : (o * bi + i + 1) * wb].as_signed()
+
+        prod = {}  # (r, o, i) -> registered product
+        for r in range(b):
+            for i in range(bi):
+                a = inp(r, i)
+                if self.packed:
+                    for o in range(0, bo, 2):
+                        both = Signal(signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}")
+                        combined = (wgt(o + 1, i) << PACK_SHIFT) + wgt(o, i)
+                        m.d.sync += both.eq(a * combined)
+                        low = both[:PACK_SHIFT].as_signed()
+                        high = (both - low) >> PACK_SHIFT
+                        prod[r, o, i], prod[r, o + 1, i] = low, high
+                else:
+                    for o in range(bo):
+                        p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}")
+                        m.d.sync += p.eq(a * wgt(o, i))
+                        prod[r, o, i] = p
+        for r in range(b):
+            for o in range(bo):
+                terms = [prod[r, o, i] for i in range(bi)]
+                while len(terms) > 1:
+                    terms = [x + y for x, y in zip(terms[0::2], terms[1::2])] + (
+                        [terms[-1]] if len(terms) % 2 else []
+                    )
+                lane = r * bo + o
+                m.d.sync += self.sums[lane * ab : (lane + 1) * ab].eq(terms[0])
+        valid = Signal()
+        m.d.sync += [valid.eq(self.valid), self.sums_valid.eq(valid)]
+        return m
