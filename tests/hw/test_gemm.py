@@ -20,8 +20,9 @@ def unpack(word, n, bits):
     return np.array([v - (1 << bits) if v >> (bits - 1) else v for v in vals], np.int64)
 
 
-@pytest.mark.parametrize("config,packed", [("1x8x8", True), ("1x8x8", False), ("2x16x16", True),
-                                           ("1x16x8", True)])
+@pytest.mark.parametrize(
+    "config,packed", [("1x8x8", True), ("1x8x8", False), ("2x16x16", True), ("1x16x8", True)]
+)
 def test_dot_products_match_numpy_every_cycle(config, packed):
     cfg = preset(config)
     dut = GemmCore(cfg, packed=packed)
@@ -30,7 +31,9 @@ def test_dot_products_match_numpy_every_cycle(config, packed):
     extremes = [np.full((b, bi), -128), np.full((b, bi), 127)]
     inputs = [rng.integers(-128, 128, (b, bi)) for _ in range(8)] + extremes
     weights = [rng.integers(-128, 128, (bo, bi)) for _ in range(8)] + [
-        np.full((bo, bi), -128), np.full((bo, bi), -128)]
+        np.full((bo, bi), -128),
+        np.full((bo, bi), -128),
+    ]
     expected = [x @ w.T for x, w in zip(inputs, weights)]
 
     async def bench(ctx):

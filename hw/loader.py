@@ -1,0 +1,183 @@
+"""The LOAD engine shared by the load stage (INP, WGT) and the compute stage (UOP, ACC):
+checks the instruction's ranges, runs the 2-D DMA read, and writes the scratchpad row by row,
+making the zero padding itself (y_pad0 rows, then x_pad0 zeros / x_size elements / x_pad1 zeros
+per row, then y_pad1 rows), one element per cycle."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw import regs
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.dma import ElementStream, ReadClient
+from tilecraft.hw.isa import BUFFER_NAMES, MemId, isa_for
+
+
+class LoadEngine(wiring.Component):
+    def __init__(self, cfg: HwConfig, targets: tuple[MemId, ...]):
+        self.cfg = cfg
+        self.targets = targets
+        self.spec = isa_for(cfg)
+        members = {
+            "start": In(1),
+            "insn": In(self.spec.layout(0)),  # the LOAD/STORE layout (opcode 0)
+            "dram_base": In(64),
+            "dram_size": In(32),
+            "busy": Out(1),
+            "done": Out(1),  # one-cycle pulse when the instruction has finished
+            "error": Out(8),  # an ErrorCode (0: none), valid with `done`
+            # read arbiter side
+            "ar_valid": Out(1),
+            "ar_addr": Out(64),
+            "ar_len": Out(8),
+            "ar_last": Out(1),
+            "ar_ready": In(1),
+            "r_valid": In(1),
+            "r_data": In(cfg.axi_data_bits),
+            "r_ready": Out(1),
+        }
+        for mem in targets:
+            name = BUFFER_NAMES[mem]
+            members[f"{name}_addr"] = Out(self.spec.sram_bits)
+            members[f"{name}_data"] = Out(cfg.elem_bytes(name) * 8)
+            members[f"{name}_en"] = Out(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.client = client = ReadClient(cfg)
+        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
+            m.d.comb += getattr(self, name).eq(getattr(client, name))
+        for name in ("ar_ready", "r_valid", "r_data"):
+            m.d.comb += getattr(client, name).eq(getattr(self, name))
+
+        insn = Signal.like(self.insn)
+        mem = insn.mem
+        width = Signal(16 + 1)
+        height = Signal(16 + 1)
+        m.d.comb += [
+            width.eq(insn.x_pad0 + insn.x_size + insn.x_pad1),
+            height.eq(insn.y_pad0 + insn.y_size + insn.y_pad1),
+        ]
+        eb = Signal(16)  # element bytes of the target
+        depth = Signal(32)
+        for mem_id in self.targets:
+            with m.If(mem == mem_id):
+                name = BUFFER_NAMES[mem_id]
+                m.d.comb += [eb.eq(cfg.elem_bytes(name)), depth.eq(cfg.depth(name))]
+        row_addr0 = Signal(64)
+        m.d.comb += row_addr0.eq(self.dram_base + insn.dram_base * eb)
+
+        streams = {}
+        for mem_id in self.targets:
+            name = BUFFER_NAMES[mem_id]
+            es = ElementStream(cfg.axi_data_bits, cfg.elem_bytes(name) * 8)
+            m.submodules[f"elems_{name}"] = streams[mem_id] = es
+            m.d.comb += [es.beat.eq(client.beat)]
+            with m.If(mem == mem_id):
+                m.d.comb += [
+                    es.beat_valid.eq(client.beat_valid),
+                    client.beat_ready.eq(es.beat_ready),
+                ]
+
+        y = Signal(17)
+        x = Signal(17)
+        addr = Signal(32)
+        data_row = Signal(17)  # data rows started so far
+        in_rows = (y >= insn.y_pad0) & (y < insn.y_pad0 + insn.y_size)
+        in_cols = (x >= insn.x_pad0) & (x < insn.x_pad0 + insn.x_size)
+        is_data = in_rows & in_cols
+        elem_valid = Signal()
+        elem = Signal(max(cfg.elem_bytes(BUFFER_NAMES[t]) for t in self.targets) * 8)
+        for mem_id, es in streams.items():
+            with m.If(mem == mem_id):
+                m.d.comb += [elem_valid.eq(es.elem_valid), elem.eq(es.elem)]
+        write = Signal()
+        for mem_id, es in streams.items():
+            name = BUFFER_NAMES[mem_id]
+            m.d.comb += [
+                getattr(self, f"{name}_addr").eq(addr),
+                getattr(self, f"{name}_data").eq(elem),
+                getattr(self, f"{name}_en").eq(write & (mem == mem_id)),
+                es.elem_ready.eq(write & is_data & (mem == mem_id)),
+            ]
+            with m.If(~is_data):
+                m.d.comb += getattr(self, f"{name}_data").eq(0)
+        narrow = any(cfg.elem_bytes(BUFFER_NAMES[t]) < cfg.axi_bytes for t in self.targets)
+        per_beat = {
+            t: max(cfg.axi_bytes // cfg.elem_bytes(BUFFER_NAMES[t]), 1) for t in self.targets
+        }
+        row_setup = Signal()
+        row_elem = Signal(48)  # element index (in DRAM) of the current data row's first element
+        offset = Signal(8)
+        for mem_id, per in per_beat.items():
+            with m.If(mem == mem_id):
+                m.d.comb += offset.eq(row_elem % per if per > 1 else 0)
+        for mem_id, es in streams.items():
+            m.d.comb += [
+                es.row_start.eq(row_setup & (mem == mem_id)),
+                es.row_offset.eq(offset),
+                es.row_elems.eq(insn.x_size),
+            ]
+
+        last_byte = Signal(64)
+        m.d.comb += last_byte.eq(
+            (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+        )
+        error = Signal(8)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.busy.eq(0)
+                with m.If(self.start):
+                    m.d.sync += insn.eq(self.insn)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0)]
+                with m.If(insn.x_size == 0):
+                    m.d.sync += error.eq(0)
+                    m.next = "DONE"
+                with m.Elif(insn.sram_base + width * height > depth):
+                    m.d.sync += error.eq(regs.ErrorCode.SRAM_RANGE)
+                    m.next = "DONE"
+                with m.Elif((insn.y_size != 0) & (last_byte > self.dram_size)):
+                    m.d.sync += error.eq(regs.ErrorCode.DRAM_RANGE)
+                    m.next = "DONE"
+                with m.Else():
+                    m.d.sync += error.eq(0)
+                    m.d.comb += [
+                        client.start.eq(1),
+                        client.addr.eq(row_addr0),
+                        client.rows.eq(insn.y_size),
+                        client.row_bytes.eq(insn.x_size * eb),
+                        client.stride.eq(insn.x_stride * eb),
+                    ]
+                    m.d.sync += row_elem.eq(insn.dram_base)
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += self.busy.eq(1)
+                if narrow:  # one set-up cycle per data row: the stream learns its offset
+                    armed = Signal()
+                    with m.If(in_rows & (x == insn.x_pad0) & ~armed):
+                        m.d.comb += row_setup.eq(1)
+                        m.d.sync += armed.eq(1)
+                    with m.If(write & is_data & (x == insn.x_pad0)):
+                        m.d.sync += armed.eq(0)
+                m.d.comb += write.eq(~is_data | (elem_valid & ~row_setup))
+                with m.If(write):
+                    m.d.sync += addr.eq(addr + 1)
+                    with m.If(is_data & (x == insn.x_pad0 + insn.x_size - 1)):
+                        m.d.sync += row_elem.eq(row_elem + insn.x_stride)
+                    with m.If(x == width - 1):
+                        m.d.sync += [x.eq(0), y.eq(y + 1)]
+                        with m.If(y == height - 1):
+                            m.next = "DONE"
+                    with m.Else():
+                        m.d.sync += x.eq(x + 1)
+            with m.State("DONE"):
+                m.d.comb += [self.busy.eq(1), self.done.eq(1), self.error.eq(error)]
+                m.next = "IDLE"
+        return m

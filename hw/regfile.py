@@ -1,0 +1,103 @@
+"""The AXI4-Lite register file, built from hw/regs.py's table."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw import regs
+from tilecraft.hw.axi import Bus, axi_lite_members
+from tilecraft.hw.config import HwConfig
+
+ADDR_BITS = 8
+
+
+class RegisterFile(wiring.Component):
+    """One transaction at a time: a write needs AW and W (in any order), a read AR; responses
+    are OKAY (unknown offsets read 0 and ignore writes)."""
+
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg
+        super().__init__(
+            {
+                **axi_lite_members("s_axi_control", ADDR_BITS),
+                "start": Out(1),  # one-cycle pulse
+                "irq_enable": Out(1),
+                "insn_count": Out(32),
+                "dram_base": Out(64),
+                "insn_offset": Out(32),
+                "dram_size": Out(32),
+                "busy": In(1),
+                "done": In(1),
+                "error": In(1),
+                "error_code": In(8),
+                "error_index": In(32),
+                "cycles": In(64),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = Bus(self, "s_axi_control")
+        o = regs.OFFSETS
+        lo, hi = regs.id_words(self.cfg.digest)
+        readable = {
+            o["STATUS"]: (self.busy | (self.done << 1) | (self.error << 2)),
+            o["IRQ_ENABLE"]: self.irq_enable,
+            o["INSN_COUNT"]: self.insn_count,
+            o["DRAM_BASE_LO"]: self.dram_base[:32],
+            o["DRAM_BASE_HI"]: self.dram_base[32:],
+            o["INSN_OFFSET"]: self.insn_offset,
+            o["DRAM_SIZE"]: self.dram_size,
+            o["CYCLES_LO"]: self.cycles[:32],
+            o["CYCLES_HI"]: self.cycles[32:],
+            o["ERROR_CODE"]: self.error_code,
+            o["ERROR_INDEX"]: self.error_index,
+            o["ID_LO"]: lo,
+            o["ID_HI"]: hi,
+            o["MAGIC"]: regs.MAGIC,
+        }
+        writable = {
+            o["IRQ_ENABLE"]: self.irq_enable,
+            o["INSN_COUNT"]: self.insn_count,
+            o["DRAM_BASE_LO"]: self.dram_base[:32],
+            o["DRAM_BASE_HI"]: self.dram_base[32:],
+            o["INSN_OFFSET"]: self.insn_offset,
+            o["DRAM_SIZE"]: self.dram_size,
+        }
+        # write: latch AW and W independently, act when both are held, then answer on B
+        aw_addr, aw_ok = Signal(ADDR_BITS), Signal()
+        w_data, w_ok = Signal(32), Signal()
+        m.d.comb += [
+            bus.awready.eq(~aw_ok & ~bus.bvalid),
+            bus.wready.eq(~w_ok & ~bus.bvalid),
+        ]
+        with m.If(bus.awvalid & bus.awready):
+            m.d.sync += [aw_addr.eq(bus.awaddr), aw_ok.eq(1)]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += [w_data.eq(bus.wdata), w_ok.eq(1)]
+        m.d.sync += self.start.eq(0)
+        with m.If(aw_ok & w_ok):
+            m.d.sync += [aw_ok.eq(0), w_ok.eq(0), bus.bvalid.eq(1)]
+            with m.Switch(aw_addr[2:]):
+                for offset, target in writable.items():
+                    with m.Case(offset >> 2):
+                        m.d.sync += target.eq(w_data)
+                with m.Case(o["CONTROL"] >> 2):
+                    m.d.sync += self.start.eq(w_data[0])
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bus.bvalid.eq(0)
+        m.d.comb += bus.bresp.eq(0)
+        # read: AR -> R the next cycle
+        m.d.comb += [bus.arready.eq(~bus.rvalid), bus.rresp.eq(0)]
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += bus.rvalid.eq(1)
+            m.d.sync += bus.rdata.eq(0)
+            with m.Switch(bus.araddr[2:]):
+                for offset, value in readable.items():
+                    with m.Case(offset >> 2):
+                        m.d.sync += bus.rdata.eq(value)
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += bus.rvalid.eq(0)
+        return m
