@@ -4,6 +4,7 @@ micro-ops, range errors."""
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
+from axi_model import ReadSlave
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
@@ -11,8 +12,6 @@ from tilecraft.hw.isa import BUFFER_NAMES, Load, MemId, insn_table, isa_for
 from tilecraft.hw.loader import LoadEngine
 from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
-
-from axi_model import ReadSlave
 
 
 def run_loads(cfg, targets, loads, dram, seed=0):
