@@ -1,0 +1,329 @@
+"""The compute stage's two execution units and the loop they share.
+
+`LoopSequencer` walks a GEMM/ALU instruction's loop (i < iter_out, j < iter_in, micro-op u in
+[uop_bgn, uop_end)) keeping running offsets (i*out + j*in) instead of multiplying.
+
+`GemmUnit`, one micro-op per cycle: uop read -> indices (range-checked) -> INP/WGT reads -> the
+GEMM core -> accumulator read -> add -> accumulator (and narrowed OUT) write. The accumulator
+read is transparent to the write port, so back-to-back micro-ops on one row add up.
+
+`AluUnit`: uop read -> indices -> accumulator read of dst (and, for a tensor operand, of src
+the next cycle: two reads on one port) -> lane ops -> write, so an immediate op takes one cycle
+per micro-op and a tensor op two; a row written by one micro-op is read back correctly by the
+next (the write and the next read share a cycle, and the port is transparent).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw.alu import alu_lane
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.gemm import GemmCore
+from tilecraft.hw.isa import isa_for
+
+ITER = 14
+
+
+class LoopSequencer(wiring.Component):
+    def __init__(self, idx_bits: int):
+        members = {
+            "start": In(1),
+            "uop_bgn": In(16),
+            "uop_end": In(16),
+            "iter_out": In(ITER),
+            "iter_in": In(ITER),
+            "advance": In(1),
+            "valid": Out(1),
+            "u": Out(16),
+            "last": Out(1),
+        }
+        for f in ("dst", "src", "wgt"):
+            members[f"{f}_out"] = In(idx_bits)
+            members[f"{f}_in"] = In(idx_bits)
+            members[f"off_{f}"] = Out(idx_bits + ITER + 1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        bgn, end = Signal(16), Signal(16)
+        n_out, n_in = Signal(ITER), Signal(ITER)
+        i, j = Signal(ITER), Signal(ITER)
+        strides = {}
+        outer = {}
+        for f in ("dst", "src", "wgt"):
+            strides[f] = (
+                Signal.like(getattr(self, f"{f}_out")),
+                Signal.like(getattr(self, f"{f}_in")),
+            )
+            outer[f] = Signal.like(getattr(self, f"off_{f}"))
+        last_u = self.u == end - 1
+        last_j = j == n_in - 1
+        last_i = i == n_out - 1
+        m.d.comb += self.last.eq(last_u & last_j & last_i)
+        with m.If(self.start):
+            m.d.sync += [
+                bgn.eq(self.uop_bgn),
+                end.eq(self.uop_end),
+                n_out.eq(self.iter_out),
+                n_in.eq(self.iter_in),
+                i.eq(0),
+                j.eq(0),
+                self.u.eq(self.uop_bgn),
+                self.valid.eq(
+                    (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
+                ),
+            ]
+            for f in ("dst", "src", "wgt"):
+                m.d.sync += [
+                    strides[f][0].eq(getattr(self, f"{f}_out")),
+                    strides[f][1].eq(getattr(self, f"{f}_in")),
+                    outer[f].eq(0),
+                    getattr(self, f"off_{f}").eq(0),
+                ]
+        with m.Elif(self.valid & self.advance):
+            with m.If(~last_u):
+                m.d.sync += self.u.eq(self.u + 1)
+            with m.Else():
+                m.d.sync += self.u.eq(bgn)
+                with m.If(~last_j):
+                    m.d.sync += j.eq(j + 1)
+                    for f in ("dst", "src", "wgt"):
+                        off = getattr(self, f"off_{f}")
+                        m.d.sync += off.eq(off + strides[f][1])
+                with m.Else():
+                    m.d.sync += j.eq(0)
+                    with m.If(~last_i):
+                        m.d.sync += i.eq(i + 1)
+                        for f in ("dst", "src", "wgt"):
+                            nxt = outer[f] + strides[f][0]
+                            m.d.sync += [outer[f].eq(nxt), getattr(self, f"off_{f}").eq(nxt)]
+                    with m.Else():
+                        m.d.sync += self.valid.eq(0)
+        return m
+
+
+def _loop_members(cfg: HwConfig) -> dict:
+    spec = isa_for(cfg)
+    return {
+        "start": In(1),
+        "insn": In(spec.layout(2)),  # the GEMM layout; the ALU one shares the loop fields
+        "busy": Out(1),
+        "done": Out(1),  # pulse: the last write has happened
+        "error": Out(1),  # with done: an index was outside its scratchpad
+        "uop_addr": Out(16),
+        "uop_data": In(spec.uop_layout()),
+        "acc_raddr": Out(16),
+        "acc_ren": Out(1),
+        "acc_rdata": In(cfg.batch * cfg.block_out * cfg.acc_bits),
+        "acc_waddr": Out(16),
+        "acc_wdata": Out(cfg.batch * cfg.block_out * cfg.acc_bits),
+        "acc_wen": Out(1),
+    }
+
+
+class GemmUnit(wiring.Component):
+    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+        self.cfg = cfg
+        self.packed = packed
+        spec = isa_for(cfg)
+        super().__init__(
+            {
+                **_loop_members(cfg),
+                "inp_addr": Out(16),
+                "inp_data": In(cfg.batch * cfg.block_in * cfg.inp_bits),
+                "wgt_addr": Out(16),
+                "wgt_data": In(cfg.block_out * cfg.block_in * (1 << cfg.log_wgt_width)),
+            }
+        )
+        self.idx_bits = max(spec.acc_idx_bits, spec.inp_idx_bits, spec.wgt_idx_bits)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.seq = seq = LoopSequencer(self.idx_bits)
+        m.submodules.core = core = GemmCore(cfg, self.packed)
+        insn = Signal.like(self.insn)
+        reset = insn.reset
+        running = Signal()
+        with m.If(self.start):
+            m.d.sync += [insn.eq(self.insn), running.eq(1)]
+        m.d.comb += [
+            seq.start.eq(self.start),
+            seq.uop_bgn.eq(self.insn.uop_bgn),
+            seq.uop_end.eq(self.insn.uop_end),
+            seq.iter_out.eq(self.insn.iter_out),
+            seq.iter_in.eq(self.insn.iter_in),
+        ]
+        for f in ("dst", "src", "wgt"):
+            m.d.comb += [
+                getattr(seq, f"{f}_out").eq(getattr(self.insn, f"{f}_out")),
+                getattr(seq, f"{f}_in").eq(getattr(self.insn, f"{f}_in")),
+            ]
+        # P0: micro-op read
+        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(1)]
+        v1 = Signal()
+        off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src", "wgt")}
+        last1 = Signal()
+        failed = Signal()
+        with m.If(self.start):
+            m.d.sync += failed.eq(0)
+        with m.Elif(self.error):
+            m.d.sync += failed.eq(1)
+        m.d.sync += [v1.eq(seq.valid & ~failed & ~self.error), last1.eq(seq.last & seq.valid)]
+        for f in off:
+            m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
+        # P1: indices
+        dst = Signal(32)
+        src = Signal(32)
+        wgt = Signal(32)
+        u = self.uop_data
+        m.d.comb += [
+            dst.eq(u.dst + off["dst"]),
+            src.eq(u.src + off["src"]),
+            wgt.eq(u.wgt + off["wgt"]),
+        ]
+        bad = v1 & (
+            (dst >= cfg.depth("acc"))
+            | (~reset & ((src >= cfg.depth("inp")) | (wgt >= cfg.depth("wgt"))))
+        )
+        m.d.comb += [self.inp_addr.eq(src), self.wgt_addr.eq(wgt)]
+        # reset: write zeros straight away
+        # pipeline registers for dst to the accumulate stage
+        depth = 1 + GemmCore.LATENCY  # P1 -> P2 (SRAM data) -> core
+        dsts = [Signal(16, name=f"dst_p{k}") for k in range(depth + 1)]
+        vals = [Signal(name=f"v_p{k}") for k in range(depth + 1)]
+        lasts = [Signal(name=f"last_p{k}") for k in range(depth + 1)]
+        m.d.sync += [dsts[0].eq(dst), vals[0].eq(v1 & ~bad & ~reset), lasts[0].eq(last1)]
+        for k in range(depth):
+            m.d.sync += [
+                dsts[k + 1].eq(dsts[k]),
+                vals[k + 1].eq(vals[k]),
+                lasts[k + 1].eq(lasts[k]),
+            ]
+        m.d.comb += [
+            core.inp.eq(self.inp_data),
+            core.wgt.eq(self.wgt_data),
+            core.valid.eq(vals[0]),
+        ]
+        # accumulate: read at P(depth), data + sums at P(depth + 1)
+        a_dst, a_val = dsts[depth - 1], vals[depth - 1]
+        sums = Signal.like(core.sums)
+        m.d.sync += sums.eq(core.sums)
+        m.d.comb += [self.acc_raddr.eq(a_dst), self.acc_ren.eq(a_val)]
+        w_dst, w_val = dsts[depth], vals[depth]
+        lanes = cfg.batch * cfg.block_out
+        ab = cfg.acc_bits
+        total = Signal.like(self.acc_wdata)
+        for k in range(lanes):
+            m.d.comb += total[k * ab : (k + 1) * ab].eq(
+                self.acc_rdata[k * ab : (k + 1) * ab] + sums[k * ab : (k + 1) * ab]
+            )
+        with m.If(v1 & reset & ~bad):
+            m.d.comb += [self.acc_waddr.eq(dst), self.acc_wdata.eq(0), self.acc_wen.eq(1)]
+        with m.Else():
+            m.d.comb += [self.acc_waddr.eq(w_dst), self.acc_wdata.eq(total), self.acc_wen.eq(w_val)]
+        # completion: the last micro-op's write (or reset), or an error
+        reset_done = v1 & reset & last1
+        gemm_done = lasts[depth] & vals[depth]
+        first = Signal()  # an instruction with no steps finishes the cycle after it starts
+        m.d.sync += first.eq(self.start)
+        finished = Signal()
+        m.d.comb += finished.eq(
+            running & (reset_done | (gemm_done & ~reset) | bad | (first & ~seq.valid))
+        )
+        with m.If(finished):
+            m.d.sync += running.eq(0)
+        m.d.comb += [self.done.eq(finished), self.error.eq(bad), self.busy.eq(running)]
+        return m
+
+
+class AluUnit(wiring.Component):
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg
+        spec = isa_for(cfg)
+        super().__init__(_loop_members(cfg) | {"insn": In(spec.layout(4))})
+        self.idx_bits = max(spec.acc_idx_bits, spec.src_idx_bits)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.seq = seq = LoopSequencer(self.idx_bits)
+        insn = Signal.like(self.insn)
+        running = Signal()
+        with m.If(self.start):
+            m.d.sync += [insn.eq(self.insn), running.eq(1)]
+        m.d.comb += [
+            seq.start.eq(self.start),
+            seq.uop_bgn.eq(self.insn.uop_bgn),
+            seq.uop_end.eq(self.insn.uop_end),
+            seq.iter_out.eq(self.insn.iter_out),
+            seq.iter_in.eq(self.insn.iter_in),
+            seq.wgt_out.eq(0),
+            seq.wgt_in.eq(0),
+        ]
+        for f in ("dst", "src"):
+            m.d.comb += [
+                getattr(seq, f"{f}_out").eq(getattr(self.insn, f"{f}_out")),
+                getattr(seq, f"{f}_in").eq(getattr(self.insn, f"{f}_in")),
+            ]
+        tensor = ~insn.use_imm
+        depth = cfg.depth("acc")
+        # a tensor op spends two cycles per micro-op (dst read, then src read on one port)
+        tick = Signal()
+        with m.If(self.start):
+            m.d.sync += tick.eq(0)
+        with m.Elif(running & tensor):
+            m.d.sync += tick.eq(~tick)
+        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(~tensor | tick)]
+        failed = Signal()
+        with m.If(self.start):
+            m.d.sync += failed.eq(0)
+        with m.Elif(self.error):
+            m.d.sync += failed.eq(1)
+        # P1: indices, dst (or src) read
+        v1, last1, ph1 = Signal(), Signal(), Signal()
+        off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src")}
+        m.d.sync += [
+            v1.eq(seq.valid & ~failed & ~self.error),
+            last1.eq(seq.last & seq.valid),
+            ph1.eq(tensor & tick),
+        ]
+        for f in off:
+            m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
+        dst, src = Signal(32), Signal(32)
+        u = self.uop_data
+        m.d.comb += [dst.eq(u.dst + off["dst"]), src.eq(u.src + off["src"])]
+        bad = Signal()
+        m.d.comb += bad.eq(v1 & ~ph1 & ((dst >= depth) | (tensor & (src >= depth))))
+        m.d.comb += [self.acc_ren.eq(v1 & ~bad), self.acc_raddr.eq(Mux(ph1, src, dst))]
+        # P2: operands in, result written
+        w_dst, w_val, w_last, got_dst = Signal(16), Signal(), Signal(), Signal()
+        with m.If(~ph1):
+            m.d.sync += w_dst.eq(dst)
+        m.d.sync += [
+            w_val.eq(v1 & ~bad & (~tensor | ph1)),
+            w_last.eq(last1 & (~tensor | ph1)),
+            got_dst.eq(v1 & ~bad & tensor & ~ph1),
+        ]
+        a = Signal.like(self.acc_rdata)
+        with m.If(got_dst):
+            m.d.sync += a.eq(self.acc_rdata)
+        lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
+        lhs = Mux(tensor, a, self.acc_rdata)
+        result = Signal.like(self.acc_wdata)
+        for k in range(lanes):
+            x = lhs[k * ab : (k + 1) * ab].as_signed()
+            y = Mux(tensor, self.acc_rdata[k * ab : (k + 1) * ab].as_signed(), insn.imm)
+            m.d.comb += result[k * ab : (k + 1) * ab].eq(alu_lane(m, insn.alu_op, x, y, ab))
+        m.d.comb += [self.acc_waddr.eq(w_dst), self.acc_wdata.eq(result), self.acc_wen.eq(w_val)]
+        first = Signal()
+        m.d.sync += first.eq(self.start)
+        finished = Signal()
+        m.d.comb += finished.eq(running & ((w_val & w_last) | bad | (first & ~seq.valid)))
+        with m.If(finished):
+            m.d.sync += running.eq(0)
+        m.d.comb += [self.done.eq(finished), self.error.eq(bad), self.busy.eq(running)]
+        return m

@@ -1,0 +1,220 @@
+"""The GEMM and ALU units, each with its scratchpads, against the simulator's semantics on
+random instructions (loops, reset, immediates, tensor operands, rows rewritten within an
+instruction, range errors)."""
+
+import numpy as np
+import pytest
+from amaranth import Module, unsigned
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
+
+from tilecraft.hw.config import preset
+from tilecraft.hw.isa import Alu, AluOp, Gemm, Uop, insn_table, isa_for, uop_table
+from tilecraft.hw.units import AluUnit, GemmUnit
+from tilecraft.sim import semantics
+from tilecraft.sim.machine import Machine
+
+
+def words(arr: np.ndarray) -> list[int]:
+    """One integer per row of a (rows, ...) array, LSB-first bytes."""
+    raw = np.ascontiguousarray(arr).reshape(arr.shape[0], -1).view(np.uint8)
+    return [int.from_bytes(r.tobytes(), "little") for r in raw]
+
+
+def insn_word(cfg, insn) -> int:
+    row = insn_table([insn])[0]
+    spec = isa_for(cfg)
+    value = 0
+    for f in spec.formats[int(row["opcode"])]:
+        value |= (int(row[f.name]) & ((1 << f.width) - 1)) << f.offset
+    return value
+
+
+def run_unit(cfg, unit_cls, machine, insns):
+    """Run `insns` on the unit over memories holding `machine`'s scratchpads; returns the
+    final accumulator rows and the error flags."""
+    m = Module()
+    m.submodules.unit = unit = unit_cls(cfg)
+    spec = isa_for(cfg)
+    mems = {}
+    for name, shape_bits, init in (
+        ("uop", cfg.uop_bytes * 8, [int(w) for w in machine.uop_words]),
+        ("acc", cfg.elem_bytes("acc") * 8, words(machine.acc)),
+    ):
+        mems[name] = Memory(shape=unsigned(shape_bits), depth=len(init), init=init)
+        m.submodules[name] = mems[name]
+    acc_w = mems["acc"].write_port()
+    acc_r = mems["acc"].read_port(transparent_for=(acc_w,))
+    uop_r = mems["uop"].read_port()
+    m.d.comb += [
+        uop_r.addr.eq(unit.uop_addr),
+        unit.uop_data.eq(uop_r.data),
+        acc_r.addr.eq(unit.acc_raddr),
+        acc_r.en.eq(1),
+        unit.acc_rdata.eq(acc_r.data),
+        acc_w.addr.eq(unit.acc_waddr),
+        acc_w.data.eq(unit.acc_wdata),
+        acc_w.en.eq(unit.acc_wen),
+    ]
+    if unit_cls is GemmUnit:
+        for name in ("inp", "wgt"):
+            mem = Memory(
+                shape=unsigned(cfg.elem_bytes(name) * 8),
+                depth=cfg.depth(name),
+                init=words(machine.sram(name)),
+            )
+            m.submodules[name] = mem
+            rp = mem.read_port()
+            m.d.comb += [
+                rp.addr.eq(getattr(unit, f"{name}_addr")),
+                getattr(unit, f"{name}_data").eq(rp.data),
+            ]
+    errors = []
+    final = {}
+
+    async def bench(ctx):
+        for insn in insns:
+            ctx.set(unit.insn.as_value(), insn_word(cfg, insn))
+            ctx.set(unit.start, 1)
+            await ctx.tick()
+            ctx.set(unit.start, 0)
+            for _ in range(20000):
+                done, err = ctx.get(unit.done), ctx.get(unit.error)
+                await ctx.tick()
+                if done:
+                    errors.append(bool(err))
+                    break
+            else:
+                raise AssertionError("unit never finished")
+            for _ in range(8):  # let in-flight writes land
+                await ctx.tick()
+        final["acc"] = [ctx.get(mems["acc"].data[k]) for k in range(cfg.depth("acc"))]
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return final["acc"], errors
+
+
+def machine_with(cfg, uops, seed):
+    rng = np.random.default_rng(seed)
+    m = Machine(cfg, np.zeros(64, np.uint8))
+    m.inp[...] = rng.integers(-128, 128, m.inp.shape)
+    m.wgt[...] = rng.integers(-128, 128, m.wgt.shape)
+    m.inp_f[...] = m.inp
+    m.wgt_f[...] = m.wgt
+    m.acc[...] = rng.integers(-(2**20), 2**20, m.acc.shape)
+    spec = isa_for(cfg)
+    from tilecraft.hw.isa import encode_uops
+
+    words_ = encode_uops(spec, uops)
+    m.uop_words[: len(words_)] = words_
+    table = uop_table(uops)
+    m.uop_dst[: len(uops)] = table["dst"]
+    m.uop_src[: len(uops)] = table["src"]
+    m.uop_wgt[: len(uops)] = table["wgt"]
+    return m
+
+
+SMALL = "1x8x8"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gemm_unit_matches_the_simulator(seed):
+    cfg = preset(SMALL)
+    rng = np.random.default_rng(seed)
+    uops = [
+        Uop(int(rng.integers(0, 40)), int(rng.integers(0, 60)), int(rng.integers(0, 30)))
+        for _ in range(6)
+    ]
+    uops += [Uop(5, 1, 2), Uop(5, 2, 3)]  # the same row twice in a row
+    insns = [
+        Gemm(
+            uop_bgn=0,
+            uop_end=6,
+            iter_out=3,
+            iter_in=2,
+            dst_out=7,
+            dst_in=1,
+            src_out=5,
+            src_in=2,
+            wgt_out=1,
+            wgt_in=3,
+        ),
+        Gemm(uop_bgn=6, uop_end=8, iter_out=2, iter_in=3, dst_in=0, src_in=1),
+        Gemm(reset=True, uop_bgn=0, uop_end=2, iter_out=2, iter_in=1, dst_out=1),
+        Gemm(uop_bgn=1, uop_end=3, iter_out=1, iter_in=1),
+    ]
+    m = machine_with(cfg, uops, seed)
+    acc, errors = run_unit(cfg, GemmUnit, m, insns)
+    for insn in insns:
+        semantics.gemm(m, insn_table([insn])[0])
+    assert errors == [False] * len(insns)
+    assert acc == words(m.acc)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_alu_unit_matches_the_simulator(seed):
+    cfg = preset(SMALL)
+    rng = np.random.default_rng(seed + 10)
+    uops = [Uop(int(rng.integers(0, 40)), int(rng.integers(0, 40)), 0) for _ in range(5)]
+    uops += [Uop(3, 4, 0), Uop(4, 3, 0), Uop(3, 3, 0)]  # rows read right after being written
+    insns = []
+    for op in AluOp:
+        imm = int(rng.integers(-20, 20)) if op == AluOp.SHR else int(rng.integers(-3000, 3000))
+        insns.append(
+            Alu(
+                op=op,
+                use_imm=True,
+                imm=imm,
+                uop_bgn=0,
+                uop_end=5,
+                iter_out=2,
+                iter_in=3,
+                dst_out=2,
+                dst_in=1,
+                src_out=1,
+                src_in=3,
+            )
+        )
+        insns.append(
+            Alu(
+                op=op,
+                uop_bgn=0,
+                uop_end=5,
+                iter_out=2,
+                iter_in=2,
+                dst_out=3,
+                dst_in=1,
+                src_out=2,
+                src_in=1,
+            )
+        )
+    insns.append(Alu(op=AluOp.ADD, uop_bgn=5, uop_end=8, iter_out=2, iter_in=1))
+    insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=5, uop_end=8, iter_out=1))
+    m = machine_with(cfg, uops, seed)
+    acc, errors = run_unit(cfg, AluUnit, m, insns)
+    for insn in insns:
+        row = insn_table([insn])[0]
+        semantics.alu(m, {k: row[k] for k in row.dtype.names})
+    assert errors == [False] * len(insns)
+    assert acc == words(m.acc)
+
+
+def test_units_flag_out_of_range_indices():
+    cfg = preset(SMALL)
+    depth = cfg.depth("acc")
+    uops = [Uop(depth - 2, 0, 0)]
+    m = machine_with(cfg, uops, 0)
+    _, errors = run_unit(
+        cfg,
+        AluUnit,
+        m,
+        [Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=0, uop_end=1, iter_out=4, dst_out=1)],
+    )
+    assert errors == [True]
+    _, errors = run_unit(
+        cfg, GemmUnit, m, [Gemm(uop_bgn=0, uop_end=1, iter_out=1, iter_in=4, dst_in=1)]
+    )
+    assert errors == [True]
