@@ -58,6 +58,7 @@ class ErrorCode(IntEnum):
     SRAM_RANGE = 3  # AccessError: a scratchpad row beyond the buffer
     DRAM_RANGE = 4  # AccessError: a DRAM byte beyond DRAM_SIZE
     UOP_RANGE = 5  # AccessError: a micro-op range beyond the micro-op buffer
+    ILLEGAL_FLAGS = 6  # IllegalInstructionError: a dependence flag with no queue on its stage
 
 
 def id_words(digest: str) -> tuple[int, int]:

@@ -1,0 +1,320 @@
+"""The compute stage: micro-op and accumulator loads, the GEMM and ALU units, FINISH.
+
+Issue is in order. LOAD UOP/ACC and FINISH wait for both units to be idle. A GEMM or ALU
+instruction first reads its first micro-op (one cycle) to learn which accumulator half it
+writes; it starts when its unit is free and, if the other unit is busy, only if the other
+instruction's half differs (the one-bit interlock the cycle model assumes). Tokens are popped
+when an instruction starts and pushed when it completes, in program order per queue.
+
+Scratchpads held here: micro-ops (a read port per unit), the accumulator and its narrowed OUT
+copy, each split into two banks by the top index bit (so the units can work on different
+halves at once); STORE reads OUT through its own port.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw import regs
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import MemId, Opcode, isa_for
+from tilecraft.hw.loader import LoadEngine
+from tilecraft.hw.units import AluUnit, GemmUnit
+
+CMD_BITS = 128 + 32  # instruction + its index in the program
+
+
+def narrow(cfg: HwConfig, acc_row):
+    """The OUT view of an accumulator row: the low out_bits of each lane."""
+    lanes, ab, ob = cfg.batch * cfg.block_out, cfg.acc_bits, cfg.out_bits
+    return Cat(*(acc_row[k * ab : k * ab + ob] for k in range(lanes)))
+
+
+class Compute(wiring.Component):
+    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+        self.cfg = cfg
+        self.packed = packed
+        spec = isa_for(cfg)
+        self.bank_bits = spec.acc_idx_bits - 1
+        super().__init__(
+            {
+                "cmd_valid": In(1),
+                "cmd": In(CMD_BITS),
+                "cmd_ready": Out(1),
+                "ltc_valid": In(1),
+                "ltc_ready": Out(1),
+                "stc_valid": In(1),
+                "stc_ready": Out(1),
+                "ctl_valid": Out(1),
+                "ctl_ready": In(1),
+                "cts_valid": Out(1),
+                "cts_ready": In(1),
+                "dram_base": In(64),
+                "dram_size": In(32),
+                "halt": In(1),
+                "ar_valid": Out(1),
+                "ar_addr": Out(64),
+                "ar_len": Out(8),
+                "ar_last": Out(1),
+                "ar_ready": In(1),
+                "r_valid": In(1),
+                "r_data": In(cfg.axi_data_bits),
+                "r_ready": Out(1),
+                "inp_addr": Out(16),
+                "inp_data": In(cfg.elem_bytes("inp") * 8),
+                "wgt_addr": Out(16),
+                "wgt_data": In(cfg.elem_bytes("wgt") * 8),
+                "out_raddr": In(16),
+                "out_rdata": Out(cfg.elem_bytes("out") * 8),
+                "finished": Out(1),
+                "error_valid": Out(1),
+                "error_code": Out(8),
+                "error_index": Out(32),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        spec = isa_for(cfg)
+        m.submodules.loader = loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC))
+        m.submodules.gemm = gemm = GemmUnit(cfg, self.packed)
+        m.submodules.alu = alu = AluUnit(cfg)
+        units = {"gemm": gemm, "alu": alu}
+        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
+            m.d.comb += getattr(self, name).eq(getattr(loader, name))
+        for name in ("ar_ready", "r_valid", "r_data"):
+            m.d.comb += getattr(loader, name).eq(getattr(self, name))
+        m.d.comb += [
+            loader.dram_base.eq(self.dram_base),
+            loader.dram_size.eq(self.dram_size),
+            self.inp_addr.eq(gemm.inp_addr),
+            gemm.inp_data.eq(self.inp_data),
+            self.wgt_addr.eq(gemm.wgt_addr),
+            gemm.wgt_data.eq(self.wgt_data),
+        ]
+
+        # ---- micro-op memory: one read port per unit, written by LOAD UOP ----------------
+        m.submodules.uop_mem = uop_mem = Memory(
+            shape=unsigned(cfg.uop_bytes * 8), depth=cfg.depth("uop"), init=[]
+        )
+        uop_w = uop_mem.write_port()
+        m.d.comb += [
+            uop_w.addr.eq(loader.uop_addr),
+            uop_w.data.eq(loader.uop_data),
+            uop_w.en.eq(loader.uop_en),
+        ]
+        peek_addr = Signal(16)
+        peeking = {n: Signal(name=f"peek_{n}") for n in units}
+        uop_data = {}
+        for n, unit in units.items():
+            rp = uop_mem.read_port()
+            m.d.comb += [
+                rp.addr.eq(Mux(peeking[n], peek_addr, unit.uop_addr)),
+                unit.uop_data.eq(rp.data),
+            ]
+            uop_data[n] = spec.uop_layout()(rp.data)
+
+        # ---- accumulator and OUT banks ----------------------------------------------------
+        bb = self.bank_bits
+        acc_w_bits, out_w_bits = cfg.elem_bytes("acc") * 8, cfg.elem_bytes("out") * 8
+        bank_depth = cfg.depth("acc") // 2
+        for b in range(2):
+            acc = Memory(shape=unsigned(acc_w_bits), depth=bank_depth, init=[])
+            out = Memory(shape=unsigned(out_w_bits), depth=bank_depth, init=[])
+            m.submodules[f"acc{b}"], m.submodules[f"out{b}"] = acc, out
+            aw, ow = acc.write_port(), out.write_port()
+            ar = acc.read_port(transparent_for=(aw,))
+            orp = out.read_port(transparent_for=(ow,))
+            # writes: the GEMM unit, else the ALU unit, else LOAD ACC (when both are idle)
+            for src in (loader_write(loader, cfg), alu_write(alu), gemm_write(gemm)):
+                addr, data, en = src
+                with m.If(en & (addr[bb] == b)):
+                    m.d.comb += [
+                        aw.addr.eq(addr[:bb]),
+                        aw.data.eq(data),
+                        aw.en.eq(1),
+                        ow.addr.eq(addr[:bb]),
+                        ow.data.eq(narrow(cfg, data)),
+                        ow.en.eq(1),
+                    ]
+            # reads: whichever unit reads this bank
+            m.d.comb += ar.addr.eq(gemm.acc_raddr[:bb])
+            with m.If(alu.acc_ren & (alu.acc_raddr[bb] == b)):
+                m.d.comb += ar.addr.eq(alu.acc_raddr[:bb])
+            for n, unit in units.items():
+                sel = Signal(name=f"{n}_bank{b}_sel")
+                m.d.sync += sel.eq(unit.acc_raddr[bb] == b)
+                with m.If(sel):
+                    m.d.comb += unit.acc_rdata.eq(ar.data)
+            m.d.comb += orp.addr.eq(self.out_raddr[:bb])
+            out_sel = Signal(name=f"out_bank{b}_sel")
+            m.d.sync += out_sel.eq(self.out_raddr[bb] == b)
+            with m.If(out_sel):
+                m.d.comb += self.out_rdata.eq(orp.data)
+
+        # ---- issue ------------------------------------------------------------------------
+        insn_word = self.cmd[:128]
+        index = self.cmd[128:]
+        head = spec.insn_layout()(insn_word)
+        op = head.load.opcode
+        cur = Signal(128)
+        cur_view = spec.insn_layout()(cur)
+        cur_index = Signal(32)
+        seq = Signal(32)  # issue order, for push ordering
+        # per-unit in-flight bookkeeping: half written, pushes owed, issue order, index
+        inflight = {
+            n: {
+                "half": Signal(name=f"{n}_half"),
+                "push_prev": Signal(name=f"{n}_push_prev"),
+                "push_next": Signal(name=f"{n}_push_next"),
+                "seq": Signal(32, name=f"{n}_seq"),
+                "index": Signal(32, name=f"{n}_index"),
+                "owed": Signal(name=f"{n}_owed"),  # completed, push not yet done
+            }
+            for n in ("gemm", "alu", "load")
+        }
+        busy = {n: units[n].busy for n in units}
+        busy["load"] = loader.busy
+        blocked = Signal()  # a completed instruction still owes a push
+        m.d.comb += blocked.eq(Cat(*(inflight[n]["owed"] for n in inflight)).any())
+
+        error_code = Signal(8)
+        error_index = Signal(32)
+        error_valid = Signal()
+        m.d.comb += [
+            self.error_code.eq(error_code),
+            self.error_index.eq(error_index),
+            self.error_valid.eq(error_valid),
+        ]
+
+        def fail(code, idx):
+            m.d.sync += [error_code.eq(code), error_index.eq(idx), error_valid.eq(1)]
+
+        pop = Signal()
+        m.d.comb += [
+            self.ltc_ready.eq(pop & cur_view.load.pop_prev),
+            self.stc_ready.eq(pop & cur_view.load.pop_next),
+        ]
+        target = Signal()  # 0: gemm, 1: alu
+        with m.FSM():
+            with m.State("IDLE"), m.If(self.cmd_valid & ~self.halt & ~error_valid):
+                m.d.comb += self.cmd_ready.eq(1)
+                m.d.sync += [cur.eq(insn_word), cur_index.eq(index)]
+                with m.If((op == Opcode.GEMM) | (op == Opcode.ALU)):
+                    m.d.sync += target.eq(op == Opcode.ALU)
+                    m.next = "CHECK"
+                with m.Elif(op == Opcode.FINISH):
+                    m.next = "FINISH"
+                with m.Else():
+                    m.next = "LOAD"
+            with m.State("CHECK"):  # micro-op range, then the first micro-op's half
+                bgn, end = cur_view.gemm.uop_bgn, cur_view.gemm.uop_end
+                with m.If((bgn >= end) | (end > cfg.depth("uop"))):
+                    fail(regs.ErrorCode.UOP_RANGE, cur_index)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += peek_addr.eq(bgn)
+                    m.next = "PEEK"
+            with m.State("PEEK"):
+                for n, t in (("gemm", 0), ("alu", 1)):
+                    m.d.comb += peeking[n].eq(target == t)
+                half = Signal()
+                m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
+                own_free = Mux(
+                    target,
+                    ~alu.busy & ~inflight["alu"]["owed"],
+                    ~gemm.busy & ~inflight["gemm"]["owed"],
+                )
+                other_busy = Mux(target, gemm.busy, alu.busy)
+                other_half = Mux(target, inflight["gemm"]["half"], inflight["alu"]["half"])
+                tok = (~cur_view.load.pop_prev | self.ltc_valid) & (
+                    ~cur_view.load.pop_next | self.stc_valid
+                )
+                go = own_free & ~(other_busy & (other_half == half)) & tok & ~blocked
+                with m.If(go & ~self.halt):
+                    m.d.comb += pop.eq(1)
+                    m.d.sync += seq.eq(seq + 1)
+                    for n, t in (("gemm", 0), ("alu", 1)):
+                        with m.If(target == t):
+                            m.d.comb += units[n].start.eq(1)
+                            m.d.sync += [
+                                inflight[n]["half"].eq(half),
+                                inflight[n]["push_prev"].eq(cur_view.load.push_prev),
+                                inflight[n]["push_next"].eq(cur_view.load.push_next),
+                                inflight[n]["seq"].eq(seq),
+                                inflight[n]["index"].eq(cur_index),
+                            ]
+                    m.next = "IDLE"
+            with m.State("LOAD"):
+                idle = ~gemm.busy & ~alu.busy & ~blocked
+                with m.If(idle & tokens_ok_of(cur_view, self) & ~self.halt):
+                    m.d.comb += [pop.eq(1), loader.start.eq(1)]
+                    m.d.sync += [
+                        seq.eq(seq + 1),
+                        inflight["load"]["push_prev"].eq(cur_view.load.push_prev),
+                        inflight["load"]["push_next"].eq(cur_view.load.push_next),
+                        inflight["load"]["seq"].eq(seq),
+                        inflight["load"]["index"].eq(cur_index),
+                    ]
+                    m.next = "LOADING"
+            with m.State("LOADING"), m.If(loader.done):
+                m.next = "IDLE"
+            with m.State("FINISH"):
+                idle = ~gemm.busy & ~alu.busy & ~blocked
+                with m.If(idle & tokens_ok_of(cur_view, self) & ~self.halt):
+                    m.d.comb += pop.eq(1)
+                    m.next = "FINISHED"
+            with m.State("FINISHED"):
+                m.d.comb += self.finished.eq(1)
+        m.d.comb += loader.insn.eq(cur)
+        m.d.comb += [gemm.insn.eq(cur), alu.insn.eq(cur)]
+
+        # ---- completion: errors, then pushes in program order per queue --------------------
+        done = {"gemm": gemm.done, "alu": alu.done, "load": loader.done}
+        errs = {"gemm": gemm.error, "alu": alu.error, "load": loader.error != 0}
+        codes = {
+            "gemm": regs.ErrorCode.SRAM_RANGE,
+            "alu": regs.ErrorCode.SRAM_RANGE,
+            "load": loader.error,
+        }
+        for n in inflight:
+            with m.If(done[n] & errs[n]):
+                fail(codes[n], inflight[n]["index"])
+            with m.Elif(done[n] & (inflight[n]["push_prev"] | inflight[n]["push_next"])):
+                m.d.sync += inflight[n]["owed"].eq(1)
+        prev_pushes, next_pushes = [], []
+        for n in inflight:
+            me = inflight[n]
+            older = [
+                inflight[o]["owed"] & (inflight[o]["seq"] < me["seq"]) for o in inflight if o != n
+            ]
+            can = me["owed"] & ~Cat(*older).any()
+            can &= (~me["push_prev"] | self.ctl_ready) & (~me["push_next"] | self.cts_ready)
+            with m.If(can):
+                m.d.sync += me["owed"].eq(0)
+            prev_pushes.append(can & me["push_prev"])
+            next_pushes.append(can & me["push_next"])
+        push_prev = Cat(*prev_pushes).any()
+        push_next = Cat(*next_pushes).any()
+        m.d.comb += [self.ctl_valid.eq(push_prev), self.cts_valid.eq(push_next)]
+        return m
+
+
+def tokens_ok_of(view, self):
+    return (~view.load.pop_prev | self.ltc_valid) & (~view.load.pop_next | self.stc_valid)
+
+
+def loader_write(loader, cfg):
+    return loader.acc_addr, loader.acc_data, loader.acc_en
+
+
+def alu_write(alu):
+    return alu.acc_waddr, alu.acc_wdata, alu.acc_wen
+
+
+def gemm_write(gemm):
+    return gemm.acc_waddr, gemm.acc_wdata, gemm.acc_wen
