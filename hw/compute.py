@@ -39,6 +39,9 @@ class Compute(wiring.Component):
         self.packed = packed
         spec = isa_for(cfg)
         self.bank_bits = spec.acc_idx_bits - 1
+        self.loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC))
+        self.gemm = GemmUnit(cfg, packed)
+        self.alu = AluUnit(cfg)
         super().__init__(
             {
                 "cmd_valid": In(1),
@@ -80,9 +83,9 @@ class Compute(wiring.Component):
         m = Module()
         cfg = self.cfg
         spec = isa_for(cfg)
-        m.submodules.loader = loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC))
-        m.submodules.gemm = gemm = GemmUnit(cfg, self.packed)
-        m.submodules.alu = alu = AluUnit(cfg)
+        m.submodules.loader = loader = self.loader
+        m.submodules.gemm = gemm = self.gemm
+        m.submodules.alu = alu = self.alu
         units = {"gemm": gemm, "alu": alu}
         for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
             m.d.comb += getattr(self, name).eq(getattr(loader, name))
@@ -219,22 +222,27 @@ class Compute(wiring.Component):
                 with m.Else():
                     m.d.sync += peek_addr.eq(bgn)
                     m.next = "PEEK"
-            with m.State("PEEK"):
-                for n, t in (("gemm", 0), ("alu", 1)):
-                    m.d.comb += peeking[n].eq(target == t)
-                half = Signal()
-                m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
+            with m.State("PEEK"):  # the unit's micro-op port is ours once the unit is idle
                 own_free = Mux(
                     target,
                     ~alu.busy & ~inflight["alu"]["owed"],
                     ~gemm.busy & ~inflight["gemm"]["owed"],
                 )
+                with m.If(own_free):
+                    for n, t in (("gemm", 0), ("alu", 1)):
+                        m.d.comb += peeking[n].eq(target == t)
+                    m.next = "DECIDE"
+            with m.State("DECIDE"):
+                for n, t in (("gemm", 0), ("alu", 1)):
+                    m.d.comb += peeking[n].eq(target == t)
+                half = Signal()
+                m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
                 other_busy = Mux(target, gemm.busy, alu.busy)
                 other_half = Mux(target, inflight["gemm"]["half"], inflight["alu"]["half"])
                 tok = (~cur_view.load.pop_prev | self.ltc_valid) & (
                     ~cur_view.load.pop_next | self.stc_valid
                 )
-                go = own_free & ~(other_busy & (other_half == half)) & tok & ~blocked
+                go = ~(other_busy & (other_half == half)) & tok & ~blocked
                 with m.If(go & ~self.halt):
                     m.d.comb += pop.eq(1)
                     m.d.sync += seq.eq(seq + 1)

@@ -39,21 +39,27 @@ class Accelerator(wiring.Component):
         self.cfg = cfg
         self.packed = packed
         super().__init__(_members(cfg))
+        # built here, not in elaborate, so benches can watch their ports
+        self.regs = RegisterFile(cfg)
+        self.fetch = Fetch(cfg)
+        self.load = LoadStage(cfg)
+        self.compute = Compute(cfg, packed)
+        self.store = StoreStage(cfg)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         axi = Bus(self, "m_axi")
-        m.submodules.regs = regs = RegisterFile(cfg)
+        m.submodules.regs = regs = self.regs
         for name, member in axi_lite_members("s_axi_control", ADDR_BITS).items():
             if member.flow == wiring.In:
                 m.d.comb += getattr(regs, name).eq(getattr(self, name))
             else:
                 m.d.comb += getattr(self, name).eq(getattr(regs, name))
-        m.submodules.fetch = fetch = Fetch(cfg)
-        m.submodules.load = load = LoadStage(cfg)
-        m.submodules.compute = compute = Compute(cfg, self.packed)
-        m.submodules.store = store = StoreStage(cfg)
+        m.submodules.fetch = fetch = self.fetch
+        m.submodules.load = load = self.load
+        m.submodules.compute = compute = self.compute
+        m.submodules.store = store = self.store
 
         # ---- run control ------------------------------------------------------------------
         running = Signal()

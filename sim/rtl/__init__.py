@@ -1,0 +1,1 @@
+"""The RTL testbench and device: the generated Verilog under cocotb + Verilator."""

@@ -1,0 +1,141 @@
+// A DRAM behind an AXI4 slave port, for simulation only.
+//
+// One data bus shared by reads and writes: bursts are served in the order their address was
+// accepted, the first beat no sooner than LATENCY cycles after acceptance, GAP idle cycles
+// between bursts, one beat per cycle (minus random stalls when STALL_PCT > 0). Contents come
+// from and go to hex files (one beat per line), named by plusargs and a job number, so one
+// simulator process can run many programs: `load` reads "<DRAM_IN>.<job>.hex" (after zeroing),
+// `dump` writes "<DRAM_OUT>.<job>.hex". Byte address a maps to beat (a - BASE) / bytes.
+`timescale 1ns/1ps
+module axi_dram #(
+    parameter DATA_BITS = 64,
+    parameter WORDS = 131072,
+    parameter LATENCY = 32,
+    parameter GAP = 1,
+    parameter QUEUE = 32
+) (
+    input  wire                   clk,
+    input  wire                   rst,
+    input  wire [63:0]            base,
+    input  wire [7:0]             stall_pct,
+    input  wire [31:0]            seed,
+    input  wire                   load,
+    input  wire                   dump,
+    input  wire [15:0]            job,
+    input  wire [63:0]            araddr,
+    input  wire [7:0]             arlen,
+    input  wire                   arvalid,
+    output wire                   arready,
+    output reg  [DATA_BITS-1:0]   rdata,
+    output wire [1:0]             rresp,
+    output reg                    rlast,
+    output reg                    rvalid,
+    input  wire                   rready,
+    input  wire [63:0]            awaddr,
+    input  wire [7:0]             awlen,
+    input  wire                   awvalid,
+    output wire                   awready,
+    input  wire [DATA_BITS-1:0]   wdata,
+    input  wire [DATA_BITS/8-1:0] wstrb,
+    input  wire                   wlast,
+    input  wire                   wvalid,
+    output reg                    wready,
+    output wire [1:0]             bresp,
+    output reg                    bvalid,
+    input  wire                   bready
+);
+    localparam BYTES = DATA_BITS / 8;
+    localparam SHIFT = $clog2(BYTES);
+    reg [DATA_BITS-1:0] mem [0:WORDS-1];
+    reg [63:0] q_addr [0:QUEUE-1];
+    reg [8:0]  q_beats [0:QUEUE-1];
+    reg        q_write [0:QUEUE-1];
+    reg [63:0] q_time [0:QUEUE-1];
+    reg [5:0] head, tail;
+    wire [5:0] used = tail - head;
+    reg [63:0] now;
+    reg busy;
+    reg [8:0] beat;
+    reg [63:0] idle_until;
+    reg [31:0] lfsr;
+    reg [1023:0] name_in, name_out;
+    reg [1023:0] fname;
+    integer i;
+    wire stall = (stall_pct != 0) && ((lfsr[15:0] % 100) < stall_pct);
+    wire room = used < QUEUE;
+    assign arready = room;
+    assign awready = room && !arvalid;  // one address per cycle, reads first
+    assign rresp = 2'b00;
+    assign bresp = 2'b00;
+    wire [63:0] head_beat = (q_addr[head[4:0]] - base) >> SHIFT;
+
+    initial begin
+        if (!$value$plusargs("DRAM_IN=%s", name_in)) name_in = "dram_in";
+        if (!$value$plusargs("DRAM_OUT=%s", name_out)) name_out = "dram_out";
+    end
+
+    always @(posedge clk) begin
+        if (rst) begin
+            head <= 0; tail <= 0; now <= 0; busy <= 0; beat <= 0; idle_until <= 0;
+            rvalid <= 0; rlast <= 0; wready <= 0; bvalid <= 0;
+            lfsr <= seed | 32'h1;
+        end else begin
+            now <= now + 1;
+            lfsr <= {lfsr[30:0], lfsr[31] ^ lfsr[21] ^ lfsr[1] ^ lfsr[0]};
+            if (load) begin
+                for (i = 0; i < WORDS; i = i + 1) mem[i] = 0;
+                $sformat(fname, "%0s.%0d.hex", name_in, job);
+                $readmemh(fname, mem);
+            end
+            if (dump) begin
+                $sformat(fname, "%0s.%0d.hex", name_out, job);
+                $writememh(fname, mem);
+            end
+            if (arvalid && arready) begin
+                q_addr[tail[4:0]] <= araddr; q_beats[tail[4:0]] <= arlen + 1;
+                q_write[tail[4:0]] <= 0; q_time[tail[4:0]] <= now; tail <= tail + 1;
+            end else if (awvalid && awready) begin
+                q_addr[tail[4:0]] <= awaddr; q_beats[tail[4:0]] <= awlen + 1;
+                q_write[tail[4:0]] <= 1; q_time[tail[4:0]] <= now; tail <= tail + 1;
+            end
+            if (bvalid && bready) bvalid <= 0;
+            if (!busy) begin
+                rvalid <= 0; wready <= 0;
+                if (used != 0 && now + 1 >= q_time[head[4:0]] + LATENCY && now >= idle_until
+                        && !(q_write[head[4:0]] && bvalid)) begin
+                    busy <= 1; beat <= 0;
+                end
+            end else if (!q_write[head[4:0]]) begin
+                // read burst: present beat `beat` (held until taken), advance on rready
+                if (rvalid && rready) begin
+                    if (rlast) begin
+                        rvalid <= 0; rlast <= 0; busy <= 0; head <= head + 1;
+                        idle_until <= now + 1 + GAP;
+                    end else begin
+                        beat <= beat + 1;
+                        rvalid <= !stall;
+                        rdata <= mem[head_beat + beat + 1];
+                        rlast <= (beat + 2 == q_beats[head[4:0]]);
+                    end
+                end else if (!rvalid) begin
+                    rvalid <= !stall;
+                    rdata <= mem[head_beat + beat];
+                    rlast <= (beat + 1 == q_beats[head[4:0]]);
+                end
+            end else begin
+                // write burst: accept `beats` beats, then answer on B
+                wready <= !stall;
+                if (wvalid && wready) begin
+                    for (i = 0; i < BYTES; i = i + 1)
+                        if (wstrb[i]) mem[head_beat + beat][i*8 +: 8] <= wdata[i*8 +: 8];
+                    if (beat + 1 == q_beats[head[4:0]]) begin
+                        wready <= 0; busy <= 0; head <= head + 1; bvalid <= 1;
+                        idle_until <= now + 1 + GAP;
+                    end else begin
+                        beat <= beat + 1;
+                    end
+                end
+            end
+        end
+    end
+endmodule

