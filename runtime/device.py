@@ -101,7 +101,14 @@ class SimDevice:
         return RunResult(outputs, report)
 
 
-_BACKENDS = {"sim": SimDevice}
+def _rtl_device(**options):
+    """The generated Verilog under cocotb + Verilator (needs the `rtl` extra)."""
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    return RtlDevice(**options)
+
+
+_BACKENDS = {"sim": SimDevice, "rtl": _rtl_device}
 
 
 def get_device(name: str = "sim", **options) -> Device:

@@ -58,7 +58,8 @@ class Plan:
                 runs, run_bytes, pads, nbytes = dma_shape(cfg, row)
                 xfer = timing.transfer(runs, run_bytes)
                 lat = timing.dram_latency if xfer else 0
-                self.busy.append(timing.insn_overhead + lat + pads * timing.pad_ii)
+                overhead = timing.dma_overhead if xfer else timing.barrier_overhead
+                self.busy.append(overhead + lat + pads * timing.pad_ii)
                 self.bus.append(xfer)
                 self.dram_bytes.append(nbytes)
             else:
@@ -95,7 +96,7 @@ class Engine:
         self.pop_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.dispatch_t: list[int] = []
         self.routed = dict.fromkeys(Stage, 0)
-        self.fetch_free = 0
+        self.fetch_free = timing.fetch_start
         self.chunk_ready = 0
         self.bus_free = 0
         self.start = [0] * n
@@ -183,7 +184,7 @@ class Engine:
         self.pos[s] += 1
         end = t + self.plan.busy[k]
         if self.plan.bus[k]:
-            data = max(t + self.timing.insn_overhead + self.timing.dram_latency, self.bus_free)
+            data = max(t + self.timing.dma_overhead + self.timing.dram_latency, self.bus_free)
             self.bus_free = data + self.plan.bus[k]
             end = max(end, self.bus_free + 1)
         self.start[k], self.end[k] = t, end
@@ -213,7 +214,8 @@ class Engine:
 
     def _send(self, k: int, t: int) -> None:
         for q in self.plan.pushes[k]:
-            t_q = max(t, self.last_push[q])  # tokens of one queue arrive in program order
+            # tokens of one queue arrive in program order, token_latency after completion
+            t_q = max(t + self.timing.token_latency, self.last_push[q])
             self.last_push[q] = t_q
             self.push_t[q].append(t_q)
 

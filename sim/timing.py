@@ -21,15 +21,21 @@ class Timing:
     axi_bytes: int
     dram_latency: int
     burst_len: int
-    insn_overhead: int = 2  # decode and issue, every instruction on every stage
+    # Calibrated against the RTL (hw/, under cocotb + Verilator; see tests/sim/test_rtl.py):
+    insn_overhead: int = 2  # decode and issue of a GEMM/ALU instruction
+    barrier_overhead: int = 3  # LOAD/FINISH on the compute stage that moves no data
+    dma_overhead: int = 4  # LOAD/STORE: decode, range checks, burst planning before the address
     gemm_ii: int = 1  # cycles per GEMM micro-op
-    gemm_depth: int = 4  # GEMM pipeline fill and drain
+    gemm_depth: int = 4  # GEMM pipeline drain: micro-op, SRAM, products, sums, accumulate
+    reset_depth: int = 0  # a reset writes zeros straight after the micro-op read
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port)
-    alu_depth: int = 4
-    burst_gap: int = 1  # address-phase cycles per AXI burst
+    alu_depth: int = 1  # read, then operate and write
+    burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
+    token_latency: int = 1  # from an instruction's completion to its token being poppable
+    fetch_start: int = 2  # from START to fetch's first address
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
     @classmethod
@@ -83,9 +89,10 @@ def busy_cycles(t: Timing, row) -> int:
     """Cycles a GEMM/ALU/FINISH instruction keeps the compute stage (no DRAM involved)."""
     op = row["opcode"]
     if op == Opcode.FINISH:
-        return t.insn_overhead
+        return t.barrier_overhead
     steps = row["iter_out"] * row["iter_in"] * max(row["uop_end"] - row["uop_bgn"], 0)
     if op == Opcode.GEMM:
-        return t.insn_overhead + steps * t.gemm_ii + t.gemm_depth
+        depth = t.reset_depth if row["reset"] else t.gemm_depth
+        return t.insn_overhead + steps * t.gemm_ii + depth
     ii = t.alu_ii_imm if row["use_imm"] else t.alu_ii_tensor
     return t.insn_overhead + steps * ii + t.alu_depth

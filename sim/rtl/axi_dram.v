@@ -1,7 +1,7 @@
 // A DRAM behind an AXI4 slave port, for simulation only.
 //
 // One data bus shared by reads and writes: bursts are served in the order their address was
-// accepted, the first beat no sooner than LATENCY cycles after acceptance, GAP idle cycles
+// accepted, the first beat no sooner than `latency` cycles after acceptance, GAP idle cycles
 // between bursts, one beat per cycle (minus random stalls when STALL_PCT > 0). Contents come
 // from and go to hex files (one beat per line), named by plusargs and a job number, so one
 // simulator process can run many programs: `load` reads "<DRAM_IN>.<job>.hex" (after zeroing),
@@ -10,13 +10,13 @@
 module axi_dram #(
     parameter DATA_BITS = 64,
     parameter WORDS = 131072,
-    parameter LATENCY = 32,
     parameter GAP = 1,
     parameter QUEUE = 32
 ) (
     input  wire                   clk,
     input  wire                   rst,
     input  wire [63:0]            base,
+    input  wire [15:0]            latency,
     input  wire [7:0]             stall_pct,
     input  wire [31:0]            seed,
     input  wire                   load,
@@ -56,7 +56,7 @@ module axi_dram #(
     reg [63:0] now;
     reg busy;
     reg [8:0] beat;
-    reg [63:0] idle_until;
+    reg [63:0] last_end;  // cycle of the previous burst's last beat
     reg [31:0] lfsr;
     reg [1023:0] name_in, name_out;
     reg [1023:0] fname;
@@ -76,7 +76,7 @@ module axi_dram #(
 
     always @(posedge clk) begin
         if (rst) begin
-            head <= 0; tail <= 0; now <= 0; busy <= 0; beat <= 0; idle_until <= 0;
+            head <= 0; tail <= 0; now <= 0; busy <= 0; beat <= 0; last_end <= 0;
             rvalid <= 0; rlast <= 0; wready <= 0; bvalid <= 0;
             lfsr <= seed | 32'h1;
         end else begin
@@ -99,18 +99,25 @@ module axi_dram #(
                 q_write[tail[4:0]] <= 1; q_time[tail[4:0]] <= now; tail <= tail + 1;
             end
             if (bvalid && bready) bvalid <= 0;
+            // a burst's first beat shows at max(accepted + latency, previous burst end + 1 + GAP)
             if (!busy) begin
-                rvalid <= 0; wready <= 0;
-                if (used != 0 && now + 1 >= q_time[head[4:0]] + LATENCY && now >= idle_until
+                if (used != 0 && now + 1 >= q_time[head[4:0]] + latency && now >= last_end + GAP
                         && !(q_write[head[4:0]] && bvalid)) begin
-                    busy <= 1; beat <= 0;
+                    busy <= 1;
+                    beat <= 0;
+                    if (q_write[head[4:0]]) begin
+                        wready <= 1;
+                    end else begin
+                        rvalid <= 1;
+                        rdata <= mem[head_beat];
+                        rlast <= (q_beats[head[4:0]] == 1);
+                    end
                 end
             end else if (!q_write[head[4:0]]) begin
-                // read burst: present beat `beat` (held until taken), advance on rready
+                // read burst: a beat stays until taken; random stalls only between beats
                 if (rvalid && rready) begin
                     if (rlast) begin
-                        rvalid <= 0; rlast <= 0; busy <= 0; head <= head + 1;
-                        idle_until <= now + 1 + GAP;
+                        rvalid <= 0; rlast <= 0; busy <= 0; head <= head + 1; last_end <= now;
                     end else begin
                         beat <= beat + 1;
                         rvalid <= !stall;
@@ -123,17 +130,18 @@ module axi_dram #(
                     rlast <= (beat + 1 == q_beats[head[4:0]]);
                 end
             end else begin
-                // write burst: accept `beats` beats, then answer on B
-                wready <= !stall;
+                // write burst: take `beats` beats, then answer on B
                 if (wvalid && wready) begin
                     for (i = 0; i < BYTES; i = i + 1)
                         if (wstrb[i]) mem[head_beat + beat][i*8 +: 8] <= wdata[i*8 +: 8];
                     if (beat + 1 == q_beats[head[4:0]]) begin
-                        wready <= 0; busy <= 0; head <= head + 1; bvalid <= 1;
-                        idle_until <= now + 1 + GAP;
+                        wready <= 0; busy <= 0; head <= head + 1; bvalid <= 1; last_end <= now;
                     end else begin
                         beat <= beat + 1;
+                        wready <= !stall;
                     end
+                end else begin
+                    wready <= !stall;
                 end
             end
         end

@@ -66,7 +66,8 @@ async def _lite_read(dut, addr: int) -> int:
 
 @cocotb.test()
 async def run_jobs(dut):
-    jobs = json.loads(open(os.environ["TILECRAFT_RTL_JOBS"]).read())
+    with open(os.environ["TILECRAFT_RTL_JOBS"]) as f:
+        jobs = json.load(f)
     Clock(dut.aclk, PERIOD_NS, unit="ns").start()
     o = regs.OFFSETS
     results = []
@@ -75,6 +76,7 @@ async def run_jobs(dut):
             getattr(dut, name).value = 0
         dut.job.value = job["job"]
         dut.base.value = job["base"]
+        dut.latency.value = job["latency"]
         dut.stall_pct.value = job.get("stall_pct", 0)
         dut.seed.value = job.get("seed", 1)
         dut.aresetn.value = 0
@@ -98,15 +100,25 @@ async def run_jobs(dut):
         fired = await First(RisingEdge(dut.interrupt), limit)
         finished = fired is not limit
         status = await _lite_read(dut, o["STATUS"])
-        cycles = await _lite_read(dut, o["CYCLES_LO"]) | (await _lite_read(dut, o["CYCLES_HI"]) << 32)
+        cycles = await _lite_read(dut, o["CYCLES_LO"]) | (
+            await _lite_read(dut, o["CYCLES_HI"]) << 32
+        )
         code = await _lite_read(dut, o["ERROR_CODE"])
         index = await _lite_read(dut, o["ERROR_INDEX"])
         dut.dump.value = 1
         await RisingEdge(dut.aclk)
         dut.dump.value = 0
         await RisingEdge(dut.aclk)
-        results.append({"job": job["job"], "finished": finished, "status": status,
-                        "cycles": cycles, "error_code": code, "error_index": index,
-                        "id": regs.digest_of(*ident)})
+        results.append(
+            {
+                "job": job["job"],
+                "finished": finished,
+                "status": status,
+                "cycles": cycles,
+                "error_code": code,
+                "error_index": index,
+                "id": regs.digest_of(*ident),
+            }
+        )
     with open(os.environ["TILECRAFT_RTL_RESULTS"], "w") as f:
         json.dump(results, f)

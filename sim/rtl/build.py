@@ -45,32 +45,40 @@ def bench_verilog(cfg: HwConfig) -> str:
 
     lite = axi_lite_members("s_axi_control", ADDR_BITS)
     master = axi4_members("m_axi", 64, cfg.axi_data_bits)
-    ports = ["input wire aclk", "input wire aresetn", "output wire interrupt",
-             "input wire load", "input wire dump", "input wire [15:0] job",
-             "input wire [63:0] base", "input wire [7:0] stall_pct", "input wire [31:0] seed"]
+    ports = [
+        "input wire aclk",
+        "input wire aresetn",
+        "output wire interrupt",
+        "input wire load",
+        "input wire dump",
+        "input wire [15:0] job",
+        "input wire [63:0] base",
+        "input wire [15:0] latency",
+        "input wire [7:0] stall_pct",
+        "input wire [31:0] seed",
+    ]
     for name, member in lite.items():
         width = _width(member)
         direction = "input" if member.flow.name == "In" else "output"
         ports.append(f"{direction} wire [{width - 1}:0] {name}")
     wires = [f"wire [{_width(m) - 1}:0] {name};" for name, m in master.items()]
     conns = [f".{n}({n})" for n in ["aclk", "aresetn", "interrupt", *lite, *master]]
-    dram = {k[len("m_axi_"):]: k for k in master}
-    dram_conns = [f".{short}({full})" for short, full in dram.items()
-                  if short in DRAM_PORTS]
+    dram = {k[len("m_axi_") :]: k for k in master}
+    dram_conns = [f".{short}({full})" for short, full in dram.items() if short in DRAM_PORTS]
     words = DRAM_BYTES // cfg.axi_bytes
     return f"""`timescale 1ns/1ps
 module {BENCH_TOP} (
-    {(","+chr(10)+"    ").join(ports)}
+    {("," + chr(10) + "    ").join(ports)}
 );
-    {(chr(10)+"    ").join(wires)}
+    {(chr(10) + "    ").join(wires)}
     {TOP} dut (
-        {(","+chr(10)+"        ").join(conns)}
+        {("," + chr(10) + "        ").join(conns)}
     );
-    axi_dram #(.DATA_BITS({cfg.axi_data_bits}), .WORDS({words}), .LATENCY({cfg.dram_latency}),
-               .GAP(1)) dram (
-        .clk(aclk), .rst(!aresetn), .base(base), .stall_pct(stall_pct), .seed(seed),
+    axi_dram #(.DATA_BITS({cfg.axi_data_bits}), .WORDS({words}), .GAP(1)) dram (
+        .clk(aclk), .rst(!aresetn), .base(base), .latency(latency), .stall_pct(stall_pct),
+        .seed(seed),
         .load(load), .dump(dump), .job(job),
-        {(","+chr(10)+"        ").join(dram_conns)}
+        {("," + chr(10) + "        ").join(dram_conns)}
     );
 endmodule
 """
@@ -82,10 +90,29 @@ def _width(member) -> int:
     return Shape.cast(member.shape).width
 
 
-DRAM_PORTS = (
-    "araddr arlen arvalid arready rdata rresp rlast rvalid rready awaddr awlen awvalid awready "
-    "wdata wstrb wlast wvalid wready bresp bvalid bready"
-).split()
+DRAM_PORTS = [
+    "araddr",
+    "arlen",
+    "arvalid",
+    "arready",
+    "rdata",
+    "rresp",
+    "rlast",
+    "rvalid",
+    "rready",
+    "awaddr",
+    "awlen",
+    "awvalid",
+    "awready",
+    "wdata",
+    "wstrb",
+    "wlast",
+    "wvalid",
+    "wready",
+    "bresp",
+    "bvalid",
+    "bready",
+]
 
 
 def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):

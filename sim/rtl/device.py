@@ -58,10 +58,20 @@ def read_hex(path: Path, nbytes: int, beat_bytes: int) -> np.ndarray:
 class RtlDevice:
     name = "rtl"
 
-    def __init__(self, config: HwConfig | None = None, *, stall_pct: int = 0, seed: int = 1,
-                 max_cycles: int = 5_000_000, waves: bool = False):
+    def __init__(
+        self,
+        config: HwConfig | None = None,
+        *,
+        stall_pct: int = 0,
+        seed: int = 1,
+        latency: int | None = None,
+        max_cycles: int = 5_000_000,
+        waves: bool = False,
+    ):
+        """`stall_pct`: chance (%) the DRAM model withholds a beat in any cycle; `latency`:
+        its cycles from address to first beat (default: the config's dram_latency)."""
         self.config = config
-        self.stall_pct, self.seed = stall_pct, seed
+        self.stall_pct, self.seed, self.latency = stall_pct, seed, latency
         self.max_cycles = max_cycles
         self.waves = waves
 
@@ -87,6 +97,7 @@ class RtlDevice:
                     "job": k, "base": BASE, "insn_offset": program.insn_offset,
                     "insn_count": len(program.insns), "dram_size": program.dram_size,
                     "max_cycles": self.max_cycles, "stall_pct": self.stall_pct,
+                    "latency": cfg.dram_latency if self.latency is None else self.latency,
                     "seed": self.seed + k,
                 })  # fmt: skip
             (tmp / "jobs.json").write_text(json.dumps(specs))
@@ -97,8 +108,10 @@ class RtlDevice:
                 build_dir=out / "sim",
                 test_dir=tmp,
                 plusargs=[f"+DRAM_IN={tmp / 'in'}", f"+DRAM_OUT={tmp / 'out'}"],
-                extra_env={"TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
-                           "TILECRAFT_RTL_RESULTS": str(results_file)},
+                extra_env={
+                    "TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
+                    "TILECRAFT_RTL_RESULTS": str(results_file),
+                },
                 waves=self.waves,
             )
             if not results_file.exists():

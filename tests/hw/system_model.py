@@ -54,7 +54,9 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
                     if ctx.get(p("wvalid")):
                         wfire = True
                         data = ctx.get(p("wdata"))
-                        dram[start : start + ab] = np.frombuffer(data.to_bytes(ab, "little"), np.uint8)
+                        dram[start : start + ab] = np.frombuffer(
+                            data.to_bytes(ab, "little"), np.uint8
+                        )
             ctx.set(p("bvalid"), int(bpend > 0))
             bfire = bpend > 0 and ctx.get(p("bready"))
             await ctx.tick()

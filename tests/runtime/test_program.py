@@ -309,8 +309,8 @@ def test_device_runs_on_timing_only_change(program, inputs):
 
 
 def test_unknown_device():
-    assert device_names() == ["sim"]
-    with pytest.raises(DeviceError, match="unknown device 'nope'; available: sim"):
+    assert device_names() == ["rtl", "sim"]
+    with pytest.raises(DeviceError, match="unknown device 'nope'; available: rtl, sim"):
         get_device("nope")
     assert isinstance(get_device(), SimDevice)
 
