@@ -29,7 +29,6 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
         queue = deque()  # (ready_cycle, is_write, addr, beats)
         cycle = 0
         beat = 0
-        wbeats = 0
         bpend = 0
         while True:
             ctx.set(p("arready"), 1)

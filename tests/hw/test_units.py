@@ -35,7 +35,6 @@ def run_unit(cfg, unit_cls, machine, insns):
     final accumulator rows and the error flags."""
     m = Module()
     m.submodules.unit = unit = unit_cls(cfg)
-    spec = isa_for(cfg)
     mems = {}
     for name, shape_bits, init in (
         ("uop", cfg.uop_bytes * 8, [int(w) for w in machine.uop_words]),
