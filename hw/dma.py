@@ -28,7 +28,8 @@ def _log2(n: int) -> int:
 
 
 class BurstPlanner(wiring.Component):
-    """Splits a 2-D transfer into bursts: one per `next` while `valid`."""
+    """Splits a 2-D transfer into bursts: one per `next` while `valid`. Rows that follow each
+    other in memory (stride = row length) are one run."""
 
     def __init__(self, cfg: HwConfig):
         self.ab = cfg.axi_bytes
@@ -69,12 +70,13 @@ class BurstPlanner(wiring.Component):
             self.valid.eq(self.busy & ~loading),
             self.last.eq((rows_left == 1) & (beats == left)),
         ]
+        contiguous = self.stride == self.row_bytes  # rows back to back: one run
         with m.If(self.start):
             m.d.sync += [
                 row_addr.eq(self.addr),
-                rows_left.eq(self.rows),
+                rows_left.eq(Mux(contiguous, 1, self.rows)),
                 stride.eq(self.stride),
-                row_bytes.eq(self.row_bytes),
+                row_bytes.eq(Mux(contiguous, self.rows * self.row_bytes, self.row_bytes)),
                 self.busy.eq((self.rows != 0) & (self.row_bytes != 0)),
                 loading.eq(1),
             ]

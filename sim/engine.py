@@ -23,8 +23,17 @@ import numpy as np
 
 from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
-from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape
+from tilecraft.hw.isa import (
+    BUFFER_NAMES,
+    POP_QUEUES,
+    PUSH_QUEUES,
+    MemId,
+    Opcode,
+    Stage,
+    TokenQueue,
+    format_row,
+)
+from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape, pad_split
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
@@ -43,6 +52,8 @@ class Plan:
         self.pops: list[tuple[int, ...]] = []
         self.pushes: list[tuple[int, ...]] = []
         self.busy: list[int] = []  # cycles without DRAM
+        self.post: list[int] = []  # cycles after the data (padding written after it)
+        self.writes: list[int] = []  # LOAD: scratchpad rows written, one per cycle at most
         self.bus: list[int] = []  # cycles holding the DRAM port
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
@@ -59,11 +70,21 @@ class Plan:
                 xfer = timing.transfer(runs, run_bytes)
                 lat = timing.dram_latency if xfer else 0
                 overhead = timing.dma_overhead if xfer else timing.barrier_overhead
-                self.busy.append(overhead + lat + pads * timing.pad_ii)
+                lead, trail, mid = pad_split(row) if xfer else (0, 0, 0)
+                name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
+                # zeros before the data are written while the DRAM answers; after it, serially;
+                # between rows, in the gaps between elements (if an element takes several beats)
+                slow = cfg.elem_bytes(name) > timing.axi_bytes
+                self.busy.append(overhead + max(lat, lead * timing.pad_ii))
+                self.post.append((trail + (0 if slow else mid)) * timing.pad_ii)
+                narrow = cfg.elem_bytes(name) < timing.axi_bytes and op == Opcode.LOAD
+                self.writes.append(row["x_size"] * row["y_size"] if narrow and xfer else 0)
                 self.bus.append(xfer)
                 self.dram_bytes.append(nbytes)
             else:
                 self.busy.append(busy_cycles(timing, row))
+                self.post.append(0)
+                self.writes.append(0)
                 self.bus.append(0)
                 self.dram_bytes.append(0)
 
@@ -98,6 +119,8 @@ class Engine:
         self.routed = dict.fromkeys(Stage, 0)
         self.fetch_free = timing.fetch_start
         self.chunk_ready = 0
+        self.chunk_data = 0  # when the current chunk's first beat arrives
+        self.chunk_len = 0
         self.bus_free = 0
         self.start = [0] * n
         self.end = [0] * n
@@ -186,7 +209,9 @@ class Engine:
         if self.plan.bus[k]:
             data = max(t + self.timing.dma_overhead + self.timing.dram_latency, self.bus_free)
             self.bus_free = data + self.plan.bus[k]
-            end = max(end, self.bus_free + 1)
+            tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1
+            end = max(end, self.bus_free + tail, data + self.plan.writes[k] + 1)
+            end += self.plan.post[k]
         self.start[k], self.end[k] = t, end
         self.execute(k, s, t, end, overlaps)
         unit = self.plan.unit[k]
@@ -195,7 +220,7 @@ class Engine:
         if self._push_ready(k, end) is not None and not self._must_wait(k):
             self._send(k, end)
             # the compute stage issues the next instruction while this one runs on its unit
-            self.free[s] = t + 1 if unit in self.unit_free and self.half else end
+            self.free[s] = t + self.timing.issue_ii if unit in self.unit_free and self.half else end
         else:
             self.pending[s] = (k, end)
 
@@ -226,7 +251,7 @@ class Engine:
             return None
         t = self.fetch_free
         if f % self.timing.fetch_chunk():
-            t = max(t, self.chunk_ready)
+            t = max(t, self._arrival(f))
         s = self.plan.stage[f]
         m = self.routed[s] - self.cfg.cmd_queue_depth
         if m >= 0:
@@ -243,11 +268,19 @@ class Engine:
             xfer = self.timing.transfer(1, count * INSN_BYTES)
             data = max(t + self.timing.dram_latency, self.bus_free)
             self.bus_free = data + xfer
-            self.chunk_ready = self.bus_free
-            t = max(t, self.chunk_ready)
+            self.chunk_data = data
+            self.chunk_len = count
+            t = max(t, self._arrival(f))
         self.dispatch_t.append(t)
         self.routed[self.plan.stage[f]] += 1
         self.fetch_free = t + self.timing.dispatch_ii
+
+    def _arrival(self, f: int) -> int:
+        """When instruction f's last beat has arrived (fetch streams within its burst)."""
+        j = f % self.timing.fetch_chunk() + 1
+        if not self.timing.fetch_streams:
+            return self.chunk_data + self.timing.transfer(1, self.chunk_len * INSN_BYTES)
+        return self.chunk_data + -(-j * INSN_BYTES // self.timing.axi_bytes) + 1
 
     # ---- diagnosis --------------------------------------------------------------------------
     def _deadlock(self) -> None:

@@ -34,7 +34,10 @@ class Timing:
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
+    store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
+    issue_ii: int = 4  # compute-stage cycles between issuing two GEMM/ALU instructions
+    fetch_streams: bool = True  # dispatch an instruction as soon as its own beats arrive
     fetch_start: int = 2  # from START to fetch's first address
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
@@ -83,6 +86,19 @@ def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:
         width = row["x_pad0"] + x + row["x_pad1"]
         pads = width * (row["y_pad0"] + y + row["y_pad1"]) - x * y
     return runs, run_bytes, pads, nbytes
+
+
+def pad_split(row) -> tuple[int, int, int]:
+    """A LOAD's zero elements written before its first data element, after its last one, and
+    in between (row-major over the padded box)."""
+    x, y = row["x_size"], row["y_size"]
+    if x == 0:
+        return 0, 0, 0
+    width = row["x_pad0"] + x + row["x_pad1"]
+    lead = row["y_pad0"] * width + row["x_pad0"]
+    trail = row["x_pad1"] + row["y_pad1"] * width
+    total = width * (row["y_pad0"] + y + row["y_pad1"]) - x * y
+    return lead, trail, total - lead - trail
 
 
 def busy_cycles(t: Timing, row) -> int:

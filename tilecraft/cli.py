@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("-o", "--output", required=True, help="program file to write (.tcp)")
 
     bench = sub.add_parser("bench", help="benchmark suites (BENCHMARKS.md)")
-    bench.add_argument("suite", choices=["sim-speed", "resnet18-layers"])
+    bench.add_argument("suite", choices=["sim-speed", "resnet18-layers", "rtl-speed", "resources"])
     bench.add_argument("--config", default="default")
     bench.add_argument("--json", help="write the result JSON here")
     bench.add_argument(
@@ -109,6 +109,17 @@ def _parser() -> argparse.ArgumentParser:
         help="resnet18-layers: cycle model only, skip the bit-exact runs",
     )
     bench.set_defaults(func=cmd_bench)
+
+    hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
+    ver = hw.add_parser("verilog", help="write the top-level Verilog")
+    ver.add_argument("--config", default="default")
+    ver.add_argument("-o", "--output", required=True, help="folder to write into")
+    ver.set_defaults(func=cmd_hw_verilog)
+    res = hw.add_parser("resources", help="synthesize (yosys synth_xilinx) and count resources")
+    res.add_argument("--config", default="default")
+    res.add_argument("--part", default="xc7z020")
+    res.add_argument("--json", help="write the figures as JSON here")
+    res.set_defaults(func=cmd_hw_resources)
     return p
 
 
@@ -254,6 +265,35 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_hw_verilog(args) -> int:
+    from tilecraft.hw import regs
+    from tilecraft.hw.config import resolve
+    from tilecraft.hw.top import verilog
+
+    cfg = resolve(args.config)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tilecraft_top.v").write_text(verilog(cfg))
+    regmap = {
+        r.name: {"offset": r.offset, "access": r.access, "doc": r.doc} for r in regs.REGISTERS
+    }
+    (out / "registers.json").write_text(json.dumps(regmap, indent=2) + "\n")
+    (out / "config.toml").write_text(cfg.to_toml())
+    print(f"wrote tilecraft_top.v, registers.json and config.toml ({cfg.tag}) to {out}")
+    return 0
+
+
+def cmd_hw_resources(args) -> int:
+    from tilecraft.hw.config import resolve
+    from tilecraft.hw.resources import synthesize
+
+    r = synthesize(resolve(args.config), args.part)
+    print(r.format())
+    if args.json:
+        _write_json(args.json, r.to_dict())
+    return 0
+
+
 def _schedule(text: str | None):
     from tilecraft.compiler.schedule import ORDERS, ConvSchedule
     from tilecraft.errors import ScheduleError
@@ -279,7 +319,22 @@ def _schedule(text: str | None):
 def cmd_bench(args) -> int:
     from tilecraft.hw.config import resolve
 
-    if args.suite == "resnet18-layers":
+    if args.suite == "rtl-speed":
+        from tilecraft.benchmarks import rtl_speed as suite
+
+        result = suite.run(resolve(args.config))
+    elif args.suite == "resources":
+        from tilecraft.hw.resources import synthesize
+
+        result = {"suite": "resources", "configs": []}
+        for name in ("default", "1x8x8", "2x16x16"):
+            r = synthesize(resolve(name))
+            print(r.format())
+            result["configs"].append(r.to_dict())
+        if args.json:
+            _write_json(args.json, result)
+        return 0
+    elif args.suite == "resnet18-layers":
         from tilecraft.benchmarks import resnet18_layers as suite
 
         result = suite.run(resolve(args.config), check=not args.no_check)

@@ -41,7 +41,7 @@ module axi_dram #(
     input  wire                   wvalid,
     output reg                    wready,
     output wire [1:0]             bresp,
-    output reg                    bvalid,
+    output wire                   bvalid,
     input  wire                   bready
 );
     localparam BYTES = DATA_BITS / 8;
@@ -56,6 +56,8 @@ module axi_dram #(
     reg [63:0] now;
     reg busy;
     reg [8:0] beat;
+    reg [7:0] bcount;  // write responses owed
+    assign bvalid = bcount != 0;
     reg [63:0] last_end;  // cycle of the previous burst's last beat
     reg [31:0] lfsr;
     reg [1023:0] name_in, name_out;
@@ -77,7 +79,7 @@ module axi_dram #(
     always @(posedge clk) begin
         if (rst) begin
             head <= 0; tail <= 0; now <= 0; busy <= 0; beat <= 0; last_end <= 0;
-            rvalid <= 0; rlast <= 0; wready <= 0; bvalid <= 0;
+            rvalid <= 0; rlast <= 0; wready <= 0; bcount <= 0;
             lfsr <= seed | 32'h1;
         end else begin
             now <= now + 1;
@@ -98,11 +100,13 @@ module axi_dram #(
                 q_addr[tail[4:0]] <= awaddr; q_beats[tail[4:0]] <= awlen + 1;
                 q_write[tail[4:0]] <= 1; q_time[tail[4:0]] <= now; tail <= tail + 1;
             end
-            if (bvalid && bready) bvalid <= 0;
+            bcount <= bcount + ((busy && q_write[head[4:0]] && wvalid && wready
+                                 && beat + 1 == q_beats[head[4:0]]) ? 1 : 0)
+                              - ((bvalid && bready) ? 1 : 0);
             // a burst's first beat shows at max(accepted + latency, previous burst end + 1 + GAP)
             if (!busy) begin
-                if (used != 0 && now + 1 >= q_time[head[4:0]] + latency && now >= last_end + GAP
-                        && !(q_write[head[4:0]] && bvalid)) begin
+                if (used != 0 && now + 1 >= q_time[head[4:0]] + latency && now >= last_end + GAP)
+                        begin
                     busy <= 1;
                     beat <= 0;
                     if (q_write[head[4:0]]) begin
@@ -135,7 +139,7 @@ module axi_dram #(
                     for (i = 0; i < BYTES; i = i + 1)
                         if (wstrb[i]) mem[head_beat + beat][i*8 +: 8] <= wdata[i*8 +: 8];
                     if (beat + 1 == q_beats[head[4:0]]) begin
-                        wready <= 0; busy <= 0; head <= head + 1; bvalid <= 1; last_end <= now;
+                        wready <= 0; busy <= 0; head <= head + 1; last_end <= now;
                     end else begin
                         beat <= beat + 1;
                         wready <= !stall;

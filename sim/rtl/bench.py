@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import cocotb
 from cocotb.clock import Clock
@@ -97,7 +98,9 @@ async def run_jobs(dut):
         await _lite_write(dut, o["IRQ_ENABLE"], 1)
         await _lite_write(dut, o["CONTROL"], regs.START)
         limit = Timer(job["max_cycles"] * PERIOD_NS, unit="ns")
+        t0 = time.perf_counter()
         fired = await First(RisingEdge(dut.interrupt), limit)
+        seconds = time.perf_counter() - t0
         finished = fired is not limit
         status = await _lite_read(dut, o["STATUS"])
         cycles = await _lite_read(dut, o["CYCLES_LO"]) | (
@@ -118,6 +121,7 @@ async def run_jobs(dut):
                 "error_code": code,
                 "error_index": index,
                 "id": regs.digest_of(*ident),
+                "seconds": seconds,
             }
         )
     with open(os.environ["TILECRAFT_RTL_RESULTS"], "w") as f:

@@ -37,6 +37,7 @@ class RtlReport:
     finished: bool
     error_code: int = 0
     error_index: int = 0
+    seconds: float = 0.0  # wall time of the simulated run (START to interrupt)
     extra: dict = field(default_factory=dict)
 
 
@@ -123,7 +124,9 @@ class RtlDevice:
                     raise DeviceError(
                         f"the RTL model identifies as config {r['id']}, not {cfg.digest}"
                     )
-                report = RtlReport(r["cycles"], r["finished"], r["error_code"], r["error_index"])
+                report = RtlReport(
+                    r["cycles"], r["finished"], r["error_code"], r["error_index"], r["seconds"]
+                )
                 if not r["finished"]:
                     raise DeviceError(
                         f"program {program.name!r} did not finish within {self.max_cycles} "

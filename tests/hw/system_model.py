@@ -26,53 +26,70 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
         return getattr(dut, "m_axi_" + name)
 
     async def memory(ctx):
-        queue = deque()  # (ready_cycle, is_write, addr, beats)
-        cycle = 0
-        beat = 0
-        bpend = 0
+        """Mirrors sim/rtl/axi_dram.v cycle for cycle (outputs are registered)."""
+        queue = deque()  # [accepted_cycle, is_write, addr, beats]
+        now, busy, beat, last_end = 0, False, 0, 0
+        rvalid = rlast = wready = bvalid = 0
+        rdata = 0
         while True:
-            ctx.set(p("arready"), 1)
-            ctx.set(p("awready"), int(not ctx.get(p("arvalid"))))
-            ar = ctx.get(p("arvalid"))
-            ar_req = (ctx.get(p("araddr")), ctx.get(p("arlen")) + 1) if ar else None
-            aw = ctx.get(p("awvalid")) and not ar
-            aw_req = (ctx.get(p("awaddr")), ctx.get(p("awlen")) + 1) if aw else None
-            rfire = wfire = False
-            ctx.set(p("rvalid"), 0)
-            ctx.set(p("wready"), 0)
-            if queue and queue[0][0] <= cycle:
-                _, is_write, addr, n = queue[0]
-                start = addr - BASE + beat * ab
-                if not is_write:
-                    ctx.set(p("rdata"), int.from_bytes(bytes(dram[start : start + ab]), "little"))
-                    ctx.set(p("rvalid"), 1)
-                    ctx.set(p("rlast"), int(beat == n - 1))
-                    rfire = ctx.get(p("rready"))
-                else:
-                    ctx.set(p("wready"), 1)
-                    if ctx.get(p("wvalid")):
-                        wfire = True
-                        data = ctx.get(p("wdata"))
-                        dram[start : start + ab] = np.frombuffer(
-                            data.to_bytes(ab, "little"), np.uint8
-                        )
-            ctx.set(p("bvalid"), int(bpend > 0))
-            bfire = bpend > 0 and ctx.get(p("bready"))
+            ctx.set(p("rvalid"), rvalid)
+            ctx.set(p("rlast"), rlast)
+            ctx.set(p("rdata"), rdata)
+            ctx.set(p("wready"), wready)
+            ctx.set(p("bvalid"), int(bvalid > 0))
+            room = len(queue) < 32
+            ctx.set(p("arready"), int(room))
+            arvalid = ctx.get(p("arvalid"))
+            ctx.set(p("awready"), int(room and not arvalid))
+            ar = (ctx.get(p("araddr")), ctx.get(p("arlen")) + 1) if arvalid and room else None
+            awv = ctx.get(p("awvalid")) and room and not arvalid
+            aw = (ctx.get(p("awaddr")), ctx.get(p("awlen")) + 1) if awv else None
+            rready, wvalid, bready = (
+                ctx.get(p("rready")),
+                ctx.get(p("wvalid")),
+                ctx.get(p("bready")),
+            )
+            wdata = ctx.get(p("wdata"))
             await ctx.tick()
-            if ar_req:
-                queue.append((cycle + latency, False, *ar_req))
-            if aw_req:
-                queue.append((cycle + latency, True, *aw_req))
-            if rfire or wfire:
-                beat += 1
-                if beat == queue[0][3]:
+
+            def word(addr, k):
+                start = addr - BASE + k * ab
+                return int.from_bytes(bytes(dram[start : start + ab]), "little")
+
+            if bvalid and bready:
+                bvalid -= 1
+            if not busy:
+                if queue and now + 1 >= queue[0][0] + latency and now >= last_end + 1:
+                    busy, beat = True, 0
                     if queue[0][1]:
-                        bpend += 1
-                    queue.popleft()
-                    beat = 0
-            if bfire:
-                bpend -= 1
-            cycle += 1
+                        wready = 1
+                    else:
+                        rvalid, rdata, rlast = 1, word(queue[0][2], 0), int(queue[0][3] == 1)
+            elif not queue[0][1]:
+                if rvalid and rready:
+                    if rlast:
+                        rvalid = rlast = 0
+                        busy, last_end = False, now
+                        queue.popleft()
+                    else:
+                        beat += 1
+                        rdata = word(queue[0][2], beat)
+                        rlast = int(beat + 1 == queue[0][3])
+            else:
+                if wvalid and wready:
+                    start = queue[0][2] - BASE + beat * ab
+                    dram[start : start + ab] = np.frombuffer(wdata.to_bytes(ab, "little"), np.uint8)
+                    if beat + 1 == queue[0][3]:
+                        wready, busy, last_end = 0, False, now
+                        bvalid += 1
+                        queue.popleft()
+                    else:
+                        beat += 1
+            if ar:
+                queue.append([now, False, *ar])
+            elif aw:
+                queue.append([now, True, *aw])
+            now += 1
 
     async def host(ctx):
         o = regs.OFFSETS
@@ -98,6 +115,7 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
                 watch(ctx, dut, cycle)
             if ctx.get(dut.interrupt):
                 state["done"] = True
+                state["cycles"] = ctx.get(dut.regs.cycles)
                 break
             await ctx.tick()
 
@@ -107,4 +125,5 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
     sim.add_testbench(memory, background=True)
     sim.run()
     outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
+    run_program.cycles = state["cycles"]
     return state["done"], outputs, dut

