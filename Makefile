@@ -21,7 +21,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/vermin --target=3.10- --violations --no-tips --eval-annotations \
-	    hw/config.py hw/isa runtime boards tilecraft/errors.py
+	    hw/config.py hw/isa hw/regs.py runtime boards tilecraft/errors.py
 
 test: lint
 	$(BIN)/python -m pytest -q

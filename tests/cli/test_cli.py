@@ -306,3 +306,30 @@ def test_resnet18_layers_result_shape():
     assert result["min_roofline_fraction"] == min(a["roofline_fraction"], b["roofline_fraction"])
     table = bench.format_table(result)
     assert "MAC-weighted utilization" in table and "(taps folded)" in table
+
+
+def test_hw_verilog_writes_the_top_and_its_register_map(tmp_path, capsys):
+    out = tmp_path / "rtl"
+    assert main(["hw", "verilog", "--config", "1x8x8", "-o", str(out)]) == 0
+    verilog = (out / "tilecraft_top.v").read_text()
+    assert "module tilecraft_top" in verilog and "s_axi_control_awaddr" in verilog
+    regmap = json.loads((out / "registers.json").read_text())
+    assert regmap["CONTROL"]["offset"] == 0 and regmap["MAGIC"]["access"] == "r"
+    assert "log_block_in = 3" in (out / "config.toml").read_text()
+
+
+def test_hw_resources_refuses_an_unknown_part(capsys):
+    assert main(["hw", "resources", "--config", "1x8x8", "--part", "xc9z999"]) == 1
+    assert "unknown part 'xc9z999'; known: xc7z010, xc7z020, xc7z045" in capsys.readouterr().err
+
+
+def test_resource_counting():
+    from tilecraft.hw.resources import Resources, count
+
+    cells = {"LUT2": 10, "LUT6": 5, "RAM64M": 4, "FDRE": 30, "FDSE": 2, "DSP48E1": 3,
+             "RAMB36E1": 2, "RAMB18E1": 3, "CARRY4": 9}
+    got = count(cells)
+    assert got == {"lut": 15 + 4 * 4, "ff": 32, "dsp": 3, "bram36": 3.5}
+    r = Resources("cfg", "xc7z020", **got, seconds=1.0)
+    assert r.fractions()["dsp"] == 3 / 220
+    assert "of     220" in r.format()

@@ -14,7 +14,8 @@ class Block:
                                   "cocotb_tools", "onnx", "pynq"}:
             raise ImportError("blocked for the board-import test: " + name)
 sys.meta_path.insert(0, Block())
-import tilecraft.runtime, tilecraft.hw.config, tilecraft.hw.isa, tilecraft.sim
+import tilecraft.runtime, tilecraft.hw.config, tilecraft.hw.isa, tilecraft.hw.regs, tilecraft.sim
+import tilecraft.runtime.layout
 from tilecraft.hw.config import preset
 preset("pynq-z1")
 print("ok")
