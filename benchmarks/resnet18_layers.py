@@ -22,7 +22,7 @@ from tilecraft.compiler.schedule import ConvSchedule
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
-from tilecraft.sim.simulator import run_image
+from tilecraft.sim.simulator import model_report
 
 EPILOGUE = Epilogue(shift=8, relu=True)
 
@@ -38,19 +38,6 @@ def layer_op(layer: dict) -> Conv2d:
         stride=layer["S"],
         pad=layer["P"],
     )
-
-
-def _cycles(program) -> int:
-    cfg = program.config
-    report, _ = run_image(
-        cfg,
-        program.dram_image(),
-        program.insn_offset,
-        len(program.insns),
-        functional=False,
-        check_races=False,
-    )
-    return report.cycles
 
 
 def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True) -> dict:
@@ -81,14 +68,7 @@ def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool 
         row["bit_exact"] = bool(np.array_equal(got, reference.conv2d(op, EPILOGUE, x, w)))
         report = result.report
     else:
-        report, _ = run_image(
-            cfg,
-            program.dram_image(),
-            program.insn_offset,
-            len(program.insns),
-            functional=False,
-            check_races=False,
-        )
+        report = model_report(program)
     dram = dict(report.dram_bytes)
     total = sum(dram.values())
     roofline = max(ideal, total / cfg.axi_bytes)
@@ -101,7 +81,7 @@ def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool 
         roofline_cycles=roofline,
         roofline_fraction=roofline / report.cycles,
         dram_bytes=dram,
-        utilization_no_overlap=ideal / _cycles(serial),
+        utilization_no_overlap=ideal / model_report(serial).cycles,
     )
     return row
 

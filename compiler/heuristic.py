@@ -94,7 +94,7 @@ def choose(
     cfg: HwConfig, op: Conv2d, epilogue: Epilogue, *, fold: bool | None = None, params=None
 ) -> Choice:
     from tilecraft.compiler.conv2d import build
-    from tilecraft.sim.simulator import run_image
+    from tilecraft.sim.simulator import model_report
 
     low = lower(cfg, op, epilogue, fold)
     t = Timing.from_config(cfg)
@@ -116,14 +116,7 @@ def choose(
             program = build(cfg, op, epilogue, s, params, fold=low.folded, check=False)
         except ScheduleError:
             continue  # e.g. too many micro-op kernels, which the estimate does not see
-        report, _ = run_image(
-            cfg,
-            program.dram_image(),
-            program.insn_offset,
-            len(program.insns),
-            functional=False,
-            check_races=False,
-        )
+        report = model_report(program)
         row = {"schedule": s.to_dict(), "estimate": round(est), "cycles": report.cycles}
         measured.append((report.cycles, s, row, program))
     if not measured:

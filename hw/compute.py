@@ -20,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.dma import forward_read_port, read_port_members
 from tilecraft.hw.isa import MemId, Opcode, isa_for
 from tilecraft.hw.loader import LoadEngine
 from tilecraft.hw.units import AluUnit, GemmUnit
@@ -58,14 +59,7 @@ class Compute(wiring.Component):
                 "dram_base": In(64),
                 "dram_size": In(32),
                 "halt": In(1),
-                "ar_valid": Out(1),
-                "ar_addr": Out(64),
-                "ar_len": Out(8),
-                "ar_last": Out(1),
-                "ar_ready": In(1),
-                "r_valid": In(1),
-                "r_data": In(cfg.axi_data_bits),
-                "r_ready": Out(1),
+                **read_port_members(cfg),
                 "inp_addr": Out(16),
                 "inp_data": In(cfg.elem_bytes("inp") * 8),
                 "wgt_addr": Out(16),
@@ -87,10 +81,7 @@ class Compute(wiring.Component):
         m.submodules.gemm = gemm = self.gemm
         m.submodules.alu = alu = self.alu
         units = {"gemm": gemm, "alu": alu}
-        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
-            m.d.comb += getattr(self, name).eq(getattr(loader, name))
-        for name in ("ar_ready", "r_valid", "r_data"):
-            m.d.comb += getattr(loader, name).eq(getattr(self, name))
+        forward_read_port(m, self, loader)
         m.d.comb += [
             loader.dram_base.eq(self.dram_base),
             loader.dram_size.eq(self.dram_size),

@@ -20,6 +20,24 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw.config import HwConfig
 
 OUTSTANDING = 32  # read bursts in flight on the AXI port
+READ_OUT = ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready")  # driven by a read client
+READ_IN = ("ar_ready", "r_valid", "r_data")  # driven by the arbiter
+
+
+def read_port_members(cfg: HwConfig) -> dict:
+    """A unit's port onto the read arbiter (directions as seen by the unit)."""
+    return {
+        "ar_valid": Out(1), "ar_addr": Out(64), "ar_len": Out(8), "ar_last": Out(1),
+        "ar_ready": In(1), "r_valid": In(1), "r_data": In(cfg.axi_data_bits), "r_ready": Out(1),
+    }  # fmt: skip
+
+
+def forward_read_port(m: Module, outer, inner) -> None:
+    """Connect `outer`'s read port (a unit) to `inner`'s (the client or unit inside it)."""
+    for name in READ_OUT:
+        m.d.comb += getattr(outer, name).eq(getattr(inner, name))
+    for name in READ_IN:
+        m.d.comb += getattr(inner, name).eq(getattr(outer, name))
 
 
 def _log2(n: int) -> int:

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import ElementStream, ReadClient
+from tilecraft.hw.dma import ElementStream, ReadClient, forward_read_port, read_port_members
 from tilecraft.hw.isa import AluOp, MemId, Opcode, isa_for
 
 INSN_BYTES = 16
@@ -30,14 +30,7 @@ class Fetch(wiring.Component):
             "error_valid": Out(1),
             "error_code": Out(8),
             "error_index": Out(32),
-            "ar_valid": Out(1),
-            "ar_addr": Out(64),
-            "ar_len": Out(8),
-            "ar_last": Out(1),
-            "ar_ready": In(1),
-            "r_valid": In(1),
-            "r_data": In(cfg.axi_data_bits),
-            "r_ready": Out(1),
+            **read_port_members(cfg),
         }
         for q in ("load", "compute", "store"):
             members[f"{q}_valid"] = Out(1)
@@ -51,10 +44,7 @@ class Fetch(wiring.Component):
         spec = isa_for(cfg)
         m.submodules.client = client = ReadClient(cfg)
         m.submodules.insns = stream = ElementStream(cfg.axi_data_bits, 128)
-        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
-            m.d.comb += getattr(self, name).eq(getattr(client, name))
-        for name in ("ar_ready", "r_valid", "r_data"):
-            m.d.comb += getattr(client, name).eq(getattr(self, name))
+        forward_read_port(m, self, client)
         m.d.comb += [
             stream.beat.eq(client.beat),
             stream.beat_valid.eq(client.beat_valid),

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import ElementStream, ReadClient
+from tilecraft.hw.dma import ElementStream, ReadClient, forward_read_port, read_port_members
 from tilecraft.hw.isa import BUFFER_NAMES, MemId, isa_for
 
 
@@ -28,15 +28,7 @@ class LoadEngine(wiring.Component):
             "busy": Out(1),
             "done": Out(1),  # one-cycle pulse when the instruction has finished
             "error": Out(8),  # an ErrorCode (0: none), valid with `done`
-            # read arbiter side
-            "ar_valid": Out(1),
-            "ar_addr": Out(64),
-            "ar_len": Out(8),
-            "ar_last": Out(1),
-            "ar_ready": In(1),
-            "r_valid": In(1),
-            "r_data": In(cfg.axi_data_bits),
-            "r_ready": Out(1),
+            **read_port_members(cfg),
         }
         for mem in targets:
             name = BUFFER_NAMES[mem]
@@ -49,10 +41,7 @@ class LoadEngine(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.client = client = ReadClient(cfg)
-        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
-            m.d.comb += getattr(self, name).eq(getattr(client, name))
-        for name in ("ar_ready", "r_valid", "r_data"):
-            m.d.comb += getattr(client, name).eq(getattr(self, name))
+        forward_read_port(m, self, client)
 
         insn = Signal.like(self.insn)
         mem = insn.mem

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw import regs
 from tilecraft.hw.axi import axi4_members
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import BurstPlanner
+from tilecraft.hw.dma import BurstPlanner, forward_read_port, read_port_members
 from tilecraft.hw.isa import MemId, isa_for
 from tilecraft.hw.loader import LoadEngine
 
@@ -45,11 +45,7 @@ class LoadStage(wiring.Component):
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
         spec = isa_for(cfg)
-        members = _stage_members(cfg) | {
-            "ar_valid": Out(1), "ar_addr": Out(64), "ar_len": Out(8), "ar_last": Out(1),
-            "ar_ready": In(1), "r_valid": In(1), "r_data": In(cfg.axi_data_bits),
-            "r_ready": Out(1),
-        }  # fmt: skip
+        members = _stage_members(cfg) | read_port_members(cfg)
         for name in ("inp", "wgt"):
             members[f"{name}_addr"] = Out(spec.sram_bits)
             members[f"{name}_data"] = Out(cfg.elem_bytes(name) * 8)
@@ -61,10 +57,7 @@ class LoadStage(wiring.Component):
         cfg = self.cfg
         spec = isa_for(cfg)
         m.submodules.engine = engine = LoadEngine(cfg, (MemId.INP, MemId.WGT))
-        for name in ("ar_valid", "ar_addr", "ar_len", "ar_last", "r_ready"):
-            m.d.comb += getattr(self, name).eq(getattr(engine, name))
-        for name in ("ar_ready", "r_valid", "r_data"):
-            m.d.comb += getattr(engine, name).eq(getattr(self, name))
+        forward_read_port(m, self, engine)
         for name in ("inp", "wgt"):
             for part in ("addr", "data", "en"):
                 m.d.comb += getattr(self, f"{name}_{part}").eq(getattr(engine, f"{name}_{part}"))

@@ -47,6 +47,21 @@ def simulate(
     return run_image(config, dram, insn_addr, insn_count, **options)[0]
 
 
+def model_report(program, timing: Timing | None = None) -> SimReport:
+    """The cycle model alone on a Program (timing does not depend on data): what the schedule
+    search and the benchmarks measure candidates with."""
+    report, _ = run_image(
+        program.config,
+        program.dram_image(),
+        program.insn_offset,
+        len(program.insns),
+        timing=timing,
+        functional=False,
+        check_races=False,
+    )
+    return report
+
+
 def run_image(
     config: HwConfig,
     dram: np.ndarray,

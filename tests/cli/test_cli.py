@@ -326,8 +326,17 @@ def test_hw_resources_refuses_an_unknown_part(capsys):
 def test_resource_counting():
     from tilecraft.hw.resources import Resources, count
 
-    cells = {"LUT2": 10, "LUT6": 5, "RAM64M": 4, "FDRE": 30, "FDSE": 2, "DSP48E1": 3,
-             "RAMB36E1": 2, "RAMB18E1": 3, "CARRY4": 9}
+    cells = {
+        "LUT2": 10,
+        "LUT6": 5,
+        "RAM64M": 4,
+        "FDRE": 30,
+        "FDSE": 2,
+        "DSP48E1": 3,
+        "RAMB36E1": 2,
+        "RAMB18E1": 3,
+        "CARRY4": 9,
+    }
     got = count(cells)
     assert got == {"lut": 15 + 4 * 4, "ff": 32, "dsp": 3, "bram36": 3.5}
     r = Resources("cfg", "xc7z020", **got, seconds=1.0)
