@@ -50,7 +50,7 @@ def accesses(
         elif op == Opcode.STORE:
             _store(cfg, r, depth, a)
         elif op in (Opcode.GEMM, Opcode.ALU):
-            _loop(r, op, depth, sram_uops, a)
+            _loop(r, op, depth, sram_uops, a, cfg.acc_bits)
         yield a
 
 
@@ -120,7 +120,18 @@ def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
         sram_uops[col][rows] = uops[col][src]
 
 
-def _loop(r, op, depth, sram_uops, a: Access) -> None:
+def _clears(op: int, imm: int, bits: int) -> bool:
+    """x * 0, and a left shift by the full lane width (SHR by -bits), give 0 whatever x is."""
+    if op == AluOp.MUL:
+        return imm == 0
+    amount_bits = (bits - 1).bit_length() + 1
+    amount = ((imm & ((1 << amount_bits) - 1)) ^ (1 << (amount_bits - 1))) - (
+        1 << (amount_bits - 1)
+    )
+    return op == AluOp.SHR and amount <= -bits
+
+
+def _loop(r, op, depth, sram_uops, a: Access, acc_bits: int) -> None:
     bgn, end = int(r["uop_bgn"]), int(r["uop_end"])
     if not bgn < end <= depth["uop"]:
         a.problems.append(
@@ -157,8 +168,8 @@ def _loop(r, op, depth, sram_uops, a: Access) -> None:
                 return
             a.reads[buf] = rows
         return
-    if int(r["use_imm"]) and int(r["alu_op"]) == AluOp.MUL and int(r["imm"]) == 0:
-        return  # x * 0 does not depend on x: it initializes the rows
+    if int(r["use_imm"]) and _clears(int(r["alu_op"]), int(r["imm"]), acc_bits):
+        return  # the result does not depend on the row: it initializes it
     reads = [dst]
     if not int(r["use_imm"]):
         src = idx("src", "src_out", "src_in")

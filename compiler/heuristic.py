@@ -53,10 +53,11 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     acc = s.tile_oc * pix
     fixed = t.insn_overhead + t.dram_latency
     imm, tensor = alu_passes(low.epilogue)
+    mul_extra = (t.alu_mul_groups + 1) if low.epilogue.multiplier != "none" else 0
     step = acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth
     gemm = steps * step
     zero = acc * t.alu_ii_imm + 6
-    alu = acc * (imm * t.alu_ii_imm + tensor * t.alu_ii_tensor) + (imm + tensor) * 6
+    alu = acc * (imm * t.alu_ii_imm + tensor * t.alu_ii_tensor + mul_extra) + (imm + tensor) * 6
     if low.epilogue.residual:
         gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
     eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))

@@ -214,9 +214,15 @@ class ConvEmitter(EpilogueLowering):
         return self.pb.build()
 
     def _zero(self, tile: Tile, a: int) -> None:
-        """Clear the accumulator tile on the ALU unit (x * 0), leaving the GEMM core free."""
+        """Clear the accumulator tile on the ALU unit (a left shift by the lane width gives 0),
+        leaving the GEMM core free."""
         self.insns.append(
-            Alu(op=AluOp.MUL, use_imm=True, imm=0, **self._tile_loop(tile, a, 0, False))
+            Alu(
+                op=AluOp.SHR,
+                use_imm=True,
+                imm=-self.cfg.acc_bits,
+                **self._tile_loop(tile, a, 0, False),
+            )
         )
 
     def _finish_tile(self, tile: Tile, a: int) -> None:

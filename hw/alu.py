@@ -16,8 +16,9 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import AluOp
 
 
-def alu_lane(m: Module, op, a, b, bits: int):
-    """Combinational result of `op` on two signed `bits`-wide lanes (returns a Value)."""
+def alu_lane(m: Module, op, a, b, bits: int, with_mul: bool = True):
+    """Combinational result of `op` on two signed `bits`-wide lanes (returns a Value); without
+    `with_mul`, MUL is left to a shared multiplier (see units.AluUnit)."""
     amount_bits = (bits - 1).bit_length() + 1  # 6 for 32-bit lanes: [-32, 31]
     amount = Signal(signed(amount_bits))
     m.d.comb += amount.eq(b[:amount_bits].as_signed())
@@ -33,8 +34,9 @@ def alu_lane(m: Module, op, a, b, bits: int):
             m.d.comb += result.eq(Mux(a > b, a, b))
         with m.Case(AluOp.ADD):
             m.d.comb += result.eq((a + b)[:bits])
-        with m.Case(AluOp.MUL):
-            m.d.comb += result.eq((a * b)[:bits])
+        if with_mul:
+            with m.Case(AluOp.MUL):
+                m.d.comb += result.eq((a * b)[:bits])
         with m.Default():  # SHR
             m.d.comb += result.eq(Mux(amount >= 0, right, left))
     return result

@@ -64,6 +64,9 @@ ARCH_FIELDS = (
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
 
 
+ALU_MUL_LANES = 4  # the vector ALU multiplies this many lanes per cycle (DSP budget)
+
+
 @dataclass(frozen=True)
 class HwConfig:
     """Accelerator parameters. `log_*_buff` are log2 of scratchpad sizes in bytes."""

@@ -15,14 +15,14 @@ next (the write and the next read share a cycle, and the port is transparent).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Array, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.alu import alu_lane
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.gemm import GemmCore
-from tilecraft.hw.isa import isa_for
+from tilecraft.hw.isa import AluOp, isa_for
 
 ITER = 14
 
@@ -271,25 +271,35 @@ class AluUnit(wiring.Component):
             ]
         tensor = ~insn.use_imm
         depth = cfg.depth("acc")
-        # a tensor op spends two cycles per micro-op (dst read, then src read on one port)
-        tick = Signal()
+        lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
+        group = min(ALU_MUL_LANES, lanes)
+        groups = lanes // group
+        # Each micro-op takes `phases` cycles in P1: reads (dst, then src for a tensor op: two
+        # reads on one port), then for MUL one cycle per lane group on the shared multipliers
+        # and one to write.
+        is_mul = insn.alu_op == AluOp.MUL
+        reads = Mux(tensor, 2, 1)
+        phases = Signal(8)
+        m.d.comb += phases.eq(Mux(is_mul, reads + groups + 1, reads))
+        ph = Signal(8)
         with m.If(self.start):
-            m.d.sync += tick.eq(0)
-        with m.Elif(running & tensor):
-            m.d.sync += tick.eq(~tick)
-        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(~tensor | tick)]
+            m.d.sync += ph.eq(0)
+        with m.Elif(running):
+            m.d.sync += ph.eq(Mux(ph == phases - 1, 0, ph + 1))
+        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
         failed = Signal()
         with m.If(self.start):
             m.d.sync += failed.eq(0)
         with m.Elif(self.error):
             m.d.sync += failed.eq(1)
         # P1: indices, dst (or src) read
-        v1, last1, ph1 = Signal(), Signal(), Signal()
+        v1, last1 = Signal(), Signal()
+        ph1 = Signal(8)
         off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src")}
         m.d.sync += [
             v1.eq(seq.valid & ~failed & ~self.error),
             last1.eq(seq.last & seq.valid),
-            ph1.eq(tensor & tick),
+            ph1.eq(ph),
         ]
         for f in off:
             m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
@@ -297,28 +307,54 @@ class AluUnit(wiring.Component):
         u = self.uop_data
         m.d.comb += [dst.eq(u.dst + off["dst"]), src.eq(u.src + off["src"])]
         bad = Signal()
-        m.d.comb += bad.eq(v1 & ~ph1 & ((dst >= depth) | (tensor & (src >= depth))))
-        m.d.comb += [self.acc_ren.eq(v1 & ~bad), self.acc_raddr.eq(Mux(ph1, src, dst))]
-        # P2: operands in, result written
-        w_dst, w_val, w_last, got_dst = Signal(16), Signal(), Signal(), Signal()
-        with m.If(~ph1):
-            m.d.sync += w_dst.eq(dst)
-        m.d.sync += [
-            w_val.eq(v1 & ~bad & (~tensor | ph1)),
-            w_last.eq(last1 & (~tensor | ph1)),
-            got_dst.eq(v1 & ~bad & tensor & ~ph1),
+        m.d.comb += bad.eq(v1 & (ph1 == 0) & ((dst >= depth) | (tensor & (src >= depth))))
+        m.d.comb += [
+            self.acc_ren.eq(v1 & ~bad & (ph1 < reads)),
+            self.acc_raddr.eq(Mux(ph1 == 1, src, dst)),
         ]
+        # P2: operands in; non-MUL ops write in the last read phase, MUL after its groups
+        w_dst, v2, last2 = Signal(16), Signal(), Signal()
+        ph2 = Signal(8)
+        with m.If(ph1 == 0):
+            m.d.sync += w_dst.eq(dst)
+        m.d.sync += [v2.eq(v1 & ~bad), last2.eq(last1), ph2.eq(ph1)]
         a = Signal.like(self.acc_rdata)
-        with m.If(got_dst):
+        b = Signal.like(self.acc_rdata)
+        with m.If(v2 & (ph2 == 0)):
             m.d.sync += a.eq(self.acc_rdata)
-        lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
+        with m.If(v2 & tensor & (ph2 == 1)):
+            m.d.sync += b.eq(self.acc_rdata)
         lhs = Mux(tensor, a, self.acc_rdata)
         result = Signal.like(self.acc_wdata)
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
             y = Mux(tensor, self.acc_rdata[k * ab : (k + 1) * ab].as_signed(), insn.imm)
-            m.d.comb += result[k * ab : (k + 1) * ab].eq(alu_lane(m, insn.alu_op, x, y, ab))
-        m.d.comb += [self.acc_waddr.eq(w_dst), self.acc_wdata.eq(result), self.acc_wen.eq(w_val)]
+            lane = alu_lane(m, insn.alu_op, x, y, ab, with_mul=False)
+            m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
+        # MUL: `group` shared multipliers, one lane group per cycle
+        product = Signal.like(self.acc_wdata)
+        g = Signal(8)
+        m.d.comb += g.eq(ph2 - reads)
+        active = v2 & is_mul & (ph2 >= reads)
+        for i in range(group):
+            xs = Array(a[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
+            ys = Array(b[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
+            x, y = Signal(signed(ab), name=f"mul_x{i}"), Signal(signed(ab), name=f"mul_y{i}")
+            m.d.comb += [x.eq(xs[g]), y.eq(Mux(tensor, ys[g], insn.imm))]
+            p = Signal(ab, name=f"mul_p{i}")
+            m.d.comb += p.eq((x * y)[:ab])
+            for j in range(groups):
+                with m.If(active & (g == j)):
+                    k = j * group + i
+                    m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
+        w_val = Signal()
+        m.d.comb += w_val.eq(v2 & (ph2 == phases - 1))
+        w_last = last2
+        m.d.comb += [
+            self.acc_waddr.eq(w_dst),
+            self.acc_wdata.eq(Mux(is_mul, product, result)),
+            self.acc_wen.eq(w_val),
+        ]
         first = Signal()
         m.d.sync += first.eq(self.start)
         finished = Signal()

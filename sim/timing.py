@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode
+from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode
 
 INSN_BYTES = 16
 
@@ -31,6 +31,7 @@ class Timing:
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port)
     alu_depth: int = 1  # read, then operate and write
+    alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
@@ -43,6 +44,8 @@ class Timing:
 
     @classmethod
     def from_config(cls, cfg: HwConfig, **overrides) -> Timing:
+        lanes = cfg.batch * cfg.block_out
+        overrides.setdefault("alu_mul_groups", lanes // min(ALU_MUL_LANES, lanes))
         return cls(
             axi_bytes=cfg.axi_bytes,
             dram_latency=cfg.dram_latency,
@@ -111,4 +114,6 @@ def busy_cycles(t: Timing, row) -> int:
         depth = t.reset_depth if row["reset"] else t.gemm_depth
         return t.insn_overhead + steps * t.gemm_ii + depth
     ii = t.alu_ii_imm if row["use_imm"] else t.alu_ii_tensor
+    if row["alu_op"] == AluOp.MUL:  # then one cycle per lane group, one to write
+        ii += t.alu_mul_groups + 1
     return t.insn_overhead + steps * ii + t.alu_depth
