@@ -19,6 +19,7 @@ from tilecraft.compiler import reference
 from tilecraft.compiler.conv2d import build, conv2d
 from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.compiler.schedule import ConvSchedule
+from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
@@ -136,4 +137,47 @@ def format_table(result: dict) -> str:
         f"min roofline fraction {result['min_roofline_fraction']:.3f}, "
         f"total {result['total_cycles']:,} cycles vs ideal {result['total_ideal_cycles']:,.0f}"
     )
+    return "\n".join(lines)
+
+
+def run_on_rtl(cfg: HwConfig | None = None, names: list[str] | None = None, seed: int = 0) -> dict:
+    """The chosen layers' programs on the generated Verilog too: RTL cycles against the cycle
+    model, and the outputs against the simulator's."""
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    cfg = cfg or HwConfig()
+    layers = [x for x in resnet18_layers() if names is None or x["name"] in names]
+    unknown = sorted(set(names or ()) - {x["name"] for x in layers})
+    if unknown:
+        raise TilecraftError(f"unknown layers {unknown}; the workload has C1..C11")
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for layer in layers:
+        op = layer_op(layer)
+        w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
+        x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+        program = conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
+        jobs.append((program, pack_inputs(program, {"input": x})))
+    rows = []
+    for (program, inputs), r in zip(jobs, RtlDevice(cfg).run_many(jobs)):
+        s = get_device("sim").run(program, inputs)
+        rows.append({
+            "name": program.name,
+            "model_cycles": s.report.cycles,
+            "rtl_cycles": r.report.cycles,
+            "cycle_error": abs(r.report.cycles - s.report.cycles) / r.report.cycles,
+            "bit_exact": all(np.array_equal(r.outputs[k], v) for k, v in s.outputs.items()),
+            "cycles_per_second": r.report.cycles / r.report.seconds,
+        })  # fmt: skip
+    return {"suite": "resnet18-layers-rtl", "config": cfg.tag, "layers": rows}
+
+
+def format_rtl_table(result: dict) -> str:
+    lines = [f"resnet18 layers on the RTL ({result['config']})"]
+    for r in result["layers"]:
+        lines.append(
+            f"{r['name']:4s} model {r['model_cycles']:9,} rtl {r['rtl_cycles']:9,} "
+            f"error {r['cycle_error']:.2%}  {'bit-exact' if r['bit_exact'] else 'DIFFERS'}  "
+            f"{r['cycles_per_second']:,.0f} cycles/s"
+        )
     return "\n".join(lines)

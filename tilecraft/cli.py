@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resnet18-layers: cycle model only, skip the bit-exact runs",
     )
+    bench.add_argument(
+        "--rtl", metavar="LAYERS", help="resnet18-layers: also run these layers (C4,C9) on the RTL"
+    )
     bench.set_defaults(func=cmd_bench)
 
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
@@ -337,6 +340,12 @@ def cmd_bench(args) -> int:
     elif args.suite == "resnet18-layers":
         from tilecraft.benchmarks import resnet18_layers as suite
 
+        if args.rtl:
+            result = suite.run_on_rtl(resolve(args.config), args.rtl.split(","))
+            print(suite.format_rtl_table(result))
+            if args.json:
+                _write_json(args.json, result)
+            return 0 if all(r["bit_exact"] for r in result["layers"]) else 1
         result = suite.run(resolve(args.config), check=not args.no_check)
     else:
         from tilecraft.benchmarks import sim_speed as suite

@@ -342,3 +342,8 @@ def test_resource_counting():
     r = Resources("cfg", "xc7z020", **got, seconds=1.0)
     assert r.fractions()["dsp"] == 3 / 220
     assert "of     220" in r.format()
+
+
+def test_resnet_on_rtl_refuses_unknown_layers(capsys):
+    assert main(["bench", "resnet18-layers", "--rtl", "C4,C99"]) == 1
+    assert "unknown layers ['C99']; the workload has C1..C11" in capsys.readouterr().err
