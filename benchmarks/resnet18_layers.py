@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from tilecraft.benchmarks.workloads import resnet18_layers
+from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler import reference
 from tilecraft.compiler.conv2d import build, conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.ops import Epilogue
 from tilecraft.compiler.schedule import ConvSchedule
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
@@ -26,19 +26,6 @@ from tilecraft.runtime.layout import pack_inputs, unpack_outputs
 from tilecraft.sim.simulator import model_report
 
 EPILOGUE = Epilogue(shift=8, relu=True)
-
-
-def layer_op(layer: dict) -> Conv2d:
-    return Conv2d(
-        1,
-        layer["IC"],
-        layer["H"],
-        layer["W"],
-        layer["OC"],
-        kernel=layer["K"],
-        stride=layer["S"],
-        pad=layer["P"],
-    )
 
 
 def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True) -> dict:

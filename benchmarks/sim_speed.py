@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from tilecraft.benchmarks.workloads import resnet18_layers
+from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.ops import Epilogue
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs
@@ -33,16 +33,7 @@ def run(cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int
     device = get_device("sim")
     rows, sim_total, np_total = [], 0.0, 0.0
     for layer in layers:
-        op = Conv2d(
-            1,
-            layer["IC"],
-            layer["H"],
-            layer["W"],
-            layer["OC"],
-            kernel=layer["K"],
-            stride=layer["S"],
-            pad=layer["P"],
-        )
+        op = layer_op(layer)
         w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
         x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
         program = conv2d(cfg, op, Epilogue(shift=8, relu=True), weight=w)

@@ -124,6 +124,29 @@ def _loop_members(cfg: HwConfig) -> dict:
     }
 
 
+def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
+    """The loop sequencer, the latched instruction and the running/failed flags both units
+    share; `fields` are the index kinds with strides (the rest loop in place)."""
+    m.submodules.seq = seq = LoopSequencer(idx_bits)
+    insn = Signal.like(unit.insn)
+    running, failed = Signal(), Signal()
+    with m.If(unit.start):
+        m.d.sync += [insn.eq(unit.insn), running.eq(1), failed.eq(0)]
+    with m.Elif(unit.error):
+        m.d.sync += failed.eq(1)
+    m.d.comb += [
+        seq.start.eq(unit.start),
+        seq.uop_bgn.eq(unit.insn.uop_bgn),
+        seq.uop_end.eq(unit.insn.uop_end),
+        seq.iter_out.eq(unit.insn.iter_out),
+        seq.iter_in.eq(unit.insn.iter_in),
+    ]
+    for f in ("dst", "src", "wgt"):
+        outer, inner = (getattr(unit.insn, f"{f}_{x}") if f in fields else 0 for x in ("out", "in"))
+        m.d.comb += [getattr(seq, f"{f}_out").eq(outer), getattr(seq, f"{f}_in").eq(inner)]
+    return seq, insn, running, failed
+
+
 class GemmUnit(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | None = None):
         self.cfg = cfg
@@ -143,35 +166,14 @@ class GemmUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.seq = seq = LoopSequencer(self.idx_bits)
         m.submodules.core = core = GemmCore(cfg, self.packed)
-        insn = Signal.like(self.insn)
+        seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src", "wgt"))
         reset = insn.reset
-        running = Signal()
-        with m.If(self.start):
-            m.d.sync += [insn.eq(self.insn), running.eq(1)]
-        m.d.comb += [
-            seq.start.eq(self.start),
-            seq.uop_bgn.eq(self.insn.uop_bgn),
-            seq.uop_end.eq(self.insn.uop_end),
-            seq.iter_out.eq(self.insn.iter_out),
-            seq.iter_in.eq(self.insn.iter_in),
-        ]
-        for f in ("dst", "src", "wgt"):
-            m.d.comb += [
-                getattr(seq, f"{f}_out").eq(getattr(self.insn, f"{f}_out")),
-                getattr(seq, f"{f}_in").eq(getattr(self.insn, f"{f}_in")),
-            ]
         # P0: micro-op read
         m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(1)]
         v1 = Signal()
         off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src", "wgt")}
         last1 = Signal()
-        failed = Signal()
-        with m.If(self.start):
-            m.d.sync += failed.eq(0)
-        with m.Elif(self.error):
-            m.d.sync += failed.eq(1)
         m.d.sync += [v1.eq(seq.valid & ~failed & ~self.error), last1.eq(seq.last & seq.valid)]
         for f in off:
             m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
@@ -250,25 +252,7 @@ class AluUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.seq = seq = LoopSequencer(self.idx_bits)
-        insn = Signal.like(self.insn)
-        running = Signal()
-        with m.If(self.start):
-            m.d.sync += [insn.eq(self.insn), running.eq(1)]
-        m.d.comb += [
-            seq.start.eq(self.start),
-            seq.uop_bgn.eq(self.insn.uop_bgn),
-            seq.uop_end.eq(self.insn.uop_end),
-            seq.iter_out.eq(self.insn.iter_out),
-            seq.iter_in.eq(self.insn.iter_in),
-            seq.wgt_out.eq(0),
-            seq.wgt_in.eq(0),
-        ]
-        for f in ("dst", "src"):
-            m.d.comb += [
-                getattr(seq, f"{f}_out").eq(getattr(self.insn, f"{f}_out")),
-                getattr(seq, f"{f}_in").eq(getattr(self.insn, f"{f}_in")),
-            ]
+        seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src"))
         tensor = ~insn.use_imm
         depth = cfg.depth("acc")
         lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
@@ -287,11 +271,6 @@ class AluUnit(wiring.Component):
         with m.Elif(running):
             m.d.sync += ph.eq(Mux(ph == phases - 1, 0, ph + 1))
         m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
-        failed = Signal()
-        with m.If(self.start):
-            m.d.sync += failed.eq(0)
-        with m.Elif(self.error):
-            m.d.sync += failed.eq(1)
         # P1: indices, dst (or src) read
         v1, last1 = Signal(), Signal()
         ph1 = Signal(8)
