@@ -6,9 +6,9 @@ writes; it starts when its unit is free and, if the other unit is busy, only if 
 instruction's half differs (the one-bit interlock the cycle model assumes). Tokens are popped
 when an instruction starts and pushed when it completes, in program order per queue.
 
-Scratchpads held here: micro-ops (a read port per unit), the accumulator and its narrowed OUT
-copy, each split into two banks by the top index bit (so the units can work on different
-halves at once); STORE reads OUT through its own port.
+Scratchpads held here: micro-ops (a read port per unit; LOAD UOP writes through the GEMM
+unit's), the accumulator and its narrowed OUT copy, each split into two banks by the top index
+bit (so the units can work on different halves at once); STORE reads OUT through its own port.
 """
 
 from __future__ import annotations
@@ -95,21 +95,29 @@ class Compute(wiring.Component):
         m.submodules.uop_mem = uop_mem = Memory(
             shape=unsigned(cfg.uop_bytes * 8), depth=cfg.depth("uop"), init=[]
         )
+        # LOAD UOP runs only while both units are idle, so its writes share the GEMM unit's
+        # port: one named address signal lets yosys map a true dual-port BRAM (one copy, not
+        # one per read port).
         uop_w = uop_mem.write_port()
-        m.d.comb += [
-            uop_w.addr.eq(loader.uop_addr),
-            uop_w.data.eq(loader.uop_data),
-            uop_w.en.eq(loader.uop_en),
-        ]
         peek_addr = Signal(16)
         peeking = {n: Signal(name=f"peek_{n}") for n in units}
         uop_data = {}
         for n, unit in units.items():
             rp = uop_mem.read_port()
+            addr = Signal(uop_w.addr.shape(), name=f"uop_{n}_addr")
             m.d.comb += [
-                rp.addr.eq(Mux(peeking[n], peek_addr, unit.uop_addr)),
+                rp.addr.eq(addr),
+                addr.eq(Mux(peeking[n], peek_addr, unit.uop_addr)),
                 unit.uop_data.eq(rp.data),
             ]
+            if n == "gemm":
+                with m.If(loader.uop_en):
+                    m.d.comb += addr.eq(loader.uop_addr)
+                m.d.comb += [
+                    uop_w.addr.eq(addr),
+                    uop_w.data.eq(loader.uop_data),
+                    uop_w.en.eq(loader.uop_en),
+                ]
             uop_data[n] = spec.uop_layout()(rp.data)
 
         # ---- accumulator and OUT banks ----------------------------------------------------

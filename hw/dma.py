@@ -47,7 +47,9 @@ def _log2(n: int) -> int:
 
 class BurstPlanner(wiring.Component):
     """Splits a 2-D transfer into bursts: one per `next` while `valid`. Rows that follow each
-    other in memory (stride = row length) are one run."""
+    other in memory (stride = row length) are one run of `span` bytes, the distance from `addr`
+    to the end of the last row ((rows - 1) * stride + row_bytes, which the caller has already
+    computed for its range check: no multiplier here)."""
 
     def __init__(self, cfg: HwConfig):
         self.ab = cfg.axi_bytes
@@ -59,6 +61,7 @@ class BurstPlanner(wiring.Component):
                 "rows": In(16),
                 "row_bytes": In(32),
                 "stride": In(32),
+                "span": In(32),
                 "valid": Out(1),  # a burst is presented
                 "burst_addr": Out(64),
                 "burst_beats": Out(9),  # 1..burst_len
@@ -94,7 +97,7 @@ class BurstPlanner(wiring.Component):
                 row_addr.eq(self.addr),
                 rows_left.eq(Mux(contiguous, 1, self.rows)),
                 stride.eq(self.stride),
-                row_bytes.eq(Mux(contiguous, self.rows * self.row_bytes, self.row_bytes)),
+                row_bytes.eq(Mux(contiguous, self.span, self.row_bytes)),
                 self.busy.eq((self.rows != 0) & (self.row_bytes != 0)),
                 loading.eq(1),
             ]
@@ -130,6 +133,7 @@ class ReadClient(wiring.Component):
                 "rows": In(16),
                 "row_bytes": In(32),
                 "stride": In(32),
+                "span": In(32),  # (rows - 1) * stride + row_bytes
                 "issuing": Out(1),
                 # to the arbiter
                 "ar_valid": Out(1),
@@ -157,6 +161,7 @@ class ReadClient(wiring.Component):
             plan.rows.eq(self.rows),
             plan.row_bytes.eq(self.row_bytes),
             plan.stride.eq(self.stride),
+            plan.span.eq(self.span),
             self.issuing.eq(plan.busy),
             self.ar_valid.eq(plan.valid),
             self.ar_addr.eq(plan.burst_addr),

@@ -114,6 +114,7 @@ class Fetch(wiring.Component):
                         client.rows.eq(1),
                         client.row_bytes.eq(n * INSN_BYTES),
                         client.stride.eq(n * INSN_BYTES),
+                        client.span.eq(n * INSN_BYTES),
                         stream.row_start.eq(1),
                         stream.row_offset.eq(0),
                         stream.row_elems.eq(n),

@@ -51,14 +51,24 @@ class LoadEngine(wiring.Component):
             width.eq(insn.x_pad0 + insn.x_size + insn.x_pad1),
             height.eq(insn.y_pad0 + insn.y_size + insn.y_pad1),
         ]
-        eb = Signal(16)  # element bytes of the target
         depth = Signal(32)
         for mem_id in self.targets:
             with m.If(mem == mem_id):
-                name = BUFFER_NAMES[mem_id]
-                m.d.comb += [eb.eq(cfg.elem_bytes(name)), depth.eq(cfg.depth(name))]
+                m.d.comb += depth.eq(cfg.depth(BUFFER_NAMES[mem_id]))
+
+        def in_bytes(elems, bits):
+            """elems x the target's element bytes: a power of two, so a shift, not a DSP."""
+            scaled = Signal(bits)
+            for mem_id in self.targets:
+                eb = cfg.elem_bytes(BUFFER_NAMES[mem_id])
+                assert eb & (eb - 1) == 0, eb
+                shift = eb.bit_length() - 1
+                with m.If(mem == mem_id):
+                    m.d.comb += scaled.eq(elems << shift)
+            return scaled
+
         row_addr0 = Signal(64)
-        m.d.comb += row_addr0.eq(self.dram_base + insn.dram_base * eb)
+        m.d.comb += row_addr0.eq(self.dram_base + in_bytes(insn.dram_base, 48))
 
         streams = {}
         for mem_id in self.targets:
@@ -112,10 +122,10 @@ class LoadEngine(wiring.Component):
                 es.row_elems.eq(insn.x_size),
             ]
 
-        last_byte = Signal(64)
-        m.d.comb += last_byte.eq(
-            (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
-        )
+        span_elems = Signal(33)  # first element of the first row to the end of the last
+        m.d.comb += span_elems.eq((insn.y_size - 1) * insn.x_stride + insn.x_size)
+        last_byte = in_bytes(insn.dram_base + span_elems, 64)
+        row_bytes, stride = in_bytes(insn.x_size, 32), in_bytes(insn.x_stride, 32)
         error = Signal(8)
         with m.FSM():
             with m.State("IDLE"):
@@ -141,8 +151,9 @@ class LoadEngine(wiring.Component):
                         client.start.eq(1),
                         client.addr.eq(row_addr0),
                         client.rows.eq(insn.y_size),
-                        client.row_bytes.eq(insn.x_size * eb),
-                        client.stride.eq(insn.x_stride * eb),
+                        client.row_bytes.eq(row_bytes),
+                        client.stride.eq(stride),
+                        client.span.eq(in_bytes(span_elems, 32)),
                     ]
                     m.d.sync += row_elem.eq(insn.dram_base)
                     m.next = "WRITE"

@@ -140,7 +140,9 @@ class StoreStage(wiring.Component):
         push = Signal()
         total = Signal(32)  # elements to send
         m.d.comb += total.eq(insn.x_size * insn.y_size)
-        last_byte = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+        span_elems = Signal(33)  # first element of the first row to the end of the last
+        m.d.comb += span_elems.eq((insn.y_size - 1) * insn.x_stride + insn.x_size)
+        last_byte = (insn.dram_base + span_elems) * eb
         # AW from the planner; the burst's beat count goes to the W side
         m.d.comb += [
             self.awaddr.eq(plan.burst_addr),
@@ -220,6 +222,7 @@ class StoreStage(wiring.Component):
                         plan.rows.eq(insn.y_size),
                         plan.row_bytes.eq(insn.x_size * eb),
                         plan.stride.eq(insn.x_stride * eb),
+                        plan.span.eq(span_elems * eb),
                     ]
                     m.next = "RUN"
             with m.State("RUN"):

@@ -34,7 +34,7 @@ def test_unknown_command_exits():
 def test_config_show_default(capsys):
     assert main(["config", "show"]) == 0
     out = capsys.readouterr().out
-    assert "tag     1x16x16_i8w8a32_15_15_18_17" in out
+    assert "tag     1x16x16_i8w8a32_15_15_17_17" in out
     assert f"digest  {HwConfig().digest}" in out
     assert "LOAD/STORE:" not in out
 
@@ -78,7 +78,7 @@ def test_example(tmp_path, capsys):
     argv = ["example", "--M", "32", "--K", "64", "--N", "64", "-o", str(prog)]
     assert main([*argv, "--json", str(figures), "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
-    assert "blocked GEMM 32x64 . 64x64 int8 on 1x16x16_i8w8a32_15_15_18_17" in out
+    assert "blocked GEMM 32x64 . 64x64 int8 on 1x16x16_i8w8a32_15_15_17_17" in out
     assert out.count("bit-exact vs numpy") == 2
     assert "MISMATCHES" not in out
     assert f"program written to {prog}" in out

@@ -18,7 +18,7 @@ def test_defaults_are_vtas():
     assert (c.log_inp_width, c.log_wgt_width, c.log_acc_width) == (3, 3, 5)
     assert c.log_batch == 0
     assert (c.log_block_in, c.log_block_out) == (4, 4)
-    assert (c.log_uop_buff, c.log_inp_buff, c.log_wgt_buff, c.log_acc_buff) == (15, 15, 18, 17)
+    assert (c.log_uop_buff, c.log_inp_buff, c.log_wgt_buff, c.log_acc_buff) == (15, 15, 17, 17)
     assert (c.inp_bits, c.wgt_bits, c.acc_bits, c.out_bits) == (8, 8, 32, 8)
     assert (c.batch, c.block_in, c.block_out) == (1, 16, 16)
     assert c.macs_per_cycle == 256
@@ -28,7 +28,7 @@ def test_defaults_are_vtas():
 def test_derived_sizes():
     c = HwConfig()
     assert c.uop_bytes == 4
-    assert {b: c.depth(b) for b in BUFFERS} == {"uop": 8192, "inp": 2048, "wgt": 1024, "acc": 2048}
+    assert {b: c.depth(b) for b in BUFFERS} == {"uop": 8192, "inp": 2048, "wgt": 512, "acc": 2048}
     assert {b: c.elem_bytes(b) for b in (*BUFFERS, "out")} == {
         "uop": 4,
         "inp": 16,
@@ -48,7 +48,7 @@ def test_unknown_buffer_name(method):
 
 
 def test_tag():
-    assert HwConfig().tag == "1x16x16_i8w8a32_15_15_18_17"
+    assert HwConfig().tag == "1x16x16_i8w8a32_15_15_17_17"
     assert preset("2x16x16").tag == "2x16x16_i8w8a32_15_16_18_18"
     assert HwConfig(log_inp_width=4, log_acc_width=5).tag.split("_")[1] == "i16w8a32"
 
@@ -290,9 +290,9 @@ def test_resolve(tmp_path):
 
 def test_describe():
     text = HwConfig().describe()
-    assert "1x16x16_i8w8a32_15_15_18_17" in text
+    assert "1x16x16_i8w8a32_15_15_17_17" in text
     assert "256 MAC/cycle, 51.2 GOPS peak" in text
-    assert "wgt buffer       256 KiB = 1024 x 256 B" in text
+    assert "wgt buffer       128 KiB = 512 x 256 B" in text
 
 
 def test_config_file_with_a_non_table_hw_key(tmp_path):

@@ -167,8 +167,8 @@ def test_uop_layout_matches_format():
     assert {n: (f.offset, f.width) for n, f in layout} == {
         f.name: (f.offset, f.width) for f in spec.uop
     }
-    value = layout.const({"dst": 5, "src": 9, "wgt": 1023}).as_value().value
-    assert value == int(encode_uops(spec, [Uop(5, 9, 1023)])[0])
+    value = layout.const({"dst": 5, "src": 9, "wgt": 511}).as_value().value
+    assert value == int(encode_uops(spec, [Uop(5, 9, 511)])[0])
     union = spec.insn_layout()
     assert union.size == INSN_BITS
     assert {name for name, _ in union} == {"load", "gemm", "finish", "alu"}
@@ -204,7 +204,7 @@ def test_negative_unsigned_field():
 def test_uop_field_overflow():
     hi = SPEC.uop.fields["wgt"].hi
     assert hi == SPEC.config.depth("wgt") - 1
-    with pytest.raises(EncodingError, match=rf"field wgt = {hi + 1} does not fit 10 bits"):
+    with pytest.raises(EncodingError, match=rf"field wgt = {hi + 1} does not fit 9 bits"):
         encode_uops(SPEC, [Uop(0, 0, hi + 1)])
 
 
