@@ -116,6 +116,17 @@ DRAM_PORTS = [
 ]
 
 
+# cocotb's runner makes every signal public (--public-flat-rw), which keeps Verilator from
+# optimizing across them; the bench touches only tb_top's ports, so only those stay public.
+PUBLIC_VLT = f"""`verilator_config
+public_flat_rw -module "{BENCH_TOP}" -var "*"
+"""
+
+
+VERILATOR_ARGS = ["-Wno-fatal", "--no-public-flat-rw", "-O3"]
+VERILATOR_ARGS += ["--x-assign", "fast", "--x-initial", "fast"]
+
+
 def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
     """A cocotb runner holding cfg's Verilator model, and its directory; builds the model the
     first time (minutes), later calls only check that it is up to date."""
@@ -141,14 +152,14 @@ def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
         (out / f"{TOP}.v").write_text(verilog(cfg, TOP, packed))
         (out / f"{BENCH_TOP}.v").write_text(bench_verilog(cfg))
         (out / "axi_dram.v").write_text((HERE / "axi_dram.v").read_text())
+        (out / "public.vlt").write_text(PUBLIC_VLT)
     os.environ.update(verilator_env())
     runner = get_runner("verilator")
     runner.build(
-        sources=[out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"],
+        sources=[out / "public.vlt", out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"],
         hdl_toplevel=BENCH_TOP,
         build_dir=out / "sim",
-        build_args=["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
-        + (["--trace-fst"] if waves else []),
+        build_args=[*VERILATOR_ARGS, *(["--trace-fst"] if waves else [])],
         waves=waves,
         always=fresh,
     )
