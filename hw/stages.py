@@ -199,8 +199,10 @@ class StoreStage(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [read.eq(0), sent.eq(0), bursts.eq(0), responses.eq(0)]
-                with m.If((insn.x_size == 0) | (insn.y_size == 0)):
-                    m.next = "FINISH"
+                with m.If((insn.x_size == 0) | (insn.y_size == 0)):  # nothing to write
+                    m.next = "PUSH"
+                    with m.If(~push):
+                        m.next = "IDLE"
                 with m.Elif(insn.sram_base + total > cfg.depth("acc")):
                     m.d.sync += [
                         self.error_valid.eq(1),
@@ -231,12 +233,11 @@ class StoreStage(wiring.Component):
                     m.d.sync += read.eq(read + 1)
                 all_sent = (sent == total) & ~plan.busy
                 with m.If(all_sent & (responses == bursts)):
-                    m.next = "FINISH"
-            with m.State("FINISH"):
-                with m.If(~push):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.push_valid.eq(1)
-                    with m.If(self.push_ready):
+                    m.next = "PUSH"
+                    with m.If(~push):
                         m.next = "IDLE"
+            with m.State("PUSH"):
+                m.d.comb += self.push_valid.eq(1)
+                with m.If(self.push_ready):
+                    m.next = "IDLE"
         return m

@@ -74,9 +74,14 @@ class Plan:
                 name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
                 # zeros before the data are written while the DRAM answers; after it, serially;
                 # between rows, in the gaps between elements (if an element takes several beats)
+                # or, rows being separate bursts, in the DRAM's gap between them
                 slow = cfg.elem_bytes(name) > timing.axi_bytes
+                hidden = 0
+                if runs > 1 and not slow:
+                    between = row["x_pad0"] + row["x_pad1"]
+                    hidden = (row["y_size"] - 1) * min(between, timing.burst_gap)
                 self.busy.append(overhead + max(lat, lead * timing.pad_ii))
-                self.post.append((trail + (0 if slow else mid)) * timing.pad_ii)
+                self.post.append((trail + (0 if slow else mid - hidden)) * timing.pad_ii)
                 narrow = cfg.elem_bytes(name) < timing.axi_bytes and op == Opcode.LOAD
                 self.writes.append(row["x_size"] * row["y_size"] if narrow and xfer else 0)
                 self.bus.append(xfer)
@@ -105,6 +110,7 @@ class Engine:
         self.half = half if timing.dual_issue else None
         self.unit_free = {GEMM_UNIT: 0, ALU_UNIT: 0}
         self.unit_last: dict[str, int | None] = {GEMM_UNIT: None, ALU_UNIT: None}
+        self.after_barrier = False  # the compute stage's last instruction was a LOAD/FINISH
         self.last_push = dict.fromkeys(TokenQueue, 0)
         n = len(plan.stage)
         self.n = n
@@ -128,7 +134,8 @@ class Engine:
 
     # ---- one event per call: pick the earliest actor that can move -------------------------
     def run(self) -> None:
-        actors = (Stage.LOAD, Stage.COMPUTE, Stage.STORE, FETCH)
+        # ties go as in the RTL's read arbiter: fetch, then compute, then load
+        actors = (FETCH, Stage.COMPUTE, Stage.LOAD, Stage.STORE)
         while True:
             best, best_t = None, math.inf
             for a in actors:
@@ -158,7 +165,7 @@ class Engine:
         k = self.queues[a][self.pos[a]]
         if k >= len(self.dispatch_t):
             return None
-        t = max(self.free[a], self.dispatch_t[k])
+        t = max(self._free(a, k), self.dispatch_t[k] + self.timing.queue_latency)
         for q in self.plan.pops[k]:
             m = len(self.pop_t[q])
             if m >= len(self.push_t[q]):
@@ -168,6 +175,16 @@ class Engine:
             t, _ = self._unit_ready(k, t)
         return t
 
+    def _free(self, s: Stage, k: int) -> int:
+        """When stage s could start instruction k, ignoring tokens and units. After a LOAD or
+        FINISH the compute stage decodes afresh: a barrier starts `barrier_restart` cycles
+        after, a GEMM/ALU instruction only when its issue pipeline has refilled."""
+        if s != Stage.COMPUTE or not self.after_barrier:
+            return self.free[s]
+        t = self.timing
+        gap = t.barrier_restart if self.plan.unit[k] == BARRIER else t.issue_ii - 1
+        return self.free[s] + gap
+
     def _unit_ready(self, k: int, t: int) -> tuple[int, int | None]:
         """Earliest start of compute instruction k at or after t, and the other unit's
         instruction it would overlap (None if it waits for it)."""
@@ -175,7 +192,8 @@ class Engine:
         if unit == BARRIER or self.half is None:
             return max(t, *self.unit_free.values()), None
         other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
-        t = max(t, self.unit_free[unit])
+        if self.unit_last[unit] is not None:
+            t = max(t, self.unit_free[unit] + self.timing.unit_handoff)
         j = self.unit_last[other]
         if j is None or self.unit_free[other] <= t:
             return t, None
@@ -195,7 +213,7 @@ class Engine:
 
     def _exec(self, s: Stage, t: int) -> None:
         k = self.queues[s][self.pos[s]]
-        ready = max(self.free[s], self.dispatch_t[k])
+        ready = max(self._free(s, k), self.dispatch_t[k] + self.timing.queue_latency)
         overlaps = None
         if s == Stage.COMPUTE:  # waiting for a unit is work, not a stall on tokens
             overlaps = self._unit_ready(k, t)[1]
@@ -215,14 +233,23 @@ class Engine:
         self.start[k], self.end[k] = t, end
         self.execute(k, s, t, end, overlaps)
         unit = self.plan.unit[k]
-        if unit in self.unit_free:
-            self.unit_free[unit], self.unit_last[unit] = end, k
+        if s == Stage.COMPUTE:
+            self.after_barrier = unit == BARRIER
+        if unit in self.unit_free:  # a push owed holds the stage one more cycle
+            owed = self.timing.push_hold if self.plan.pushes[k] else 0
+            self.unit_free[unit], self.unit_last[unit] = end + owed, k
         if self._push_ready(k, end) is not None and not self._must_wait(k):
             self._send(k, end)
             # the compute stage issues the next instruction while this one runs on its unit
-            self.free[s] = t + self.timing.issue_ii if unit in self.unit_free and self.half else end
+            if unit in self.unit_free and self.half:
+                self.free[s] = t + self.timing.issue_ii
+            else:  # LOAD and STORE stages push from a state of their own
+                self.free[s] = end + self._push_hold(s, k)
         else:
             self.pending[s] = (k, end)
+
+    def _push_hold(self, s: Stage, k: int) -> int:
+        return self.timing.push_hold if s != Stage.COMPUTE and self.plan.pushes[k] else 0
 
     def _must_wait(self, k: int) -> bool:
         return any(
@@ -235,7 +262,7 @@ class Engine:
         self.stall[s] += t - done
         self._send(k, t)
         self.pending[s] = None
-        self.free[s] = t
+        self.free[s] = t + self._push_hold(s, k)
 
     def _send(self, k: int, t: int) -> None:
         for q in self.plan.pushes[k]:

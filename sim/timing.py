@@ -35,11 +35,15 @@ class Timing:
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
+    queue_latency: int = 1  # a routed instruction reaches its stage (block-RAM command queue)
     store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
     issue_ii: int = 4  # compute-stage cycles between issuing two GEMM/ALU instructions
+    unit_handoff: int = 1  # a unit's next instruction reads its first micro-op once it is idle
+    push_hold: int = 1  # an instruction that pushes a token frees its unit or stage a cycle late
+    barrier_restart: int = 1  # from a compute-stage LOAD's completion to the next LOAD's start
     fetch_streams: bool = True  # dispatch an instruction as soon as its own beats arrive
-    fetch_start: int = 2  # from START to fetch's first address
+    fetch_start: int = 4  # from START to fetch's first address
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
     @classmethod
