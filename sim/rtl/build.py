@@ -159,7 +159,7 @@ def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
         sources=[out / "public.vlt", out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"],
         hdl_toplevel=BENCH_TOP,
         build_dir=out / "sim",
-        build_args=[*VERILATOR_ARGS, *(["--trace-fst"] if waves else [])],
+        build_args=VERILATOR_ARGS,  # waves: the runner adds --trace (VCD; FST needs lz4.h)
         waves=waves,
         always=fresh,
     )

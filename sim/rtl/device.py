@@ -8,6 +8,7 @@ AXI4-Lite exactly as a host would. Returns the outputs and the RTL's cycle count
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,14 +68,27 @@ class RtlDevice:
         seed: int = 1,
         latency: int | None = None,
         max_cycles: int = 5_000_000,
-        waves: bool = False,
+        waves: bool | str | Path = False,
     ):
         """`stall_pct`: chance (%) the DRAM model withholds a beat in any cycle; `latency`:
-        its cycles from address to first beat (default: the config's dram_latency)."""
+        its cycles from address to first beat (default: the config's dram_latency); `waves`:
+        record a VCD waveform of the run (a folder to keep it in, or True for the model's
+        build folder); its path is in each result's `report.extra["waves"]`."""
         self.config = config
         self.stall_pct, self.seed, self.latency = stall_pct, seed, latency
         self.max_cycles = max_cycles
         self.waves = waves
+
+    def _keep_waves(self, tmp: Path, out: Path, name: str) -> Path:
+        """Move the simulator's waveform out of the run's scratch folder."""
+        dumps = sorted(tmp.glob("dump.*"))
+        if not dumps:
+            raise DeviceError(f"waves were requested but the simulator wrote none in {tmp}")
+        folder = out / "waves" if self.waves is True else Path(self.waves)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{name}{dumps[0].suffix}"
+        shutil.move(str(dumps[0]), target)
+        return target
 
     def run(self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False):
         return self.run_many([(program, inputs)])[0]
@@ -88,7 +102,7 @@ class RtlDevice:
         for program, inputs in jobs:
             check_program(program, cfg)
             prepared.append((program, program.dram_image(check_inputs(program, inputs))))
-        runner, out = build(cfg, waves=self.waves)
+        runner, out = build(cfg, waves=bool(self.waves))
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             tmp = Path(tmp)
             specs = []
@@ -113,8 +127,9 @@ class RtlDevice:
                     "TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
                     "TILECRAFT_RTL_RESULTS": str(results_file),
                 },
-                waves=self.waves,
+                waves=bool(self.waves),
             )
+            waves = self._keep_waves(tmp, out, jobs[0][0].name) if self.waves else None
             if not results_file.exists():
                 raise DeviceError(f"the RTL simulation wrote no results (see {out / 'sim'})")
             results = json.loads(results_file.read_text())
@@ -127,6 +142,8 @@ class RtlDevice:
                 report = RtlReport(
                     r["cycles"], r["finished"], r["error_code"], r["error_index"], r["seconds"]
                 )
+                if waves:
+                    report.extra["waves"] = str(waves)
                 if not r["finished"]:
                     raise DeviceError(
                         f"program {program.name!r} did not finish within {self.max_cycles} "

@@ -156,3 +156,20 @@ def test_bad_programs_raise_the_simulators_error_class():
         device.run(sram, {})
     with pytest.raises(IllegalInstructionError):
         get_device("sim").run(sram, {})
+
+
+def test_waves_on_request(tmp_path):
+    from tilecraft.sim.rtl.device import RtlDevice
+    from tilecraft.sim.rtl.programs import random_program
+
+    cfg = preset(CONFIG)
+    program, inputs = random_program(cfg, 3, length=4)
+    result = RtlDevice(cfg, waves=tmp_path).run(program, inputs)
+    waves = result.report.extra["waves"]
+    assert waves.startswith(str(tmp_path)) and waves.endswith(".vcd")
+    with open(waves) as f:
+        text = f.read()
+    assert "$enddefinitions" in text and " aclk " in text
+    assert text.count("\n#") > 100  # time steps were dumped
+    want = get_device("sim").run(program, inputs).outputs
+    assert all(np.array_equal(result.outputs[k], v) for k, v in want.items())
