@@ -40,7 +40,7 @@ def forward_read_port(m: Module, outer, inner) -> None:
         m.d.comb += getattr(inner, name).eq(getattr(outer, name))
 
 
-def _log2(n: int) -> int:
+def log2_exact(n: int) -> int:
     assert n & (n - 1) == 0, n
     return n.bit_length() - 1
 
@@ -73,7 +73,7 @@ class BurstPlanner(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        sh = _log2(self.ab)
+        sh = log2_exact(self.ab)
         row_addr = Signal(64)
         rows_left = Signal(16)
         cur = Signal(64 - sh)  # current beat address

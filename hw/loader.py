@@ -11,7 +11,13 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import ElementStream, ReadClient, forward_read_port, read_port_members
+from tilecraft.hw.dma import (
+    ElementStream,
+    ReadClient,
+    forward_read_port,
+    log2_exact,
+    read_port_members,
+)
 from tilecraft.hw.isa import BUFFER_NAMES, MemId, isa_for
 
 
@@ -60,9 +66,7 @@ class LoadEngine(wiring.Component):
             """elems x the target's element bytes: a power of two, so a shift, not a DSP."""
             scaled = Signal(bits)
             for mem_id in self.targets:
-                eb = cfg.elem_bytes(BUFFER_NAMES[mem_id])
-                assert eb & (eb - 1) == 0, eb
-                shift = eb.bit_length() - 1
+                shift = log2_exact(cfg.elem_bytes(BUFFER_NAMES[mem_id]))
                 with m.If(mem == mem_id):
                     m.d.comb += scaled.eq(elems << shift)
             return scaled
