@@ -4,7 +4,8 @@ Issue is in order. LOAD UOP/ACC and FINISH wait for both units to be idle. A GEM
 instruction first reads its first micro-op (one cycle) to learn which accumulator half it
 writes; it starts when its unit is free and, if the other unit is busy, only if the other
 instruction's half differs (the one-bit interlock the cycle model assumes). Tokens are popped
-when an instruction starts and pushed when it completes, in program order per queue.
+when an instruction starts and pushed once it and every older instruction have completed, in
+program order per queue.
 
 Scratchpads held here: micro-ops (a read port per unit; LOAD UOP writes through the GEMM
 unit's), the accumulator and its narrowed OUT copy, each split into two banks by the top index
@@ -293,11 +294,16 @@ class Compute(wiring.Component):
                 fail(codes[n], inflight[n]["index"])
             with m.Elif(done[n] & (inflight[n]["push_prev"] | inflight[n]["push_next"])):
                 m.d.sync += inflight[n]["owed"].eq(1)
+        # a push also waits for every older instruction still running on the other unit, so a
+        # token means "this and everything issued before it is done" (in-order completion, as
+        # the token pass assumes), though the units finish out of order
         prev_pushes, next_pushes = [], []
         for n in inflight:
             me = inflight[n]
             older = [
-                inflight[o]["owed"] & (inflight[o]["seq"] < me["seq"]) for o in inflight if o != n
+                (inflight[o]["owed"] | busy[o]) & (inflight[o]["seq"] < me["seq"])
+                for o in inflight
+                if o != n
             ]
             can = me["owed"] & ~Cat(*older).any()
             can &= (~me["push_prev"] | self.ctl_ready) & (~me["push_next"] | self.cts_ready)

@@ -33,9 +33,19 @@ from tilecraft.hw.isa import (
     TokenQueue,
     format_row,
 )
+from tilecraft.sim.dram_port import (
+    COMPUTE_CLIENT,
+    FETCH_CLIENT,
+    LOAD_CLIENT,
+    STORE_CLIENT,
+    DramPort,
+)
 from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape, pad_split
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
+PORT = 4  # actor id of the DRAM port
+FETCH_KEY = "fetch"  # fetch's transfers on the port (the stages' are instruction indices)
+PORT_CLIENT = {Stage.LOAD: LOAD_CLIENT, Stage.COMPUTE: COMPUTE_CLIENT, Stage.STORE: STORE_CLIENT}
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
 
 
@@ -54,7 +64,7 @@ class Plan:
         self.busy: list[int] = []  # cycles without DRAM
         self.post: list[int] = []  # cycles after the data (padding written after it)
         self.writes: list[int] = []  # LOAD: scratchpad rows written, one per cycle at most
-        self.bus: list[int] = []  # cycles holding the DRAM port
+        self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
             s = Stage(self.stage[k])
@@ -84,13 +94,15 @@ class Plan:
                 self.post.append((trail + (0 if slow else mid - hidden)) * timing.pad_ii)
                 narrow = cfg.elem_bytes(name) < timing.axi_bytes and op == Opcode.LOAD
                 self.writes.append(row["x_size"] * row["y_size"] if narrow and xfer else 0)
-                self.bus.append(xfer)
+                eb = cfg.elem_bytes(name)
+                addr, stride = row["dram_base"] * eb, row["x_stride"] * eb
+                self.bursts.append(timing.bursts(addr, row["y_size"], row["x_size"] * eb, stride))
                 self.dram_bytes.append(nbytes)
             else:
                 self.busy.append(busy_cycles(timing, row))
                 self.post.append(0)
                 self.writes.append(0)
-                self.bus.append(0)
+                self.bursts.append([])
                 self.dram_bytes.append(0)
 
 
@@ -102,15 +114,19 @@ class Engine:
         plan: Plan,
         execute: Callable,
         half: Callable[[int], int] | None = None,
+        insn_offset: int = 0,
     ):
         """`execute(k, stage, start, end, overlaps)` runs instruction k (`overlaps`: the other
         compute unit's instruction still in flight, or None); `half(k)` is the accumulator
-        half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap)."""
+        half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap);
+        `insn_offset`: the program's byte offset in DRAM (where fetch's bursts fall)."""
         self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
+        self.insn_offset = insn_offset
         self.half = half if timing.dual_issue else None
         self.unit_free = {GEMM_UNIT: 0, ALU_UNIT: 0}
         self.unit_last: dict[str, int | None] = {GEMM_UNIT: None, ALU_UNIT: None}
         self.after_barrier = False  # the compute stage's last instruction was a LOAD/FINISH
+        self.issued = False  # the compute stage is free `issue_ii` after its last issue
         self.last_push = dict.fromkeys(TokenQueue, 0)
         n = len(plan.stage)
         self.n = n
@@ -124,18 +140,20 @@ class Engine:
         self.dispatch_t: list[int] = []
         self.routed = dict.fromkeys(Stage, 0)
         self.fetch_free = timing.fetch_start
-        self.chunk_ready = 0
-        self.chunk_data = 0  # when the current chunk's first beat arrives
-        self.chunk_len = 0
-        self.bus_free = 0
+        self.chunk_first = 0  # the instruction at the head of the burst fetch holds
+        self.chunk_data = 0  # when that burst's first beat arrives
+        self.chunk_len = 0  # instructions in it (0: none read yet)
+        self.fetch_reading = False  # a burst of instruction words is on the way
+        self.port = DramPort(timing)
+        self.in_flight: dict[Stage, tuple[int, int] | None] = dict.fromkeys(Stage)
         self.start = [0] * n
         self.end = [0] * n
         self.stall = dict.fromkeys(Stage, 0)
 
     # ---- one event per call: pick the earliest actor that can move -------------------------
     def run(self) -> None:
-        # ties go as in the RTL's read arbiter: fetch, then compute, then load
-        actors = (FETCH, Stage.COMPUTE, Stage.LOAD, Stage.STORE)
+        # the DRAM port goes last in a cycle, so that it sees every request made in it
+        actors = (FETCH, Stage.COMPUTE, Stage.LOAD, Stage.STORE, PORT)
         while True:
             best, best_t = None, math.inf
             for a in actors:
@@ -148,6 +166,8 @@ class Engine:
                 self._deadlock()
             if best == FETCH:
                 self._fetch(best_t)
+            elif best == PORT:
+                self._accept()
             elif self.pending[best]:
                 self._push(best, best_t)
             else:
@@ -157,6 +177,10 @@ class Engine:
         """Time actor `a` can take its next step, or None while it is blocked."""
         if a == FETCH:
             return self._fetch_ready()
+        if a == PORT:
+            return self.port.next_time()
+        if self.in_flight[a]:  # its transfer is not yet through the DRAM port
+            return None
         if self.pending[a]:
             k, done = self.pending[a]
             return self._push_ready(k, done)
@@ -179,11 +203,15 @@ class Engine:
         """When stage s could start instruction k, ignoring tokens and units. After a LOAD or
         FINISH the compute stage decodes afresh: a barrier starts `barrier_restart` cycles
         after, a GEMM/ALU instruction only when its issue pipeline has refilled."""
-        if s != Stage.COMPUTE or not self.after_barrier:
+        if s != Stage.COMPUTE:
             return self.free[s]
         t = self.timing
-        gap = t.barrier_restart if self.plan.unit[k] == BARRIER else t.issue_ii - 1
-        return self.free[s] + gap
+        if self.after_barrier:
+            gap = t.barrier_restart if self.plan.unit[k] == BARRIER else t.issue_ii - 1
+            return self.free[s] + gap
+        if self.plan.unit[k] == BARRIER and self.issued:  # no micro-op to peek at
+            return self.free[s] - t.issue_ii + t.barrier_issue
+        return self.free[s]
 
     def _unit_ready(self, k: int, t: int) -> tuple[int, int | None]:
         """Earliest start of compute instruction k at or after t, and the other unit's
@@ -223,19 +251,40 @@ class Engine:
             self.pop_t[q].append(t)
         self.starts[s].append(t)
         self.pos[s] += 1
-        end = t + self.plan.busy[k]
-        if self.plan.bus[k]:
-            data = max(t + self.timing.dma_overhead + self.timing.dram_latency, self.bus_free)
-            self.bus_free = data + self.plan.bus[k]
-            tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1
-            end = max(end, self.bus_free + tail, data + self.plan.writes[k] + 1)
-            end += self.plan.post[k]
+        bursts = self.plan.bursts[k]
+        if bursts:  # it ends once its data has passed the DRAM port
+            self.port.request(k, PORT_CLIENT[s], bursts, t + self.timing.dma_overhead)
+            self.in_flight[s] = (k, t)
+            return
+        self._complete(s, k, t, t + self.plan.busy[k], overlaps)
+
+    def _accept(self) -> None:
+        """The DRAM port accepts a burst; the transfer it completes finishes its instruction."""
+        done = self.port.step()
+        if done is None:
+            return
+        if done.key == FETCH_KEY:
+            self.chunk_data = done.first
+            self.fetch_reading = False
+            return
+        k = done.key
+        s = Stage(self.plan.stage[k])
+        _, t = self.in_flight[s]
+        self.in_flight[s] = None
+        tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1
+        end = max(t + self.plan.busy[k], done.free + tail, done.first + self.plan.writes[k] + 1)
+        self._complete(s, k, t, end + self.plan.post[k], None)
+
+    def _complete(self, s: Stage, k: int, t: int, end: int, overlaps: int | None) -> None:
+        """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
         self.execute(k, s, t, end, overlaps)
         unit = self.plan.unit[k]
         if s == Stage.COMPUTE:
             self.after_barrier = unit == BARRIER
+            self.issued = False
         if unit in self.unit_free:  # a push owed holds the stage one more cycle
+            end = self._retire(k, unit, end)
             owed = self.timing.push_hold if self.plan.pushes[k] else 0
             self.unit_free[unit], self.unit_last[unit] = end + owed, k
         if self._push_ready(k, end) is not None and not self._must_wait(k):
@@ -243,10 +292,21 @@ class Engine:
             # the compute stage issues the next instruction while this one runs on its unit
             if unit in self.unit_free and self.half:
                 self.free[s] = t + self.timing.issue_ii
+                self.issued = True
             else:  # LOAD and STORE stages push from a state of their own
                 self.free[s] = end + self._push_hold(s, k)
         else:
             self.pending[s] = (k, end)
+
+    def _retire(self, k: int, unit: str, end: int) -> int:
+        """When GEMM/ALU instruction k, done at `end`, may push: not before the older
+        instruction on the other unit is done and has pushed (a token vouches for everything
+        issued before it)."""
+        other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
+        j = self.unit_last[other]
+        if not self.plan.pushes[k] or j is None:
+            return end
+        return max(end, self.unit_free[other])
 
     def _push_hold(self, s: Stage, k: int) -> int:
         return self.timing.push_hold if s != Stage.COMPUTE and self.plan.pushes[k] else 0
@@ -274,10 +334,10 @@ class Engine:
     # ---- fetch ------------------------------------------------------------------------------
     def _fetch_ready(self) -> int | None:
         f = len(self.dispatch_t)
-        if f == self.n:
+        if f == self.n or self.fetch_reading:
             return None
         t = self.fetch_free
-        if f % self.timing.fetch_chunk():
+        if f < self.chunk_first + self.chunk_len:
             t = max(t, self._arrival(f))
         s = self.plan.stage[f]
         m = self.routed[s] - self.cfg.cmd_queue_depth
@@ -289,22 +349,20 @@ class Engine:
 
     def _fetch(self, t: int) -> None:
         f = len(self.dispatch_t)
-        chunk = self.timing.fetch_chunk()
-        if f % chunk == 0:  # read the next burst of instruction words
-            count = min(chunk, self.n - f)
-            xfer = self.timing.transfer(1, count * INSN_BYTES)
-            data = max(t + self.timing.dram_latency, self.bus_free)
-            self.bus_free = data + xfer
-            self.chunk_data = data
-            self.chunk_len = count
-            t = max(t, self._arrival(f))
+        if f == self.chunk_first + self.chunk_len:  # read the next burst of instruction words
+            count = min(self.timing.fetch_chunk(), self.n - f)
+            bursts = self.timing.bursts(self.insn_offset + f * INSN_BYTES, 1, count * INSN_BYTES, 0)
+            self.port.request(FETCH_KEY, FETCH_CLIENT, bursts, t)
+            self.chunk_first, self.chunk_len, self.fetch_reading = f, count, True
+            self.fetch_free = t
+            return
         self.dispatch_t.append(t)
         self.routed[self.plan.stage[f]] += 1
         self.fetch_free = t + self.timing.dispatch_ii
 
     def _arrival(self, f: int) -> int:
         """When instruction f's last beat has arrived (fetch streams within its burst)."""
-        j = f % self.timing.fetch_chunk() + 1
+        j = f - self.chunk_first + 1
         if not self.timing.fetch_streams:
             return self.chunk_data + self.timing.transfer(1, self.chunk_len * INSN_BYTES)
         return self.chunk_data + -(-j * INSN_BYTES // self.timing.axi_bytes) + 1

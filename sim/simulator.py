@@ -114,7 +114,7 @@ def run_image(
                 if overlaps is not None:
                     j, theirs = last_footprint[rows[overlaps]["opcode"]]
                     assert j == overlaps
-                    _check_overlap(k, j, footprint, theirs, rows)
+                    _check_overlap(k, j, footprint, theirs, rows, half, half_row)
                 last_footprint[op] = (k, footprint)
         if op in (Opcode.GEMM, Opcode.ALU):
             steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
@@ -129,7 +129,7 @@ def run_image(
     def half(k: int) -> int:
         return int(machine.uop_dst[rows[k]["uop_bgn"]] >= half_row)
 
-    engine = Engine(config, timing, plan, execute, half)
+    engine = Engine(config, timing, plan, execute, half, insn_addr)
     engine.run()
     cycles = engine.check_finish()
     report = _report(config, table, plan, engine, cycles, counts, events if trace else None)
@@ -139,22 +139,27 @@ def run_image(
 _UNIT_LANES = {Opcode.GEMM: "/gemm", Opcode.ALU: "/alu"}
 
 
-def _check_overlap(k: int, j: int, mine, theirs, rows) -> None:
-    """Instructions k and j ran at the same time on the two compute units: their accumulator
-    rows must be disjoint (the half interlock only looks at each one's first micro-op)."""
-    for a, b in ((mine, theirs), (theirs, mine)):
-        written = a.writes.get("acc")
-        if written is None:
-            continue
-        touched = [x for x in (b.reads.get("acc"), b.writes.get("acc")) if x is not None]
-        for other in touched:
-            common = np.intersect1d(_rows(written), _rows(other))
-            if common.size:
+def _check_overlap(k: int, j: int, mine, theirs, rows, half, half_row: int) -> None:
+    """Instructions k and j ran at the same time on the two compute units, let through by the
+    interlock because their first micro-ops write different accumulator halves. Each half is a
+    bank with one read and one write port, so each instruction must keep every accumulator
+    row it reads or writes in its own half."""
+    for idx, fp in ((k, mine), (j, theirs)):
+        own = half(idx)
+        for verb, touched in (("reads", fp.reads), ("writes", fp.writes)):
+            if touched.get("acc") is None:
+                continue
+            acc = _rows(touched["acc"])
+            stray = acc[(acc >= half_row) != bool(own)]
+            if stray.size:
+                other = j if idx == k else k
                 raise HazardError(
-                    f"runs on one compute unit while instruction {j} ({format_row(rows[j])}) "
-                    f"runs on the other, and both touch acc row {int(common[0])}: their first "
-                    f"micro-ops write different accumulator halves, so the interlock let them "
-                    f"overlap; keep each instruction's accumulator rows in its first row's half",
+                    f"runs on one compute unit while instruction {other} "
+                    f"({format_row(rows[other])}) runs on the other: their first micro-ops "
+                    f"write different accumulator halves, so the interlock let them overlap, "
+                    f"but instruction {idx} {verb} acc row {int(stray[0])}, outside its half "
+                    f"(rows {'>=' if own else '<'} {half_row}); keep each instruction's "
+                    f"accumulator rows in its first micro-op's half, or order the two",
                     index=k,
                     insn=format_row(rows[k]),
                 )

@@ -39,6 +39,7 @@ class Timing:
     store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
     issue_ii: int = 4  # compute-stage cycles between issuing two GEMM/ALU instructions
+    barrier_issue: int = 2  # from issuing a GEMM/ALU to a LOAD/FINISH (once the units are idle)
     unit_handoff: int = 1  # a unit's next instruction reads its first micro-op once it is idle
     push_hold: int = 1  # an instruction that pushes a token frees its unit or stage a cycle late
     barrier_restart: int = 1  # from a compute-stage LOAD's completion to the next LOAD's start
@@ -72,6 +73,29 @@ class Timing:
     def fetch_chunk(self) -> int:
         """Instructions fetch reads per burst."""
         return max(self.burst_bytes // INSN_BYTES, 1)
+
+    def bursts(self, addr: int, rows: int, row_bytes: int, stride: int) -> list[tuple[int, int]]:
+        """The AXI bursts of a 2-D transfer, cut as the RTL's burst planner cuts them: rows back
+        to back are one run, a run is split at `burst_len` beats and at 4 KiB boundaries (`addr`
+        is relative to the DRAM region, whose base is 4 KiB aligned). Each burst is (beats,
+        cycles from the previous burst's acceptance to this one being presented): 1 within a
+        run, 2 at the start of a new run (the planner computes its addresses)."""
+        if rows == 0 or row_bytes == 0:
+            return []
+        if stride == row_bytes:
+            rows, row_bytes = 1, rows * row_bytes
+        page = 4096 // self.axi_bytes
+        out = []
+        for r in range(rows):
+            start = addr + r * stride
+            cur, end = start // self.axi_bytes, -(-(start + row_bytes) // self.axi_bytes)
+            delay = 2
+            while cur < end:
+                beats = min(end - cur, self.burst_len, page - cur % page)
+                out.append((beats, delay))
+                cur += beats
+                delay = 1
+        return out
 
 
 def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:

@@ -16,6 +16,7 @@ from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.runtime.program import Program
 
 ROWS = 24  # scratchpad rows each random program uses, per buffer
+POOL = 4  # micro-ops per (unit, accumulator half)
 
 
 def random_program(cfg: HwConfig, seed: int, length: int = 24) -> tuple[Program, dict]:
@@ -46,13 +47,16 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
         "acc": pb.buffer("acc", "input", (32, b, bo), np.int32),
     }
     out = pb.buffer("out", "output", (64, b, bo), np.int8)
-    # micro-ops: small indices so loops stay in range; ACC rows in one half or the other
-    uops = []
-    for _ in range(16):
-        base = int(rng.choice([0, half]))
-        uops.append(
-            Uop(base + int(rng.integers(0, 6)), int(rng.integers(0, 8)), int(rng.integers(0, 8)))
-        )
+    # micro-ops: small indices so loops stay in range; four pools of POOL, for GEMM or ALU
+    # (whose src is an ACC row too) in the lower or upper accumulator half, so an instruction
+    # keeps to one half (what the units need to run side by side, see sim/simulator.py)
+    uops, pools = [], {}
+    for unit in ("gemm", "alu"):
+        for base in (0, half):
+            pools[unit, base] = len(uops)
+            for _ in range(POOL):
+                dst, row = base + int(rng.integers(0, 6)), int(rng.integers(0, 8))
+                uops.append(Uop(dst, row + (base if unit == "alu" else 0), int(rng.integers(0, 8))))
     pb.uops(uops)
     pb.reserve_uops(len(uops))
     insns = [
@@ -125,8 +129,9 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                 )
             )
         elif kind in ("gemm", "reset", "alu"):
-            bgn = int(rng.integers(0, len(uops) - 1))
-            end = int(rng.integers(bgn + 1, min(bgn + 4, len(uops)) + 1))
+            first = pools["alu" if kind == "alu" else "gemm", int(rng.choice([0, half]))]
+            bgn = first + int(rng.integers(0, POOL))
+            end = int(rng.integers(bgn + 1, min(bgn + 3, first + POOL) + 1))
             loop = dict(
                 uop_bgn=bgn,
                 uop_end=end,
@@ -173,3 +178,45 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     for insn in insert_tokens(cfg, insns, pb._uops, pb.uop_dram(0)):
         pb.emit(insn)
     return pb.build(meta={"kind": "random"})
+
+
+def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
+    """A long GEMM over the last 64 rows of the lower accumulator half, then a short ALU pass
+    on the upper half's first row (it runs alongside the GEMM and finishes first), then a
+    STORE of all 65 rows. The token pass gives the STORE one token, from the ALU: it must
+    vouch for the older GEMM as well."""
+    pb = ProgramBuilder(cfg, "out-of-order units")
+    half = cfg.depth("acc") // 2
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    shapes = {"inp": (8, b, bi), "wgt": (1, bo, bi), "acc": (65, b, bo)}
+    src = {
+        name: pb.buffer(name, "input", shape, np.int32 if name == "acc" else np.int8)
+        for name, shape in shapes.items()
+    }
+    out = pb.buffer("out", "output", (65, b, bo), np.int8)
+    uops = [Uop(half - 64, 0, 0), Uop(half, 0, 0)]
+    pb.uops(uops)
+    pb.reserve_uops(len(uops))
+    insns = [
+        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=2, x_stride=2)
+    ]
+    for name, mem in (("inp", MemId.INP), ("wgt", MemId.WGT), ("acc", MemId.ACC)):
+        n, sram = shapes[name][0], half - 64 if name == "acc" else 0
+        dram = pb.elem(src[name], name)
+        insns.append(Load(mem=mem, sram_base=sram, dram_base=dram, y_size=1, x_size=n, x_stride=n))
+    insns += [
+        Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1, src_in=1),
+        Alu(op=AluOp.ADD, use_imm=True, imm=7, uop_bgn=1, uop_end=2),
+        Store(sram_base=half - 64, dram_base=pb.elem(out, "out"), y_size=1, x_size=65, x_stride=65),
+        Finish(),
+    ]
+    for insn in insert_tokens(cfg, insns, uops, pb.uop_dram(0)):
+        pb.emit(insn)
+    program = pb.build(meta={"kind": "out-of-order"})
+    verify(program)
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name, shape in shapes.items():
+        lo, hi, dtype = (-(1 << 20), 1 << 20, np.int32) if name == "acc" else (-128, 128, np.int8)
+        inputs[name] = rng.integers(lo, hi, shape, dtype=dtype)
+    return program, inputs

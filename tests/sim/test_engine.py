@@ -239,22 +239,47 @@ def test_gemm_and_alu_overlap_only_across_accumulator_halves():
     assert times["other"][2] < times["same"][2]
 
 
-def test_overlapping_units_touching_the_same_rows_is_a_hazard():
+@pytest.mark.parametrize("stray", [3, 100])  # a row the GEMM writes, one it doesn't
+def test_overlapping_units_must_keep_to_their_halves(stray):
+    """The halves are banks with one read and one write port each: an ALU let through by the
+    interlock must not touch the GEMM's half at all."""
     from tilecraft.hw.isa import Alu, AluOp, Uop
 
     cfg = preset("default")
     half = cfg.depth("acc") // 2
-    # the ALU's first micro-op is in the upper half, its second writes GEMM rows
-    uops = [Uop(0, 0, 0), Uop(half, 0, 0), Uop(3, 0, 0)]
+    # the ALU's first micro-op is in the upper half, its second in the GEMM's
+    uops = [Uop(0, 0, 0), Uop(half, 0, 0), Uop(stray, 0, 0)]
     insns = [
         Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=3, x_stride=3),
         Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
         Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=3, iter_out=1),
     ]
-    with pytest.raises(HazardError, match="both touch acc row 3"):
+    with pytest.raises(HazardError, match=f"writes acc row {stray}, outside its half"):
         run(cfg, insns, uops=uops)
     no_dual = dataclasses.replace(
         __import__("tilecraft.sim.timing", fromlist=["Timing"]).Timing.from_config(cfg),
         dual_issue=False,
     )
     run(cfg, insns, uops=uops, timing=no_dual)  # serialized units: no overlap, no hazard
+
+
+def test_a_token_waits_for_the_older_instruction_on_the_other_unit():
+    """The ALU (other half, so it overlaps the long GEMM) finishes first and pushes the token the
+    STORE of the GEMM's rows waits for: the token must vouch for the GEMM too."""
+    from tilecraft.hw.isa import Alu, AluOp, Uop
+
+    cfg = preset("default")
+    half = cfg.depth("acc") // 2
+    uops = [Uop(0, 0, 0), Uop(half, 0, 0)]
+    insns = [
+        Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=2, x_stride=2),
+        Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
+        Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=2, iter_out=1, push_next=True),
+        Store(sram_base=0, dram_base=1024, y_size=1, x_size=64, x_stride=64, pop_prev=True,
+              push_prev=True),
+        Finish(pop_next=True),
+    ]
+    report, _, _ = run(cfg, insns, uops=uops, trace=True, finish=False)
+    slices = {e["name"]: e["args"] for e in report.trace["traceEvents"] if e["ph"] == "X"}
+    assert slices["ALU"]["end_cycle"] < slices["GEMM"]["end_cycle"]  # they did overlap
+    assert slices["STORE"]["start_cycle"] > slices["GEMM"]["end_cycle"]

@@ -1,0 +1,116 @@
+"""The one DRAM port, burst by burst, arbitrated as the RTL arbitrates it.
+
+- Reads (fetch, the compute stage's loads, the load stage) share the AR channel
+  (`hw/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
+  its last one's; among transfers waiting for it the lower client wins a tie (fetch, compute,
+  load). Within a transfer the next burst is presented one cycle after the previous one is
+  accepted, two when it starts a new row (`Timing.bursts`).
+- The store's bursts go on AW and are accepted only in a cycle where no read is presented, so
+  they slip into the row gaps of a read transfer.
+- The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
+  `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
+  the previous burst's last beat.
+
+The engine registers a transfer when its instruction starts and learns when its data came once
+its last burst is accepted. Acceptances are taken in time order, after every other event of the
+same cycle, so a transfer registered in the meantime is never passed over.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tilecraft.sim.timing import Timing
+
+FETCH_CLIENT, COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT = 0, 1, 2, 3
+
+
+@dataclass
+class _Transfer:
+    key: object
+    client: int
+    bursts: list[tuple[int, int]]  # (beats, cycles from the previous acceptance)
+    at: int  # when its next burst is presented
+    sent: int = 0  # bursts accepted so far
+    first: int = 0  # cycle of its first data beat
+
+
+@dataclass(frozen=True)
+class Done:
+    """A transfer whose bursts are all accepted: its first data beat, and the first cycle after
+    its last beat and the gap that follows it."""
+
+    key: object
+    first: int
+    free: int
+
+
+class DramPort:
+    def __init__(self, timing: Timing):
+        self.timing = timing
+        self.waiting: list[_Transfer] = []  # read transfers not yet owning AR
+        self.owner: _Transfer | None = None  # the read transfer owning AR
+        self.writes: deque[_Transfer] = deque()
+        self.last_accept = -1  # one address per cycle
+        self.data_free = 0  # earliest first beat of the next burst
+        self.beats = 0  # data beats carried, for the report
+
+    def request(self, key, client: int, bursts: list[tuple[int, int]], at: int) -> None:
+        """Transfer `key` presents its first burst at cycle `at`."""
+        if not bursts:
+            raise ValueError(f"transfer {key!r} has no bursts")
+        tr = _Transfer(key, client, bursts, at)
+        (self.writes if client == STORE_CLIENT else self.waiting).append(tr)
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.owner or self.writes)
+
+    def _next_read(self) -> tuple[int, _Transfer] | None:
+        soonest = self.last_accept + 1
+        if self.owner:
+            return max(self.owner.at, soonest), self.owner
+        best = None
+        for tr in self.waiting:
+            c = max(tr.at, soonest)
+            if best is None or (c, tr.client) < (best[0], best[1].client):
+                best = (c, tr)
+        return best
+
+    def next_time(self) -> int | None:
+        """Cycle of the next burst acceptance, or None while nothing is presented."""
+        times = []
+        read = self._next_read()
+        if read:
+            times.append(read[0])
+        if self.writes:
+            times.append(max(self.writes[0].at, self.last_accept + 1))
+        return min(times) if times else None
+
+    def step(self) -> Done | None:
+        """Accept the next burst; a transfer whose last burst this was is returned."""
+        read = self._next_read()
+        write_at = max(self.writes[0].at, self.last_accept + 1) if self.writes else None
+        if read and (write_at is None or read[0] <= write_at):  # reads first in a cycle
+            c, tr = read
+            if tr is not self.owner:
+                self.waiting.remove(tr)
+                self.owner = tr
+        else:
+            c, tr = write_at, self.writes[0]
+        beats = tr.bursts[tr.sent][0]
+        first = max(c + self.timing.dram_latency, self.data_free)
+        self.data_free = first + beats + self.timing.burst_gap
+        self.last_accept = c
+        self.beats += beats
+        if tr.sent == 0:
+            tr.first = first
+        tr.sent += 1
+        if tr.sent < len(tr.bursts):
+            tr.at = c + tr.bursts[tr.sent][1]
+            return None
+        if tr is self.owner:
+            self.owner = None
+        else:
+            self.writes.popleft()
+        return Done(tr.key, tr.first, self.data_free)
