@@ -14,29 +14,16 @@ from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Uop
 
 
 class EpilogueLowering:
-    """Needs from its host: cfg, low, pb, insns, b, acc_slot, res_slot, param_base,
-    select_base, bias, mul, res, sel, offsets, res_blocks, m_imm, loop(), kernel()."""
+    """Needs from its host: cfg, low, pb, insns, b, acc_slot, res_slot, param_bases (one per
+    accumulator half the slots use), select_base, bias, mul, res, sel, offsets, res_blocks,
+    m_imm, loop(), kernel()."""
 
     def _prologue(self) -> None:
-        low, ep = self.low, self.low.epilogue
-        ocb = low.ocb
-        base = {}
-        for k, name in enumerate(low.param_vectors()):
-            base[name] = self.param_base + k * ocb
-        self.vec = base
-        self.round_row = self.param_base + len(base) * ocb if low.needs_round_row() else None
-        for name, buf in (("mul", self.mul), ("add", self.bias)):
-            if buf is not None:
-                self.insns.append(
-                    Load(
-                        mem=MemId.ACC,
-                        sram_base=base[name],
-                        dram_base=self.pb.elem(buf, "acc"),
-                        y_size=1,
-                        x_size=ocb,
-                        x_stride=ocb,
-                    )
-                )
+        self.vecs, self.round_rows = [], []
+        for param_base in self.param_bases:
+            self._parameters(param_base)
+            self.vecs.append(self.vec)
+            self.round_rows.append(self.round_row)
         if self.sel is not None:
             n = len(self.offsets)
             self.insns.append(
@@ -49,6 +36,28 @@ class EpilogueLowering:
                     x_stride=n,
                 )
             )
+
+    def _parameters(self, param_base: int) -> None:
+        """Load and prepare one copy of the per-channel vectors at `param_base`."""
+        low, ep = self.low, self.low.epilogue
+        ocb = low.ocb
+        base = {}
+        for k, name in enumerate(low.param_vectors()):
+            base[name] = param_base + k * ocb
+        self.vec = base
+        self.round_row = param_base + len(base) * ocb if low.needs_round_row() else None
+        for name, buf in (("mul", self.mul), ("add", self.bias)):
+            if buf is not None:
+                self.insns.append(
+                    Load(
+                        mem=MemId.ACC,
+                        sram_base=base[name],
+                        dram_base=self.pb.elem(buf, "acc"),
+                        y_size=1,
+                        x_size=ocb,
+                        x_stride=ocb,
+                    )
+                )
         if self.round_row is not None:
             r = self.round_row
             one = self.loop(("row", r), [Uop(r, r)])
@@ -90,6 +99,8 @@ class EpilogueLowering:
 
     def _epilogue(self, tile: Tile, a: int) -> None:
         ep = self.low.epilogue
+        copy = (a % 2) % len(self.vecs)  # slots alternate halves; parameters in slot a's half
+        self.vec, self.round_row = self.vecs[copy], self.round_rows[copy]
         imm = self._tile_loop(tile, a, 0, False)
 
         def tensor(row: int, per_channel: bool = True):

@@ -59,12 +59,15 @@ class ConvEmitter(EpilogueLowering):
         self.res_slot = [n * b.inp_window + k * b.inp_residual for k in range(n)]
         self.wgt_slot = [k * b.wgt_tile for k in range(n)]
         self.select_base = n * b.wgt_tile
-        # accumulator slots alternate between the halves (the GEMM/ALU interlock's unit), the
-        # epilogue parameters sit at the end of slot 0's region
+        # accumulator slots alternate between the halves (the GEMM/ALU interlock's unit); the
+        # epilogue parameters sit at the end of slot 0's region and, double-buffered, also of
+        # slot 1's: an epilogue reads its own half's copy while the GEMM core uses the other
         half = cfg.depth("acc") // 2
         region = cfg.depth("acc") // b.acc_slots
         self.acc_slot = [(k % 2) * half + (k // 2) * region for k in range(b.acc_slots)]
-        self.param_base = region - b.acc_reserved
+        self.param_bases = [
+            self.acc_slot[k] + region - b.acc_reserved for k in range(min(b.acc_slots, 2))
+        ]
         self.kernels: dict = {}
         self.insns: list = []
         ep, op = low.epilogue, low.op

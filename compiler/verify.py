@@ -11,8 +11,8 @@ Rules, each a `VerifyError` naming the instruction:
   program order is ordered after the earlier one by the tokens (happens-before, with vector
   clocks), and nothing reads a row no instruction has written;
 - ``unit-overlap``: a GEMM and an ALU instruction the compute stage may run at the same time
-  (their first micro-ops write different accumulator halves, see sim.engine) touch disjoint
-  accumulator rows.
+  (their first micro-ops write different accumulator halves, see sim.engine) each keep every
+  accumulator row they read or write in their own half (the halves are banks).
 """
 
 from __future__ import annotations
@@ -283,18 +283,19 @@ def _check_unit_overlap(cfg, table, acc) -> None:
         last[op] = a
         if other is None or (a.first_dst >= half) == (other.first_dst >= half):
             continue
-        for x, y in ((a, other), (other, a)):
-            written = x.writes.get("acc")
-            if written is None:
-                continue
-            for rows in (y.reads.get("acc"), y.writes.get("acc")):
-                if rows is not None and np.intersect1d(written, rows).size:
-                    row = int(np.intersect1d(written, rows)[0])
+        for x in (a, other):
+            own = x.first_dst >= half
+            for verb, touched in (("reads", x.reads), ("writes", x.writes)):
+                rows = touched.get("acc")
+                stray = [] if rows is None else rows[(rows >= half) != own]
+                if len(stray):
                     _fail(
                         "unit-overlap",
                         f"may run alongside instruction {other.index} "
                         f"({format_row(table[other.index])}) on the other compute unit "
-                        f"(different accumulator halves) but both touch acc row {row}",
+                        f"(their first micro-ops write different accumulator halves), but "
+                        f"instruction {x.index} {verb} acc row {int(stray[0])} outside its "
+                        f"half (each half is a bank the other unit may be using)",
                         table,
                         a.index,
                     )

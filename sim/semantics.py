@@ -123,7 +123,7 @@ def gemm(m: Machine, r) -> Footprint:
                 _accumulate(total, d, prod, np.bincount(d).max() == 1)
     acc = m.acc[lo:hi]
     acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
-    return Footprint({"inp": src, "wgt": wgt}, {"acc": dst})
+    return Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
 
 
 def alu(m: Machine, r) -> Footprint:
@@ -150,7 +150,7 @@ def alu(m: Machine, r) -> Footprint:
     else:
         b = r["imm"] if use_imm else m.acc[src]
         m.acc[dst] = _alu_op(op, m.acc[dst], b, m.config.acc_bits)
-    return Footprint({}, {"acc": dst})
+    return Footprint({"acc": dst if use_imm else np.concatenate([dst, src])}, {"acc": dst})
 
 
 def _alu_op(op: AluOp, a, b, bits: int):

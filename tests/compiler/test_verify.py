@@ -203,10 +203,11 @@ def test_out_of_range_and_stray_store():
     assert info.value.rule == "dram"
 
 
-def test_units_overlapping_on_shared_rows():
+@pytest.mark.parametrize("stray", [5, 100])  # a row the other unit writes, one it doesn't
+def test_units_that_may_overlap_keep_to_their_halves(stray):
     half = CFG.depth("acc") // 2
     pb = ProgramBuilder(CFG, "units")
-    pb.uops([Uop(0, 0, 0), Uop(half, 0, 0), Uop(5, 0, 0)])
+    pb.uops([Uop(0, 0, 0), Uop(half, 0, 0), Uop(stray, 0, 0)])
     pb.reserve_uops(3)
     pb.emit(
         Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=3, x_stride=3)
@@ -215,6 +216,6 @@ def test_units_overlapping_on_shared_rows():
     pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=3))
     pb.emit(Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1))
     pb.emit(Finish())
-    with pytest.raises(VerifyError, match="both touch acc row 5") as info:
+    with pytest.raises(VerifyError, match=f"writes acc row {stray} outside its half") as info:
         verify(pb.build())
     assert info.value.rule == "unit-overlap"

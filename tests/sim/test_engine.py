@@ -254,7 +254,7 @@ def test_overlapping_units_must_keep_to_their_halves(stray):
         Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
         Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=3, iter_out=1),
     ]
-    with pytest.raises(HazardError, match=f"writes acc row {stray}, outside its half"):
+    with pytest.raises(HazardError, match=f"reads acc row {stray}, outside its half"):
         run(cfg, insns, uops=uops)
     no_dual = dataclasses.replace(
         __import__("tilecraft.sim.timing", fromlist=["Timing"]).Timing.from_config(cfg),
