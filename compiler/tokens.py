@@ -3,21 +3,25 @@
 The lowering emits instructions without dependence flags. This pass walks them in program
 order with their static footprints and, whenever an instruction touches scratchpad rows that
 another stage wrote (RAW) or still has to read or write (WAR, WAW), makes it wait for the
-latest such instruction: that one pushes a token toward it and it pops the token. A vector
-clock per stage records what each instruction already waits for (directly, or transitively
-through the third stage), so only the edges that add ordering are inserted. Edges in one
-direction have increasing producers and consumers, so tokens pair up in FIFO order exactly as
-the hardware queues pair them. FINISH waits for the last STORE (the last DRAM write).
+latest such instruction: that one pushes a token toward it and it pops the token. Vector clocks
+(`completion.py`) record what each instruction already waits for (directly, or transitively
+through the third stage), so only the edges that add ordering are inserted. The compute
+stage's two units finish out of order: when an instruction needs a GEMM and a younger ALU
+instruction (or the reverse) that may have overlapped, no single token vouches for both, and
+a compute no-op (a LOAD of nothing, which waits for both units) goes in to push it. Edges in
+one direction have increasing producers and consumers, so tokens pair up in FIFO order exactly
+as the hardware queues pair them. FINISH waits for the last STORE (the last DRAM write).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.compiler.completion import LOAD_LANE, STORE_LANE, Completion, covers
 from tilecraft.compiler.footprint import SRAMS, accesses
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Opcode, Stage, insn_table, uop_table
+from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, uop_table
 
 # (from stage, to stage) -> (producer's push flag, consumer's pop flag)
 EDGES = {
@@ -35,19 +39,21 @@ class RowHistory:
         self.writer = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
         self.reader = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
 
-    def needs(self, access) -> dict[Stage, int]:
-        """Latest stage-local index on each other stage this access must follow."""
-        need: dict[Stage, int] = {}
+    def needs(self, access) -> dict[Stage, np.ndarray]:
+        """Stage-local indices on each other stage this access must follow (the latest writer
+        or reader of each row it touches: older ones are done before it, see `insert_tokens`)."""
+        need: dict[Stage, np.ndarray] = {}
         for other in Stage:
             if other == access.stage:
                 continue
-            latest = -1
+            found = []
             for buf, rows in access.reads.items():
-                latest = max(latest, _max(self.writer[other][buf], rows))
+                found.append(self.writer[other][buf][rows])
             for buf, rows in access.writes.items():
-                latest = max(latest, _max(self.writer[other][buf], rows))
-                latest = max(latest, _max(self.reader[other][buf], rows))
-            if latest >= 0:
+                found += [self.writer[other][buf][rows], self.reader[other][buf][rows]]
+            latest = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
+            latest = latest[latest >= 0]
+            if latest.size:
                 need[other] = latest
         return need
 
@@ -58,49 +64,82 @@ class RowHistory:
             self.writer[access.stage][buf][rows] = local
 
 
+def compute_nop():
+    """A compute-stage LOAD that moves nothing: it waits for both units, so its token vouches
+    for every older compute instruction (VTA's dependence no-op)."""
+    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=0, x_stride=0)
+
+
 def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> list:
-    """`insns` with dependence flags set (any flags they had are recomputed)."""
+    """`insns` with dependence flags set (any flags they had are recomputed), and a compute
+    no-op before an instruction that needs two compute instructions no one token vouches for
+    (the older may still run on the other unit when the younger completes)."""
     plain = [
         i.with_flags(pop_prev=False, pop_next=False, push_prev=False, push_next=False)
         for i in insns
     ]
     table = insn_table(plain)
-    flags: list[dict[str, bool]] = [{} for _ in plain]
+    out: list = []  # the instructions, no-ops included
+    flags: list[dict[str, bool]] = []
+    stage_of: list[Stage] = []
+    done_of: list[np.ndarray] = []  # completion clocks
+    global_of: dict[Stage, list[int]] = {s: [] for s in Stage}  # stage-local -> index in out
+    lanes: list[int] = []  # compute-local -> lane
     history = RowHistory(cfg)
-    local_count = dict.fromkeys(Stage, 0)
-    global_of: dict[Stage, list[int]] = {s: [] for s in Stage}
-    clock_after: list[np.ndarray] = []  # per instruction: what is complete once it completes
-    last = {s: np.full(3, -1) for s in Stage}  # clock of each stage's latest instruction
+    completion = Completion(cfg.depth("acc") // 2)
+
+    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int]) -> int:
+        local, lane, clock = completion.start(stage, opcode, first_dst)
+        k = len(out)
+        out.append(insn)
+        flags.append({})
+        for p in producers:
+            push, pop = EDGES[stage_of[p], stage]
+            flags[p][push] = True
+            flags[k][pop] = True
+            clock = np.maximum(clock, done_of[p])
+        done_of.append(completion.finish(stage, local, lane, first_dst, clock))
+        stage_of.append(stage)
+        global_of[stage].append(k)
+        if stage == Stage.COMPUTE:
+            lanes.append(lane)
+        return local
+
     for a in accesses(cfg, table, uop_table(uops), uop_region):
         if a.problems:
             raise ScheduleError(f"instruction {a.index}: " + "; ".join(a.problems))
         s, k = a.stage, a.index
+        opcode = int(table[k]["opcode"])
         need = history.needs(a)
-        if table[k]["opcode"] == Opcode.FINISH and local_count[Stage.STORE]:
-            need[Stage.STORE] = local_count[Stage.STORE] - 1
-        clock = last[s].copy()
-        for other, local in sorted(need.items()):
-            if clock[other] >= local:
+        if opcode == Opcode.FINISH and global_of[Stage.STORE]:
+            need[Stage.STORE] = np.array([len(global_of[Stage.STORE]) - 1])
+        clock = completion.start(s, opcode, a.first_dst)[2]
+        producers = []
+        for other in sorted(need):
+            wanted = [(_lane(other, lanes, x), int(x)) for x in need[other]]
+            missing = [w for w in wanted if not covers(clock, *w)]
+            if not missing:
                 continue  # already ordered, directly or through the third stage
             if (other, s) not in EDGES:
                 raise ScheduleError(
                     f"instruction {k} ({s.name.lower()}) depends on the {other.name.lower()} "
                     f"stage, which has no token queue to it"
                 )
-            producer = global_of[other][local]
-            push, pop = EDGES[other, s]
-            flags[producer][push] = True
-            flags[k][pop] = True
-            clock = np.maximum(clock, clock_after[producer])
-        local = local_count[s]
-        clock[s] = local
-        clock_after.append(clock)
-        last[s] = clock
-        global_of[s].append(k)
-        local_count[s] += 1
-        history.record(a, local)
-    return [i.with_flags(**f) if f else i for i, f in zip(plain, flags)]
+            p = global_of[other][max(x for _, x in missing)]
+            if not all(covers(np.maximum(clock, done_of[p]), *w) for w in missing):
+                # two compute instructions, the older maybe still running: s is not the
+                # compute stage, so the no-op changes nothing it inherits
+                emit(compute_nop(), Stage.COMPUTE, int(Opcode.LOAD), None, [])
+                p = len(out) - 1
+            producers.append(p)
+            clock = np.maximum(clock, done_of[p])
+        history.record(a, emit(plain[k], s, opcode, a.first_dst, producers))
+    return [i.with_flags(**f) if f else i for i, f in zip(out, flags)]
 
 
-def _max(history: np.ndarray, rows: np.ndarray) -> int:
-    return int(history[rows].max()) if rows.size else -1
+def _lane(stage: Stage, lanes: list[int], local: int) -> int:
+    if stage == Stage.LOAD:
+        return LOAD_LANE
+    if stage == Stage.STORE:
+        return STORE_LANE
+    return lanes[local]

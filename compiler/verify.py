@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.compiler.completion import Completion, covers
 from tilecraft.compiler.footprint import SRAMS, accesses
 from tilecraft.errors import VerifyError
 from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
@@ -40,8 +41,8 @@ def verify(program: Program) -> dict:
     pops, pushes = _token_lists(table, stages)
     order = _check_deadlock(cfg, table, stages, pops, pushes)
     _check_balance(table, pops, pushes)
-    clocks = _clocks(stages, pops, pushes, order)
-    _check_hazards(cfg, table, acc, clocks)
+    clocks, lanes = _clocks(cfg, table, acc, pops, pushes, order)
+    _check_hazards(cfg, table, acc, clocks, lanes)
     _check_unit_overlap(cfg, table, acc)
     return {
         "instructions": len(table),
@@ -190,33 +191,30 @@ def _check_deadlock(cfg, table, stages, pops, pushes) -> list[int]:
     )
 
 
-def _clocks(stages, pops, pushes, order) -> list[np.ndarray]:
-    """Vector clock of each instruction at its start: the latest stage-local index on each
-    stage that is certainly complete (program order within a stage, tokens across). `order`
+def _clocks(cfg, table, acc, pops, pushes, order) -> tuple[list[np.ndarray], list[int]]:
+    """Vector clock of each instruction at its start (`completion.py`: what is certainly
+    complete: stage order, the compute units' overlap, tokens), and each one's lane. `order`
     is the order the abstract run started them in, so producers come before consumers."""
     source: dict[int, list[int]] = {}
     for q in TokenQueue:
         for producer, consumer in zip(pushes[q], pops[q]):
             source.setdefault(consumer, []).append(producer)
-    n = len(stages)
+    n = len(acc)
     done: list[np.ndarray | None] = [None] * n
     start: list[np.ndarray | None] = [None] * n
-    last = {s: np.full(3, -1) for s in Stage}
-    count = dict.fromkeys(Stage, 0)
+    lanes = [0] * n
+    completion = Completion(cfg.depth("acc") // 2)
     for k in order:
-        s = stages[k]
-        clock = last[s].copy()
+        a = acc[k]
+        local, lanes[k], clock = completion.start(a.stage, table["opcode"][k], a.first_dst)
         for p in source.get(k, ()):
             clock = np.maximum(clock, done[p])
-        start[k] = clock.copy()
-        clock[s] = count[s]
-        count[s] += 1
-        done[k] = clock
-        last[s] = clock
-    return start
+        start[k] = clock
+        done[k] = completion.finish(a.stage, local, lanes[k], a.first_dst, clock)
+    return start, lanes
 
 
-def _check_hazards(cfg, table, acc, clocks) -> None:
+def _check_hazards(cfg, table, acc, clocks, lanes) -> None:
     stages = [a.stage for a in acc]
     local = []
     count = dict.fromkeys(Stage, 0)
@@ -233,7 +231,9 @@ def _check_hazards(cfg, table, acc, clocks) -> None:
             if rows.size and w.min() < 0:
                 row = int(rows[np.argmin(w)])
                 _fail("raw", f"reads {buf} row {row} before any instruction writes it", table, k)
-            _ordered(table, k, clock, stages, local, w, "raw", f"reads {buf} rows written by")
+            _ordered(
+                table, k, clock, stages, lanes, local, w, "raw", f"reads {buf} rows written by"
+            )
         for buf, rows in a.writes.items():
             for other in Stage:
                 if other == s:
@@ -244,6 +244,7 @@ def _check_hazards(cfg, table, acc, clocks) -> None:
                     k,
                     clock,
                     stages,
+                    lanes,
                     local,
                     r,
                     "war",
@@ -255,6 +256,7 @@ def _check_hazards(cfg, table, acc, clocks) -> None:
                     k,
                     clock,
                     stages,
+                    lanes,
                     local,
                     w,
                     "waw",
@@ -301,14 +303,14 @@ def _check_unit_overlap(cfg, table, acc) -> None:
                     )
 
 
-def _ordered(table, k, clock, stages, local, others, rule, what) -> None:
+def _ordered(table, k, clock, stages, lanes, local, others, rule, what) -> None:
     """Every instruction in `others` (global indices, -1 none) on another stage than k must be
     complete before k starts."""
     for g in np.unique(others):
         g = int(g)
         if g < 0 or stages[g] == stages[k]:
             continue
-        if local[g] > clock[stages[g]]:
+        if not covers(clock, lanes[g], local[g]):
             _fail(
                 rule,
                 f"{what} instruction {g} ({format_row(table[g])}) with no token ordering them",

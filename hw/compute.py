@@ -4,8 +4,9 @@ Issue is in order. LOAD UOP/ACC and FINISH wait for both units to be idle. A GEM
 instruction first reads its first micro-op (one cycle) to learn which accumulator half it
 writes; it starts when its unit is free and, if the other unit is busy, only if the other
 instruction's half differs (the one-bit interlock the cycle model assumes). Tokens are popped
-when an instruction starts and pushed once it and every older instruction have completed, in
-program order per queue.
+when an instruction starts and pushed when it completes, in program order per queue (so a
+token vouches for its own instruction, not for an older one still running on the other unit:
+the token pass knows, see compiler/completion.py).
 
 Scratchpads held here: micro-ops (a read port per unit; LOAD UOP writes through the GEMM
 unit's), the accumulator and its narrowed OUT copy, each split into two banks by the top index
@@ -294,17 +295,21 @@ class Compute(wiring.Component):
                 fail(codes[n], inflight[n]["index"])
             with m.Elif(done[n] & (inflight[n]["push_prev"] | inflight[n]["push_next"])):
                 m.d.sync += inflight[n]["owed"].eq(1)
-        # a push also waits for every older instruction still running on the other unit, so a
-        # token means "this and everything issued before it is done" (in-order completion, as
-        # the token pass assumes), though the units finish out of order
+        # the units finish out of order, but each queue takes its tokens in program order: a
+        # push waits for older instructions still running or owing a push to the same queue
         prev_pushes, next_pushes = [], []
         for n in inflight:
             me = inflight[n]
-            older = [
-                (inflight[o]["owed"] | busy[o]) & (inflight[o]["seq"] < me["seq"])
-                for o in inflight
-                if o != n
-            ]
+            older = []
+            for o in inflight:
+                if o == n:
+                    continue
+                you = inflight[o]
+                same_queue = (me["push_prev"] & you["push_prev"]) | (
+                    me["push_next"] & you["push_next"]
+                )
+                running = busy[o] & same_queue
+                older.append((you["owed"] | running) & (you["seq"] < me["seq"]))
             can = me["owed"] & ~Cat(*older).any()
             can &= (~me["push_prev"] | self.ctl_ready) & (~me["push_next"] | self.cts_ready)
             with m.If(can):

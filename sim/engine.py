@@ -299,12 +299,12 @@ class Engine:
             self.pending[s] = (k, end)
 
     def _retire(self, k: int, unit: str, end: int) -> int:
-        """When GEMM/ALU instruction k, done at `end`, may push: not before the older
-        instruction on the other unit is done and has pushed (a token vouches for everything
-        issued before it)."""
+        """When GEMM/ALU instruction k, done at `end`, may push: tokens of one queue go in
+        program order, so not before an older instruction on the other unit that pushes to the
+        same queue has pushed."""
         other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
         j = self.unit_last[other]
-        if not self.plan.pushes[k] or j is None:
+        if j is None or not set(self.plan.pushes[k]) & set(self.plan.pushes[j]):
             return end
         return max(end, self.unit_free[other])
 

@@ -263,9 +263,10 @@ def test_overlapping_units_must_keep_to_their_halves(stray):
     run(cfg, insns, uops=uops, timing=no_dual)  # serialized units: no overlap, no hazard
 
 
-def test_a_token_waits_for_the_older_instruction_on_the_other_unit():
-    """The ALU (other half, so it overlaps the long GEMM) finishes first and pushes the token the
-    STORE of the GEMM's rows waits for: the token must vouch for the GEMM too."""
+def test_a_token_does_not_vouch_for_the_other_unit():
+    """The ALU (other half, so it overlaps the long GEMM) finishes first and pushes the token a
+    STORE of the GEMM's rows pops: the GEMM may still be writing them, a hazard (the token pass
+    puts a compute no-op in between, see tests/compiler/test_tokens.py)."""
     from tilecraft.hw.isa import Alu, AluOp, Uop
 
     cfg = preset("default")
@@ -278,8 +279,6 @@ def test_a_token_waits_for_the_older_instruction_on_the_other_unit():
         Store(sram_base=0, dram_base=1024, y_size=1, x_size=64, x_stride=64, pop_prev=True,
               push_prev=True),
         Finish(pop_next=True),
-    ]
-    report, _, _ = run(cfg, insns, uops=uops, trace=True, finish=False)
-    slices = {e["name"]: e["args"] for e in report.trace["traceEvents"] if e["ph"] == "X"}
-    assert slices["ALU"]["end_cycle"] < slices["GEMM"]["end_cycle"]  # they did overlap
-    assert slices["STORE"]["start_cycle"] > slices["GEMM"]["end_cycle"]
+    ]  # fmt: skip
+    with pytest.raises(HazardError, match="acc row 0 .* being written"):
+        run(cfg, insns, uops=uops, finish=False)
