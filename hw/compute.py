@@ -25,9 +25,8 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.dma import forward_read_port, read_port_members
 from tilecraft.hw.isa import MemId, Opcode, isa_for
 from tilecraft.hw.loader import LoadEngine
+from tilecraft.hw.queues import CMD_BITS
 from tilecraft.hw.units import AluUnit, GemmUnit
-
-CMD_BITS = 128 + 32  # instruction + its index in the program
 
 
 def narrow(cfg: HwConfig, acc_row):

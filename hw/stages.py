@@ -19,8 +19,7 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.dma import BurstPlanner, forward_read_port, read_port_members
 from tilecraft.hw.isa import MemId, isa_for
 from tilecraft.hw.loader import LoadEngine
-
-CMD_BITS = 128 + 32
+from tilecraft.hw.queues import CMD_BITS
 
 
 def _stage_members(cfg: HwConfig) -> dict:

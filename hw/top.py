@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from amaranth import ClockDomain, ClockSignal, Module, ResetSignal, Signal, unsigned
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.axi import Bus, axi4_members, axi_lite_members
-from tilecraft.hw.compute import CMD_BITS, Compute
+from tilecraft.hw.compute import Compute
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.dma import ReadArbiter
 from tilecraft.hw.fetch import Fetch
+from tilecraft.hw.queues import command_queue, token_queue
 from tilecraft.hw.regfile import ADDR_BITS, RegisterFile
 from tilecraft.hw.stages import LoadStage, StoreStage
 
@@ -114,7 +114,7 @@ class Accelerator(wiring.Component):
         # Reset with each START so a run that stopped on an error leaves nothing behind.
         # Buffered (registered reads): block RAM, not ~1,700 LUTs of distributed RAM each.
         for name, stage in (("load", load), ("compute", compute), ("store", store)):
-            q = SyncFIFOBuffered(width=CMD_BITS, depth=cfg.cmd_queue_depth)
+            q = command_queue(cfg)
             m.submodules[f"{name}_cmds"] = q
             m.d.comb += [
                 q.w_data.eq(getattr(fetch, f"{name}_cmd")),
@@ -126,8 +126,8 @@ class Accelerator(wiring.Component):
             ]
 
         # ---- dependence-token queues --------------------------------------------------------
-        def token_queue(name, pusher_valid, pusher_ready, popper_valid, popper_ready):
-            q = SyncFIFO(width=1, depth=cfg.dep_queue_depth)
+        def tokens(name, pusher_valid, pusher_ready, popper_valid, popper_ready):
+            q = token_queue(cfg)
             m.submodules[name] = q
             m.d.comb += [
                 q.w_data.eq(1),
@@ -137,24 +137,24 @@ class Accelerator(wiring.Component):
                 q.r_en.eq(popper_ready),
             ]
 
-        token_queue(
+        tokens(
             "load_to_compute",
             load.push_valid,
             load.push_ready,
             compute.ltc_valid,
             compute.ltc_ready,
         )
-        token_queue(
+        tokens(
             "compute_to_load", compute.ctl_valid, compute.ctl_ready, load.pop_valid, load.pop_ready
         )
-        token_queue(
+        tokens(
             "compute_to_store",
             compute.cts_valid,
             compute.cts_ready,
             store.pop_valid,
             store.pop_ready,
         )
-        token_queue(
+        tokens(
             "store_to_compute",
             store.push_valid,
             store.push_ready,
