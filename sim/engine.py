@@ -3,15 +3,17 @@
 Each stage runs its own in-order queue. An instruction starts when its stage is free, fetch has
 routed it, and every token it pops is there; it runs (functionally, in one step) and its pushes
 are sent when it completes, stalling the stage while a target token queue is full. Fetch routes
-instructions into command queues of `cmd_queue_depth` entries. Events are taken in time order,
-so the shared DRAM port is granted first come, first served. When nothing can move and the
-program is not done, `DeadlockError` lists every stage's blocked instruction and the tokens.
+instructions into command queues of `cmd_queue_depth` entries. Events are taken in time order.
+A LOAD or STORE hands its bursts to the DRAM port (`dram_port.py`, arbitrated burst by burst as
+the RTL does) and completes once its data has passed. When nothing can move and the program is
+not done, `DeadlockError` lists every stage's blocked instruction and the tokens.
 
 The compute stage has two execution units, the GEMM core and the vector ALU. It issues in
 order, one instruction per cycle at most; an instruction waits for its own unit, and also for
 the other unit's in-flight instruction unless their first micro-ops write different halves of
 the accumulator (the interlock the hardware can afford: one bit per unit). LOAD UOP/ACC and
-FINISH wait for both units. Tokens pushed into one queue keep program order.
+FINISH wait for both units. Tokens pushed into one queue keep program order: a push waits for
+an older instruction on the other unit that pushes to the same queue.
 """
 
 from __future__ import annotations

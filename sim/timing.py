@@ -2,8 +2,9 @@
 
 The DRAM-facing numbers (clock, AXI width, latency, burst length) come from HwConfig; the
 micro-architectural ones (pipeline depths, initiation intervals, per-instruction overhead) are
-here, to be calibrated against the RTL. A DMA costs latency + data beats + a gap per burst, and
-its data beats hold the one shared DRAM port (fetch, load, compute and store all use it).
+here, calibrated against the RTL. A DMA costs latency + data beats + a gap per burst, and its
+data beats hold the one shared DRAM port (fetch, load, compute and store all use it; see
+dram_port.py for the order bursts take it in).
 """
 
 from __future__ import annotations
