@@ -1,0 +1,69 @@
+"""The cycle model's DRAM port, burst by burst, against the arbitration rules of the RTL
+(hw/dma.py ReadArbiter, the store's AW channel, sim/rtl/axi_dram.v)."""
+
+from __future__ import annotations
+
+from tilecraft.hw.config import preset
+from tilecraft.sim.dram_port import (
+    COMPUTE_CLIENT,
+    FETCH_CLIENT,
+    LOAD_CLIENT,
+    STORE_CLIENT,
+    DramPort,
+)
+from tilecraft.sim.timing import Timing
+
+T = Timing.from_config(preset("1x8x8"))  # 8-byte beats, 16-beat bursts
+L, GAP = T.dram_latency, T.burst_gap
+
+
+def _drain(port):
+    """Accept every burst; (key, first beat, free) of each transfer as it completes."""
+    done = []
+    while port.next_time() is not None:
+        d = port.step()
+        if d:
+            done.append((d.key, d.first, d.free))
+    return done
+
+
+def test_bursts_follow_the_planner():
+    # rows back to back are one run, split at burst_len beats and at 4 KiB
+    assert T.bursts(0, 4, 64, 64) == [(16, 2), (16, 1)]
+    assert T.bursts(4096 - 16, 1, 64, 64) == [(2, 2), (6, 1)]
+    # strided rows are runs of their own, each presented 2 cycles after the previous burst
+    assert T.bursts(0, 3, 24, 100) == [(3, 2), (4, 2), (3, 2)]  # row 1 starts mid-beat
+    assert T.bursts(0, 0, 24, 24) == []
+
+
+def test_one_transfer_streams_its_bursts():
+    port = DramPort(T)
+    port.request("a", LOAD_CLIENT, [(8, 2), (8, 2)], at=10)
+    assert _drain(port) == [("a", 10 + L, 10 + L + 2 * (8 + GAP))]  # the bus, not the latency
+
+
+def test_a_store_burst_slips_into_a_read_transfers_row_gap():
+    port = DramPort(T)
+    port.request("acc", COMPUTE_CLIENT, [(8, 2), (8, 2)], at=0)  # rows: AR at 0 and 2
+    port.request("store", STORE_CLIENT, [(1, 2)], at=0)  # AW: the first cycle without an AR
+    done = dict((k, (first, free)) for k, first, free in _drain(port))
+    assert done["store"][0] == L + 8 + GAP  # between the two rows' data
+    assert done["acc"] == (L, done["store"][0] + 1 + GAP + 8 + GAP)
+
+
+def test_a_read_transfer_owns_the_channel_until_its_last_burst():
+    port = DramPort(T)
+    port.request("load", LOAD_CLIENT, [(4, 2), (4, 2), (4, 2)], at=0)  # AR at 0, 2, 4
+    port.request("compute", COMPUTE_CLIENT, [(4, 2)], at=1)  # waits for the lock: AR at 5
+    done = dict((k, (first, free)) for k, first, free in _drain(port))
+    assert done["load"][0] == L
+    assert done["compute"][0] == L + 3 * (4 + GAP)  # after all three of load's bursts
+
+
+def test_ties_go_to_the_lower_client_and_reads_before_writes():
+    port = DramPort(T)
+    port.request("load", LOAD_CLIENT, [(2, 2)], at=3)
+    port.request("store", STORE_CLIENT, [(2, 2)], at=3)
+    port.request("fetch", FETCH_CLIENT, [(2, 2)], at=3)
+    order = [k for k, _, _ in _drain(port)]
+    assert order == ["fetch", "load", "store"]
