@@ -111,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--rtl", metavar="LAYERS", help="resnet18-layers: also run these layers (C4,C9) on the RTL"
     )
+    bench.add_argument(
+        "--random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
+    )
     bench.set_defaults(func=cmd_bench)
 
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
@@ -325,7 +332,7 @@ def cmd_bench(args) -> int:
     if args.suite == "rtl-speed":
         from tilecraft.benchmarks import rtl_speed as suite
 
-        result = suite.run(resolve(args.config))
+        result = suite.run(resolve(args.config), random=args.random)
     elif args.suite == "resources":
         from tilecraft.hw.resources import synthesize
 

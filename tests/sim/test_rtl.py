@@ -199,3 +199,21 @@ def test_icarus_agrees_with_verilator():
         assert a.report.cycles == b.report.cycles, f"random seed {k}"
         for name, value in b.outputs.items():
             assert np.array_equal(a.outputs[name], value), f"random seed {k}: {name} differs"
+
+
+def test_rtl_speed_bench_with_random_programs(tmp_path, capsys):
+    import json
+
+    from tilecraft.cli import main
+
+    out = tmp_path / "rtl_speed.json"
+    assert (
+        main(["bench", "rtl-speed", "--config", CONFIG, "--random", "3", "--json", str(out)]) == 0
+    )
+    result = json.loads(out.read_text())
+    assert result["bit_exact"] and result["cycles_per_second"] > 0
+    assert result["cycle_error"] <= MAX_CYCLE_ERROR
+    x = result["random"]
+    assert x["programs"] == 4 and x["bit_exact"] == 4 and not x["differ"]
+    assert x["max_cycle_error"] <= MAX_CYCLE_ERROR
+    assert "4 random/out-of-order programs: 4 bit-exact" in capsys.readouterr().out
