@@ -54,7 +54,6 @@ class DramPort:
         self.writes: deque[_Transfer] = deque()
         self.last_accept = -1  # one address per cycle
         self.data_free = 0  # earliest first beat of the next burst
-        self.beats = 0  # data beats carried, for the report
 
     def request(self, key, client: int, bursts: list[tuple[int, int]], at: int) -> None:
         """Transfer `key` presents its first burst at cycle `at`."""
@@ -62,9 +61,6 @@ class DramPort:
             raise ValueError(f"transfer {key!r} has no bursts")
         tr = _Transfer(key, client, bursts, at)
         (self.writes if client == STORE_CLIENT else self.waiting).append(tr)
-
-    def busy(self) -> bool:
-        return bool(self.waiting or self.owner or self.writes)
 
     def _next_read(self) -> tuple[int, _Transfer] | None:
         soonest = self.last_accept + 1
@@ -102,7 +98,6 @@ class DramPort:
         first = max(c + self.timing.dram_latency, self.data_free)
         self.data_free = first + beats + self.timing.burst_gap
         self.last_accept = c
-        self.beats += beats
         if tr.sent == 0:
             tr.first = first
         tr.sent += 1
