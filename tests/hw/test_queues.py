@@ -43,7 +43,7 @@ def _run(fifo, width: int, depth: int, seed: int, items: int = 300):
                 got.append(r_data)
             await ctx.tick()
             if len(got) == items:
-                return
+                break
 
     sim = Simulator(fifo)
     sim.add_clock(1e-8)
