@@ -78,27 +78,28 @@ class Plan:
             unit = {Opcode.GEMM: GEMM_UNIT, Opcode.ALU: ALU_UNIT}.get(op, BARRIER)
             self.unit.append(unit if s == Stage.COMPUTE else None)
             if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
-                runs, run_bytes, pads, nbytes = dma_shape(cfg, row)
-                xfer = timing.transfer(runs, run_bytes)
-                lat = timing.dram_latency if xfer else 0
-                overhead = timing.dma_overhead if xfer else timing.barrier_overhead
-                lead, trail, mid = pad_split(row) if xfer else (0, 0, 0)
+                runs, _, _, nbytes = dma_shape(cfg, row)
                 name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
+                eb = cfg.elem_bytes(name)
+                bursts = timing.bursts(
+                    row["dram_base"] * eb, row["y_size"], row["x_size"] * eb, row["x_stride"] * eb
+                )
+                lat = timing.dram_latency if bursts else 0
+                overhead = timing.dma_overhead if bursts else timing.barrier_overhead
+                lead, trail, mid = pad_split(row) if bursts else (0, 0, 0)
                 # zeros before the data are written while the DRAM answers; after it, serially;
                 # between rows, in the gaps between elements (if an element takes several beats)
                 # or, rows being separate bursts, in the DRAM's gap between them
-                slow = cfg.elem_bytes(name) > timing.axi_bytes
+                slow = eb > timing.axi_bytes
                 hidden = 0
                 if runs > 1 and not slow:
                     between = row["x_pad0"] + row["x_pad1"]
                     hidden = (row["y_size"] - 1) * min(between, timing.burst_gap)
                 self.busy.append(overhead + max(lat, lead * timing.pad_ii))
                 self.post.append((trail + (0 if slow else mid - hidden)) * timing.pad_ii)
-                narrow = cfg.elem_bytes(name) < timing.axi_bytes and op == Opcode.LOAD
-                self.writes.append(row["x_size"] * row["y_size"] if narrow and xfer else 0)
-                eb = cfg.elem_bytes(name)
-                addr, stride = row["dram_base"] * eb, row["x_stride"] * eb
-                self.bursts.append(timing.bursts(addr, row["y_size"], row["x_size"] * eb, stride))
+                narrow = eb < timing.axi_bytes and op == Opcode.LOAD
+                self.writes.append(row["x_size"] * row["y_size"] if narrow and bursts else 0)
+                self.bursts.append(bursts)
                 self.dram_bytes.append(nbytes)
             else:
                 self.busy.append(busy_cycles(timing, row))

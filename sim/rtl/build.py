@@ -164,26 +164,21 @@ def build(
         (out / f"{BENCH_TOP}.v").write_text(bench_verilog(cfg))
         (out / "axi_dram.v").write_text((HERE / "axi_dram.v").read_text())
         (out / "public.vlt").write_text(PUBLIC_VLT)
-    verilog_files = [out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"]
-    runner = get_runner(simulator)
+    sources = [out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"]
     if simulator == "icarus":  # Amaranth's Verilog has no timescale of its own
-        runner.build(
-            sources=verilog_files,
-            hdl_toplevel=BENCH_TOP,
-            build_dir=out / "sim",
-            timescale=("1ns", "1ps"),
-            waves=waves,
-            always=fresh,
-        )
-    else:
+        options = {"timescale": ("1ns", "1ps")}
+    else:  # waves: the runner adds --trace (VCD; FST needs lz4.h)
         os.environ.update(verilator_env())
-        runner.build(
-            sources=[out / "public.vlt", *verilog_files],
-            hdl_toplevel=BENCH_TOP,
-            build_dir=out / "sim",
-            build_args=VERILATOR_ARGS,  # waves: the runner adds --trace (VCD; FST needs lz4.h)
-            waves=waves,
-            always=fresh,
-        )
+        sources.insert(0, out / "public.vlt")
+        options = {"build_args": VERILATOR_ARGS}
+    runner = get_runner(simulator)
+    runner.build(
+        sources=sources,
+        hdl_toplevel=BENCH_TOP,
+        build_dir=out / "sim",
+        waves=waves,
+        always=fresh,
+        **options,
+    )
     stamp.write_text(key)
     return runner, out

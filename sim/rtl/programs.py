@@ -70,37 +70,16 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
         )
     ]
     # initialise what the random part may read
-    insns.append(
-        Load(
-            mem=MemId.INP,
-            sram_base=0,
-            dram_base=pb.elem(src["inp"], "inp"),
-            y_size=1,
-            x_size=ROWS,
-            x_stride=ROWS,
-        )
-    )
-    insns.append(
-        Load(
-            mem=MemId.WGT,
-            sram_base=0,
-            dram_base=pb.elem(src["wgt"], "wgt"),
-            y_size=1,
-            x_size=ROWS,
-            x_stride=ROWS,
-        )
-    )
-    for base in (0, half):
-        insns.append(
-            Load(
-                mem=MemId.ACC,
-                sram_base=base,
-                dram_base=pb.elem(src["acc"], "acc"),
-                y_size=1,
-                x_size=ROWS,
-                x_stride=ROWS,
+    for kind, mem, bases in (
+        ("inp", MemId.INP, (0,)),
+        ("wgt", MemId.WGT, (0,)),
+        ("acc", MemId.ACC, (0, half)),
+    ):
+        dram = pb.elem(src[kind], kind)
+        for base in bases:
+            insns.append(
+                Load(mem=mem, sram_base=base, dram_base=dram, y_size=1, x_size=ROWS, x_stride=ROWS)
             )
-        )
     out_next = 0
     for _ in range(length):
         kind = rng.choice(["inp", "wgt", "acc", "gemm", "reset", "alu", "alu", "store"])
