@@ -21,7 +21,8 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/vermin --target=3.10- --violations --no-tips --eval-annotations \
-	    hw/config.py hw/isa hw/regs.py runtime boards tilecraft/errors.py
+	    src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
+	    src/tilecraft/runtime src/tilecraft/boards src/tilecraft/errors.py
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -13,17 +13,20 @@ from pathlib import Path
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
 TOP = "tilecraft_top"
 BENCH_TOP = "tb_top"
 DRAM_BYTES = 4 << 20  # the DRAM model's size
 
 
 def cache_root() -> Path:
+    """Where simulation models are kept: $TILECRAFT_RTL_CACHE, else tilecraft/rtl in the user's
+    cache folder ($XDG_CACHE_HOME or ~/.cache), never inside the installed package."""
     root = os.environ.get("TILECRAFT_RTL_CACHE")
     if root:
         return Path(root)
-    return Path(__file__).resolve().parents[2] / "build" / "rtl"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tilecraft" / "rtl"
 
 
 def verilator_env() -> dict[str, str]:
@@ -146,7 +149,7 @@ def build(
     from tilecraft.hw.top import verilog
 
     # The cache key is the hardware's sources, not its Verilog (generating that takes seconds)
-    hw_dir = Path(__file__).resolve().parents[2] / "hw"
+    hw_dir = HERE.parents[1] / "hw"
     sources = sorted(hw_dir.rglob("*.py")) + [HERE / "axi_dram.v", Path(__file__)]
     digest = hashlib.sha256()
     for f in sources:
