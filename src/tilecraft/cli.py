@@ -134,13 +134,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_config_show(args) -> int:
-    from tilecraft.hw.config import preset_names, resolve
+    from tilecraft.boards import config_names, resolve_config
     from tilecraft.hw.isa import isa_for
 
     if args.list:
-        print("\n".join(preset_names()))
+        print("\n".join(config_names()))
         return 0
-    cfg = resolve(args.preset)
+    cfg = resolve_config(args.preset)
     print(cfg.describe())
     if args.isa:
         print(isa_for(cfg).describe())
@@ -188,11 +188,11 @@ def cmd_sim(args) -> int:
 
 
 def cmd_example(args) -> int:
+    from tilecraft.boards import resolve_config
     from tilecraft.compiler.blocked_gemm import run_demo
-    from tilecraft.hw.config import resolve
     from tilecraft.sim.trace import write_trace
 
-    cfg = resolve(args.config)
+    cfg = resolve_config(args.config)
     r = run_demo(cfg, args.M, args.K, args.N, seed=args.seed, trace=bool(args.trace))
     print(
         f"blocked GEMM {r['M']}x{r['K']} . {r['K']}x{r['N']} int8 on {r['config']}, "
@@ -221,11 +221,11 @@ def cmd_example(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    from tilecraft.boards import resolve_config
     from tilecraft.compiler.conv2d import conv2d, dense
     from tilecraft.compiler.ops import Conv2d, Epilogue
-    from tilecraft.hw.config import resolve
 
-    cfg = resolve(args.config)
+    cfg = resolve_config(args.config)
     ep = Epilogue(
         bias=args.bias,
         multiplier=args.multiplier,
@@ -276,11 +276,11 @@ def cmd_compile(args) -> int:
 
 
 def cmd_hw_verilog(args) -> int:
+    from tilecraft.boards import resolve_config
     from tilecraft.hw import regs
-    from tilecraft.hw.config import resolve
-    from tilecraft.hw.top import verilog
+    from tilecraft.hw.rtl.top import verilog
 
-    cfg = resolve(args.config)
+    cfg = resolve_config(args.config)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tilecraft_top.v").write_text(verilog(cfg))
@@ -294,10 +294,10 @@ def cmd_hw_verilog(args) -> int:
 
 
 def cmd_hw_resources(args) -> int:
-    from tilecraft.hw.config import resolve
-    from tilecraft.hw.resources import synthesize
+    from tilecraft.boards import resolve_config
+    from tilecraft.boards.flows.resources import synthesize
 
-    r = synthesize(resolve(args.config), args.part)
+    r = synthesize(resolve_config(args.config), args.part)
     print(r.format())
     if args.json:
         _write_json(args.json, r.to_dict())
@@ -327,18 +327,18 @@ def _schedule(text: str | None):
 
 
 def cmd_bench(args) -> int:
-    from tilecraft.hw.config import resolve
+    from tilecraft.boards import resolve_config
 
     if args.suite == "rtl-speed":
         from tilecraft.benchmarks import rtl_speed as suite
 
-        result = suite.run(resolve(args.config), random=args.random)
+        result = suite.run(resolve_config(args.config), random=args.random)
     elif args.suite == "resources":
-        from tilecraft.hw.resources import synthesize
+        from tilecraft.boards.flows.resources import synthesize
 
         result = {"suite": "resources", "configs": []}
         for name in ("default", "1x8x8", "2x16x16"):
-            r = synthesize(resolve(name))
+            r = synthesize(resolve_config(name))
             print(r.format())
             result["configs"].append(r.to_dict())
         if args.json:
@@ -348,16 +348,16 @@ def cmd_bench(args) -> int:
         from tilecraft.benchmarks import resnet18_layers as suite
 
         if args.rtl:
-            result = suite.run_on_rtl(resolve(args.config), args.rtl.split(","))
+            result = suite.run_on_rtl(resolve_config(args.config), args.rtl.split(","))
             print(suite.format_rtl_table(result))
             if args.json:
                 _write_json(args.json, result)
             return 0 if all(r["bit_exact"] for r in result["layers"]) else 1
-        result = suite.run(resolve(args.config), check=not args.no_check)
+        result = suite.run(resolve_config(args.config), check=not args.no_check)
     else:
         from tilecraft.benchmarks import sim_speed as suite
 
-        result = suite.run(resolve(args.config))
+        result = suite.run(resolve_config(args.config))
     print(suite.format_table(result))
     if args.json:
         _write_json(args.json, result)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from tilecraft.benchmarks import sim_speed
+from tilecraft.boards import config_names
 from tilecraft.cli import main
 from tilecraft.compiler.blocked_gemm import blocked_gemm
-from tilecraft.hw.config import HwConfig, preset_names
+from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import Program
 
 
@@ -55,7 +56,7 @@ def test_config_show_file(tmp_path, capsys):
 
 def test_config_show_list(capsys):
     assert main(["config", "show", "--list"]) == 0
-    assert capsys.readouterr().out.split() == preset_names()
+    assert capsys.readouterr().out.split() == config_names()
 
 
 def test_config_show_isa(capsys):
@@ -69,7 +70,7 @@ def test_config_show_isa(capsys):
 def test_config_show_unknown(capsys):
     assert main(["config", "show", "nosuch"]) == 1
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: unknown preset 'nosuch'; valid: default")
+    assert captured.err.startswith("error: unknown config 'nosuch'; valid: default")
     assert captured.out == ""
 
 
@@ -104,7 +105,7 @@ def test_example(tmp_path, capsys):
 
 def test_example_bad_config(capsys):
     assert main(["example", "--config", "nosuch"]) == 1
-    assert "error: unknown preset 'nosuch'" in capsys.readouterr().err
+    assert "error: unknown config 'nosuch'" in capsys.readouterr().err
 
 
 def test_example_bad_shape(capsys):
@@ -324,7 +325,7 @@ def test_hw_resources_refuses_an_unknown_part(capsys):
 
 
 def test_resource_counting():
-    from tilecraft.hw.resources import Resources, count
+    from tilecraft.boards.flows.resources import Resources, count
 
     cells = {
         "LUT2": 10,

@@ -1,11 +1,11 @@
-"""The ISA: encode/decode round trips (property-based), Amaranth layouts, errors, disassembly."""
+"""The ISA: encode/decode round trips (property-based), derived facts, errors, disassembly."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from isa_strategies import CONFIGS, programs, uop_lists
 
 from tilecraft.errors import ConfigError, EncodingError
 from tilecraft.hw.config import HwConfig, preset
@@ -35,55 +35,6 @@ from tilecraft.hw.isa import (
     table_insns,
     uop_table,
 )
-
-CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32"]
-LOAD_MEMS = [MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC]
-FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-SKIP = {"opcode", "mem", "alu_op", *FLAGS}  # set from enums / flags, not from ranges
-
-
-def _fields(draw, spec, op):
-    """Every numeric field of `op` drawn from its encodable range (booleans for 1-bit ones)."""
-    out = {}
-    for f in spec.formats[op]:
-        if f.name in SKIP:
-            continue
-        if f.name in ("reset", "use_imm"):
-            out[f.name] = draw(st.booleans())
-        else:
-            out[f.name] = draw(st.integers(f.lo, f.hi))
-    out.update({name: draw(st.booleans()) for name in FLAGS})
-    return out
-
-
-@st.composite
-def instructions(draw, spec):
-    kind = draw(st.sampled_from(list(Opcode)))
-    values = _fields(draw, spec, kind)
-    if kind == Opcode.LOAD:
-        return Load(mem=draw(st.sampled_from(LOAD_MEMS)), **values)
-    if kind == Opcode.STORE:
-        for pad in ("y_pad0", "y_pad1", "x_pad0", "x_pad1"):
-            values.pop(pad)
-        return Store(**values)
-    if kind == Opcode.GEMM:
-        return Gemm(**values)
-    if kind == Opcode.ALU:
-        return Alu(op=draw(st.sampled_from(list(AluOp))), **values)
-    return Finish(**values)
-
-
-@st.composite
-def programs(draw):
-    spec = isa_for(preset(draw(st.sampled_from(CONFIGS))))
-    return spec, draw(st.lists(instructions(spec), min_size=1, max_size=12))
-
-
-@st.composite
-def uop_lists(draw):
-    spec = isa_for(preset(draw(st.sampled_from(CONFIGS))))
-    uop = st.builds(Uop, **{name: st.integers(0, f.hi) for name, f in spec.uop.fields.items()})
-    return spec, draw(st.lists(uop, max_size=20))
 
 
 @settings(max_examples=200, deadline=None)
@@ -133,45 +84,6 @@ def test_formats_fit_the_word(name):
     assert spec.uop.bits == spec.config.uop_bytes * 8
     assert 2 ** spec.uop.fields["dst"].width >= spec.config.depth("acc")
     assert 2 ** spec.uop.fields["wgt"].width >= spec.config.depth("wgt")
-
-
-@pytest.mark.parametrize("name", CONFIGS)
-@pytest.mark.parametrize("op", list(Opcode))
-def test_amaranth_layout_matches_format(name, op):
-    from amaranth.lib import data
-
-    spec = isa_for(preset(name))
-    layout = spec.layout(op)
-    fmt = spec.formats[op]
-    assert isinstance(layout, data.FlexibleLayout)
-    assert layout.size == INSN_BITS
-    got = {fname: (f.offset, f.width, f.shape.signed) for fname, f in layout}
-    assert got == {f.name: (f.offset, f.width, f.signed) for f in fmt}
-
-
-@settings(max_examples=200, deadline=None)
-@given(programs())
-def test_amaranth_const_packs_like_numpy(case):
-    spec, insns = case
-    words = encode(spec, insns)
-    for i, row in enumerate(insn_table(insns)):
-        op = Opcode(int(row["opcode"]))
-        const = spec.layout(op).const({f.name: int(row[f.name]) for f in spec.formats[op]})
-        assert const.as_value().value == int(words[i, 0]) | int(words[i, 1]) << 64, insns[i]
-
-
-def test_uop_layout_matches_format():
-    spec = isa_for(HwConfig())
-    layout = spec.uop_layout()
-    assert layout.size == spec.uop.bits == 32
-    assert {n: (f.offset, f.width) for n, f in layout} == {
-        f.name: (f.offset, f.width) for f in spec.uop
-    }
-    value = layout.const({"dst": 5, "src": 9, "wgt": 511}).as_value().value
-    assert value == int(encode_uops(spec, [Uop(5, 9, 511)])[0])
-    union = spec.insn_layout()
-    assert union.size == INSN_BITS
-    assert {name for name, _ in union} == {"load", "gemm", "finish", "alu"}
 
 
 # ---- errors ------------------------------------------------------------------------------

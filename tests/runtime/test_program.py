@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from tilecraft.boards import board
 from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b, reference, unpack_c
 from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.hw.config import HwConfig, preset
@@ -303,7 +304,7 @@ def test_device_refuses_other_architecture(program, inputs):
 
 def test_device_runs_on_timing_only_change(program, inputs):
     base = SimDevice().run(program, inputs)
-    other = SimDevice(config=preset("ultra96-v2")).run(program, inputs)
+    other = SimDevice(config=board("ultra96-v2").config).run(program, inputs)
     assert np.array_equal(other.outputs["c"], base.outputs["c"])
     assert other.report.clock_mhz == 333.0
 
@@ -320,6 +321,6 @@ def test_load_refuses_a_program_for_another_config(tmp_path):
     from tilecraft.hw.config import preset
 
     path = blocked_gemm(preset("default"), 16, 32, 32).save(tmp_path / "p.tcp")
-    assert Program.load(path, config=preset("pynq-z1")).config.tag == preset("default").tag
+    assert Program.load(path, config=board("pynq-z1").config).config.tag == preset("default").tag
     with pytest.raises(ProgramError, match=r"log_block_in: 4 != 3"):
         Program.load(path, config=preset("1x8x8"))

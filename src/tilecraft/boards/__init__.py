@@ -1,13 +1,14 @@
 """Board presets: the part, clocks, AXI port and register base of each supported board, plus the
-HwConfig overrides it needs. One TOML file per board in `presets/`."""
+HwConfig overrides it needs. One TOML file per board in `presets/`. `resolve_config` names any
+config: a sweep preset (`hw.config.preset`), a board, or a .toml/.json file."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 from tilecraft.errors import ConfigError
+from tilecraft.hw.config import HwConfig, preset_names, resolve, toml_loads
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Board:
     axi_port: str
     register_base: int
     description: str
-    config: Any  # HwConfig (typed loosely to keep this module free of an import cycle)
+    config: HwConfig
 
 
 def _preset_dir():
@@ -33,8 +34,6 @@ def board_names() -> list[str]:
 
 def board(name: str) -> Board:
     """Load one board preset by name (e.g. `pynq-z1`)."""
-    from tilecraft.hw.config import HwConfig, toml_loads
-
     names = board_names()
     if name not in names:
         raise ConfigError(f"unknown board {name!r}; valid: {', '.join(names)}")
@@ -52,3 +51,19 @@ def board(name: str) -> Board:
         )
     except KeyError as exc:
         raise ConfigError(f"board preset {name!r} lacks field {exc.args[0]!r}") from exc
+
+
+def config_names() -> list[str]:
+    """Every named config: the sweep presets, then the boards."""
+    return preset_names() + board_names()
+
+
+def resolve_config(spec: str | HwConfig | None) -> HwConfig:
+    """A config from a sweep preset or board name, a .toml/.json path, an HwConfig, or None
+    (the default)."""
+    if isinstance(spec, str) and spec in board_names():
+        return board(spec).config
+    is_name = isinstance(spec, str) and not spec.endswith((".toml", ".json"))
+    if is_name and spec not in preset_names():
+        raise ConfigError(f"unknown config {spec!r}; valid: {', '.join(config_names())}")
+    return resolve(spec)

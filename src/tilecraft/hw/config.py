@@ -330,7 +330,7 @@ def _digest(data: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-# Non-board presets the tests sweep; board presets live in tilecraft.boards.
+# Presets the tests and benchmarks sweep; board presets live in tilecraft.boards.
 _SWEEP_PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     "1x8x8": {"log_block_in": 3, "log_block_out": 3, "log_wgt_buff": 16, "log_acc_buff": 15},
@@ -348,24 +348,20 @@ _SWEEP_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset_names() -> list[str]:
-    from tilecraft.boards import board_names
-
-    return list(_SWEEP_PRESETS) + board_names()
+    """The sweep presets (board presets: `tilecraft.boards.config_names`)."""
+    return list(_SWEEP_PRESETS)
 
 
 def preset(name: str = "default") -> HwConfig:
-    """A named config: `default`, a sweep config (1x8x8, 2x16x16, ...) or a board (pynq-z1, ...)."""
+    """A sweep preset: `default`, `1x8x8`, `2x16x16`, `1x32x32` or `1x16x8`. A board's config
+    is `tilecraft.boards.board(name).config`; `tilecraft.boards.resolve_config` takes either."""
     if name in _SWEEP_PRESETS:
         return HwConfig(**_SWEEP_PRESETS[name])
-    from tilecraft.boards import board, board_names
-
-    if name in board_names():
-        return board(name).config
     raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
 
 
 def resolve(spec: str | HwConfig | None) -> HwConfig:
-    """A config from a preset name, a .toml/.json path, an HwConfig, or None (default)."""
+    """A config from a sweep preset name, a .toml/.json path, an HwConfig, or None (default)."""
     if spec is None:
         return HwConfig()
     if isinstance(spec, HwConfig):

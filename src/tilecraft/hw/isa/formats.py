@@ -8,13 +8,13 @@ No other module types a bit offset: they all come from an `IsaSpec`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa.enums import Opcode
 
 INSN_BITS = 128
+INSN_BYTES = INSN_BITS // 8  # one instruction word in DRAM
 DRAM_ADDR_BITS = 32  # DRAM addresses count elements of the target buffer
 SIZE_BITS = 16  # y_size, x_size, x_stride
 PAD_BITS = 4  # each of the four zero-padding amounts
@@ -136,46 +136,30 @@ class IsaSpec:
             ],
         )
         self.header = self.formats[Opcode.FINISH]
-
-    @cached_property
-    def all_fields(self) -> tuple[str, ...]:
-        """Every instruction field name across kinds, in a stable order."""
-        names: list[str] = []
+        self.fields: dict[str, Field] = {}
         for fmt in self.formats.values():
-            names += [f.name for f in fmt if f.name not in names]
-        return tuple(names)
+            for f in fmt:
+                self.fields.setdefault(f.name, f)
 
-    # ---- Amaranth shapes (imported lazily: the runtime must not need amaranth) -----------
-    def layout(self, opcode: Opcode):
-        """The `amaranth.lib.data.FlexibleLayout` of one instruction kind."""
-        from amaranth.hdl import signed, unsigned
-        from amaranth.lib import data
+    # ---- facts derived from the field widths ---------------------------------------------
+    def field(self, name: str) -> Field:
+        """The field `name` (its width and range are the same in every kind that has it)."""
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise ConfigError(
+                f"no instruction field {name!r}; fields: {', '.join(self.fields)}"
+            ) from None
 
-        fmt = self.formats[Opcode(opcode)]
-        return data.FlexibleLayout(
-            fmt.bits,
-            {
-                f.name: data.Field(signed(f.width) if f.signed else unsigned(f.width), f.offset)
-                for f in fmt
-            },
-        )
+    def fits(self, name: str, value: int) -> bool:
+        f = self.field(name)
+        return f.lo <= value <= f.hi
 
-    def insn_layout(self):
-        """A union of every instruction kind's layout, viewable over one 128-bit word."""
-        from amaranth.lib import data
-
-        kinds = {op.name.lower(): self.layout(op) for op in Opcode if op != Opcode.STORE}
-        return data.UnionLayout(kinds)
-
-    def uop_layout(self):
-        """The micro-op word's `amaranth.lib.data.FlexibleLayout`."""
-        from amaranth.hdl import unsigned
-        from amaranth.lib import data
-
-        return data.FlexibleLayout(
-            self.uop.bits,
-            {f.name: data.Field(unsigned(f.width), f.offset) for f in self.uop},
-        )
+    @property
+    def shr_amount_bits(self) -> int:
+        """SHR reads its signed amount from this many low bits of the operand: enough for
+        every shift of an accumulator lane, right or left ([-acc_bits, acc_bits - 1])."""
+        return self.config.log_acc_width + 1
 
     def describe(self) -> str:
         """A table of every format's fields, offsets and widths (for docs and `config show`)."""

@@ -45,8 +45,8 @@ def verilator_env() -> dict[str, str]:
 
 def bench_verilog(cfg: HwConfig) -> str:
     """tb_top: the accelerator wired to axi_dram; cocotb drives AXI-Lite and the DRAM jobs."""
-    from tilecraft.hw.axi import axi4_members, axi_lite_members
-    from tilecraft.hw.regfile import ADDR_BITS
+    from tilecraft.hw.rtl.axi import axi4_members, axi_lite_members
+    from tilecraft.hw.rtl.regfile import ADDR_BITS
 
     lite = axi_lite_members("s_axi_control", ADDR_BITS)
     master = axi4_members("m_axi", 64, cfg.axi_data_bits)
@@ -146,7 +146,7 @@ def build(
         raise DeviceError("the icarus simulator needs Icarus Verilog's iverilog on PATH")
     from cocotb_tools.runner import get_runner
 
-    from tilecraft.hw.top import verilog
+    from tilecraft.hw.rtl.top import verilog
 
     # The cache key is the hardware's sources, not its Verilog (generating that takes seconds)
     hw_dir = HERE.parents[1] / "hw"

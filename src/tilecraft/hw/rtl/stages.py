@@ -14,12 +14,13 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
-from tilecraft.hw.axi import axi4_members
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import BurstPlanner, forward_read_port, read_port_members
-from tilecraft.hw.isa import MemId, isa_for
-from tilecraft.hw.loader import LoadEngine
-from tilecraft.hw.queues import CMD_BITS
+from tilecraft.hw.isa import MemId, Opcode, isa_for
+from tilecraft.hw.rtl.axi import axi4_members
+from tilecraft.hw.rtl.dma import BurstPlanner, forward_read_port, read_port_members
+from tilecraft.hw.rtl.layouts import insn_layout
+from tilecraft.hw.rtl.loader import LoadEngine
+from tilecraft.hw.rtl.queues import CMD_BITS
 
 
 def _stage_members(cfg: HwConfig) -> dict:
@@ -61,7 +62,7 @@ class LoadStage(wiring.Component):
             for part in ("addr", "data", "en"):
                 m.d.comb += getattr(self, f"{name}_{part}").eq(getattr(engine, f"{name}_{part}"))
         m.d.comb += [engine.dram_base.eq(self.dram_base), engine.dram_size.eq(self.dram_size)]
-        head = spec.layout(0)(self.cmd[:128])
+        head = insn_layout(spec, Opcode.LOAD)(self.cmd[:128])
         push = Signal()
         index = Signal(32)
         with m.FSM():
@@ -133,7 +134,7 @@ class StoreStage(wiring.Component):
         m.submodules.plan = plan = BurstPlanner(cfg)
         m.submodules.lens = lens = SyncFIFO(width=9, depth=32)
         m.submodules.elems = elems = SyncFIFO(width=eb * 8, depth=4)
-        head = spec.layout(0)(self.cmd[:128])
+        head = insn_layout(spec, Opcode.LOAD)(self.cmd[:128])
         insn = Signal.like(head)
         index = Signal(32)
         push = Signal()

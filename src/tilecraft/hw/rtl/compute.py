@@ -22,11 +22,12 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import forward_read_port, read_port_members
 from tilecraft.hw.isa import MemId, Opcode, isa_for
-from tilecraft.hw.loader import LoadEngine
-from tilecraft.hw.queues import CMD_BITS
-from tilecraft.hw.units import AluUnit, GemmUnit
+from tilecraft.hw.rtl.dma import forward_read_port, read_port_members
+from tilecraft.hw.rtl.layouts import insn_union, uop_layout
+from tilecraft.hw.rtl.loader import LoadEngine
+from tilecraft.hw.rtl.queues import CMD_BITS
+from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 
 
 def narrow(cfg: HwConfig, acc_row):
@@ -119,7 +120,7 @@ class Compute(wiring.Component):
                     uop_w.data.eq(loader.uop_data),
                     uop_w.en.eq(loader.uop_en),
                 ]
-            uop_data[n] = spec.uop_layout()(rp.data)
+            uop_data[n] = uop_layout(spec)(rp.data)
 
         # ---- accumulator and OUT banks ----------------------------------------------------
         bb = self.bank_bits
@@ -162,10 +163,10 @@ class Compute(wiring.Component):
         # ---- issue ------------------------------------------------------------------------
         insn_word = self.cmd[:128]
         index = self.cmd[128:]
-        head = spec.insn_layout()(insn_word)
+        head = insn_union(spec)(insn_word)
         op = head.load.opcode
         cur = Signal(128)
-        cur_view = spec.insn_layout()(cur)
+        cur_view = insn_union(spec)(cur)
         cur_index = Signal(32)
         seq = Signal(32)  # issue order, for push ordering
         # per-unit in-flight bookkeeping: half written, pushes owed, issue order, index

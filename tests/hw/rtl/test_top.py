@@ -9,7 +9,7 @@ from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.hw.config import preset
-from tilecraft.hw.top import Accelerator, Top
+from tilecraft.hw.rtl.top import Accelerator, Top
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 

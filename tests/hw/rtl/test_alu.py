@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from tilecraft.hw.alu import VectorAlu
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import AluOp
+from tilecraft.hw.rtl.alu import VectorAlu
 from tilecraft.sim.semantics import _alu_op
 
 

@@ -10,7 +10,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
-from tilecraft.hw.queues import CMD_BITS, command_queue, token_queue
+from tilecraft.hw.rtl.queues import CMD_BITS, command_queue, token_queue
 
 CFG = preset("1x8x8")
 

@@ -5,7 +5,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
-from tilecraft.hw.gemm import GemmCore
+from tilecraft.hw.rtl.gemm import GemmCore
 
 
 def pack(values, bits):

@@ -11,14 +11,15 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import (
+from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, isa_for
+from tilecraft.hw.rtl.dma import (
     ElementStream,
     ReadClient,
     forward_read_port,
     log2_exact,
     read_port_members,
 )
-from tilecraft.hw.isa import BUFFER_NAMES, MemId, isa_for
+from tilecraft.hw.rtl.layouts import insn_layout
 
 
 class LoadEngine(wiring.Component):
@@ -28,7 +29,7 @@ class LoadEngine(wiring.Component):
         self.spec = isa_for(cfg)
         members = {
             "start": In(1),
-            "insn": In(self.spec.layout(0)),  # the LOAD/STORE layout (opcode 0)
+            "insn": In(insn_layout(self.spec, Opcode.LOAD)),
             "dram_base": In(64),
             "dram_size": In(32),
             "busy": Out(1),

@@ -7,8 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
-from tilecraft.hw.axi import Bus, axi_lite_members
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.rtl.axi import Bus, axi_lite_members
 
 ADDR_BITS = 8
 

@@ -19,10 +19,11 @@ from amaranth import Array, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from tilecraft.hw.alu import alu_lane
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
-from tilecraft.hw.gemm import GemmCore
-from tilecraft.hw.isa import AluOp, isa_for
+from tilecraft.hw.isa import AluOp, Opcode, isa_for
+from tilecraft.hw.rtl.alu import alu_lane
+from tilecraft.hw.rtl.gemm import GemmCore
+from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 
 ITER = 14
 
@@ -109,12 +110,12 @@ def _loop_members(cfg: HwConfig) -> dict:
     spec = isa_for(cfg)
     return {
         "start": In(1),
-        "insn": In(spec.layout(2)),  # the GEMM layout; the ALU one shares the loop fields
+        "insn": In(insn_layout(spec, Opcode.GEMM)),  # ALU shares the loop fields
         "busy": Out(1),
         "done": Out(1),  # pulse: the last write has happened
         "error": Out(1),  # with done: an index was outside its scratchpad
         "uop_addr": Out(16),
-        "uop_data": In(spec.uop_layout()),
+        "uop_data": In(uop_layout(spec)),
         "acc_raddr": Out(16),
         "acc_ren": Out(1),
         "acc_rdata": In(cfg.batch * cfg.block_out * cfg.acc_bits),
@@ -246,7 +247,7 @@ class AluUnit(wiring.Component):
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
         spec = isa_for(cfg)
-        super().__init__(_loop_members(cfg) | {"insn": In(spec.layout(4))})
+        super().__init__(_loop_members(cfg) | {"insn": In(insn_layout(spec, Opcode.ALU))})
         self.idx_bits = max(spec.acc_idx_bits, spec.src_idx_bits)
 
     def elaborate(self, platform):

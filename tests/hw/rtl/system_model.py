@@ -10,7 +10,7 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from tilecraft.hw import regs
-from tilecraft.hw.top import Accelerator
+from tilecraft.hw.rtl.top import Accelerator
 
 BASE = 0x1000
 

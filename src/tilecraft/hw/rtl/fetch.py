@@ -10,8 +10,9 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.dma import ElementStream, ReadClient, forward_read_port, read_port_members
 from tilecraft.hw.isa import AluOp, MemId, Opcode, isa_for
+from tilecraft.hw.rtl.dma import ElementStream, ReadClient, forward_read_port, read_port_members
+from tilecraft.hw.rtl.layouts import insn_union
 
 INSN_BYTES = 16
 
@@ -56,7 +57,7 @@ class Fetch(wiring.Component):
         n = Signal(32)
         left = count - requested
         m.d.comb += n.eq(Mux(left > self.chunk, self.chunk, left))
-        insn = spec.insn_layout()(stream.elem)
+        insn = insn_union(spec)(stream.elem)
         op, mem = insn.load.opcode, insn.load.mem
         is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
         is_store = op == Opcode.STORE

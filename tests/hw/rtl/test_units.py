@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Uop, insn_table, isa_for, uop_table
-from tilecraft.hw.units import AluUnit, GemmUnit
+from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
 

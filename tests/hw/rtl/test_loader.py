@@ -9,7 +9,7 @@ from axi_model import ReadSlave
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import BUFFER_NAMES, Load, MemId, insn_table, isa_for
-from tilecraft.hw.loader import LoadEngine
+from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
 

@@ -6,7 +6,7 @@ from amaranth.sim import Simulator
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
-from tilecraft.hw.regfile import RegisterFile
+from tilecraft.hw.rtl.regfile import RegisterFile
 
 
 def _p(dut, name):
