@@ -1,28 +1,38 @@
 # The two commands: `make run` (set up + the main job) and `make test` (set up + the tests).
-# Set-up is pip only, into .venv, and re-runs only when pyproject.toml changes.
+# Set-up is pip only, into .venv, and re-runs only when pyproject.toml changes. Each step
+# prints one line; a step's own output shows only when it fails (pytest's always shows).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BOARD_CODE := src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
+	src/tilecraft/runtime src/tilecraft/boards/__init__.py src/tilecraft/errors.py
+# run a step quietly: print its name, and its output only if it fails
+quiet = out=$$($(2) 2>&1) || { echo "$$out"; echo "$(1): FAILED"; exit 1; }
 
 .PHONY: run test lint setup
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@echo "setup: .venv with tilecraft[dev] (editable; pip only)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(call quiet,pip,$(BIN)/python -m pip install -qq --upgrade pip)
+	@$(call quiet,pip,$(BIN)/python -m pip install -qq -e '.[dev]')
+	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/tilecraft example
+	@$(BIN)/tilecraft example
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/vermin --target=3.10- --violations --no-tips --eval-annotations \
-	    src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
-	    src/tilecraft/runtime src/tilecraft/boards src/tilecraft/errors.py
+	@echo "ruff: style and static checks"
+	@$(call quiet,ruff,$(BIN)/ruff check -q .)
+	@echo "vermin: the board's code runs on Python 3.10"
+	@$(call quiet,vermin,$(BIN)/vermin --target=3.10- --violations --no-tips \
+	    --eval-annotations $(BOARD_CODE))
+	@echo "lint-imports: the layers of ARCHITECTURE.md"
+	@$(call quiet,lint-imports,$(BIN)/lint-imports --no-cache)
 
 test: lint
-	$(BIN)/python -m pytest -q
+	@echo "pytest: every tier this machine can run"
+	@$(BIN)/python -m pytest -q

@@ -12,8 +12,9 @@ from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b, refere
 from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.hw.config import HwConfig, preset
 from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
-from tilecraft.runtime import BufferSpec, Program, SimDevice, device_names, get_device
+from tilecraft.runtime import BufferSpec, Program, device_names, get_device
 from tilecraft.runtime.program import VERSION, _digest
+from tilecraft.sim.device import SimDevice
 
 M, K, N = 16, 32, 32
 

@@ -34,7 +34,7 @@ MAX_CYCLE_ERROR = 0.02
 
 
 def _programs(cfg):
-    from tilecraft.sim.rtl.programs import out_of_order_program, random_program
+    from tilecraft.compiler.random_programs import out_of_order_program, random_program
 
     rng = np.random.default_rng(0)
     jobs = [(f"random seed {s}", *random_program(cfg, s)) for s in range(RANDOM)]
@@ -90,8 +90,8 @@ def test_cycle_model_agrees_with_the_rtl(runs):
 
 
 def test_dram_latency_and_backpressure_do_not_change_results():
+    from tilecraft.compiler.random_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
-    from tilecraft.sim.rtl.programs import random_program
 
     cfg = preset(CONFIG)
     jobs = [random_program(cfg, 100 + s) for s in range(4)]
@@ -156,8 +156,8 @@ def test_bad_programs_raise_the_simulators_error_class():
 
 
 def test_waves_on_request(tmp_path):
+    from tilecraft.compiler.random_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
-    from tilecraft.sim.rtl.programs import random_program
 
     cfg = preset(CONFIG)
     program, inputs = random_program(cfg, 3, length=4)
@@ -173,9 +173,9 @@ def test_waves_on_request(tmp_path):
 
 
 def test_an_unknown_or_missing_simulator_is_a_clear_error():
+    from tilecraft.compiler.random_programs import random_program
     from tilecraft.errors import DeviceError
     from tilecraft.sim.rtl.device import RtlDevice
-    from tilecraft.sim.rtl.programs import random_program
 
     cfg = preset(CONFIG)
     job = random_program(cfg, 0)
@@ -188,8 +188,8 @@ def test_an_unknown_or_missing_simulator_is_a_clear_error():
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed")
 def test_icarus_agrees_with_verilator():
+    from tilecraft.compiler.random_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
-    from tilecraft.sim.rtl.programs import random_program
 
     cfg = preset(CONFIG)
     jobs = [random_program(cfg, s) for s in range(2)]

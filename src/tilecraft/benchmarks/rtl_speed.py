@@ -1,6 +1,6 @@
 """rtl-speed: a fixed conv layer program on the generated Verilog under cocotb + Verilator
 (BENCHMARKS.md): simulated cycles per wall-clock second, and the cycle model's error; with
-`random=N`, also N seeded random programs (sim/rtl/programs.py) and the out-of-order-units
+`random=N`, also N seeded random programs (compiler/random_programs.py) and the out-of-order-units
 program, each compared bit for bit and cycle for cycle."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def run(cfg: HwConfig | None = None, seed: int = 0, random: int = 0) -> dict:
 
 def random_programs(cfg: HwConfig, count: int) -> dict:
     """Seeds 0..count-1 of the random program generator, plus the out-of-order-units program."""
+    from tilecraft.compiler.random_programs import out_of_order_program, random_program
     from tilecraft.sim.rtl.device import RtlDevice
-    from tilecraft.sim.rtl.programs import out_of_order_program, random_program
 
     jobs = [random_program(cfg, s) for s in range(count)] + [out_of_order_program(cfg)]
     errors, differ = [], []

@@ -3,11 +3,11 @@
 from tilecraft.runtime.device import (
     Device,
     RunResult,
-    SimDevice,
     check_inputs,
     check_program,
     device_names,
     get_device,
+    register_device,
 )
 from tilecraft.runtime.program import BufferSpec, Program
 
@@ -16,7 +16,7 @@ __all__ = [
     "Device",
     "Program",
     "RunResult",
-    "SimDevice",
+    "register_device",
     "check_inputs",
     "check_program",
     "device_names",

@@ -1,8 +1,11 @@
 """One Device API over every backend: run a Program with named numpy inputs, get named outputs
-and a report. Backends register by name; `get_device("sim")` is the behavioral simulator."""
+and a report. Backends are found by name (`get_device("sim")` is the behavioral simulator,
+`"rtl"` the generated Verilog); `register_device` adds one."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -70,53 +73,37 @@ def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, n
     return out
 
 
-class SimDevice:
-    """The behavioral simulator as a device. `config=None` takes each program's own config."""
-
-    name = "sim"
-
-    def __init__(self, config: HwConfig | None = None, timing=None, check_races: bool = True):
-        self.config = config
-        self.timing = timing
-        self.check_races = check_races
-
-    def run(
-        self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False
-    ) -> RunResult:
-        from tilecraft.sim import simulate
-
-        config = self.config or program.config
-        check_program(program, config)
-        dram = program.dram_image(check_inputs(program, inputs))
-        report = simulate(
-            config,
-            dram,
-            program.insn_offset,
-            len(program.insns),
-            timing=self.timing,
-            trace=trace,
-            check_races=self.check_races,
-        )
-        outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
-        return RunResult(outputs, report)
+# Backends by name: "module:attribute" of a factory taking the device's options, imported on
+# first use (so a board needs neither the simulators nor the compiler), plus any registered.
+_BUILTIN = {
+    "sim": "tilecraft.sim.device:SimDevice",
+    "rtl": "tilecraft.sim.rtl.device:RtlDevice",
+}
+_REGISTERED: dict[str, Callable[..., Device]] = {}
 
 
-def _rtl_device(**options):
-    """The generated Verilog under cocotb + Verilator (needs the `rtl` extra)."""
-    from tilecraft.sim.rtl.device import RtlDevice
-
-    return RtlDevice(**options)
-
-
-_BACKENDS = {"sim": SimDevice, "rtl": _rtl_device}
+def register_device(name: str, factory: Callable[..., Device]) -> None:
+    """Make `get_device(name, **options)` call `factory(**options)` (a new backend)."""
+    if not name or not isinstance(name, str):
+        raise DeviceError(f"a device name must be a non-empty string, not {name!r}")
+    _REGISTERED[name] = factory
 
 
 def get_device(name: str = "sim", **options) -> Device:
     """A device by backend name (available: see `device_names()`)."""
-    if name not in _BACKENDS:
-        raise DeviceError(f"unknown device {name!r}; available: {', '.join(device_names())}")
-    return _BACKENDS[name](**options)
+    factory = _REGISTERED.get(name)
+    if factory is None:
+        if name not in _BUILTIN:
+            raise DeviceError(f"unknown device {name!r}; available: {', '.join(device_names())}")
+        module, attr = _BUILTIN[name].split(":")
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:
+            raise DeviceError(
+                f"the {name!r} device cannot be loaded here: {exc} (is its extra installed?)"
+            ) from None
+    return factory(**options)
 
 
 def device_names() -> list[str]:
-    return sorted(_BACKENDS)
+    return sorted(set(_BUILTIN) | set(_REGISTERED))
