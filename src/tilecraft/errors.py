@@ -19,6 +19,11 @@ class ScheduleError(TilecraftError, ValueError):
     """A schedule breaks a hardware limit (capacity, field width, ...)."""
 
 
+class FormatError(TilecraftError, ValueError):
+    """A stored record (an artifact's header, a layout, an operator) has a field that is
+    missing, unknown, of the wrong type or out of range; the message names it by its path."""
+
+
 class ProgramError(TilecraftError, ValueError):
     """A program artifact is malformed, truncated, tampered with or for another config."""
 

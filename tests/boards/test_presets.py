@@ -45,8 +45,6 @@ def test_unknown_names_list_the_valid_ones(tmp_path):
         board("nosuch")
 
 
-
-
 def test_resolve_config_takes_every_kind(tmp_path):
     assert resolve_config(None) == HwConfig()
     assert resolve_config("1x8x8") == preset("1x8x8")

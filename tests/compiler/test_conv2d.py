@@ -1,17 +1,18 @@
 """conv2d and dense compiled, verified and run on the simulator, bit-exact against numpy,
 over random shapes and epilogues on several configs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from tilecraft.compiler import reference as R
 from tilecraft.compiler.conv2d import conv2d, dense
-from tilecraft.compiler.ops import Conv2d, Epilogue
-from tilecraft.compiler.oracle import check_outputs
-from tilecraft.compiler.schedule import ConvSchedule
 from tilecraft.hw.config import preset
+from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
+from tilecraft.ops import reference as R
 from tilecraft.runtime import get_device
-from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
+from tilecraft.runtime.check import check_outputs
+from tilecraft.runtime.layout import Im2col, pack_inputs, random_inputs, unpack_outputs
 
 CONFIGS = ["default", "1x8x8", "2x16x16", "1x16x8"]
 
@@ -115,8 +116,7 @@ def test_first_resnet_layer_folds_its_taps():
     program = conv2d(
         cfg, op, Epilogue(shift=8, relu=True), weight=np.ones(op.weight_shape, np.int8)
     )
-    assert program.meta["folded"]
-    assert program.buffer("input").layout["pack"] == "im2col"
+    assert isinstance(program.buffer("input").layout, Im2col)
     assert program.buffer("weight").shape[1] == 10  # 147 folded channels in 10 blocks of 16
     ok, message, *_ = run_and_check(program, np.random.default_rng(1))
     assert ok, message
@@ -127,7 +127,7 @@ def test_overlap_beats_the_same_tiles_single_buffered():
     op = Conv2d(1, 64, 14, 14, 64, kernel=3, pad=1)
     w = np.zeros(op.weight_shape, np.int8)
     fast = conv2d(cfg, op, Epilogue(shift=8), weight=w)
-    s = ConvSchedule(**{**fast.meta["schedule"], "double_buffer": False})
+    s = dataclasses.replace(fast.schedule, double_buffer=False)
     slow = conv2d(cfg, op, Epilogue(shift=8), weight=w, schedule=s)
     x = {"input": np.zeros(op.input_shape, np.int8)}
     cycles = [get_device("sim").run(p, pack_inputs(p, x)).report.cycles for p in (fast, slow)]
@@ -164,20 +164,20 @@ def test_explicit_ragged_schedules(config, schedule):
     op = Conv2d(3, 45, 11, 13, 70, kernel=3, stride=2, pad=2)
     ep = Epilogue(bias=True, multiplier="channel", shift=11, residual=True, relu=True)
     program = conv2d(preset(config), op, ep, schedule=schedule)
-    assert program.meta["schedule"] == schedule.to_dict()
+    assert program.schedule == schedule
     ok, message, *_ = run_and_check(program, np.random.default_rng(0))
     assert ok, message
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_random_legal_schedules_from_the_space(seed):
-    from tilecraft.compiler.mapping import lower
+    from tilecraft.compiler.mapping import map_conv2d
     from tilecraft.compiler.schedule import space
 
     cfg = preset("default")
     op = Conv2d(1, 40, 9, 9, 48, kernel=3, pad=1)
     ep = Epilogue(shift=5, relu=True)
-    legal = list(space(cfg, lower(cfg, op, ep)))
+    legal = list(space(cfg, map_conv2d(cfg, op, ep)))
     rng = np.random.default_rng(seed)
     for i in rng.choice(len(legal), 4, replace=False):
         program = conv2d(cfg, op, ep, schedule=legal[i])

@@ -4,18 +4,18 @@ import numpy as np
 import pytest
 
 from tilecraft.compiler import schedule as S
-from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.mapping import lower
-from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.conv2d import compile_conv2d, conv2d
+from tilecraft.compiler.mapping import map_conv2d
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
+from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 
 CFG = preset("default")
 C2 = Conv2d(1, 64, 56, 56, 64, kernel=3, pad=1)
 
 
 def test_schedules_are_hashable_and_enumerable():
-    low = lower(CFG, C2, Epilogue())
+    low = map_conv2d(CFG, C2, Epilogue())
     space = list(S.space(CFG, low))
     assert len(space) > 100
     assert len(set(space)) == len(space)
@@ -25,7 +25,7 @@ def test_schedules_are_hashable_and_enumerable():
 
 def test_oversized_tiles_name_the_limit_and_the_excess():
     with pytest.raises(ScheduleError) as info:
-        conv2d(CFG, C2, schedule=S.ConvSchedule(4, 4, 56, 56))
+        conv2d(CFG, C2, schedule=ConvSchedule(4, 4, 56, 56))
     text = str(info.value)
     assert (
         "inp scratchpad: needs 26912 rows (2 x (13456 window)), has 2048 (exceeds by 24864)" in text
@@ -34,11 +34,14 @@ def test_oversized_tiles_name_the_limit_and_the_excess():
 
 
 def test_tiles_outside_their_dimension_and_bad_orders():
-    low = lower(CFG, C2, Epilogue())
-    problems = S.violations(CFG, low, S.ConvSchedule(5, 0, 1, 1, order="diagonal"))
+    low = map_conv2d(CFG, C2, Epilogue())
+    problems = S.violations(CFG, low, ConvSchedule(5, 0, 1, 1))
     assert "tile_oc = 5 must be in 1..4" in problems
     assert "tile_ic = 0 must be in 1..4" in problems
-    assert any("order 'diagonal'" in p for p in problems)
+    with pytest.raises(ScheduleError, match="order must be one of 'oc_outer', 'spatial_outer'"):
+        ConvSchedule(1, 1, 1, 1, order="diagonal")
+    with pytest.raises(ScheduleError, match=r"acc_slots = 3 must be one of \(2, 4\)"):
+        ConvSchedule(1, 1, 1, 1, acc_slots=3)
 
 
 def test_padding_beyond_the_pad_field_is_a_clear_error():
@@ -60,24 +63,25 @@ def test_micro_op_budget_is_checked():
         conv2d(
             small,
             op,
-            schedule=S.ConvSchedule(4, 4, 2, 8),
+            schedule=ConvSchedule(4, 4, 2, 8),
             weight=np.zeros(op.weight_shape, np.int8),
         )
 
 
 def test_epilogue_parameters_take_accumulator_rows():
-    low = lower(CFG, C2, Epilogue(bias=True, multiplier="channel", shift=20))
-    assert low.param_rows() == 2 * 4 + 1
-    b = S.budget(CFG, low, S.ConvSchedule(4, 1, 4, 56))
+    low = map_conv2d(CFG, C2, Epilogue(bias=True, multiplier="channel", shift=20))
+    assert low.round_row and low.param_rows() == 2 * 4 + 1
+    b = S.budget(CFG, low, ConvSchedule(4, 1, 4, 56))
     assert b.acc_reserved == 9
 
 
 def test_heuristic_reports_what_shaped_its_choice():
-    program = conv2d(CFG, C2, Epilogue(shift=8), weight=np.zeros(C2.weight_shape, np.int8))
-    notes = program.meta["schedule_notes"]
-    assert len(notes) == 4 and all(n.startswith("tile_") for n in notes)
-    assert program.meta["schedule_candidates"]
-    assert min(c["cycles"] for c in program.meta["schedule_candidates"]) > 0
+    comp = compile_conv2d(CFG, C2, Epilogue(shift=8), weight=np.zeros(C2.weight_shape, np.int8))
+    assert len(comp.notes) == 4 and all(n.startswith("tile_") for n in comp.notes)
+    assert len(comp.candidates) == 3
+    assert all(c.cycles > 0 and c.estimate > 0 for c in comp.candidates)
+    assert comp.schedule == min(comp.candidates, key=lambda c: c.cycles).schedule
+    assert set(comp.seconds) >= {"map", "rank", "lower", "tokens", "measure", "verify"}
 
 
 def test_bad_operator_shapes():

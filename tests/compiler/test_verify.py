@@ -8,13 +8,14 @@ import pytest
 
 from tilecraft.compiler.builder import ProgramBuilder
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import DeadlockError, VerifyError
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Stage, Uop, encode, isa_for
+from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
+from tilecraft.runtime.program import Role
 
 CFG = preset("default")
 
@@ -27,8 +28,7 @@ def compiled():
 
 
 def with_table(program, table):
-    program.insns = encode(isa_for(program.config), [_row(r) for r in table])
-    return program
+    return program.replace(insns=encode(isa_for(program.config), [_row(r) for r in table]))
 
 
 def _row(r):
@@ -105,18 +105,12 @@ def test_the_simulator_agrees_a_dropped_pair_races():
 
 def _token_storm(cfg, n):
     """Load and compute each push n tokens to the other before popping any."""
-    pb = ProgramBuilder(cfg, "storm")
     idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
-    for _ in range(n):
-        pb.emit(Load(mem=MemId.INP, push_next=True, **idle))
-    for _ in range(n):
-        pb.emit(Load(mem=MemId.ACC, push_prev=True, **idle))
-    for _ in range(n):
-        pb.emit(Load(mem=MemId.INP, pop_next=True, **idle))
-    for _ in range(n):
-        pb.emit(Load(mem=MemId.ACC, pop_prev=True, **idle))
-    pb.emit(Finish())
-    return pb.build()
+    insns = [Load(mem=MemId.INP, push_next=True, **idle)] * n
+    insns += [Load(mem=MemId.ACC, push_prev=True, **idle)] * n
+    insns += [Load(mem=MemId.INP, pop_next=True, **idle)] * n
+    insns += [Load(mem=MemId.ACC, pop_prev=True, **idle)] * n
+    return ProgramBuilder(cfg, "storm").build([*insns, Finish()])
 
 
 def test_deadlock_at_the_configured_queue_depth():
@@ -131,50 +125,30 @@ def test_deadlock_at_the_configured_queue_depth():
 
 def test_read_before_any_write():
     pb = ProgramBuilder(CFG, "uninit")
-    first_uop = pb.uops([Uop(0, 0, 0)])
-    pb.reserve_uops(1)
-    pb.emit(
-        Load(
-            mem=MemId.UOP,
-            sram_base=0,
-            dram_base=pb.uop_dram(first_uop),
-            y_size=1,
-            x_size=1,
-            x_stride=1,
-        )
-    )
-    pb.emit(Gemm(uop_bgn=0, uop_end=1))
-    pb.emit(Finish())
+    pb.place_uops([Uop(0, 0, 0)])
+    program = pb.build([pb.load_uops(), Gemm(uop_bgn=0, uop_end=1), Finish()])
     with pytest.raises(
         VerifyError, match="reads (acc|inp|wgt) row 0 before any instruction writes it"
     ):
-        verify(pb.build())
+        verify(program)
 
 
 def test_out_of_range_and_stray_store():
     from tilecraft.hw.isa import Store
 
     pb = ProgramBuilder(CFG, "ranges")
-    out = pb.buffer("out", "output", (4, 1, 16), np.int8)
-    pb.uops([Uop(CFG.depth("acc") - 2, 0, 0)])
-    pb.reserve_uops(1)
-    pb.emit(
-        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=1, x_stride=1)
-    )
-    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=4, dst_out=1))
-    pb.emit(Finish())
+    out = pb.buffer("out", Role.OUTPUT, (4, 1, 16), np.int8)
+    pb.place_uops([Uop(CFG.depth("acc") - 2, 0, 0)])
+    clear = Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=4, dst_out=1)
     with pytest.raises(VerifyError, match=r"dst index \d+ is beyond the 2048 acc rows") as info:
-        verify(pb.build())
+        verify(pb.build([pb.load_uops(), clear, Finish()]))
     assert info.value.rule == "range" and info.value.index == 1
 
     pb = ProgramBuilder(CFG, "stray")
-    pb.buffer("out", "output", (4, 1, 16), np.int8)
-    pb.uops([Uop(0, 0, 0)])
-    pb.reserve_uops(1)
-    pb.emit(
-        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=1, x_stride=1)
-    )
-    pb.emit(
+    pb.buffer("out", Role.OUTPUT, (4, 1, 16), np.int8)
+    pb.place_uops([Uop(0, 0, 0)])
+    insns = [pb.load_uops()]
+    insns.append(
         Alu(
             op=AluOp.MUL,
             use_imm=True,
@@ -186,7 +160,7 @@ def test_out_of_range_and_stray_store():
             push_next=True,
         )
     )
-    pb.emit(
+    insns.append(
         Store(
             sram_base=0,
             dram_base=pb.elem(out, "out") + 2,
@@ -197,25 +171,24 @@ def test_out_of_range_and_stray_store():
             push_prev=True,
         )
     )
-    pb.emit(Finish(pop_next=True))
+    insns.append(Finish(pop_next=True))
     with pytest.raises(VerifyError, match="outside every output buffer") as info:
-        verify(pb.build())
+        verify(pb.build(insns))
     assert info.value.rule == "dram"
 
 
 @pytest.mark.parametrize("stray", [5, 100])  # a row the other unit writes, one it doesn't
-def test_units_that_may_overlap_keep_to_their_halves(stray):
-    half = CFG.depth("acc") // 2
+def test_units_that_may_overlap_keep_to_their_banks(stray):
+    half = CFG.acc_bank_rows
     pb = ProgramBuilder(CFG, "units")
-    pb.uops([Uop(0, 0, 0), Uop(half, 0, 0), Uop(stray, 0, 0)])
-    pb.reserve_uops(3)
-    pb.emit(
-        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=3, x_stride=3)
-    )
-    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1))
-    pb.emit(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=3))
-    pb.emit(Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1))
-    pb.emit(Finish())
-    with pytest.raises(VerifyError, match=f"writes acc row {stray} outside its half") as info:
-        verify(pb.build())
+    pb.place_uops([Uop(0, 0, 0), Uop(half, 0, 0), Uop(stray, 0, 0)])
+    insns = [
+        pb.load_uops(),
+        Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1),
+        Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=3),
+        Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=8, dst_out=1),
+        Finish(),
+    ]
+    with pytest.raises(VerifyError, match=f"writes acc row {stray} outside its bank") as info:
+        verify(pb.build(insns))
     assert info.value.rule == "unit-overlap"

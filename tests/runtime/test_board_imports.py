@@ -16,7 +16,8 @@ class Block:
 sys.meta_path.insert(0, Block())
 import tilecraft.runtime, tilecraft.hw.config, tilecraft.hw.isa, tilecraft.hw.regs, tilecraft.sim
 from tilecraft.boards import board
-import tilecraft.runtime.layout
+import tilecraft.runtime.layout, tilecraft.runtime.check, tilecraft.runtime.tensors
+import tilecraft.ops.reference
 board("pynq-z1").config
 print("ok")
 """

@@ -1,11 +1,12 @@
-"""Packing logical tensors into the blocked DRAM layouts and back."""
+"""Packing logical tensors into the blocked DRAM layouts and back; layouts as strict records."""
 
 import numpy as np
 import pytest
 
-from tilecraft.errors import ProgramError
+from tilecraft.errors import FormatError, ProgramError
 from tilecraft.hw.config import preset
 from tilecraft.runtime import layout as L
+from tilecraft.serial import from_json, to_json
 
 CONFIGS = ["default", "2x16x16", "1x16x8"]
 
@@ -14,30 +15,35 @@ CONFIGS = ["default", "2x16x16", "1x16x8"]
 def test_activation_round_trip_pads_with_zeros(name):
     cfg = preset(name)
     x = np.random.default_rng(0).integers(-128, 128, (3, 20, 4, 5), dtype=np.int8)
-    layout = {"pack": "activation", "logical": [3, 20, 4, 5]}
-    p = L.pack(cfg, layout, x)
+    layout = L.Activation((3, 20, 4, 5))
+    p = layout.pack(cfg, x)
     nb, cb = -(-3 // cfg.batch), -(-20 // cfg.block_in)
-    assert p.shape == (nb, cb, 4, 5, cfg.batch, cfg.block_in)
+    assert p.shape == layout.stored_shape(cfg) == (nb, cb, 4, 5, cfg.batch, cfg.block_in)
     assert int(np.abs(p.astype(int)).sum()) == int(np.abs(x.astype(int)).sum())
-    np.testing.assert_array_equal(L.unpack(cfg, layout, p), x)
+    np.testing.assert_array_equal(layout.unpack(cfg, p), x)
     # element (n, c, h, w) sits at block (n//B, c//Bi), lane (n%B, c%Bi)
     assert (
         p[2 // cfg.batch, 17 // cfg.block_in, 3, 4, 2 % cfg.batch, 17 % cfg.block_in]
         == x[2, 17, 3, 4]
     )
+    out = L.Activation((3, 20, 4, 5), L.Lanes.OUT)
+    assert out.stored_shape(cfg)[-1] == cfg.block_out
+    np.testing.assert_array_equal(out.unpack(cfg, out.pack(cfg, x)), x)
 
 
 def test_weight_round_trips_plain_folded_and_dense():
     cfg = preset("1x16x8")
     w = np.random.default_rng(1).integers(-128, 128, (10, 3, 3, 3), dtype=np.int8)
     for folded in (False, True):
-        layout = {"pack": "weight", "logical": [10, 3, 3, 3], "folded": folded}
-        np.testing.assert_array_equal(L.unpack(cfg, layout, L.pack(cfg, layout, w)), w)
+        layout = L.Weight((10, 3, 3, 3), folded=folded)
+        p = layout.pack(cfg, w)
+        assert p.shape == layout.stored_shape(cfg)
+        np.testing.assert_array_equal(layout.unpack(cfg, p), w)
     m = np.random.default_rng(2).integers(-128, 128, (20, 9), dtype=np.int8)
-    layout = {"pack": "weight", "logical": [20, 9], "dense": True}
-    p = L.pack(cfg, layout, m)
-    assert p.shape == (2, 2, 1, 1, 8, 16)
-    np.testing.assert_array_equal(L.unpack(cfg, layout, p), m)
+    layout = L.DenseWeight((20, 9))
+    p = layout.pack(cfg, m)
+    assert p.shape == layout.stored_shape(cfg) == (2, 2, 1, 1, 8, 16)
+    np.testing.assert_array_equal(layout.unpack(cfg, p), m)
 
 
 def test_im2col_folds_taps_into_channels():
@@ -47,24 +53,73 @@ def test_im2col_folds_taps_into_channels():
     # channel c*9 + kh*3 + kw of pixel (i, j) is x[c, 2i+kh-1, 2j+kw-1], zero outside
     assert cols[1, 2 * 9 + 1 * 3 + 2, 1, 1] == x[1, 2, 2, 3]
     assert cols[0, 0, 0, 0] == 0
+    cfg = preset("default")
+    layout = L.Im2col((2, 3, 5, 5), (3, 3), (2, 2), (1, 1))
+    assert layout.pack(cfg, x.astype(np.int8)).shape == layout.stored_shape(cfg)
+    with pytest.raises(ProgramError, match="an im2col layout is an input only"):
+        layout.unpack(cfg, np.zeros(layout.stored_shape(cfg), np.int8))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_rows_and_channels(name):
+def test_rows_channels_and_matrices(name):
     cfg = preset(name)
-    m = np.random.default_rng(3).integers(-128, 128, (7, 20), dtype=np.int8)
-    layout = {"pack": "rows", "logical": [7, 20]}
-    np.testing.assert_array_equal(L.unpack(cfg, layout, L.pack(cfg, layout, m)), m)
+    rng = np.random.default_rng(3)
+    m = rng.integers(-128, 128, (7, 20), dtype=np.int8)
+    for layout in (L.Rows((7, 20)), L.Matrix((7, 20)), L.Matrix((7, 20), L.Lanes.OUT)):
+        p = layout.pack(cfg, m)
+        assert p.shape == layout.stored_shape(cfg)
+        np.testing.assert_array_equal(layout.unpack(cfg, p), m)
+    t = L.TransposedMatrix((20, 7))
+    p = t.pack(cfg, m.T)
+    assert p.shape == t.stored_shape(cfg)
+    assert p[0, 0, 1, 2] == m[1, 2]  # B^T's row o (a column of B) in BLOCK_OUT tiles
+    np.testing.assert_array_equal(t.unpack(cfg, p), m.T)
     v = np.arange(11, dtype=np.int32) - 5
-    layout = {"pack": "channels", "logical": [11]}
-    p = L.pack(cfg, layout, v)
-    assert p.shape == (-(-11 // cfg.block_out), cfg.batch, cfg.block_out)
-    np.testing.assert_array_equal(L.unpack(cfg, layout, p), v)
+    layout = L.Channels((11,))
+    p = layout.pack(cfg, v)
+    assert (
+        p.shape == layout.stored_shape(cfg) == (-(-11 // cfg.block_out), cfg.batch, cfg.block_out)
+    )
+    np.testing.assert_array_equal(layout.unpack(cfg, p), v)
 
 
 def test_bad_layouts_and_shapes_are_refused():
     cfg = preset("default")
-    with pytest.raises(ProgramError, match="unknown buffer layout 'tiled'"):
-        L.pack(cfg, {"pack": "tiled", "logical": [1]}, np.zeros(1))
     with pytest.raises(ProgramError, match=r"logical shape \(1, 2, 3, 3\) was given shape"):
-        L.pack(cfg, {"pack": "activation", "logical": [1, 2, 3, 3]}, np.zeros((1, 2, 3)))
+        L.Activation((1, 2, 3, 3)).pack(cfg, np.zeros((1, 2, 3)))
+    with pytest.raises(ProgramError, match="logical shape must be 4 positive ints, not"):
+        L.Activation((1, 2, 3))
+    with pytest.raises(ProgramError, match="logical shape must be 1 positive ints"):
+        L.Channels((0,))
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        L.Activation((1, 3, 4, 4), L.Lanes.OUT),
+        L.Weight((4, 3, 3, 3), folded=True),
+        L.DenseWeight((5, 6)),
+        L.Im2col((1, 3, 8, 8), (7, 7), (2, 2), (3, 3)),
+        L.Rows((9, 4)),
+        L.Channels((12,)),
+        L.Matrix((16, 32)),
+        L.TransposedMatrix((32, 16)),
+    ],
+)
+def test_layouts_are_records_that_read_back_exactly(layout):
+    assert from_json(L.Layout, to_json(layout)) == layout
+
+
+def test_layout_records_are_read_strictly():
+    with pytest.raises(FormatError, match=r"layout: kind 'tiled' is not one of 'activation'"):
+        from_json(L.Layout, {"kind": "tiled", "logical": [1]}, "layout")
+    with pytest.raises(FormatError, match=r"layout.logical\[1\]: expected an integer, not str"):
+        from_json(L.Layout, {"kind": "rows", "logical": [1, "2"], "lanes": "inp"}, "layout")
+    with pytest.raises(FormatError, match=r"layout.lanes: 'wide' is not one of 'inp', 'out'"):
+        from_json(L.Layout, {"kind": "rows", "logical": [1, 2], "lanes": "wide"}, "layout")
+    with pytest.raises(FormatError, match=r"layout: unknown field\(s\) block"):
+        from_json(L.Layout, {"kind": "channels", "logical": [3], "block": "inp"}, "layout")
+    with pytest.raises(
+        FormatError, match="layout: a rows layout.s logical shape must be 2 positive ints"
+    ):
+        from_json(L.Layout, {"kind": "rows", "logical": [1, 2, 3]}, "layout")

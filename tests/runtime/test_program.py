@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 
 from tilecraft.boards import board
-from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b, reference, unpack_c
+from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.hw.config import HwConfig, preset
 from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
+from tilecraft.ops import Computation, Gemm
+from tilecraft.ops.reference import gemm
 from tilecraft.runtime import BufferSpec, Program, device_names, get_device
+from tilecraft.runtime.layout import pack_inputs, unpack_outputs
 from tilecraft.runtime.program import VERSION, _digest
 from tilecraft.sim.device import SimDevice
 
@@ -33,10 +36,9 @@ def matrices():
 
 
 @pytest.fixture
-def inputs(matrices):
+def inputs(matrices, program):
     a, w = matrices
-    cfg = HwConfig()
-    return {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}
+    return pack_inputs(program, {"a": a, "b": w})
 
 
 @pytest.fixture
@@ -70,8 +72,8 @@ def test_save_load_round_trip(program, saved):
     assert loaded.uops.dtype == program.uops.dtype
     assert loaded.buffers == program.buffers
     assert loaded.constants.keys() == program.constants.keys()
-    assert loaded.meta == program.meta
-    assert loaded.meta["tiles"] == program.meta["tiles"]
+    assert loaded.computation == program.computation == Computation(Gemm(M, K, N))
+    assert loaded.schedule == program.schedule
     assert (loaded.name, loaded.dram_size) == (program.name, program.dram_size)
     assert (loaded.insn_offset, loaded.uop_offset) == (program.insn_offset, program.uop_offset)
     assert loaded.digest == program.digest
@@ -269,8 +271,8 @@ def test_plan_rejects_bad_buffers():
 def test_sim_device_is_bit_exact(program, inputs, matrices):
     result = get_device("sim").run(program, inputs)
     assert set(result.outputs) == {"c"}
-    got = unpack_c(HwConfig(), result.outputs["c"])
-    assert np.array_equal(got, reference(HwConfig(), *matrices, shift=program.meta["shift"]))
+    got = unpack_outputs(program, result.outputs)["c"]
+    assert np.array_equal(got, gemm(program.computation.op, *matrices))
     assert result.report.cycles > 0
     assert result.report.instructions == len(program.insns)
 
@@ -325,3 +327,59 @@ def test_load_refuses_a_program_for_another_config(tmp_path):
     assert Program.load(path, config=board("pynq-z1").config).config.tag == preset("default").tag
     with pytest.raises(ProgramError, match=r"log_block_in: 4 != 3"):
         Program.load(path, config=preset("1x8x8"))
+
+
+# ---- the header, read strictly -------------------------------------------------------------
+def test_an_older_program_names_both_versions(saved):
+    header, arrays = _parts(saved)
+    header["version"] = 1
+    _rewrite_with_digest(saved, header, arrays)
+    with pytest.raises(ProgramError, match=r"version 1; this tilecraft reads version 2 \(compile"):
+        Program.load(saved)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda h: h.update(dram_size="4096"), r"dram_size: expected an integer, not str"),
+        (lambda h: h.update(insn_offset=64.5), r"insn_offset: expected an integer, not float"),
+        (lambda h: h.update(dram_size=1 << 40), r"dram_size 1099511627776 must be in 1\.\."),
+        (
+            lambda h: h["buffers"][0].update(role="weights"),
+            r"buffers\[0\]\.role: 'weights' is not one of",
+        ),
+        (lambda h: h["buffers"][0].update(dtype="|O"), r"dtype object is not a numeric one"),
+        (lambda h: h["buffers"][0]["layout"].update(logical=[16]), r"buffers\[0\]\.layout: a"),
+        (lambda h: h["buffers"][1].update(shape=[2, 2]), r"buffer 'b': its transposed_matrix"),
+        (lambda h: h["schedule"].update(tm=0), r"schedule: tile tm must be a positive int"),
+        (lambda h: h["computation"]["op"].update(kind="x"), r"computation\.op: kind 'x'"),
+        (lambda h: h.update(extra=1), r"header: unknown field\(s\) \['extra'\]"),
+        (lambda h: h.pop("schedule"), r"header: missing field\(s\) \['schedule'\]"),
+    ],
+)
+def test_header_values_are_checked_after_the_digest(saved, mutate, message):
+    header, arrays = _parts(saved)
+    mutate(header)
+    _rewrite_with_digest(saved, header, arrays)
+    with pytest.raises(ProgramError, match=message):
+        Program.load(saved)
+
+
+def test_a_deeply_nested_header_is_an_error_not_a_crash(saved):
+    _, arrays = _parts(saved)
+    blob = np.frombuffer(b"[" * 100_000 + b"]" * 100_000, np.uint8)
+    with open(saved, "wb") as fh:
+        np.savez(fh, header=blob, **arrays)
+    with pytest.raises(ProgramError, match="nests too deeply|not a tilecraft program"):
+        Program.load(saved)
+
+
+def test_a_program_is_immutable(program):
+    with pytest.raises(AttributeError):
+        program.name = "other"
+    with pytest.raises(ValueError, match="read-only"):
+        program.insns[0, 0] = 0
+    with pytest.raises(TypeError):
+        program.constants["x"] = np.zeros(1)
+    renamed = program.replace(name="other")
+    assert renamed.name == "other" and program.name != "other"

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b, reference, unpack_c
+from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.errors import (
     AccessError,
     DeadlockError,
@@ -17,7 +17,11 @@ from tilecraft.errors import (
 )
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Finish, Gemm, Load, MemId, Opcode, Store, isa_for, table_insns
+from tilecraft.ops import Gemm as GemmOp
+from tilecraft.ops import GemmTiles
+from tilecraft.ops.reference import gemm
 from tilecraft.runtime import Program, get_device
+from tilecraft.runtime.layout import Lanes, Matrix, TransposedMatrix
 
 from harness import run
 
@@ -26,7 +30,7 @@ def _gemm_inputs(cfg, m, k, n, seed=0):
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     w = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    return a, w, {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}
+    return a, w, {"a": Matrix((m, k)).pack(cfg, a), "b": TransposedMatrix((k, n)).pack(cfg, w)}
 
 
 @pytest.mark.parametrize("name", ["default", "1x8x8", "2x16x16"])
@@ -34,12 +38,13 @@ def test_double_buffered_gemm_is_exact_and_beats_serialized(name):
     cfg = preset(name)
     a, w, inputs = _gemm_inputs(cfg, 64, 256, 128)
     fast = blocked_gemm(cfg, 64, 256, 128, overlap=True)
-    slow = blocked_gemm(cfg, 64, 256, 128, overlap=False, tiles=tuple(fast.meta["tiles"]))
+    slow = blocked_gemm(cfg, 64, 256, 128, tiles=dataclasses.replace(fast.schedule, overlap=False))
     device = get_device("sim")
     r_fast, r_slow = device.run(fast, inputs), device.run(slow, inputs)
-    expected = reference(cfg, a, w, 8)
+    expected = gemm(GemmOp(64, 256, 128, 8), a, w)
     for r in (r_fast, r_slow):
-        np.testing.assert_array_equal(unpack_c(cfg, r.outputs["c"]), expected)
+        got = Matrix((64, 128), Lanes.OUT).unpack(cfg, r.outputs["c"])
+        np.testing.assert_array_equal(got, expected)
     assert r_fast.report.cycles < 0.8 * r_slow.report.cycles, (
         r_fast.report.cycles,
         r_slow.report.cycles,
@@ -55,7 +60,7 @@ def test_double_buffered_gemm_is_exact_and_beats_serialized(name):
 def test_report_counts_bytes_per_buffer():
     cfg = preset("default")
     _, _, inputs = _gemm_inputs(cfg, 32, 64, 64)
-    program = blocked_gemm(cfg, 32, 64, 64, tiles=(32, 4, 4))
+    program = blocked_gemm(cfg, 32, 64, 64, tiles=GemmTiles(32, 4, 4))
     report = get_device("sim").run(program, inputs).report
     assert report.dram_bytes["inp"] == 32 * 64  # A read once (one N tile)
     assert report.dram_bytes["wgt"] == 64 * 64
@@ -87,7 +92,7 @@ def _find(program: Program, opcode: Opcode, nth: int = 0, **fields) -> int:
 def test_missing_push_deadlocks_naming_the_stuck_instructions():
     cfg = preset("default")
     _, _, inputs = _gemm_inputs(cfg, 32, 64, 64)
-    program = blocked_gemm(cfg, 32, 64, 64, tiles=(32, 2, 2))
+    program = blocked_gemm(cfg, 32, 64, 64, tiles=GemmTiles(32, 2, 2))
     k = _find(program, Opcode.LOAD, mem=MemId.WGT)
     broken = _edit(program, k, push_next=False)
     with pytest.raises(DeadlockError, match="compute: blocked at instruction") as info:
@@ -114,7 +119,7 @@ def test_missing_pop_is_a_race_not_a_silent_result():
     cfg = preset("default")
     _, _, inputs = _gemm_inputs(cfg, 128, 64, 128)
     # compute-bound steps, so the early load of step 2 really overlaps the GEMM of step 0
-    program = blocked_gemm(cfg, 128, 64, 128, tiles=(128, 8, 1))
+    program = blocked_gemm(cfg, 128, 64, 128, tiles=GemmTiles(128, 8, 1))
     k = _find(program, Opcode.LOAD, nth=2, mem=MemId.INP)  # step 2 reuses half 0
     assert program.table()["pop_next"][k]
     broken = _edit(program, k, pop_next=False)
@@ -225,7 +230,7 @@ def _units_program(alu_dst: int):
 
 def test_gemm_and_alu_overlap_only_across_accumulator_halves():
     cfg = preset("default")
-    half = cfg.depth("acc") // 2
+    half = cfg.acc_bank_rows
     times = {}
     for label, dst in (("same", 64), ("other", half)):
         insns, uops = _units_program(dst)
@@ -246,7 +251,7 @@ def test_overlapping_units_must_keep_to_their_halves(stray):
     from tilecraft.hw.isa import Alu, AluOp, Uop
 
     cfg = preset("default")
-    half = cfg.depth("acc") // 2
+    half = cfg.acc_bank_rows
     # the ALU's first micro-op is in the upper half, its second in the GEMM's
     uops = [Uop(0, 0, 0), Uop(half, 0, 0), Uop(stray, 0, 0)]
     insns = [
@@ -254,7 +259,7 @@ def test_overlapping_units_must_keep_to_their_halves(stray):
         Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
         Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=3, iter_out=1),
     ]
-    with pytest.raises(HazardError, match=f"reads acc row {stray}, outside its half"):
+    with pytest.raises(HazardError, match=f"reads acc row {stray}, outside its bank"):
         run(cfg, insns, uops=uops)
     no_dual = dataclasses.replace(
         __import__("tilecraft.sim.timing", fromlist=["Timing"]).Timing.from_config(cfg),
@@ -270,7 +275,7 @@ def test_a_token_does_not_vouch_for_the_other_unit():
     from tilecraft.hw.isa import Alu, AluOp, Uop
 
     cfg = preset("default")
-    half = cfg.depth("acc") // 2
+    half = cfg.acc_bank_rows
     uops = [Uop(0, 0, 0), Uop(half, 0, 0)]
     insns = [
         Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=2, x_stride=2),

@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b
+from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
+from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -44,7 +44,7 @@ def _programs(cfg):
     w = rng.integers(-128, 128, (k, n), dtype=np.int8)
     for overlap in (False, True):
         p = blocked_gemm(cfg, m, k, n, overlap=overlap)
-        jobs.append((p.name, p, {"a": pack_a(cfg, a), "b": pack_b(cfg, w)}))
+        jobs.append((p.name, p, pack_inputs(p, {"a": a, "b": w})))
     op = Conv2d(1, 20, 7, 7, 24, kernel=3, stride=2, pad=1)
     p = conv2d(cfg, op, Epilogue(bias=True, multiplier="channel", shift=12, residual=True))
     jobs.append(("conv2d", p, pack_inputs(p, random_inputs(p, rng))))
@@ -108,17 +108,15 @@ def test_dram_latency_and_backpressure_do_not_change_results():
 def test_bad_programs_raise_the_simulators_error_class():
     from tilecraft.compiler.builder import ProgramBuilder
     from tilecraft.hw.isa import Finish, Load, MemId
+    from tilecraft.runtime.program import Role
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(CONFIG)
 
     def program(insns):
         pb = ProgramBuilder(cfg, "bad")
-        pb.buffer("o", "output", (4, 1, 8), np.int8)
-        for i in insns:
-            pb.emit(i)
-        p = pb.build()
-        return p
+        pb.buffer("o", Role.OUTPUT, (4, 1, 8), np.int8)
+        return pb.build(insns)
 
     sram = program(
         [
@@ -148,11 +146,11 @@ def test_bad_programs_raise_the_simulators_error_class():
         assert rtl_error.value.index == sim_error.value.index == 0
     words = sram.insns.copy()
     words[0, 0] = (words[0, 0] & ~np.uint64(7)) | np.uint64(6)  # opcode 6 does not exist
-    sram.insns = words
+    bad = sram.replace(insns=words)
     with pytest.raises(IllegalInstructionError):
-        device.run(sram, {})
+        device.run(bad, {})
     with pytest.raises(IllegalInstructionError):
-        get_device("sim").run(sram, {})
+        get_device("sim").run(bad, {})
 
 
 def test_waves_on_request(tmp_path):

@@ -10,19 +10,18 @@ is a quantized layer's: rounding right shift by 8, ReLU, clip to int8.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
-from tilecraft.compiler import reference
-from tilecraft.compiler.conv2d import build, conv2d
-from tilecraft.compiler.ops import Epilogue
-from tilecraft.compiler.schedule import ConvSchedule
+from tilecraft.compiler.conv2d import compile_conv2d, conv2d
+from tilecraft.compiler.pipeline import single_buffered
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import Epilogue, reference
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
+from tilecraft.serial import to_json
 from tilecraft.sim.simulator import model_report
 
 EPILOGUE = Epilogue(shift=8, relu=True)
@@ -33,18 +32,19 @@ def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool 
     w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
     x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
     t0 = time.perf_counter()
-    program = conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
+    comp = compile_conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
     compile_s = time.perf_counter() - t0
-    schedule = ConvSchedule(**program.meta["schedule"])
+    program = comp.program
     ideal = op.macs / cfg.macs_per_cycle
     row = {
         "name": layer["name"],
         "macs": op.macs,
         "on_accelerator": True,
-        "folded": program.meta["folded"],
-        "schedule": schedule.to_dict(),
-        "schedule_notes": program.meta["schedule_notes"],
+        "folded": comp.mapped.folded,
+        "schedule": to_json(comp.schedule),
+        "schedule_notes": list(comp.notes),
         "compile_seconds": compile_s,
+        "compile_steps": dict(comp.seconds),
         "instructions": len(program.insns),
         "ideal_cycles": ideal,
     }
@@ -60,9 +60,7 @@ def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool 
     dram = dict(report.dram_bytes)
     total = sum(dram.values())
     roofline = max(ideal, total / cfg.axi_bytes)
-    serial = build(
-        cfg, op, EPILOGUE, replace(schedule, double_buffer=False), {"weight": w}, check=False
-    )
+    serial = single_buffered(comp, weight=w)
     row.update(
         cycles=report.cycles,
         utilization=ideal / report.cycles,
@@ -75,15 +73,25 @@ def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool 
 
 
 def run(
-    cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int = 0, check: bool = True
+    cfg: HwConfig | None = None,
+    layers: list[dict] | None = None,
+    seed: int = 0,
+    check: bool = True,
+    rtl: list[str] | None = None,
 ) -> dict:
+    """The suite's JSON; with `rtl`, the named layers on the generated Verilog instead."""
+    if rtl:
+        return run_on_rtl(cfg, rtl, seed)
     cfg = cfg or HwConfig()
     layers = layers or resnet18_layers()
     rng = np.random.default_rng(seed)
     rows = [run_layer(cfg, layer, rng, check) for layer in layers]
     macs = sum(r["macs"] for r in rows)
     result = {
+        "suite": "resnet18-layers",
         "config": cfg.tag,
+        "macs_per_cycle": cfg.macs_per_cycle,
+        "dram_bytes_per_cycle": cfg.axi_bytes,
         "epilogue": EPILOGUE.describe(),
         "seed": seed,
         "layers": rows,
@@ -93,18 +101,21 @@ def run(
         )
         / macs,
         "min_roofline_fraction": min(r["roofline_fraction"] for r in rows),
+        "compile_seconds": sum(r["compile_seconds"] for r in rows),
         "total_cycles": sum(r["cycles"] for r in rows),
         "total_ideal_cycles": sum(r["ideal_cycles"] for r in rows),
     }
     if check:
-        result["all_bit_exact"] = all(r["bit_exact"] for r in rows)
+        result["all_bit_exact"] = result["ok"] = all(r["bit_exact"] for r in rows)
     return result
 
 
 def format_table(result: dict) -> str:
+    if result.get("suite") == "resnet18-layers-rtl":
+        return format_rtl_table(result)
     head = (
         f"{'layer':5s} {'MMACs':>7s} {'cycles':>9s} {'util':>6s} {'no-ovl':>6s} {'roofl':>6s} "
-        f"{'DRAM KiB':>8s} {'exact':>5s}  schedule (oc ic oh ow, order, acc slots)"
+        f"{'DRAM KiB':>8s} {'exact':>5s} {'comp s':>6s}  schedule (oc ic oh ow, order, acc slots)"
     )
     lines = [f"resnet18-layers on {result['config']} (epilogue: {result['epilogue']})", head]
     for r in result["layers"]:
@@ -113,7 +124,8 @@ def format_table(result: dict) -> str:
         lines.append(
             f"{r['name']:5s} {r['macs'] / 1e6:7.1f} {r['cycles']:9,} {r['utilization']:6.3f} "
             f"{r['utilization_no_overlap']:6.3f} {r['roofline_fraction']:6.3f} "
-            f"{sum(r['dram_bytes'].values()) / 1024:8.0f} {exact:>5s}  "
+            f"{sum(r['dram_bytes'].values()) / 1024:8.0f} {exact:>5s} "
+            f"{r['compile_seconds']:6.2f}  "
             f"{s['tile_oc']} {s['tile_ic']} {s['tile_oh']} {s['tile_ow']} {s['order']} "
             + (f"x{s['acc_slots']}" if s["double_buffer"] else "single")
             + (" (taps folded)" if r["folded"] else "")
@@ -122,7 +134,8 @@ def format_table(result: dict) -> str:
         f"MAC-weighted utilization {result['mac_weighted_utilization']:.3f} "
         f"(no overlap {result['mac_weighted_utilization_no_overlap']:.3f}), "
         f"min roofline fraction {result['min_roofline_fraction']:.3f}, "
-        f"total {result['total_cycles']:,} cycles vs ideal {result['total_ideal_cycles']:,.0f}"
+        f"total {result['total_cycles']:,} cycles vs ideal {result['total_ideal_cycles']:,.0f}; "
+        f"compiled in {result['compile_seconds']:.2f} s"
     )
     return "\n".join(lines)
 
@@ -156,7 +169,8 @@ def run_on_rtl(cfg: HwConfig | None = None, names: list[str] | None = None, seed
             "bit_exact": all(np.array_equal(r.outputs[k], v) for k, v in s.outputs.items()),
             "cycles_per_second": r.report.cycles / r.report.seconds,
         })  # fmt: skip
-    return {"suite": "resnet18-layers-rtl", "config": cfg.tag, "layers": rows}
+    ok = all(r["bit_exact"] for r in rows)
+    return {"suite": "resnet18-layers-rtl", "config": cfg.tag, "layers": rows, "ok": ok}
 
 
 def format_rtl_table(result: dict) -> str:
@@ -168,3 +182,42 @@ def format_rtl_table(result: dict) -> str:
             f"{r['cycles_per_second']:,.0f} cycles/s"
         )
     return "\n".join(lines)
+
+
+def plot(result: dict, path: str) -> None:
+    """A roofline: each layer's MACs per cycle against its MACs per DRAM byte, under the roof of
+    the GEMM core's peak and the DRAM port's bytes per cycle (`plot` extra: matplotlib)."""
+    if result.get("suite") == "resnet18-layers-rtl":
+        raise TilecraftError("--plot draws the cycle model's figures; drop --rtl")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise TilecraftError("--plot needs matplotlib: pip install 'tilecraft[plot]'") from None
+    rows = result["layers"]
+    peak, bandwidth = result["macs_per_cycle"], result["dram_bytes_per_cycle"]
+    intensity = [r["macs"] / sum(r["dram_bytes"].values()) for r in rows]
+    attained = [r["macs"] / r["cycles"] for r in rows]
+    lo, hi = min(intensity) / 2, max(intensity) * 2
+    knee = peak / bandwidth
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [lo, knee, hi] if lo < knee < hi else [lo, hi]
+    ax.plot(xs, [min(peak, x * bandwidth) for x in xs], color="black", label="roofline")
+    ax.scatter(intensity, attained, color="tab:blue", zorder=3, label="layer (cycle model)")
+    for r, x, y in zip(rows, intensity, attained):
+        ax.annotate(r["name"], (x, y), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
+    ax.set_ylabel("MACs per cycle")
+    ax.set_title(
+        f"ResNet-18 layers on {result['config']}: MAC-weighted utilization "
+        f"{result['mac_weighted_utilization']:.3f}"
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs
 
@@ -39,9 +39,11 @@ def run(cfg: HwConfig | None = None, seed: int = 0, random: int = 0) -> dict:
         "sim_seconds": rtl.report.seconds,
         "cycles_per_second": cycles / rtl.report.seconds,
         "bit_exact": exact,
+        "ok": exact,
     }
     if random:
         result["random"] = random_programs(cfg, random)
+        result["ok"] = exact and not result["random"]["differ"]
     return result
 
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Epilogue
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs
 

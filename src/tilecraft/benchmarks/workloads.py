@@ -14,7 +14,7 @@ def resnet18_layers() -> list[dict]:
 
 def layer_op(layer: dict):
     """A workload layer as the compiler's Conv2d (batch 1)."""
-    from tilecraft.compiler.ops import Conv2d
+    from tilecraft.ops import Conv2d
 
     return Conv2d(
         1, layer["IC"], layer["H"], layer["W"], layer["OC"],

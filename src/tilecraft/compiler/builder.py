@@ -1,5 +1,6 @@
-"""ProgramBuilder: places buffers in DRAM, collects instructions and micro-ops, and encodes them
-into a runtime Program. Every DRAM offset is aligned so any element size can address it."""
+"""ProgramBuilder: lays out one program's DRAM region (buffers, then the micro-ops, then the
+instructions) and encodes instructions and micro-ops into a runtime `Program`. Every DRAM offset
+is aligned so that any element size can address it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from tilecraft.errors import ScheduleError
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Uop, encode, encode_uops, isa_for
-from tilecraft.runtime.program import BufferSpec, Program
+from tilecraft.hw.config import BUFFERS, HwConfig
+from tilecraft.hw.isa import INSN_BYTES, Load, MemId, Uop, encode, encode_uops, isa_for
+from tilecraft.ops import Computation
+from tilecraft.runtime.layout import Layout
+from tilecraft.runtime.program import BufferSpec, Program, Role, Schedule
 
-_ELEM_KINDS = ("uop", "inp", "wgt", "acc", "out")
+PAGE = 4096  # the region is a whole number of pages
 
 
 class ProgramBuilder:
@@ -20,33 +23,39 @@ class ProgramBuilder:
         self.config = config
         self.spec = isa_for(config)
         self.name = name
-        self.align = max(config.elem_bytes(k) for k in _ELEM_KINDS)
+        self.align = max(config.elem_bytes(b) for b in BUFFERS)
         self.buffers: list[BufferSpec] = []
         self.constants: dict[str, np.ndarray] = {}
-        self.insns: list = []
-        self._uops: list[Uop] = []
-        self._uop_offset: int | None = None
+        self.uops: tuple[Uop, ...] | None = None
+        self.uop_offset: int | None = None
         self._top = 0
 
+    def _aligned(self, offset: int) -> int:
+        return -(-offset // self.align) * self.align
+
     def _alloc(self, nbytes: int) -> int:
-        offset = -(-self._top // self.align) * self.align
+        offset = self._aligned(self._top)
         self._top = offset + nbytes
         return offset
 
     def buffer(
         self,
         name: str,
-        role: str,
+        role: Role,
         shape,
         dtype,
+        *,
         data: np.ndarray | None = None,
-        layout: dict | None = None,
+        layout: Layout | None = None,
+        value_range: tuple[int, int] | None = None,
     ) -> BufferSpec:
-        """Declare a DRAM tensor; constants carry their data."""
-        spec = BufferSpec(name, role, tuple(shape), np.dtype(dtype).str, 0, layout)
-        spec = BufferSpec(name, role, spec.shape, spec.dtype, self._alloc(spec.nbytes), layout)
+        """Declare a DRAM tensor; constants carry their data (stored as given)."""
+        spec = BufferSpec(name, role, tuple(shape), np.dtype(dtype).str, 0, layout, value_range)
+        spec = BufferSpec(
+            name, spec.role, spec.shape, spec.dtype, self._alloc(spec.nbytes), layout, value_range
+        )
         self.buffers.append(spec)
-        if role == "constant":
+        if spec.role == Role.CONSTANT:
             if data is None:
                 raise ScheduleError(f"constant buffer {name!r} needs data")
             self.constants[name] = np.ascontiguousarray(data, dtype=np.dtype(dtype))
@@ -58,51 +67,59 @@ class ProgramBuilder:
         assert buf.offset % eb == 0, (buf.name, kind)
         return buf.offset // eb
 
-    def uops(self, uops: Sequence[Uop]) -> int:
-        """Append micro-ops to the program's micro-op region; returns the index of the first.
-
-        All micro-ops must be added before `build`; LOAD UOP instructions address them with
-        `uop_dram(index)`.
-        """
-        first = len(self._uops)
-        self._uops.extend(uops)
-        return first
-
-    @property
-    def uop_count(self) -> int:
-        return len(self._uops)
-
-    def reserve_uops(self, count: int) -> None:
-        """Fix the micro-op region's size (needed before emitting any LOAD UOP)."""
-        self._uop_offset = self._alloc(count * self.config.uop_bytes)
-        self._uop_capacity = count
-
-    def uop_dram(self, index: int) -> int:
-        if self._uop_offset is None:
-            raise ScheduleError("call reserve_uops() before addressing micro-ops")
-        return self._uop_offset // self.config.uop_bytes + index
-
-    def emit(self, insn) -> None:
-        self.insns.append(insn)
-
-    def build(self, meta: dict | None = None) -> Program:
-        if self._uop_offset is None:
-            self.reserve_uops(len(self._uops))
-        if len(self._uops) > self._uop_capacity:
+    def place_uops(self, uops: Sequence[Uop]) -> int:
+        """Put the program's micro-ops in DRAM, after the buffers (once); returns their address
+        in micro-op elements, which is what a LOAD UOP's `dram_base` counts."""
+        if self.uops is not None:
+            raise ScheduleError("the micro-ops are placed once, after every buffer")
+        depth = self.config.depth("uop")
+        if len(uops) > depth:
             raise ScheduleError(
-                f"{len(self._uops)} micro-ops exceed the {self._uop_capacity} reserved"
+                f"micro-op buffer: needs {len(uops)} micro-ops, has {depth} "
+                f"(exceeds by {len(uops) - depth})"
             )
-        words = encode(self.spec, self.insns)
-        insn_offset = self._alloc(words.size * 8)
+        self.uops = tuple(uops)
+        self.uop_offset = self._alloc(len(uops) * self.config.uop_bytes)
+        return self.uop_offset // self.config.uop_bytes
+
+    def load_uops(self) -> Load:
+        """The LOAD that brings every placed micro-op into the micro-op buffer from row 0."""
+        if self.uops is None:
+            raise ScheduleError("place the micro-ops before loading them")
+        count = len(self.uops)
+        return Load(
+            mem=MemId.UOP,
+            sram_base=0,
+            dram_base=self.uop_offset // self.config.uop_bytes,
+            y_size=1,
+            x_size=count,
+            x_stride=count,
+        )
+
+    def build(
+        self,
+        insns: Sequence,
+        *,
+        computation: Computation | None = None,
+        schedule: Schedule | None = None,
+    ) -> Program:
+        """Encode `insns` and the placed micro-ops into the program, the instructions after
+        everything else (building does not change the builder: it may build several)."""
+        if self.uops is None:
+            self.place_uops(())
+        words = encode(self.spec, insns)
+        insn_offset = self._aligned(self._top)
+        end = insn_offset + len(words) * INSN_BYTES
         return Program(
             config=self.config,
             insns=words,
-            uops=encode_uops(self.spec, self._uops),
+            uops=encode_uops(self.spec, self.uops),
             buffers=self.buffers,
             constants=self.constants,
             insn_offset=insn_offset,
-            uop_offset=self._uop_offset,
-            dram_size=-(-self._top // 4096) * 4096,
+            uop_offset=self.uop_offset,
+            dram_size=-(-end // PAGE) * PAGE,
             name=self.name,
-            meta=meta or {},
+            computation=computation,
+            schedule=schedule,
         )

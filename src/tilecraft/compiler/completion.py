@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.hw.isa import Opcode, Stage
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import Stage, Unit, unit_of
 
 LOAD_LANE, GEMM_LANE, ALU_LANE, STORE_LANE = range(4)
 BARRIER = -1  # a compute LOAD/FINISH: on both compute lanes
 UNIT_LANES = (GEMM_LANE, ALU_LANE)
+_UNIT_LANE = {Unit.GEMM: GEMM_LANE, Unit.ALU: ALU_LANE}
 
 
 def lane_of(stage: Stage, opcode: int) -> int:
@@ -27,7 +29,8 @@ def lane_of(stage: Stage, opcode: int) -> int:
         return LOAD_LANE
     if stage == Stage.STORE:
         return STORE_LANE
-    return {int(Opcode.GEMM): GEMM_LANE, int(Opcode.ALU): ALU_LANE}.get(int(opcode), BARRIER)
+    unit = unit_of(opcode)
+    return BARRIER if unit is None else _UNIT_LANE[unit]
 
 
 def covers(clock: np.ndarray, lane: int, local: int) -> bool:
@@ -45,8 +48,8 @@ class Completion:
     """Feed instructions in an order each stage sees in program order (program order itself,
     or the order an abstract run starts them in), `start` then `finish` for each."""
 
-    def __init__(self, half_row: int):
-        self.half_row = half_row
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg
         self.count = dict.fromkeys(Stage, 0)
         self.prev_done = {Stage.LOAD: empty(), Stage.STORE: empty()}
         self.compute_start = empty()  # what the previous compute instruction started with
@@ -77,7 +80,7 @@ class Completion:
             self.latest = dict.fromkeys(self.latest)
         else:
             done[lane] = local
-        half = None if first_dst is None else first_dst >= self.half_row
+        half = None if first_dst is None else self.cfg.acc_bank(first_dst)
         self.latest[lane] = (local, half, done)
         return done
 
@@ -99,7 +102,7 @@ class Completion:
             clock = np.maximum(clock, self.latest[lane][2])
         clock[lane] = max(clock[lane], local - 1)
         j = self.latest[other]
-        half = first_dst >= self.half_row
+        half = self.cfg.acc_bank(first_dst)
         if j is None or j[1] == half:  # the interlock waited for the other unit's instruction
             if j is not None:
                 clock = np.maximum(clock, j[2])

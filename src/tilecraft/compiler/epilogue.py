@@ -1,139 +1,188 @@
 """Lowering of the epilogue: per-channel parameters kept in reserved accumulator rows, the ALU
 passes over each accumulator tile, and the residual added through the GEMM with 0/1 selector
-weights (which also widens it from int8). Mixed into lowering.ConvEmitter.
+weights (which also widens it from int8).
 
 Per-channel vectors are prepared once in the prologue: `add` = bias * m + 2**(s-1) (so one
-tensor ADD per tile does bias, and rounding), `mul` = the multipliers. Exact in 32-bit wrapping
-arithmetic: (acc + bias) * m + r == acc * m + (bias * m + r) mod 2**32.
+tensor ADD per tile does bias and rounding), `mul` = the multipliers. Exact in 32-bit wrapping
+arithmetic: (acc + bias) * m + r == acc * m + (bias * m + r) mod 2**32. Accumulator tiles
+alternate between the banks, so the parameters have a copy in each bank a tile uses: an
+epilogue reads its own bank's copy while the GEMM core works in the other bank.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from tilecraft.compiler.kernels import UopKernels
+from tilecraft.compiler.mapping import MappedConv
 from tilecraft.compiler.schedule import Tile
+from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Uop
+from tilecraft.ops import Multiplier
 
 
-class EpilogueLowering:
-    """Needs from its host: cfg, low, pb, insns, b, acc_slot, res_slot, param_bases (one per
-    accumulator half the slots use), select_base, bias, mul, res, sel, offsets, res_blocks,
-    m_imm, loop(), kernel()."""
+@dataclass(frozen=True)
+class Slots:
+    """Scratchpad row bases of a scheduled convolution: input windows, residual tiles and weight
+    tiles per buffer slot, the residual selectors, accumulator tiles (alternating banks) and the
+    copies of the epilogue's parameters (one per bank the tiles use)."""
 
-    def _prologue(self) -> None:
-        self.vecs, self.round_rows = [], []
-        for param_base in self.param_bases:
-            self._parameters(param_base)
-            self.vecs.append(self.vec)
-            self.round_rows.append(self.round_row)
-        if self.sel is not None:
-            n = len(self.offsets)
-            self.insns.append(
+    inp: tuple[int, ...]
+    residual: tuple[int, ...]
+    wgt: tuple[int, ...]
+    select: int
+    acc: tuple[int, ...]
+    params: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EpilogueDram:
+    """DRAM addresses (in elements of the scratchpad each is loaded into) of the epilogue's
+    tensors; None where the epilogue has no such step."""
+
+    bias: int | None  # acc elements
+    mul: int | None  # acc elements
+    residual: int | None  # inp elements
+    residual_blocks: int  # BLOCK_IN-wide channel blocks of the residual tensor
+    select: int | None  # wgt elements
+    offsets: tuple[int, ...]  # lane offset of each selector matrix
+
+
+class EpilogueEmitter:
+    """The epilogue's instructions for one scheduled convolution, from explicit inputs."""
+
+    def __init__(
+        self,
+        cfg: HwConfig,
+        low: MappedConv,
+        slots: Slots,
+        dram: EpilogueDram,
+        kernels: UopKernels,
+        tensor_multiplier: int | None,
+    ):
+        self.cfg, self.low, self.slots, self.dram = cfg, low, slots, dram
+        self.kernels = kernels
+        self.m_imm = tensor_multiplier
+        self.ep = low.epilogue
+        names = low.param_vectors()
+        ocb = low.ocb
+        # per copy: vector name -> first row, and the rounding row (if any)
+        self.vectors = [{n: base + k * ocb for k, n in enumerate(names)} for base in slots.params]
+        self.round_rows = [
+            base + len(names) * ocb if low.round_row else None for base in slots.params
+        ]
+
+    # ---- once, before the first tile ---------------------------------------------------------
+    def prologue(self) -> list:
+        out = []
+        for vec, round_row in zip(self.vectors, self.round_rows):
+            out += self._parameters(vec, round_row)
+        if self.dram.select is not None:
+            n = len(self.dram.offsets)
+            out.append(
                 Load(
                     mem=MemId.WGT,
-                    sram_base=self.select_base,
-                    dram_base=self.pb.elem(self.sel, "wgt"),
+                    sram_base=self.slots.select,
+                    dram_base=self.dram.select,
                     y_size=1,
                     x_size=n,
                     x_stride=n,
                 )
             )
+        return out
 
-    def _parameters(self, param_base: int) -> None:
-        """Load and prepare one copy of the per-channel vectors at `param_base`."""
-        low, ep = self.low, self.low.epilogue
-        ocb = low.ocb
-        base = {}
-        for k, name in enumerate(low.param_vectors()):
-            base[name] = param_base + k * ocb
-        self.vec = base
-        self.round_row = param_base + len(base) * ocb if low.needs_round_row() else None
-        for name, buf in (("mul", self.mul), ("add", self.bias)):
-            if buf is not None:
-                self.insns.append(
+    def _parameters(self, vec: dict[str, int], round_row: int | None) -> list:
+        """Load and prepare one copy of the per-channel vectors."""
+        ocb, shift, k = self.low.ocb, self.ep.shift, self.kernels
+        out = []
+        for name, addr in (("mul", self.dram.mul), ("add", self.dram.bias)):
+            if name in vec:
+                out.append(
                     Load(
                         mem=MemId.ACC,
-                        sram_base=base[name],
-                        dram_base=self.pb.elem(buf, "acc"),
+                        sram_base=vec[name],
+                        dram_base=addr,
                         y_size=1,
                         x_size=ocb,
                         x_stride=ocb,
                     )
                 )
-        if self.round_row is not None:
-            r = self.round_row
-            one = self.loop(("row", r), [Uop(r, r)])
-            self.insns.append(Gemm(reset=True, **one))
-            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1, **one))
-            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=-(ep.shift - 1), **one))
-        if "add" in base:
-            vec = (ocb, 1, 1, 0)
-            if "mul" in base:
-                fields = self.loop(
-                    ("vec", base["add"], base["mul"]), [Uop(base["add"], base["mul"])], inner=vec
-                )
-                self.insns.append(Alu(op=AluOp.MUL, **fields))
-            fields = self.loop(
-                ("vec", base["add"], base["add"]), [Uop(base["add"], base["add"])], inner=vec
-            )
+        if round_row is not None:  # 2**(shift-1) = 1 << (shift-1), made in place
+            one = k.loop(("row", round_row), [Uop(round_row, round_row)])
+            out.append(Gemm(reset=True, **one))
+            out.append(Alu(op=AluOp.ADD, use_imm=True, imm=1, **one))
+            out.append(Alu(op=AluOp.SHR, use_imm=True, imm=-(shift - 1), **one))
+        if "add" in vec:
+            add = vec["add"]
+            inner = (ocb, 1, 1, 0)
+            if "mul" in vec:
+                fields = k.loop(("vec", add, vec["mul"]), [Uop(add, vec["mul"])], inner=inner)
+                out.append(Alu(op=AluOp.MUL, **fields))
+            fields = k.loop(("vec", add, add), [Uop(add, add)], inner=inner)
             if self.m_imm is not None:
-                self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **fields))
-            if 0 < ep.shift <= 15:
-                self.insns.append(
-                    Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **fields)
+                out.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **fields))
+            if shift and round_row is None:
+                out.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (shift - 1), **fields))
+            elif round_row is not None:
+                fields = k.loop(
+                    ("vec", add, round_row), [Uop(add, round_row)], inner=(ocb, 1, 0, 0)
                 )
-            elif self.round_row is not None:
-                fields = self.loop(
-                    ("vec", base["add"], self.round_row),
-                    [Uop(base["add"], self.round_row)],
-                    inner=(ocb, 1, 0, 0),
-                )
-                self.insns.append(Alu(op=AluOp.ADD, **fields))
+                out.append(Alu(op=AluOp.ADD, **fields))
+        return out
 
-    def _tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool) -> dict:
-        dst = self.acc_slot[a]
-        return self.loop(
+    # ---- per tile ----------------------------------------------------------------------------
+    def tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool) -> dict:
+        """An ALU loop over every accumulator of `tile` in slot `a`, reading `src` (a row, or a
+        per-channel vector's first row) when the op takes a tensor operand."""
+        dst = self.slots.acc[a]
+        return self.kernels.loop(
             ("tile", dst, src, per_channel, tile.toc, tile.pix),
             [Uop(dst, src)],
             outer=(tile.toc, tile.pix, int(per_channel), 0),
             inner=(tile.pix, 1, 0, 0),
         )
 
-    def _epilogue(self, tile: Tile, a: int) -> None:
-        ep = self.low.epilogue
-        copy = (a % 2) % len(self.vecs)  # slots alternate halves; parameters in slot a's half
-        self.vec, self.round_row = self.vecs[copy], self.round_rows[copy]
-        imm = self._tile_loop(tile, a, 0, False)
+    def tile(self, tile: Tile, a: int) -> list:
+        """The epilogue of the tile in accumulator slot `a`."""
+        ep = self.ep
+        copy = (a % ACC_BANKS) % len(self.vectors)  # the copy in slot a's bank
+        vec, round_row = self.vectors[copy], self.round_rows[copy]
+        imm = self.tile_loop(tile, a, 0, False)
 
-        def tensor(row: int, per_channel: bool = True):
-            return self._tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
+        def tensor(row: int, per_channel: bool = True) -> dict:
+            return self.tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
 
-        if "mul" in self.vec:
-            self.insns.append(Alu(op=AluOp.MUL, **tensor(self.vec["mul"])))
-        elif self.m_imm is not None:
-            self.insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **imm))
-        if "add" in self.vec:
-            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.vec["add"])))
-        elif 0 < ep.shift <= 15:
-            self.insns.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **imm))
+        out = []
+        if "mul" in vec:
+            out.append(Alu(op=AluOp.MUL, **tensor(vec["mul"])))
+        elif ep.multiplier == Multiplier.TENSOR:
+            out.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **imm))
+        if "add" in vec:
+            out.append(Alu(op=AluOp.ADD, **tensor(vec["add"])))
+        elif ep.shift and round_row is None:
+            out.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **imm))
         elif ep.shift:
-            self.insns.append(Alu(op=AluOp.ADD, **tensor(self.round_row, per_channel=False)))
+            out.append(Alu(op=AluOp.ADD, **tensor(round_row, per_channel=False)))
         if ep.shift:
-            self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
+            out.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
         if ep.residual:
-            self._residual(tile, a)
-        self.insns.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
-        self.insns.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
+            out += self._residual(tile, a)
+        out.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
+        out.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
+        return out
 
-    def _residual(self, tile: Tile, a: int) -> None:
-        cfg, low = self.cfg, self.low
+    def _residual(self, tile: Tile, a: int) -> list:
+        cfg, low, dram = self.cfg, self.low, self.dram
         bo, bi = cfg.block_out, cfg.block_in
         lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, low.op.oc)
         blocks = list(range(lo // bi, (hi - 1) // bi + 1))
-        base = self.res_slot[a % self.b.slots]
+        base = self.slots.residual[a % len(self.slots.residual)]
         plane = low.oh * low.ow
-        first = self.pb.elem(self.res, "inp") + (tile.nb * self.res_blocks) * plane
+        first = dram.residual + (tile.nb * dram.residual_blocks) * plane
         first += tile.oh0 * low.ow + tile.ow0
+        out = []
         if tile.tow == low.ow:
-            self.insns.append(
+            out.append(
                 Load(
                     mem=MemId.INP,
                     sram_base=base,
@@ -145,7 +194,7 @@ class EpilogueLowering:
             )
         else:
             for j, rb in enumerate(blocks):
-                self.insns.append(
+                out.append(
                     Load(
                         mem=MemId.INP,
                         sram_base=base + j * tile.pix,
@@ -155,21 +204,21 @@ class EpilogueLowering:
                         x_stride=low.ow,
                     )
                 )
+        acc = self.slots.acc[a]
         uops = []
         for o in range(tile.toc):
             ob = tile.oc0 + o
             for j, rb in enumerate(blocks):
                 d = ob * bo - rb * bi
-                if d in self.offsets and -bo < d < bi and ob * bo < low.op.oc:
+                if d in dram.offsets and -bo < d < bi and ob * bo < low.op.oc:
                     uops.append(
                         Uop(
-                            self.acc_slot[a] + o * tile.pix,
+                            acc + o * tile.pix,
                             base + j * tile.pix,
-                            self.select_base + self.offsets.index(d),
+                            self.slots.select + dram.offsets.index(d),
                         )
                     )
-        key = ("residual", self.acc_slot[a], base, tile.oc0, tile.toc, tile.pix)
-        bgn, end = self.kernel(key, lambda: uops)
-        self.insns.append(
-            Gemm(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=tile.pix, dst_in=1, src_in=1)
-        )
+        key = ("residual", acc, base, tile.oc0, tile.toc, tile.pix)
+        bgn, end = self.kernels.get(key, lambda: uops)
+        out.append(Gemm(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=tile.pix, dst_in=1, src_in=1))
+        return out

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode, Stage, stage_of
-
-SRAMS = ("uop", "inp", "wgt", "acc")
+from tilecraft.hw.config import SCRATCHPADS, HwConfig
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, Opcode, Stage, isa_for, stage_of
 
 
 @dataclass
@@ -37,7 +35,7 @@ def accesses(
 ) -> Iterator[Access]:
     """`table`: decoded instructions; `uops`: the micro-op table (dst, src, wgt columns) stored
     at DRAM element `uop_region` (in micro-op elements)."""
-    depth = {b: cfg.depth(b) for b in SRAMS}
+    depth = {b: cfg.depth(b) for b in SCRATCHPADS}
     sram_uops = {c: np.zeros(depth["uop"], np.int64) for c in ("dst", "src", "wgt")}
     for k in range(len(table)):
         r = table[k]
@@ -50,7 +48,7 @@ def accesses(
         elif op == Opcode.STORE:
             _store(cfg, r, depth, a)
         elif op in (Opcode.GEMM, Opcode.ALU):
-            _loop(r, op, depth, sram_uops, a, cfg.acc_bits)
+            _loop(r, op, depth, sram_uops, a, isa_for(cfg))
         yield a
 
 
@@ -120,18 +118,14 @@ def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
         sram_uops[col][rows] = uops[col][src]
 
 
-def _clears(op: int, imm: int, bits: int) -> bool:
+def _clears(op: int, imm: int, spec: IsaSpec) -> bool:
     """x * 0, and a left shift by the full lane width (SHR by -bits), give 0 whatever x is."""
     if op == AluOp.MUL:
         return imm == 0
-    amount_bits = (bits - 1).bit_length() + 1
-    amount = ((imm & ((1 << amount_bits) - 1)) ^ (1 << (amount_bits - 1))) - (
-        1 << (amount_bits - 1)
-    )
-    return op == AluOp.SHR and amount <= -bits
+    return op == AluOp.SHR and spec.shr_amount(imm) <= -spec.config.acc_bits
 
 
-def _loop(r, op, depth, sram_uops, a: Access, acc_bits: int) -> None:
+def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     bgn, end = int(r["uop_bgn"]), int(r["uop_end"])
     if not bgn < end <= depth["uop"]:
         a.problems.append(
@@ -168,7 +162,7 @@ def _loop(r, op, depth, sram_uops, a: Access, acc_bits: int) -> None:
                 return
             a.reads[buf] = rows
         return
-    if int(r["use_imm"]) and _clears(int(r["alu_op"]), int(r["imm"]), acc_bits):
+    if int(r["use_imm"]) and _clears(int(r["alu_op"]), int(r["imm"]), spec):
         return  # the result does not depend on the row: it initializes it
     reads = [dst]
     if not int(r["use_imm"]):

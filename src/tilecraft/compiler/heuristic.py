@@ -1,5 +1,6 @@
-"""The default schedule (no tuning): rank every legal schedule with an analytic estimate of
-the pipeline, then build the best few and measure them with the cycle model; keep the fastest.
+"""The default schedule's first half (no tuning): an analytic estimate of the pipeline ranks
+every legal schedule; the pipeline (compiler/pipeline.py) then builds the best few and keeps
+the one the cycle model finds fastest.
 
 The estimate: compute-stage work (GEMM micro-ops, accumulator resets, epilogue ALU passes,
 per-instruction overheads), load-stage work (per-LOAD latency, padding, data beats) and DRAM
@@ -12,37 +13,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.compiler import schedule as S
-from tilecraft.compiler.mapping import Lowered, lower
-from tilecraft.compiler.ops import Conv2d, Epilogue
+from tilecraft.compiler.mapping import MappedConv
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import ConvSchedule, LoopOrder, Multiplier
 from tilecraft.sim.timing import Timing
 
-MEASURED = 3  # candidates built and timed with the cycle model
 
-
-@dataclass
-class Choice:
-    schedule: S.ConvSchedule
-    notes: list[str]
-    candidates: list[dict]  # the measured ones: schedule, estimate, cycles
-    program: object  # the chosen schedule's program, not yet verified
+@dataclass(frozen=True)
+class Ranked:
+    schedule: ConvSchedule
+    estimate: float  # cycles
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def alu_passes(ep: Epilogue) -> tuple[int, int]:
+def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
-    imm = 3 + int(bool(ep.shift)) + int(ep.multiplier == "tensor")
-    tensor = int(ep.multiplier == "channel") + int(ep.bias)
+    ep = low.epilogue
+    imm = 3 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+    tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias)
     if not ep.bias and ep.shift:
-        imm, tensor = (imm + 1, tensor) if ep.shift <= 15 else (imm, tensor + 1)
+        imm, tensor = (imm, tensor + 1) if low.round_row else (imm + 1, tensor)
     return imm, tensor
 
 
-def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float:
+def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> float:
     """Cycles the schedule should take, from per-tile work on each unit, stage and the bus."""
     kh, kw = low.kernel
     kk = kh * kw
@@ -52,8 +50,8 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     pix = s.tile_oh * s.tile_ow
     acc = s.tile_oc * pix
     fixed = t.insn_overhead + t.dram_latency
-    imm, tensor = alu_passes(low.epilogue)
-    mul_extra = (t.alu_mul_groups + 1) if low.epilogue.multiplier != "none" else 0
+    imm, tensor = alu_passes(low)
+    mul_extra = (t.alu_mul_groups + 1) if low.epilogue.multiplier != Multiplier.NONE else 0
     step = acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth
     gemm = steps * step
     zero = acc * t.alu_ii_imm + 6
@@ -69,7 +67,7 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     wgt_loads = fixed + t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
     inp_n = wgt_n = n_tiles * steps
     if steps == 1 and s.double_buffer:
-        if s.order == "oc_outer":
+        if s.order == LoopOrder.OC_OUTER:
             wgt_n = low.nbb * ocs
         else:
             inp_n = low.nbb * ohs * ows
@@ -91,36 +89,14 @@ def estimate(cfg: HwConfig, low: Lowered, s: S.ConvSchedule, t: Timing) -> float
     return max(n_tiles * period, load, bus * 1.07) + fill
 
 
-def choose(
-    cfg: HwConfig, op: Conv2d, epilogue: Epilogue, *, fold: bool | None = None, params=None
-) -> Choice:
-    from tilecraft.compiler.conv2d import build
-    from tilecraft.sim.simulator import model_report
-
-    low = lower(cfg, op, epilogue, fold)
+def rank(cfg: HwConfig, low: MappedConv) -> list[Ranked]:
+    """Every legal schedule, fastest estimate first (ties: the space's order)."""
     t = Timing.from_config(cfg)
-    ranked = sorted(
-        ((estimate(cfg, low, s, t), i, s) for i, s in enumerate(S.space(cfg, low))),
-        key=lambda x: x[:2],
-    )
+    ranked = [Ranked(s, estimate(cfg, low, s, t)) for s in S.space(cfg, low)]
     if not ranked:
         raise ScheduleError(
             f"no schedule fits {low.describe()} on {cfg.tag}: even the smallest tiles break "
-            + "; ".join(S.violations(cfg, low, S.ConvSchedule(1, 1, 1, 1)))
+            + "; ".join(S.violations(cfg, low, ConvSchedule(1, 1, 1, 1)))
         )
-    params = dict(params or {})
-    measured: list[tuple] = []
-    for est, _, s in ranked:
-        if len(measured) == MEASURED:
-            break
-        try:
-            program = build(cfg, op, epilogue, s, params, fold=low.folded, check=False)
-        except ScheduleError:
-            continue  # e.g. too many micro-op kernels, which the estimate does not see
-        report = model_report(program)
-        row = {"schedule": s.to_dict(), "estimate": round(est), "cycles": report.cycles}
-        measured.append((report.cycles, s, row, program))
-    if not measured:
-        raise ScheduleError(f"no schedule for {low.describe()} fits the micro-op buffer")
-    _, chosen, _, program = min(measured, key=lambda m: m[0])
-    return Choice(chosen, S.shaping_limits(cfg, low, chosen), [m[2] for m in measured], program)
+    ranked.sort(key=lambda r: r.estimate)  # stable
+    return ranked

@@ -1,18 +1,31 @@
-"""How a convolution maps onto the accelerator's blocks before it is scheduled.
+"""The first pass: how an operator maps onto the accelerator's blocks, before it is scheduled.
 
 Channels are padded to block multiples. When the input has fewer channels than one block
-(ResNet's first layer: 3 of 16 lanes), padding would waste most of the array, so the kernel
-taps are folded into the reduction instead: the input is stored im2col-style (runtime.layout
-``im2col``) and the layer becomes a 1x1 convolution over C*KH*KW channels, filling 147 of 160
-lanes for a 7x7 kernel on RGB instead of 3 of 16.
+(ResNet's first layer: 3 of 16 lanes), padding would waste most of the array, so the kernel taps
+are folded into the reduction instead: the input is stored im2col-style (runtime.layout
+`Im2col`) and the layer becomes a 1x1 convolution over C*KH*KW channels, filling 147 of 160
+lanes for a 7x7 kernel on RGB instead of 3 of 16. A dense layer runs as a 1x1 convolution over
+BATCH images of ceil(M/BATCH) rows each (runtime.layout `Rows`), so every batch lane is used
+whatever M is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import isa_for
+from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
+from tilecraft.runtime.layout import (
+    Activation,
+    Channels,
+    DenseWeight,
+    Im2col,
+    Lanes,
+    Layout,
+    Rows,
+    Weight,
+)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -20,13 +33,14 @@ def _ceil(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
-class Lowered:
-    """The convolution as the accelerator runs it (after any tap folding)."""
+class MappedConv:
+    """An operator as the accelerator runs it: a convolution (after any tap folding) over
+    channel blocks, and the layouts its tensors are stored in."""
 
-    op: Conv2d  # the operator as the user wrote it
+    source: Conv2d | Dense  # the operator as the user wrote it
+    op: Conv2d  # the convolution it runs as (a dense layer's 1x1 convolution)
     epilogue: Epilogue
     folded: bool
-    n: int
     nbb: int  # batch blocks
     icb: int  # input channel blocks (of the possibly folded channels)
     ic: int  # channels the accelerator reduces over (IC, or IC*KH*KW when folded)
@@ -38,6 +52,7 @@ class Lowered:
     pad: tuple[int, int]
     oh: int
     ow: int
+    round_row: bool  # the rounding constant 2**(shift-1) does not fit an ALU immediate
 
     @property
     def row_skip(self) -> bool:
@@ -48,34 +63,51 @@ class Lowered:
         """Fraction of the GEMM's reduction lanes that carry real input channels."""
         return self.ic / (self.icb * cfg.block_in)
 
-    def input_layout(self) -> dict:
-        op = self.op
+    # ---- the tensors' layouts ----------------------------------------------------------------
+    @property
+    def input_layout(self) -> Layout:
+        src = self.source
+        if isinstance(src, Dense):
+            return Rows(src.input_shape)
         if self.folded:
-            return {
-                "pack": "im2col",
-                "logical": list(op.input_shape),
-                "kernel": list(op.kernel),
-                "stride": list(op.stride),
-                "pad": list(op.pad),
-            }
-        return {"pack": "activation", "logical": list(op.input_shape), "block": "inp"}
+            return Im2col(src.input_shape, src.kernel, src.stride, src.pad)
+        return Activation(src.input_shape)
 
-    def weight_layout(self) -> dict:
-        return {"pack": "weight", "logical": list(self.op.weight_shape), "folded": self.folded}
+    @property
+    def weight_layout(self) -> Layout:
+        src = self.source
+        if isinstance(src, Dense):
+            return DenseWeight(src.weight_shape)
+        return Weight(src.weight_shape, folded=self.folded)
 
+    @property
+    def output_layout(self) -> Layout:
+        src = self.source
+        if isinstance(src, Dense):
+            return Rows(src.output_shape, Lanes.OUT)
+        return Activation(src.output_shape, Lanes.OUT)
+
+    @property
+    def residual_layout(self) -> Layout:
+        """The residual is added as a GEMM input: int8 in BLOCK_IN lanes."""
+        src = self.source
+        return Rows(src.output_shape) if isinstance(src, Dense) else Activation(src.output_shape)
+
+    @property
+    def channel_layout(self) -> Layout:
+        return Channels((self.source.channels,))
+
+    # ---- what the epilogue keeps in the accumulator ------------------------------------------
     def param_vectors(self) -> tuple[str, ...]:
         """Per-channel accumulator rows the epilogue keeps resident: the multiplier, and the
         bias folded with the rounding constant."""
         ep = self.epilogue
-        names = ("mul",) if ep.multiplier == "channel" else ()
+        names = ("mul",) if ep.multiplier == Multiplier.CHANNEL else ()
         return names + (("add",) if ep.bias else ())
 
-    def needs_round_row(self) -> bool:
-        """Rounding constants >= 2**15 do not fit an immediate: one row holds it."""
-        return self.epilogue.shift > 15
-
     def param_rows(self) -> int:
-        return self.ocb * len(self.param_vectors()) + int(self.needs_round_row())
+        """Accumulator rows the epilogue's parameters take (each copy)."""
+        return self.ocb * len(self.param_vectors()) + int(self.round_row)
 
     def select_rows(self, cfg: HwConfig) -> int:
         return len(residual_offsets(cfg, self.op.oc)) if self.epilogue.residual else 0
@@ -91,7 +123,7 @@ class Lowered:
         return worst
 
     def describe(self) -> str:
-        text = self.op.describe()
+        text = self.source.describe()
         return text + (" (taps folded into channels)" if self.folded else "")
 
 
@@ -107,7 +139,15 @@ def residual_offsets(cfg: HwConfig, oc: int) -> list[int]:
     return sorted(offsets)
 
 
-def lower(cfg: HwConfig, op: Conv2d, epilogue: Epilogue, fold: bool | None = None) -> Lowered:
+def rounding_needs_a_row(cfg: HwConfig, shift: int) -> bool:
+    """Whether the rounding constant 2**(shift-1) of a right shift is too large for an ALU
+    immediate, so that one accumulator row holds it instead."""
+    return shift > 0 and not isa_for(cfg).fits("imm", 1 << (shift - 1))
+
+
+def map_conv2d(
+    cfg: HwConfig, op: Conv2d, epilogue: Epilogue, fold: bool | None = None
+) -> MappedConv:
     """Map `op` onto `cfg`'s blocks; `fold=None` folds taps when that fills more lanes."""
     bi = cfg.block_in
     kk = op.kernel[0] * op.kernel[1]
@@ -115,19 +155,32 @@ def lower(cfg: HwConfig, op: Conv2d, epilogue: Epilogue, fold: bool | None = Non
     folded_eff = op.ic * kk / (_ceil(op.ic * kk, bi) * bi)
     if fold is None:
         fold = kk > 1 and folded_eff > direct + 0.25
+    return _mapped(cfg, op, op, epilogue, fold)
+
+
+def map_dense(cfg: HwConfig, op: Dense, epilogue: Epilogue) -> MappedConv:
+    """A dense layer as a 1x1 convolution over BATCH images of ceil(M/BATCH) rows."""
+    conv = Conv2d(cfg.batch, op.k, _ceil(op.m, cfg.batch), 1, op.n, kernel=1)
+    return _mapped(cfg, op, conv, epilogue, False)
+
+
+def _mapped(cfg, source, op: Conv2d, epilogue: Epilogue, fold: bool) -> MappedConv:
+    bi = cfg.block_in
+    ocb = _ceil(op.oc, cfg.block_out)
     common = dict(
+        source=source,
         op=op,
         epilogue=epilogue,
         folded=fold,
-        n=op.n,
         nbb=_ceil(op.n, cfg.batch),
-        ocb=_ceil(op.oc, cfg.block_out),
+        ocb=ocb,
         oh=op.oh,
         ow=op.ow,
+        round_row=rounding_needs_a_row(cfg, epilogue.shift),
     )
     if fold:
-        ic = op.ic * kk
-        return Lowered(
+        ic = op.ic * op.kernel[0] * op.kernel[1]
+        return MappedConv(
             **common,
             icb=_ceil(ic, bi),
             ic=ic,
@@ -137,7 +190,7 @@ def lower(cfg: HwConfig, op: Conv2d, epilogue: Epilogue, fold: bool | None = Non
             stride=(1, 1),
             pad=(0, 0),
         )
-    return Lowered(
+    return MappedConv(
         **common,
         icb=_ceil(op.ic, bi),
         ic=op.ic,

@@ -1,7 +1,7 @@
 """Seeded random programs for differential tests (simulator vs RTL): every opcode, LOAD
 padding, 2-D strides, micro-op loops, GEMM resets, immediate and tensor ALU ops, several
-STOREs. Dependence flags come from the compiler's token pass, and every program passes the
-static verifier, so any difference between two devices is a bug in one of them."""
+STOREs. Dependence flags come from the token pass, and every program passes the static
+verifier, so any difference between two devices is a bug in one of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tilecraft.compiler.verify import verify
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
-from tilecraft.runtime.program import Program
+from tilecraft.runtime.program import Program, Role
 
 ROWS = 24  # scratchpad rows each random program uses, per buffer
 POOL = 4  # micro-ops per (unit, accumulator half)
@@ -39,14 +39,14 @@ def random_program(cfg: HwConfig, seed: int, length: int = 24) -> tuple[Program,
 
 def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Program:
     pb = ProgramBuilder(cfg, name)
-    half = cfg.depth("acc") // 2
+    half = cfg.acc_bank_rows
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     src = {
-        "inp": pb.buffer("inp", "input", (64, b, bi), np.int8),
-        "wgt": pb.buffer("wgt", "input", (32, bo, bi), np.int8),
-        "acc": pb.buffer("acc", "input", (32, b, bo), np.int32),
+        "inp": pb.buffer("inp", Role.INPUT, (64, b, bi), np.int8),
+        "wgt": pb.buffer("wgt", Role.INPUT, (32, bo, bi), np.int8),
+        "acc": pb.buffer("acc", Role.INPUT, (32, b, bo), np.int32),
     }
-    out = pb.buffer("out", "output", (64, b, bo), np.int8)
+    out = pb.buffer("out", Role.OUTPUT, (64, b, bo), np.int8)
     # micro-ops: small indices so loops stay in range; four pools of POOL, for GEMM or ALU
     # (whose src is an ACC row too) in the lower or upper accumulator half, so an instruction
     # keeps to one half (what the units need to run side by side, see sim/simulator.py)
@@ -57,18 +57,8 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
             for _ in range(POOL):
                 dst, row = base + int(rng.integers(0, 6)), int(rng.integers(0, 8))
                 uops.append(Uop(dst, row + (base if unit == "alu" else 0), int(rng.integers(0, 8))))
-    pb.uops(uops)
-    pb.reserve_uops(len(uops))
-    insns = [
-        Load(
-            mem=MemId.UOP,
-            sram_base=0,
-            dram_base=pb.uop_dram(0),
-            y_size=1,
-            x_size=len(uops),
-            x_stride=len(uops),
-        )
-    ]
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
     # initialise what the random part may read
     for kind, mem, bases in (
         ("inp", MemId.INP, (0,)),
@@ -154,9 +144,7 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
             )
             out_next += (y - 1) * stride + x
     insns.append(Finish())
-    for insn in insert_tokens(cfg, insns, pb._uops, pb.uop_dram(0)):
-        pb.emit(insn)
-    return pb.build(meta={"kind": "random"})
+    return pb.build(insert_tokens(cfg, insns, uops, region))
 
 
 def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
@@ -165,20 +153,17 @@ def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
     STORE of all 65 rows. The token pass gives the STORE one token, from the ALU: it must
     vouch for the older GEMM as well."""
     pb = ProgramBuilder(cfg, "out-of-order units")
-    half = cfg.depth("acc") // 2
+    half = cfg.acc_bank_rows
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     shapes = {"inp": (8, b, bi), "wgt": (1, bo, bi), "acc": (65, b, bo)}
     src = {
-        name: pb.buffer(name, "input", shape, np.int32 if name == "acc" else np.int8)
+        name: pb.buffer(name, Role.INPUT, shape, np.int32 if name == "acc" else np.int8)
         for name, shape in shapes.items()
     }
-    out = pb.buffer("out", "output", (65, b, bo), np.int8)
+    out = pb.buffer("out", Role.OUTPUT, (65, b, bo), np.int8)
     uops = [Uop(half - 64, 0, 0), Uop(half, 0, 0)]
-    pb.uops(uops)
-    pb.reserve_uops(len(uops))
-    insns = [
-        Load(mem=MemId.UOP, sram_base=0, dram_base=pb.uop_dram(0), y_size=1, x_size=2, x_stride=2)
-    ]
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
     for name, mem in (("inp", MemId.INP), ("wgt", MemId.WGT), ("acc", MemId.ACC)):
         n, sram = shapes[name][0], half - 64 if name == "acc" else 0
         dram = pb.elem(src[name], name)
@@ -189,9 +174,7 @@ def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
         Store(sram_base=half - 64, dram_base=pb.elem(out, "out"), y_size=1, x_size=65, x_stride=65),
         Finish(),
     ]
-    for insn in insert_tokens(cfg, insns, uops, pb.uop_dram(0)):
-        pb.emit(insn)
-    program = pb.build(meta={"kind": "out-of-order"})
+    program = pb.build(insert_tokens(cfg, insns, uops, region))
     verify(program)
     rng = np.random.default_rng(seed)
     inputs = {}

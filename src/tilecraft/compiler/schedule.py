@@ -1,59 +1,27 @@
-"""Schedules for the convolution template: the tunable knobs, their legal values, and the
-scratchpad/micro-op/field budget every legal schedule must fit.
+"""The legality of schedules for the convolution template: the scratchpad, micro-op and field
+budget every legal schedule must fit (`violations`), the legal space (`space`), the tiles a
+schedule cuts the output into, and why each tile is not larger (`shaping_limits`).
 
-A `ConvSchedule` tiles the lowered convolution (see mapping.py) into output tiles of
-`tile_oc` channel blocks x `tile_oh` rows x `tile_ow` columns, each reduced in steps of
-`tile_ic` input-channel blocks; `order` says whether output-channel tiles are the outer loop
-(weights stay resident while the window slides) or the inner one (the input window stays while
-the channels change); `double_buffer` splits every scratchpad into two halves so loads, compute
-and stores of neighbouring steps overlap, and `acc_slots` (2 or 4, when double-buffered) is how
-many accumulator tiles rotate, alternating between the accumulator's halves: with 4, a tile's
-epilogue and store have three tile-times, not one, before its slot is zeroed again. It is
-frozen and hashable: the tuner's search space.
+A `ConvSchedule` (tilecraft.ops.schedules) tiles the mapped convolution (mapping.py) into output
+tiles of `tile_oc` channel blocks x `tile_oh` rows x `tile_ow` columns, each reduced in steps of
+`tile_ic` input-channel blocks. Every limit here comes from the config and the ISA's field
+widths; none is typed as a number.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
-from tilecraft.compiler.mapping import Lowered
+from tilecraft.compiler.mapping import MappedConv
 from tilecraft.compiler.tensorize import kernel_size, window
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa.formats import ITER_BITS
-
-ORDERS = ("oc_outer", "spatial_outer")
-MAX_ITER = (1 << ITER_BITS) - 1
-MAX_PAD = 15  # the LOAD pad fields are 4 bits
-MAX_DMA = (1 << 16) - 1  # y_size, x_size, x_stride
-
-
-@dataclass(frozen=True)
-class ConvSchedule:
-    tile_oc: int
-    tile_ic: int
-    tile_oh: int
-    tile_ow: int
-    order: str = "oc_outer"
-    double_buffer: bool = True
-    acc_slots: int = 2  # when double-buffered: 2 or 4 accumulator tiles in rotation
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def describe(self) -> str:
-        return (
-            f"tiles oc={self.tile_oc} ic={self.tile_ic} oh={self.tile_oh} ow={self.tile_ow} "
-            f"({self.order}, "
-            + (
-                f"double-buffered, {self.acc_slots} acc slots"
-                if self.double_buffer
-                else "single buffer"
-            )
-            + ")"
-        )
+from tilecraft.hw.isa import isa_for
+from tilecraft.ops import ConvSchedule, LoopOrder
+from tilecraft.ops.schedules import ACC_SLOTS
 
 
 @dataclass(frozen=True)
@@ -70,8 +38,9 @@ class Budget:
     acc_reserved: int
 
     def needs(self, cfg: HwConfig) -> dict[str, tuple[int, int]]:
-        """buffer -> (rows needed, rows available). Double-buffered accumulator tiles live in
-        separate halves (so the GEMM and ALU units may overlap), the parameters in the first."""
+        """buffer -> (rows needed, rows available). Double-buffered accumulator tiles alternate
+        between the banks (so the GEMM and ALU units may overlap), each slot's region holding
+        its tile and a copy of the epilogue's parameters."""
         slot = {1: "acc", 2: "acc half", 4: "acc quarter"}[self.acc_slots]
         return {
             "inp": (self.slots * (self.inp_window + self.inp_residual), cfg.depth("inp")),
@@ -99,14 +68,14 @@ def ranges(total: int, step: int) -> list[tuple[int, int]]:
     return [(a, min(step, total - a)) for a in range(0, total, step)]
 
 
-def tiles(low: Lowered, s: ConvSchedule) -> Iterator[Tile]:
+def tiles(low: MappedConv, s: ConvSchedule) -> Iterator[Tile]:
     ocs, ohs, ows = (
         ranges(low.ocb, s.tile_oc),
         ranges(low.oh, s.tile_oh),
         ranges(low.ow, s.tile_ow),
     )
     for nb in range(low.nbb):
-        if s.order == "oc_outer":
+        if s.order == LoopOrder.OC_OUTER:
             for (oc0, toc), (oh0, toh), (ow0, tow) in itertools.product(ocs, ohs, ows):
                 yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
         else:
@@ -114,13 +83,13 @@ def tiles(low: Lowered, s: ConvSchedule) -> Iterator[Tile]:
                 yield Tile(nb, oc0, toc, oh0, toh, ow0, tow)
 
 
-def budget(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> Budget:
+def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
     kh, kw = low.kernel
     wr, wc = window(low, s.tile_oh, s.tile_ow)
     res_blocks = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
     return Budget(
-        slots=2 if s.double_buffer else 1,
-        acc_slots=s.acc_slots if s.double_buffer else 1,
+        slots=s.slots,
+        acc_slots=s.acc_tiles,
         inp_window=s.tile_ic * wr * wc,
         inp_residual=res_blocks * s.tile_oh * s.tile_ow,
         wgt_tile=s.tile_oc * s.tile_ic * kh * kw,
@@ -130,20 +99,17 @@ def budget(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> Budget:
     )
 
 
-def violations(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
+def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     """Every limit `s` breaks, each naming the limit and by how much; [] if legal."""
     out = []
-    if s.order not in ORDERS:
-        out.append(f"order {s.order!r} is not one of {ORDERS}")
-    if s.acc_slots not in (2, 4):
-        out.append(f"acc_slots = {s.acc_slots!r} must be 2 or 4")
+    spec = isa_for(cfg)
     for name, value, top in (
         ("tile_oc", s.tile_oc, low.ocb),
         ("tile_ic", s.tile_ic, low.icb),
         ("tile_oh", s.tile_oh, low.oh),
         ("tile_ow", s.tile_ow, low.ow),
     ):
-        if not isinstance(value, int) or not 1 <= value <= top:
+        if not 1 <= value <= top:
             out.append(f"{name} = {value!r} must be in 1..{top}")
     if out:
         return out
@@ -164,22 +130,30 @@ def violations(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
             f"{uops * kernels}, has {have} (exceeds by {uops * kernels - have})"
         )
     pix = s.tile_oh * s.tile_ow
-    if pix > MAX_ITER:
-        out.append(f"ALU loop over {pix} tile pixels exceeds the {ITER_BITS}-bit iteration field")
-    if max(low.pad) > MAX_PAD:
-        out.append(f"padding {max(low.pad)} exceeds the LOAD pad field (max {MAX_PAD})")
+    it = spec.field("iter_out")
+    if pix > it.hi:
+        out.append(
+            f"ALU loop over {pix} tile pixels exceeds the {it.width}-bit iteration field "
+            f"(max {it.hi})"
+        )
+    pad = spec.field("x_pad0")
+    if max(low.pad) > pad.hi:
+        out.append(f"padding {max(low.pad)} exceeds the LOAD pad field (max {pad.hi})")
     stride_rows = low.w * (low.stride[0] if low.row_skip else 1)
+    dma = spec.field("x_stride")
     for what, value in (
         ("input row stride", stride_rows),
         ("output plane", low.oh * low.ow),
         ("weight row", low.icb * low.kernel[0] * low.kernel[1]),
     ):
-        if value > MAX_DMA:
-            out.append(f"{what} of {value} elements exceeds the 16-bit DMA stride (max {MAX_DMA})")
+        if value > dma.hi:
+            out.append(
+                f"{what} of {value} elements exceeds the {dma.width}-bit DMA stride (max {dma.hi})"
+            )
     return out
 
 
-def check(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> None:
+def check(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> None:
     problems = violations(cfg, low, s)
     if problems:
         raise ScheduleError(
@@ -188,7 +162,7 @@ def check(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> None:
         )
 
 
-def space(cfg: HwConfig, low: Lowered, double_buffer=(True, False)) -> Iterator[ConvSchedule]:
+def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterator[ConvSchedule]:
     """Every legal schedule (tile sizes that divide their dimension, or the whole of it)."""
     for db in double_buffer:
         for oc, ic, oh, ow, order, acc in itertools.product(
@@ -196,18 +170,18 @@ def space(cfg: HwConfig, low: Lowered, double_buffer=(True, False)) -> Iterator[
             _sizes(low.icb),
             _sizes(low.oh),
             _sizes(low.ow),
-            ORDERS,
-            (2, 4) if db else (2,),
+            LoopOrder,
+            ACC_SLOTS if db else ACC_SLOTS[:1],
         ):
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)
-            if order == "spatial_outer" and single:
+            if order == LoopOrder.SPATIAL_OUTER and single:
                 continue  # one loop has a single trip: the orders are the same program
             s = ConvSchedule(oc, ic, oh, ow, order, db, acc)
             if not violations(cfg, low, s):
                 yield s
 
 
-def shaping_limits(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
+def shaping_limits(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     """Why each tile is not larger: the limit that growing it to the next size would break."""
     notes = []
     for name, top in (
@@ -221,7 +195,7 @@ def shaping_limits(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
         if not bigger:
             notes.append(f"{name}={value} covers the whole dimension")
             continue
-        grown = ConvSchedule(**{**s.to_dict(), name: bigger[0]})
+        grown = replace(s, **{name: bigger[0]})
         problems = violations(cfg, low, grown)
         if problems:
             notes.append(f"{name}={value}: {bigger[0]} would break {problems[0]}")
@@ -230,9 +204,15 @@ def shaping_limits(cfg: HwConfig, low: Lowered, s: ConvSchedule) -> list[str]:
     return notes
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending (O(sqrt n) steps)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
 def _sizes(n: int) -> list[int]:
     """Tile sizes tried for a dimension of n: its divisors (ragged edges only via the user)."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return divisors(n)
 
 
 def _explain(buf: str, b: Budget) -> str:

@@ -13,21 +13,21 @@ import itertools
 
 import numpy as np
 
-from tilecraft.compiler.mapping import Lowered
+from tilecraft.compiler.mapping import MappedConv
 
 PREFERRED_UOPS = 512  # above this a GEMM kernel loops over other dimensions instead
 
 Dim = tuple[str, int, int, int, int]  # name, extent, dst stride, src stride, wgt stride
 
 
-def window(low: Lowered, rows: int, cols: int) -> tuple[int, int]:
+def window(low: MappedConv, rows: int, cols: int) -> tuple[int, int]:
     """Input rows and columns of the window an output block of rows x cols reads."""
     (kh, kw), (sh, sw) = low.kernel, low.stride
     wr = rows if low.row_skip else (rows - 1) * sh + kh
     return wr, (cols - 1) * sw + kw
 
 
-def step_dims(low: Lowered, toc: int, tic: int, toh: int, tow: int) -> list[Dim]:
+def step_dims(low: MappedConv, toc: int, tic: int, toh: int, tow: int) -> list[Dim]:
     """The step's dimensions; scratchpad layouts: acc (oc, oh, ow), inp window (ic, row, col),
     weights (oc, ic, kh, kw)."""
     (kh, kw), (sh, sw) = low.kernel, low.stride
@@ -63,7 +63,7 @@ def gemm_loops(dims: list[Dim]) -> tuple[list[Dim], list[Dim]]:
     return list(pair), rest_of(pair)
 
 
-def kernel_size(low: Lowered, toc: int, tic: int, toh: int, tow: int) -> int:
+def kernel_size(low: MappedConv, toc: int, tic: int, toh: int, tow: int) -> int:
     """Micro-ops in the GEMM kernel of a full step."""
     _, rest = gemm_loops(step_dims(low, toc, tic, toh, tow))
     return int(np.prod([d[1] for d in rest], dtype=np.int64))

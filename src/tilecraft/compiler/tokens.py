@@ -18,26 +18,18 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.completion import LOAD_LANE, STORE_LANE, Completion, covers
-from tilecraft.compiler.footprint import SRAMS, accesses
+from tilecraft.compiler.footprint import accesses
 from tilecraft.errors import ScheduleError
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, uop_table
-
-# (from stage, to stage) -> (producer's push flag, consumer's pop flag)
-EDGES = {
-    (Stage.LOAD, Stage.COMPUTE): ("push_next", "pop_prev"),
-    (Stage.COMPUTE, Stage.LOAD): ("push_prev", "pop_next"),
-    (Stage.COMPUTE, Stage.STORE): ("push_next", "pop_prev"),
-    (Stage.STORE, Stage.COMPUTE): ("push_prev", "pop_next"),
-}
+from tilecraft.hw.config import SCRATCHPADS, HwConfig
+from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, queue_between, uop_table
 
 
 class RowHistory:
     """Per scratchpad row and stage: the latest (stage-local) reader and writer index."""
 
     def __init__(self, cfg: HwConfig):
-        self.writer = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
-        self.reader = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
+        self.writer = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
+        self.reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
 
     def needs(self, access) -> dict[Stage, np.ndarray]:
         """Stage-local indices on each other stage this access must follow (the latest writer
@@ -86,7 +78,7 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     global_of: dict[Stage, list[int]] = {s: [] for s in Stage}  # stage-local -> index in out
     lanes: list[int] = []  # compute-local -> lane
     history = RowHistory(cfg)
-    completion = Completion(cfg.depth("acc") // 2)
+    completion = Completion(cfg)
 
     def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int]) -> int:
         local, lane, clock = completion.start(stage, opcode, first_dst)
@@ -94,9 +86,9 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         out.append(insn)
         flags.append({})
         for p in producers:
-            push, pop = EDGES[stage_of[p], stage]
-            flags[p][push] = True
-            flags[k][pop] = True
+            q = queue_between(stage_of[p], stage)
+            flags[p][q.push_flag] = True
+            flags[k][q.pop_flag] = True
             clock = np.maximum(clock, done_of[p])
         done_of.append(completion.finish(stage, local, lane, first_dst, clock))
         stage_of.append(stage)
@@ -120,7 +112,7 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
             missing = [w for w in wanted if not covers(clock, *w)]
             if not missing:
                 continue  # already ordered, directly or through the third stage
-            if (other, s) not in EDGES:
+            if queue_between(other, s) is None:
                 raise ScheduleError(
                     f"instruction {k} ({s.name.lower()}) depends on the {other.name.lower()} "
                     f"stage, which has no token queue to it"

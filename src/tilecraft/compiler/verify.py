@@ -20,9 +20,18 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.completion import Completion, covers
-from tilecraft.compiler.footprint import SRAMS, accesses
+from tilecraft.compiler.footprint import accesses
 from tilecraft.errors import VerifyError
-from tilecraft.hw.isa import POP_QUEUES, PUSH_QUEUES, Opcode, Stage, TokenQueue, format_row
+from tilecraft.hw.config import SCRATCHPADS
+from tilecraft.hw.isa import (
+    POP_QUEUES,
+    PUSH_QUEUES,
+    Stage,
+    TokenQueue,
+    Unit,
+    format_row,
+    unit_of,
+)
 from tilecraft.runtime.program import Program
 
 
@@ -203,7 +212,7 @@ def _clocks(cfg, table, acc, pops, pushes, order) -> tuple[list[np.ndarray], lis
     done: list[np.ndarray | None] = [None] * n
     start: list[np.ndarray | None] = [None] * n
     lanes = [0] * n
-    completion = Completion(cfg.depth("acc") // 2)
+    completion = Completion(cfg)
     for k in order:
         a = acc[k]
         local, lanes[k], clock = completion.start(a.stage, table["opcode"][k], a.first_dst)
@@ -221,9 +230,9 @@ def _check_hazards(cfg, table, acc, clocks, lanes) -> None:
     for a in acc:
         local.append(count[a.stage])
         count[a.stage] += 1
-    writer = {b: np.full(cfg.depth(b), -1) for b in SRAMS}  # global index, program order
-    reader = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
-    writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SRAMS} for s in Stage}
+    writer = {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}  # global index, program order
+    reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
+    writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
     for a in acc:
         k, s, clock = a.index, a.stage, clocks[a.index]
         for buf, rows in a.reads.items():
@@ -272,32 +281,33 @@ def _check_hazards(cfg, table, acc, clocks, lanes) -> None:
 def _check_unit_overlap(cfg, table, acc) -> None:
     """An instruction can overlap only the latest instruction of the other unit issued since
     the last LOAD UOP/ACC or FINISH (anything older on that unit finished before it)."""
-    half = cfg.depth("acc") // 2
-    last = {int(Opcode.GEMM): None, int(Opcode.ALU): None}
+    last: dict[Unit, object] = dict.fromkeys(Unit)
     for a in acc:
         if a.stage != Stage.COMPUTE:
             continue
-        op = int(table["opcode"][a.index])
-        if op not in last:
-            last = dict.fromkeys(last)
+        unit = unit_of(int(table["opcode"][a.index]))
+        if unit is None:  # waits for both units
+            last = dict.fromkeys(Unit)
             continue
-        other = last[int(Opcode.ALU) if op == Opcode.GEMM else int(Opcode.GEMM)]
-        last[op] = a
-        if other is None or (a.first_dst >= half) == (other.first_dst >= half):
+        other = last[Unit.ALU if unit == Unit.GEMM else Unit.GEMM]
+        last[unit] = a
+        if other is None or cfg.acc_bank(a.first_dst) == cfg.acc_bank(other.first_dst):
             continue
         for x in (a, other):
-            own = x.first_dst >= half
+            own = cfg.acc_bank(x.first_dst)
             for verb, touched in (("reads", x.reads), ("writes", x.writes)):
                 rows = touched.get("acc")
-                stray = [] if rows is None else rows[(rows >= half) != own]
+                stray = [] if rows is None else rows[rows // cfg.acc_bank_rows != own]
                 if len(stray):
+                    lo, hi = own * cfg.acc_bank_rows, (own + 1) * cfg.acc_bank_rows - 1
                     _fail(
                         "unit-overlap",
                         f"may run alongside instruction {other.index} "
                         f"({format_row(table[other.index])}) on the other compute unit "
-                        f"(their first micro-ops write different accumulator halves), but "
+                        f"(their first micro-ops write different accumulator banks), but "
                         f"instruction {x.index} {verb} acc row {int(stray[0])} outside its "
-                        f"half (each half is a bank the other unit may be using)",
+                        f"bank (rows {lo}..{hi}, "
+                        f"a bank the other unit may be using)",
                         table,
                         a.index,
                     )

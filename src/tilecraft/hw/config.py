@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tilecraft.errors import ConfigError
+from tilecraft.files import write_atomic
 
 try:  # Python 3.11+
     import tomllib as _toml  # novm
@@ -62,6 +63,9 @@ ARCH_FIELDS = (
 )
 
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
+SCRATCHPADS = ("uop", "inp", "wgt", "acc")  # the on-chip memories
+BUFFERS = SCRATCHPADS + ("out",)  # and OUT, the narrowed view of ACC that STORE reads
+ACC_BANKS = 2  # the accumulator is two banks (halves), one per index's top bit
 
 
 ALU_MUL_LANES = 4  # the vector ALU multiplies this many lanes per cycle (DSP budget)
@@ -117,7 +121,7 @@ class HwConfig:
                 f"log_acc_width must give an accumulator wider than the operands "
                 f"({self.inp_bits}/{self.wgt_bits} bits), not {self.acc_bits} bits"
             )
-        for name in ("uop", "inp", "wgt", "acc"):
+        for name in SCRATCHPADS:
             depth = self.depth(name)
             if depth < 2:
                 elem = self.elem_bytes(name)
@@ -184,17 +188,26 @@ class HwConfig:
 
     def depth(self, buffer: str) -> int:
         """Number of elements a scratchpad holds. OUT is a view of ACC, so it has ACC's depth."""
-        if buffer == "out":
-            buffer = "acc"
-        log = {
-            "uop": self.log_uop_buff,
-            "inp": self.log_inp_buff,
-            "wgt": self.log_wgt_buff,
-            "acc": self.log_acc_buff,
-        }
-        if buffer not in log:
-            raise ConfigError(f"unknown buffer {buffer!r}; valid: uop, inp, wgt, acc, out")
-        return max((1 << log[buffer]) // self.elem_bytes(buffer), 0)
+        depths = self._depths
+        if buffer not in depths:
+            raise ConfigError(f"unknown buffer {buffer!r}; valid: {', '.join(BUFFERS)}")
+        return depths[buffer]
+
+    @cached_property
+    def _depths(self) -> dict[str, int]:
+        out = {b: (1 << getattr(self, f"log_{b}_buff")) // self.elem_bytes(b) for b in SCRATCHPADS}
+        out["out"] = out["acc"]
+        return out
+
+    @property
+    def acc_bank_rows(self) -> int:
+        """Rows of each accumulator bank. The GEMM core and the vector ALU may run side by side
+        only on different banks; each keeps every row it touches in its own (sim/engine.py)."""
+        return self.depth("acc") // ACC_BANKS
+
+    def acc_bank(self, row: int) -> int:
+        """The bank an accumulator row is in (0: the lower half)."""
+        return row // self.acc_bank_rows
 
     @cached_property
     def uop_bytes(self) -> int:
@@ -284,9 +297,7 @@ class HwConfig:
             text = self.to_json() + "\n"
         else:
             raise ConfigError(f"config file must end in .toml or .json, not {path.name!r}")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_atomic(path, text)
 
     @classmethod
     def load(cls, path: str | Path) -> HwConfig:
@@ -301,6 +312,8 @@ class HwConfig:
             data = _toml.loads(raw.decode()) if path.suffix == ".toml" else json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {str(path)!r} does not parse: {exc}") from exc
+        except RecursionError:
+            raise ConfigError(f"config file {str(path)!r} nests too deeply") from None
         if isinstance(data, dict):
             data = data.get("hw", data)  # board preset files keep the config under [hw]
         if not isinstance(data, dict):
@@ -316,7 +329,7 @@ class HwConfig:
             f"({self.macs_per_cycle} MAC/cycle, "
             f"{2 * self.macs_per_cycle * self.clock_mhz / 1e3:.1f} GOPS peak)"
         )
-        for name in ("uop", "inp", "wgt", "acc"):
+        for name in SCRATCHPADS:
             size = 1 << getattr(self, f"log_{name}_buff")
             rows.append(
                 f"{name} buffer       {size // 1024} KiB = {self.depth(name)} x "

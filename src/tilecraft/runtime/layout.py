@@ -1,22 +1,30 @@
 """Logical tensors <-> the accelerator's blocked DRAM layouts (numpy only: boards pack too).
 
-A program's buffers carry a `layout` dict saying how a logical tensor maps to the stored array;
-`pack` and `unpack` follow it. Kinds:
+A program's buffer may carry a `Layout` saying how a logical tensor maps to the array stored in
+DRAM; `pack` and `unpack` follow it. Every layout is a frozen record (JSON through
+`tilecraft.serial`), with `logical` the tensor's shape and `stored_shape(cfg)` the array's:
 
-- ``activation``: NCHW -> (N/B, C/Bi, H, W, B, Bi), N and C zero-padded to the blocks (`block`
-  says which lane width: "inp" for BLOCK_IN, "out" for BLOCK_OUT).
-- ``weight``: OIHW -> (O/Bo, I/Bi, KH, KW, Bo, Bi), O and I zero-padded.
-- ``im2col``: NCHW input of a convolution with its kernel taps folded into the channels:
-  channel r = c*KH*KW + kh*KW + kw of output pixel (oh, ow) holds
-  x[n, c, oh*SH + kh - PH, ow*SW + kw - PW] (zero outside), then packed as an activation of
-  shape (N, C*KH*KW, OH, OW). The matching weights are OIHW reshaped to (O, I*KH*KW, 1, 1).
-- ``rows``: a matrix (M, K) as the activation (B, K, ceil(M/B), 1), row m = b*ceil(M/B) + h,
-  so a dense layer fills every batch lane whatever M is.
-- ``channels``: a per-channel int32 vector (C,) as accumulator rows (C/Bo, B, Bo), each value
+- `Activation`: NCHW -> (N/B, C/L, H, W, B, L), N and C zero-padded to the blocks; L is
+  BLOCK_IN (`Lanes.INP`: a GEMM input) or BLOCK_OUT (`Lanes.OUT`: an accumulator output).
+- `Weight`: OIHW -> (O/Bo, I/Bi, KH, KW, Bo, Bi), O and I zero-padded; `folded` stores it as
+  (O, I*KH*KW, 1, 1) first (the taps folded into the channels, see `Im2col`).
+- `DenseWeight`: a dense layer's (K, N) matrix as an (N, K, 1, 1) `Weight`.
+- `Im2col`: the NCHW input of a convolution with its taps folded into the channels: channel
+  r = c*KH*KW + kh*KW + kw of output pixel (oh, ow) holds x[n, c, oh*SH + kh - PH,
+  ow*SW + kw - PW] (zero outside), packed as an `Activation` of shape (N, C*KH*KW, OH, OW).
+- `Rows`: a matrix (M, K) as the activation (B, K, ceil(M/B), 1), row m = b*ceil(M/B) + h, so
+  a dense layer fills every batch lane whatever M is.
+- `Channels`: a per-channel int32 vector (C,) as accumulator rows (C/Bo, B, Bo), each value
   repeated over the batch lanes.
+- `Matrix` / `TransposedMatrix`: the example GEMM's operands, tiles of (B x L) for A and C,
+  and B stored transposed in (Bo x Bi) tiles: (M/B, K/Bi, B, Bi), (N/Bo, K/Bi, Bo, Bi).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,14 +32,212 @@ from tilecraft.errors import ProgramError
 from tilecraft.hw.config import HwConfig
 
 
+class Lanes(str, Enum):
+    """The block width a tensor's channels are padded to."""
+
+    INP = "inp"  # BLOCK_IN: a GEMM input
+    OUT = "out"  # BLOCK_OUT: an accumulator output
+
+    def width(self, cfg: HwConfig) -> int:
+        return cfg.block_in if self == Lanes.INP else cfg.block_out
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _lanes(cfg: HwConfig, block: str) -> int:
-    return cfg.block_in if block == "inp" else cfg.block_out
+class _Layout:
+    logical: tuple[int, ...]
+    rank: ClassVar[int]
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.logical)
+        object.__setattr__(self, "logical", shape)
+        if len(shape) != self.rank or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape
+        ):
+            raise ProgramError(
+                f"a {self.kind} layout's logical shape must be {self.rank} positive ints, "
+                f"not {self.logical!r}"
+            )
+
+    def check(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if x.shape != self.logical:
+            raise ProgramError(
+                f"a {self.kind} tensor of logical shape {self.logical} was given shape {x.shape}"
+            )
+        return x
 
 
+@dataclass(frozen=True)
+class Activation(_Layout):
+    logical: tuple[int, ...]
+    lanes: Lanes = Lanes.INP
+    kind: ClassVar[str] = "activation"
+    rank: ClassVar[int] = 4
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        n, c, h, w = self.logical
+        lanes = self.lanes.width(cfg)
+        return (_ceil(n, cfg.batch), _ceil(c, lanes), h, w, cfg.batch, lanes)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        return pack_activation(self.check(x), cfg.batch, self.lanes.width(cfg))
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        return unpack_activation(p, *self.logical[:2])
+
+
+@dataclass(frozen=True)
+class Weight(_Layout):
+    logical: tuple[int, ...]
+    folded: bool = False
+    kind: ClassVar[str] = "weight"
+    rank: ClassVar[int] = 4
+
+    def _kernel(self) -> tuple[int, int, int, int]:
+        o, i, kh, kw = self.logical
+        return (o, i * kh * kw, 1, 1) if self.folded else (o, i, kh, kw)
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        o, i, kh, kw = self._kernel()
+        bo, bi = cfg.block_out, cfg.block_in
+        return (_ceil(o, bo), _ceil(i, bi), kh, kw, bo, bi)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        x = self.check(x).reshape(self._kernel())
+        return pack_weight(x, cfg.block_out, cfg.block_in)
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        o, i, _, _ = self._kernel()
+        return unpack_weight(p, o, i).reshape(self.logical)
+
+
+@dataclass(frozen=True)
+class DenseWeight(_Layout):
+    logical: tuple[int, ...]  # (K, N)
+    kind: ClassVar[str] = "dense_weight"
+    rank: ClassVar[int] = 2
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        k, n = self.logical
+        return Weight((n, k, 1, 1)).stored_shape(cfg)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        return pack_weight(self.check(x).T[:, :, None, None], cfg.block_out, cfg.block_in)
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        k, n = self.logical
+        return np.ascontiguousarray(unpack_weight(p, n, k)[:, :, 0, 0].T)
+
+
+@dataclass(frozen=True)
+class Im2col(_Layout):
+    logical: tuple[int, ...]
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pad: tuple[int, int]
+    kind: ClassVar[str] = "im2col"
+    rank: ClassVar[int] = 4
+
+    def _columns(self) -> tuple[int, int, int, int]:
+        n, c, h, w = self.logical
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.pad
+        return (n, c * kh * kw, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1)
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        return Activation(self._columns()).stored_shape(cfg)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        cols = im2col(self.check(x), self.kernel, self.stride, self.pad)
+        return pack_activation(cols, cfg.batch, cfg.block_in)
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        raise ProgramError("an im2col layout is an input only: its taps overlap")
+
+
+@dataclass(frozen=True)
+class Rows(_Layout):
+    logical: tuple[int, ...]  # (M, K)
+    lanes: Lanes = Lanes.INP
+    kind: ClassVar[str] = "rows"
+    rank: ClassVar[int] = 2
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        m, k = self.logical
+        return Activation((cfg.batch, k, _ceil(m, cfg.batch), 1), self.lanes).stored_shape(cfg)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        rows = rows_as_activation(self.check(x), cfg.batch)
+        return pack_activation(rows, cfg.batch, self.lanes.width(cfg))
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        m, n = self.logical
+        return activation_as_rows(unpack_activation(p, p.shape[0] * p.shape[4], n), m)
+
+
+@dataclass(frozen=True)
+class Channels(_Layout):
+    logical: tuple[int, ...]  # (C,)
+    kind: ClassVar[str] = "channels"
+    rank: ClassVar[int] = 1
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        return (_ceil(self.logical[0], cfg.block_out), cfg.batch, cfg.block_out)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        x = self.check(x)
+        lanes = cfg.block_out
+        padded = np.zeros(_ceil(x.shape[0], lanes) * lanes, x.dtype)
+        padded[: x.shape[0]] = x
+        rows = padded.reshape(-1, 1, lanes)
+        return np.ascontiguousarray(np.broadcast_to(rows, (rows.shape[0], cfg.batch, lanes)))
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(p[:, 0, :].reshape(-1)[: self.logical[0]])
+
+
+@dataclass(frozen=True)
+class Matrix(_Layout):
+    logical: tuple[int, ...]  # (rows, columns)
+    lanes: Lanes = Lanes.INP
+    kind: ClassVar[str] = "matrix"
+    rank: ClassVar[int] = 2
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        r, c = self.logical
+        lanes = self.lanes.width(cfg)
+        return (_ceil(r, cfg.batch), _ceil(c, lanes), cfg.batch, lanes)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        return _pack_tiles(self.check(x), cfg.batch, self.lanes.width(cfg))
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        return _unpack_tiles(p, self.logical)
+
+
+@dataclass(frozen=True)
+class TransposedMatrix(_Layout):
+    logical: tuple[int, ...]  # (K, N), stored as its transpose in (Bo x Bi) tiles
+    kind: ClassVar[str] = "transposed_matrix"
+    rank: ClassVar[int] = 2
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        k, n = self.logical
+        return (_ceil(n, cfg.block_out), _ceil(k, cfg.block_in), cfg.block_out, cfg.block_in)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        return _pack_tiles(self.check(x).T, cfg.block_out, cfg.block_in)
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(_unpack_tiles(p, self.logical[::-1]).T)
+
+
+Layout = Activation | Weight | DenseWeight | Im2col | Rows | Channels | Matrix | TransposedMatrix
+
+
+# ---- the array transforms ------------------------------------------------------------------
 def pack_activation(x: np.ndarray, batch: int, lanes: int) -> np.ndarray:
     n, c, h, w = x.shape
     nb, cb = _ceil(n, batch), _ceil(c, lanes)
@@ -89,91 +295,41 @@ def activation_as_rows(a: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(a[..., 0].transpose(0, 2, 1).reshape(batch * mb, k)[:m])
 
 
-def pack(cfg: HwConfig, layout: dict, x: np.ndarray) -> np.ndarray:
+def _pack_tiles(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    r, c = x.shape
+    padded = np.zeros((_ceil(r, rows) * rows, _ceil(c, cols) * cols), x.dtype)
+    padded[:r, :c] = x
+    tiles = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // cols, cols)
+    return np.ascontiguousarray(tiles.transpose(0, 2, 1, 3))
+
+
+def _unpack_tiles(p: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    rb, cb, rows, cols = p.shape
+    full = p.transpose(0, 2, 1, 3).reshape(rb * rows, cb * cols)
+    return np.ascontiguousarray(full[: shape[0], : shape[1]])
+
+
+# ---- programs' tensors ----------------------------------------------------------------------
+def pack(cfg: HwConfig, layout: Layout, x: np.ndarray) -> np.ndarray:
     """The stored array of logical tensor `x` under `layout`."""
-    kind = _kind(layout)
-    x = np.asarray(x)
-    _check_shape(layout, x)
-    if kind == "activation":
-        return pack_activation(x, cfg.batch, _lanes(cfg, layout.get("block", "inp")))
-    if kind == "weight":
-        if layout.get("dense"):  # a dense layer's (K, N) matrix is a 1x1 kernel
-            x = x.T[:, :, None, None]
-        o = x.shape[0]
-        if layout.get("folded"):
-            x = x.reshape(o, -1, 1, 1)
-        return pack_weight(x, cfg.block_out, cfg.block_in)
-    if kind == "im2col":
-        cols = im2col(x, layout["kernel"], layout["stride"], layout["pad"])
-        return pack_activation(cols, cfg.batch, cfg.block_in)
-    if kind == "rows":
-        lanes = _lanes(cfg, layout.get("block", "inp"))
-        return pack_activation(rows_as_activation(x, cfg.batch), cfg.batch, lanes)
-    if kind == "channels":
-        lanes = cfg.block_out
-        c = x.shape[0]
-        padded = np.zeros(_ceil(c, lanes) * lanes, np.int32)
-        padded[:c] = x
-        return np.ascontiguousarray(
-            np.broadcast_to(padded.reshape(-1, 1, lanes), (padded.size // lanes, cfg.batch, lanes))
-        )
-    raise AssertionError(kind)
+    return layout.pack(cfg, x)
 
 
-def unpack(cfg: HwConfig, layout: dict, p: np.ndarray) -> np.ndarray:
-    """The logical tensor stored in `p` under `layout` (only for outputs and activations)."""
-    kind = _kind(layout)
-    shape = layout["logical"]
-    if kind == "activation":
-        return unpack_activation(p, shape[0], shape[1])
-    if kind == "rows":
-        m, n = shape
-        return activation_as_rows(unpack_activation(p, p.shape[0] * p.shape[4], n), m)
-    if kind == "weight":
-        if layout.get("dense"):  # (K, N) stored as an (N, K, 1, 1) kernel
-            return np.ascontiguousarray(unpack_weight(p, shape[1], shape[0])[:, :, 0, 0].T)
-        o, i, kh, kw = shape
-        if layout.get("folded"):
-            return unpack_weight(p, o, i * kh * kw).reshape(o, i, kh, kw)
-        return unpack_weight(p, o, i)
-    if kind == "channels":
-        return np.ascontiguousarray(p[:, 0, :].reshape(-1)[: shape[0]])
-    raise ProgramError(f"a {kind!r} layout cannot be unpacked")
-
-
-_KINDS = ("activation", "weight", "im2col", "rows", "channels")
-
-
-def _kind(layout: dict | None) -> str:
-    kind = (layout or {}).get("pack")
-    if kind not in _KINDS:
-        raise ProgramError(f"unknown buffer layout {kind!r}; known: {', '.join(_KINDS)}")
-    return kind
-
-
-def _check_shape(layout: dict, x: np.ndarray) -> None:
-    want = tuple(layout["logical"])
-    if x.shape != want:
-        raise ProgramError(
-            f"a {layout['pack']} tensor of logical shape {want} was given shape {x.shape}"
-        )
-
-
-def is_packed(layout: dict | None) -> bool:
-    """Whether a buffer's layout is one of the runtime's packings (else stored as given)."""
-    return (layout or {}).get("pack") in _KINDS
+def unpack(cfg: HwConfig, layout: Layout, p: np.ndarray) -> np.ndarray:
+    """The logical tensor stored in `p` under `layout`."""
+    return layout.unpack(cfg, p)
 
 
 def logical_shape(buf) -> tuple[int, ...]:
-    return tuple(buf.layout["logical"]) if is_packed(buf.layout) else buf.shape
+    return buf.layout.logical if buf.layout is not None else buf.shape
 
 
 def pack_inputs(program, logical: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Device inputs from logical tensors (buffers without a runtime packing pass through)."""
+    """Device inputs from logical tensors (buffers without a layout pass through as given)."""
     out = {}
     for name, value in logical.items():
         buf = program.buffer(name)
-        out[name] = pack(program.config, buf.layout, value) if is_packed(buf.layout) else value
+        out[name] = value if buf.layout is None else buf.layout.pack(program.config, value)
     return out
 
 
@@ -181,16 +337,16 @@ def unpack_outputs(program, outputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     out = {}
     for name, value in outputs.items():
         buf = program.buffer(name)
-        out[name] = unpack(program.config, buf.layout, value) if is_packed(buf.layout) else value
+        out[name] = value if buf.layout is None else buf.layout.unpack(program.config, value)
     return out
 
 
 def random_inputs(program, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random logical inputs: the dtype's full range unless the layout names a `range`."""
+    """Random logical inputs: the dtype's full range unless the buffer names a `value_range`."""
     out = {}
     for b in program.inputs:
         dtype = np.dtype(b.dtype)
         info = np.iinfo(dtype)
-        lo, hi = (b.layout or {}).get("range", (int(info.min), int(info.max)))
-        out[b.name] = rng.integers(lo, int(hi) + 1, logical_shape(b), dtype=dtype)
+        lo, hi = b.value_range or (int(info.min), int(info.max))
+        out[b.name] = rng.integers(lo, hi + 1, logical_shape(b), dtype=dtype)
     return out

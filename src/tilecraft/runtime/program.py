@@ -1,72 +1,133 @@
-"""The program artifact: instruction words, micro-ops, a DRAM buffer plan and constant data.
+"""The program artifact: instruction words, micro-ops, a DRAM buffer plan and constant data, plus
+what it computes (`Computation`) and the schedule it was compiled with.
 
-A program addresses one contiguous DRAM region of `dram_size` bytes; every DRAM address in it
-is relative to that region's start, so a host can place it anywhere. On disk it is one NPZ file
-(no pickle): a JSON header (format, version, config, buffer plan, digest) plus the arrays.
-Loading checks the format, version and digest and refuses anything else with `ProgramError`.
+A program addresses one contiguous DRAM region of `dram_size` bytes; every DRAM address in it is
+relative to that region's start, so a host can place it anywhere. A `Program` is immutable and
+checks its plan when it is made. On disk it is one NPZ file (no pickle): a JSON header (format,
+version, config, buffer plan, computation, schedule, digest) plus the arrays. Loading checks the
+format, version and digest, then reads every header field strictly (`tilecraft.serial`), and
+refuses anything else with `ProgramError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
-import os
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from tilecraft.errors import ConfigError, ProgramError
+from tilecraft.errors import ConfigError, FormatError, ProgramError
+from tilecraft.files import write_atomic
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import as_words, decode, decode_uops, isa_for, uop_dtype
+from tilecraft.hw.isa import INSN_BYTES, as_words, decode, decode_uops, isa_for, uop_dtype
+from tilecraft.ops import Computation, ConvSchedule, GemmTiles
+from tilecraft.runtime.layout import Layout
+from tilecraft.serial import from_json, to_json
 
 FORMAT = "tilecraft-program"
-VERSION = 1
-ROLES = ("input", "output", "constant", "scratch")
+VERSION = 2  # 2: typed layouts, computation and schedule (1: string-keyed meta)
+MAX_DRAM_BYTES = (1 << 32) - 1  # the DRAM_SIZE register is 32 bits wide
+HEADER_KEYS = (  # besides format, version and digest
+    "name",
+    "config",
+    "config_tag",
+    "config_digest",
+    "insn_offset",
+    "uop_offset",
+    "dram_size",
+    "buffers",
+    "constants",
+    "computation",
+    "schedule",
+)
+Schedule = ConvSchedule | GemmTiles
+
+
+class Role(str, Enum):
+    INPUT = "input"  # the host writes it before each run
+    OUTPUT = "output"  # the host reads it after
+    CONSTANT = "constant"  # stored in the artifact (packed weights, selectors)
+    SCRATCH = "scratch"  # the program's own
 
 
 @dataclass(frozen=True)
 class BufferSpec:
-    """A tensor in DRAM: `shape` and `dtype` as stored, at byte `offset` of the region."""
+    """A tensor in DRAM: `shape` and `dtype` as stored, at byte `offset` of the region; `layout`
+    says how a logical tensor maps to it (None: stored as given), `value_range` what values
+    random test inputs should take (None: the dtype's range)."""
 
     name: str
-    role: str
+    role: Role
     shape: tuple[int, ...]
     dtype: str
     offset: int
-    layout: dict[str, Any] | None = None  # how a logical tensor maps to `shape` (compiler's)
+    layout: Layout | None = None
+    value_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ProgramError(f"buffer {self.name!r}: role {self.role!r} is not one of {ROLES}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype).str)
+        try:
+            object.__setattr__(self, "role", Role(self.role))
+        except ValueError:
+            valid = ", ".join(repr(r.value) for r in Role)
+            raise ProgramError(
+                f"buffer {self.name!r}: role {self.role!r} is not one of {valid}"
+            ) from None
+        shape = tuple(self.shape)
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+            raise ProgramError(f"buffer {self.name!r}: shape {self.shape!r} must be naturals")
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError:
+            raise ProgramError(f"buffer {self.name!r}: dtype {self.dtype!r} is unknown") from None
+        if dtype.kind not in "iuf":
+            raise ProgramError(
+                f"buffer {self.name!r}: dtype {dtype} is not a numeric one (int, uint, float)"
+            )
+        object.__setattr__(self, "dtype", dtype.str)
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Program:
     config: HwConfig
     insns: np.ndarray  # (N, 2) uint64 instruction words
     uops: np.ndarray  # micro-op words (config.uop_bytes each)
-    buffers: list[BufferSpec]
-    constants: dict[str, np.ndarray]
+    buffers: tuple[BufferSpec, ...]
+    constants: MappingProxyType  # name -> stored array of a constant buffer
     insn_offset: int
     uop_offset: int
     dram_size: int
     name: str = "program"
-    meta: dict[str, Any] = field(default_factory=dict)
+    computation: Computation | None = None
+    schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
-        self.insns = as_words(self.insns)
-        self.uops = np.asarray(self.uops, dtype=uop_dtype(isa_for(self.config)))
+        insns = as_words(self.insns).copy()
+        uops = np.array(self.uops, dtype=uop_dtype(isa_for(self.config)))
+        constants = {k: np.array(v) for k, v in dict(self.constants).items()}
+        for arr in (insns, uops, *constants.values()):
+            arr.flags.writeable = False
+        object.__setattr__(self, "insns", insns)
+        object.__setattr__(self, "uops", uops)
+        object.__setattr__(self, "constants", MappingProxyType(constants))
+        object.__setattr__(self, "buffers", tuple(self.buffers))
         self._check_plan()
+
+    def replace(self, **changes) -> Program:
+        """A copy with some fields changed (checked like a new program)."""
+        return dataclasses.replace(self, **changes)
 
     # ---- queries -------------------------------------------------------------------------
     def buffer(self, name: str) -> BufferSpec:
@@ -78,16 +139,16 @@ class Program:
             f"{', '.join(b.name for b in self.buffers) or 'none'}"
         )
 
-    def by_role(self, role: str) -> list[BufferSpec]:
+    def by_role(self, role: Role) -> list[BufferSpec]:
         return [b for b in self.buffers if b.role == role]
 
     @property
     def inputs(self) -> list[BufferSpec]:
-        return self.by_role("input")
+        return self.by_role(Role.INPUT)
 
     @property
     def outputs(self) -> list[BufferSpec]:
-        return self.by_role("output")
+        return self.by_role(Role.OUTPUT)
 
     def check_config(self, config: HwConfig) -> None:
         """Refuse to run on an architecturally different config (`ProgramError` naming fields)."""
@@ -97,6 +158,23 @@ class Program:
                 f"program {self.name!r} is for config {self.config.tag} but the device is "
                 f"{config.tag}; differing fields (program != device): " + "; ".join(diffs)
             )
+
+    def describe(self) -> list[str]:
+        """Comment lines for a listing: name, config, sizes, computation, schedule, buffers."""
+        lines = [
+            f"# {self.name}: config {self.config.tag}, {len(self.insns)} instructions, "
+            f"{len(self.uops)} micro-ops, {self.dram_size} DRAM bytes"
+        ]
+        if self.computation is not None:
+            lines.append(f"# computes {self.computation.describe()}")
+        if self.schedule is not None:
+            lines.append(f"# schedule {self.schedule.describe()}")
+        for b in self.buffers:
+            shown = f"{np.dtype(b.dtype)}{list(b.shape)} at byte {b.offset}"
+            if b.layout is not None:
+                shown += f" ({b.layout.kind} of {list(b.layout.logical)})"
+            lines.append(f"# {b.role.value:8s} {b.name}: {shown}")
+        return lines
 
     def table(self) -> np.ndarray:
         """The decoded instruction table."""
@@ -133,9 +211,10 @@ class Program:
             "insn_offset": self.insn_offset,
             "uop_offset": self.uop_offset,
             "dram_size": self.dram_size,
-            "buffers": [asdict(b) for b in self.buffers],
+            "buffers": [to_json(b) for b in self.buffers],
             "constants": sorted(self.constants),
-            "meta": self.meta,
+            "computation": to_json(self.computation),
+            "schedule": to_json(self.schedule),
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -149,16 +228,12 @@ class Program:
 
     def save(self, path: str | Path) -> Path:
         """Write the NPZ atomically (temp file + rename); returns the path."""
-        path = Path(path)
         header = self.header()
         header["digest"] = _digest(header, self.arrays())
         blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
         buf = io.BytesIO()
         np.savez(buf, header=blob, **self.arrays())
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(buf.getvalue())
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, buf.getvalue())
 
     @classmethod
     def load(cls, path: str | Path, config: HwConfig | None = None) -> Program:
@@ -190,22 +265,30 @@ class Program:
                 arrays = {k: npz[k] for k in files - {"header"}}
         except ProgramError:
             raise
+        except RecursionError:
+            raise ProgramError(f"{str(path)!r}: the program header nests too deeply") from None
         except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
             raise ProgramError(
                 f"{str(path)!r} is not a readable tilecraft program (truncated or foreign "
                 f"file): {exc}"
             ) from None
-        return cls._from_parts(header, arrays, str(path))
+        return cls.from_parts(header, arrays, str(path))
 
     @classmethod
-    def _from_parts(cls, header: dict, arrays: dict, where: str) -> Program:
+    def from_parts(cls, header: Any, arrays: dict, where: str) -> Program:
+        """A program from a saved header and arrays: format, version and digest first, then
+        every field read strictly."""
         fmt = header.get("format") if isinstance(header, dict) else type(header).__name__
         if fmt != FORMAT:
             raise ProgramError(f"{where!r} is not a tilecraft program (format {fmt!r})")
-        if header.get("version") != VERSION:
+        version = header.get("version")
+        if version != VERSION:
+            newer = isinstance(version, int) and version > VERSION
             raise ProgramError(
-                f"{where!r} has program format version {header.get('version')!r}; this "
-                f"tilecraft reads version {VERSION}"
+                f"{where!r} has program format version {version!r}; this tilecraft reads "
+                f"version {VERSION} ("
+                + ("upgrade tilecraft to read it" if newer else "compile the program again")
+                + ")"
             )
         stored = header.pop("digest", None)
         actual = _digest(header, arrays)
@@ -216,33 +299,58 @@ class Program:
             )
         try:
             return cls._build(header, arrays, where)
-        except (KeyError, TypeError) as exc:
-            raise ProgramError(f"{where!r}: the program header lacks or mangles {exc}") from None
+        except FormatError as exc:
+            raise ProgramError(f"{where!r}: {exc}") from None
 
     @classmethod
     def _build(cls, header: dict, arrays: dict, where: str) -> Program:
+        missing = [k for k in HEADER_KEYS if k not in header]
+        unknown = sorted(set(header) - set(HEADER_KEYS) - {"format", "version"})
+        if missing or unknown:
+            raise FormatError(
+                "header: "
+                + (f"missing field(s) {missing}" if missing else "")
+                + ("; " if missing and unknown else "")
+                + (f"unknown field(s) {unknown}" if unknown else "")
+            )
+        if not isinstance(header["config"], dict):
+            raise FormatError("config: expected an object")
         try:
             config = HwConfig.from_dict(header["config"])
         except ConfigError as exc:
             raise ProgramError(f"{where!r} holds an invalid config: {exc}") from None
         if config.digest != header["config_digest"]:
             raise ProgramError(f"{where!r}: config digest does not match its config")
+        names = from_json(tuple[str, ...], header["constants"], "constants")
+        for key in ("insns", "uops", *(f"const/{n}" for n in names)):
+            if key not in arrays:
+                raise FormatError(f"constants: the file holds no array {key!r}")
         return cls(
             config=config,
             insns=arrays["insns"],
             uops=arrays["uops"],
-            buffers=[BufferSpec(**{**b, "shape": tuple(b["shape"])}) for b in header["buffers"]],
-            constants={k: arrays[f"const/{k}"] for k in header["constants"]},
-            insn_offset=header["insn_offset"],
-            uop_offset=header["uop_offset"],
-            dram_size=header["dram_size"],
-            name=header["name"],
-            meta=header.get("meta", {}),
+            buffers=from_json(tuple[BufferSpec, ...], header["buffers"], "buffers"),
+            constants={n: arrays[f"const/{n}"] for n in names},
+            insn_offset=from_json(int, header["insn_offset"], "insn_offset"),
+            uop_offset=from_json(int, header["uop_offset"], "uop_offset"),
+            dram_size=from_json(int, header["dram_size"], "dram_size"),
+            name=from_json(str, header["name"], "name"),
+            computation=from_json(Computation | None, header["computation"], "computation"),
+            schedule=from_json(Schedule | None, header["schedule"], "schedule"),
         )
 
     # ---- invariants --------------------------------------------------------------------------
     def _check_plan(self) -> None:
-        regions = [("instructions", self.insn_offset, self.insns.size * 8)]
+        for key in ("insn_offset", "uop_offset", "dram_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ProgramError(f"{key} must be an integer, not {value!r}")
+        if not 0 < self.dram_size <= MAX_DRAM_BYTES:
+            raise ProgramError(
+                f"dram_size {self.dram_size} must be in 1..{MAX_DRAM_BYTES} (the DRAM_SIZE "
+                f"register is 32 bits)"
+            )
+        regions = [("instructions", self.insn_offset, len(self.insns) * INSN_BYTES)]
         regions.append(("micro-ops", self.uop_offset, self.uops.nbytes))
         regions += [(b.name, b.offset, b.nbytes) for b in self.buffers]
         names = [b.name for b in self.buffers]
@@ -259,17 +367,26 @@ class Program:
         for (_a0, a1, an), (b0, _, bn) in zip(spans, spans[1:]):
             if b0 < a1:
                 raise ProgramError(f"{an} and {bn} overlap in DRAM at byte {b0}")
+        for b in self.buffers:
+            if b.layout is not None and b.layout.stored_shape(self.config) != b.shape:
+                raise ProgramError(
+                    f"buffer {b.name!r}: its {b.layout.kind} layout of {b.layout.logical} is "
+                    f"stored as {b.layout.stored_shape(self.config)}, not {b.shape}"
+                )
         for name, data in self.constants.items():
             b = self.buffer(name)
             if (
-                b.role != "constant"
+                b.role != Role.CONSTANT
                 or tuple(data.shape) != b.shape
                 or data.dtype != np.dtype(b.dtype)
             ):
                 raise ProgramError(
                     f"constant {name!r} is {data.dtype}{tuple(data.shape)} but its buffer is a "
-                    f"{b.role} of {np.dtype(b.dtype)}{b.shape}"
+                    f"{b.role.value} of {np.dtype(b.dtype)}{b.shape}"
                 )
+        unfilled = [b.name for b in self.by_role(Role.CONSTANT) if b.name not in self.constants]
+        if unfilled:
+            raise ProgramError(f"constant buffer(s) {unfilled} have no data")
 
 
 def _place(dram: np.ndarray, offset: int, data: np.ndarray) -> None:

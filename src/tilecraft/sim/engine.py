@@ -11,7 +11,9 @@ not done, `DeadlockError` lists every stage's blocked instruction and the tokens
 The compute stage has two execution units, the GEMM core and the vector ALU. It issues in
 order, one instruction per cycle at most; an instruction waits for its own unit, and also for
 the other unit's in-flight instruction unless their first micro-ops write different halves of
-the accumulator (the interlock the hardware can afford: one bit per unit). LOAD UOP/ACC and
+the accumulator (the interlock the hardware can afford: one bit per unit). Per-instruction
+facts come from `plan.py`, the fetch unit's model from `fetch.py`, the DRAM port's from
+`dram_port.py`. LOAD UOP/ACC and
 FINISH wait for both units. Tokens pushed into one queue keep program order: a push waits for
 an older instruction on the other unit that pushes to the same queue.
 """
@@ -21,92 +23,28 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
 from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
-    BUFFER_NAMES,
-    POP_QUEUES,
-    PUSH_QUEUES,
-    MemId,
     Opcode,
     Stage,
     TokenQueue,
+    Unit,
     format_row,
 )
-from tilecraft.sim.dram_port import (
-    COMPUTE_CLIENT,
-    FETCH_CLIENT,
-    LOAD_CLIENT,
-    STORE_CLIENT,
-    DramPort,
-)
-from tilecraft.sim.timing import INSN_BYTES, Timing, busy_cycles, dma_shape, pad_split
+from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, DramPort
+from tilecraft.sim.fetch import FETCH_KEY, Fetch
+from tilecraft.sim.plan import Plan
+from tilecraft.sim.timing import Timing
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 PORT = 4  # actor id of the DRAM port
-FETCH_KEY = "fetch"  # fetch's transfers on the port (the stages' are instruction indices)
 PORT_CLIENT = {Stage.LOAD: LOAD_CLIENT, Stage.COMPUTE: COMPUTE_CLIENT, Stage.STORE: STORE_CLIENT}
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
 
 
-GEMM_UNIT, ALU_UNIT, BARRIER = "gemm", "alu", "barrier"
-
-
-class Plan:
-    """Per-instruction facts the engine needs, computed once from the decoded table."""
-
-    def __init__(self, cfg: HwConfig, timing: Timing, rows: list[dict], stages: np.ndarray):
-        self.rows = rows
-        self.stage = stages.tolist()
-        self.unit: list[str | None] = []
-        self.pops: list[tuple[int, ...]] = []
-        self.pushes: list[tuple[int, ...]] = []
-        self.busy: list[int] = []  # cycles without DRAM
-        self.post: list[int] = []  # cycles after the data (padding written after it)
-        self.writes: list[int] = []  # LOAD: scratchpad rows written, one per cycle at most
-        self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
-        self.dram_bytes: list[int] = []
-        for k, row in enumerate(rows):
-            s = Stage(self.stage[k])
-            pops = tuple(q for f, q in POP_QUEUES[s].items() if q is not None and row[f])
-            pushes = tuple(q for f, q in PUSH_QUEUES[s].items() if q is not None and row[f])
-            self.pops.append(pops)
-            self.pushes.append(pushes)
-            op = row["opcode"]
-            unit = {Opcode.GEMM: GEMM_UNIT, Opcode.ALU: ALU_UNIT}.get(op, BARRIER)
-            self.unit.append(unit if s == Stage.COMPUTE else None)
-            if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
-                runs, _, _, nbytes = dma_shape(cfg, row)
-                name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
-                eb = cfg.elem_bytes(name)
-                bursts = timing.bursts(
-                    row["dram_base"] * eb, row["y_size"], row["x_size"] * eb, row["x_stride"] * eb
-                )
-                lat = timing.dram_latency if bursts else 0
-                overhead = timing.dma_overhead if bursts else timing.barrier_overhead
-                lead, trail, mid = pad_split(row) if bursts else (0, 0, 0)
-                # zeros before the data are written while the DRAM answers; after it, serially;
-                # between rows, in the gaps between elements (if an element takes several beats)
-                # or, rows being separate bursts, in the DRAM's gap between them
-                slow = eb > timing.axi_bytes
-                hidden = 0
-                if runs > 1 and not slow:
-                    between = row["x_pad0"] + row["x_pad1"]
-                    hidden = (row["y_size"] - 1) * min(between, timing.burst_gap)
-                self.busy.append(overhead + max(lat, lead * timing.pad_ii))
-                self.post.append((trail + (0 if slow else mid - hidden)) * timing.pad_ii)
-                narrow = eb < timing.axi_bytes and op == Opcode.LOAD
-                self.writes.append(row["x_size"] * row["y_size"] if narrow and bursts else 0)
-                self.bursts.append(bursts)
-                self.dram_bytes.append(nbytes)
-            else:
-                self.busy.append(busy_cycles(timing, row))
-                self.post.append(0)
-                self.writes.append(0)
-                self.bursts.append([])
-                self.dram_bytes.append(0)
+BARRIER = None  # the unit of a compute-stage LOAD or FINISH: it waits for both units
+OTHER_UNIT = {Unit.GEMM: Unit.ALU, Unit.ALU: Unit.GEMM}
 
 
 class Engine:
@@ -124,10 +62,9 @@ class Engine:
         half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap);
         `insn_offset`: the program's byte offset in DRAM (where fetch's bursts fall)."""
         self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
-        self.insn_offset = insn_offset
         self.half = half if timing.dual_issue else None
-        self.unit_free = {GEMM_UNIT: 0, ALU_UNIT: 0}
-        self.unit_last: dict[str, int | None] = {GEMM_UNIT: None, ALU_UNIT: None}
+        self.unit_free = dict.fromkeys(Unit, 0)
+        self.unit_last: dict[Unit, int | None] = dict.fromkeys(Unit)
         self.after_barrier = False  # the compute stage's last instruction was a LOAD/FINISH
         self.issued = False  # the compute stage is free `issue_ii` after its last issue
         self.last_push = dict.fromkeys(TokenQueue, 0)
@@ -140,14 +77,9 @@ class Engine:
         self.starts: dict[Stage, list[int]] = {s: [] for s in Stage}
         self.push_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.pop_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
-        self.dispatch_t: list[int] = []
-        self.routed = dict.fromkeys(Stage, 0)
-        self.fetch_free = timing.fetch_start
-        self.chunk_first = 0  # the instruction at the head of the burst fetch holds
-        self.chunk_data = 0  # when that burst's first beat arrives
-        self.chunk_len = 0  # instructions in it (0: none read yet)
-        self.fetch_reading = False  # a burst of instruction words is on the way
         self.port = DramPort(timing)
+        self.fetch = Fetch(cfg, timing, plan, self.port, insn_offset)
+        self.dispatch_t = self.fetch.dispatched
         self.in_flight: dict[Stage, tuple[int, int] | None] = dict.fromkeys(Stage)
         self.start = [0] * n
         self.end = [0] * n
@@ -168,7 +100,7 @@ class Engine:
                     return
                 self._deadlock()
             if best == FETCH:
-                self._fetch(best_t)
+                self.fetch.step(best_t)
             elif best == PORT:
                 self._accept()
             elif self.pending[best]:
@@ -179,7 +111,7 @@ class Engine:
     def _ready(self, a) -> int | None:
         """Time actor `a` can take its next step, or None while it is blocked."""
         if a == FETCH:
-            return self._fetch_ready()
+            return self.fetch.ready(self.starts)
         if a == PORT:
             return self.port.next_time()
         if self.in_flight[a]:  # its transfer is not yet through the DRAM port
@@ -222,7 +154,7 @@ class Engine:
         unit = self.plan.unit[k]
         if unit == BARRIER or self.half is None:
             return max(t, *self.unit_free.values()), None
-        other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
+        other = OTHER_UNIT[unit]
         if self.unit_last[unit] is not None:
             t = max(t, self.unit_free[unit] + self.timing.unit_handoff)
         j = self.unit_last[other]
@@ -267,8 +199,7 @@ class Engine:
         if done is None:
             return
         if done.key == FETCH_KEY:
-            self.chunk_data = done.first
-            self.fetch_reading = False
+            self.fetch.arrived(done.first)
             return
         k = done.key
         s = Stage(self.plan.stage[k])
@@ -305,7 +236,7 @@ class Engine:
         """When GEMM/ALU instruction k, done at `end`, may push: tokens of one queue go in
         program order, so not before an older instruction on the other unit that pushes to the
         same queue has pushed."""
-        other = ALU_UNIT if unit == GEMM_UNIT else GEMM_UNIT
+        other = OTHER_UNIT[unit]
         j = self.unit_last[other]
         if j is None or not set(self.plan.pushes[k]) & set(self.plan.pushes[j]):
             return end
@@ -333,42 +264,6 @@ class Engine:
             t_q = max(t + self.timing.token_latency, self.last_push[q])
             self.last_push[q] = t_q
             self.push_t[q].append(t_q)
-
-    # ---- fetch ------------------------------------------------------------------------------
-    def _fetch_ready(self) -> int | None:
-        f = len(self.dispatch_t)
-        if f == self.n or self.fetch_reading:
-            return None
-        t = self.fetch_free
-        if f < self.chunk_first + self.chunk_len:
-            t = max(t, self._arrival(f))
-        s = self.plan.stage[f]
-        m = self.routed[s] - self.cfg.cmd_queue_depth
-        if m >= 0:
-            if m >= len(self.starts[s]):
-                return None
-            t = max(t, self.starts[s][m])
-        return t
-
-    def _fetch(self, t: int) -> None:
-        f = len(self.dispatch_t)
-        if f == self.chunk_first + self.chunk_len:  # read the next burst of instruction words
-            count = min(self.timing.fetch_chunk(), self.n - f)
-            bursts = self.timing.bursts(self.insn_offset + f * INSN_BYTES, 1, count * INSN_BYTES, 0)
-            self.port.request(FETCH_KEY, FETCH_CLIENT, bursts, t)
-            self.chunk_first, self.chunk_len, self.fetch_reading = f, count, True
-            self.fetch_free = t
-            return
-        self.dispatch_t.append(t)
-        self.routed[self.plan.stage[f]] += 1
-        self.fetch_free = t + self.timing.dispatch_ii
-
-    def _arrival(self, f: int) -> int:
-        """When instruction f's last beat has arrived (fetch streams within its burst)."""
-        j = f - self.chunk_first + 1
-        if not self.timing.fetch_streams:
-            return self.chunk_data + self.timing.transfer(1, self.chunk_len * INSN_BYTES)
-        return self.chunk_data + -(-j * INSN_BYTES // self.timing.axi_bytes) + 1
 
     # ---- diagnosis --------------------------------------------------------------------------
     def _deadlock(self) -> None:

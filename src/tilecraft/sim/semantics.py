@@ -23,7 +23,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tilecraft.errors import AccessError, IllegalInstructionError
-from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId
 from tilecraft.sim.machine import Machine
 
 
@@ -146,15 +146,16 @@ def alu(m: Machine, r) -> Footprint:
     if sequential:  # micro-ops depend on each other: follow program order exactly
         for p in range(dst.size):
             b = r["imm"] if use_imm else m.acc[src[p]]
-            m.acc[dst[p]] = _alu_op(op, m.acc[dst[p]], b, m.config.acc_bits)
+            m.acc[dst[p]] = alu_lanes(op, m.acc[dst[p]], b, m.spec)
     else:
         b = r["imm"] if use_imm else m.acc[src]
-        m.acc[dst] = _alu_op(op, m.acc[dst], b, m.config.acc_bits)
+        m.acc[dst] = alu_lanes(op, m.acc[dst], b, m.spec)
     return Footprint({"acc": dst if use_imm else np.concatenate([dst, src])}, {"acc": dst})
 
 
-def _alu_op(op: AluOp, a, b, bits: int):
-    dtype = a.dtype
+def alu_lanes(op: AluOp, a, b, spec: IsaSpec):
+    """`op` on accumulator lanes `a` and `b` (arrays or scalars), wrapping at the lane width."""
+    dtype, bits = a.dtype, spec.config.acc_bits
     a = np.asarray(a, np.int64)
     b = np.asarray(b, np.int64)
     if op == AluOp.MIN:
@@ -165,8 +166,8 @@ def _alu_op(op: AluOp, a, b, bits: int):
         res = a + b
     elif op == AluOp.MUL:
         res = a * b  # int32 x int32 fits int64; the cast below keeps the low bits
-    else:  # SHR: signed amount from the low log2(bits)+1 bits
-        amount = ((b & (2 * bits - 1)) ^ bits) - bits
+    else:  # SHR: a signed amount; negative shifts left
+        amount = spec.shr_amount(b)
         right = np.minimum(np.maximum(amount, 0), 63)
         left = np.maximum(-amount, 0)
         res = np.where(amount >= 0, a >> right, a << np.minimum(left, 63))

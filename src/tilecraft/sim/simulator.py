@@ -9,6 +9,7 @@ from tilecraft.errors import AccessError, ExecutionError, HazardError, IllegalIn
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
     BUFFER_NAMES,
+    INSN_BYTES,
     LOAD_MEMS,
     POP_QUEUES,
     PUSH_QUEUES,
@@ -16,18 +17,21 @@ from tilecraft.hw.isa import (
     MemId,
     Opcode,
     Stage,
+    Unit,
     as_words,
     decode,
     format_row,
     isa_for,
     stage_of,
+    unit_of,
 )
 from tilecraft.sim import semantics
-from tilecraft.sim.engine import STAGE_NAMES, Engine, Plan
+from tilecraft.sim.engine import STAGE_NAMES, Engine
 from tilecraft.sim.machine import Machine
+from tilecraft.sim.plan import Plan
 from tilecraft.sim.races import RaceChecker
 from tilecraft.sim.report import SimReport, StageStats
-from tilecraft.sim.timing import INSN_BYTES, Timing
+from tilecraft.sim.timing import Timing
 from tilecraft.sim.trace import chrome_trace
 
 _EXEC = {
@@ -95,8 +99,7 @@ def run_image(
     events: list = []
     counts = {"gemm": 0, "alu": 0}
 
-    last_footprint: dict[int, object] = {}  # opcode (unit) -> (index, footprint) of its latest
-    half_row = config.depth("acc") // 2
+    last_footprint: dict[Unit, tuple] = {}  # unit -> (index, footprint) of its latest
 
     def execute(k: int, stage: Stage, start: int, stop: int, overlaps: int | None) -> None:
         row = rows[k]
@@ -110,12 +113,13 @@ def run_image(
                 raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
             if races is not None:
                 races.check(k, stage, start, stop, footprint)
-            if op in (Opcode.GEMM, Opcode.ALU) and functional:
+            unit = unit_of(op)
+            if unit is not None and functional:
                 if overlaps is not None:
-                    j, theirs = last_footprint[rows[overlaps]["opcode"]]
+                    j, theirs = last_footprint[unit_of(rows[overlaps]["opcode"])]
                     assert j == overlaps
-                    _check_overlap(k, j, footprint, theirs, rows, half, half_row)
-                last_footprint[op] = (k, footprint)
+                    _check_overlap(config, k, j, footprint, theirs, rows, half)
+                last_footprint[unit] = (k, footprint)
         if op in (Opcode.GEMM, Opcode.ALU):
             steps = row["iter_out"] * row["iter_in"] * (row["uop_end"] - row["uop_bgn"])
             if op == Opcode.ALU:
@@ -123,11 +127,12 @@ def run_image(
             elif not row["reset"]:
                 counts["gemm"] += steps
         if trace:
-            lane = STAGE_NAMES[stage] + _UNIT_LANES.get(op, "")
+            unit = unit_of(op) if stage == Stage.COMPUTE else None
+            lane = STAGE_NAMES[stage] + ("" if unit is None else "/" + unit.name.lower())
             events.append((lane, k, start, stop, format_row(row)))
 
     def half(k: int) -> int:
-        return int(machine.uop_dst[rows[k]["uop_bgn"]] >= half_row)
+        return config.acc_bank(int(machine.uop_dst[rows[k]["uop_bgn"]]))
 
     engine = Engine(config, timing, plan, execute, half, insn_addr)
     engine.run()
@@ -136,10 +141,7 @@ def run_image(
     return report, machine
 
 
-_UNIT_LANES = {Opcode.GEMM: "/gemm", Opcode.ALU: "/alu"}
-
-
-def _check_overlap(k: int, j: int, mine, theirs, rows, half, half_row: int) -> None:
+def _check_overlap(cfg, k: int, j: int, mine, theirs, rows, half) -> None:
     """Instructions k and j ran at the same time on the two compute units, let through by the
     interlock because their first micro-ops write different accumulator halves. Each half is a
     bank with one read and one write port, so each instruction must keep every accumulator
@@ -150,16 +152,17 @@ def _check_overlap(k: int, j: int, mine, theirs, rows, half, half_row: int) -> N
             if touched.get("acc") is None:
                 continue
             acc = _rows(touched["acc"])
-            stray = acc[(acc >= half_row) != bool(own)]
+            stray = acc[acc // cfg.acc_bank_rows != own]
             if stray.size:
                 other = j if idx == k else k
                 raise HazardError(
                     f"runs on one compute unit while instruction {other} "
                     f"({format_row(rows[other])}) runs on the other: their first micro-ops "
-                    f"write different accumulator halves, so the interlock let them overlap, "
-                    f"but instruction {idx} {verb} acc row {int(stray[0])}, outside its half "
-                    f"(rows {'>=' if own else '<'} {half_row}); keep each instruction's "
-                    f"accumulator rows in its first micro-op's half, or order the two",
+                    f"write different accumulator banks, so the interlock let them overlap, "
+                    f"but instruction {idx} {verb} acc row {int(stray[0])}, outside its bank "
+                    f"(rows {own * cfg.acc_bank_rows}..{(own + 1) * cfg.acc_bank_rows - 1}); "
+                    f"keep each instruction's accumulator rows in its first micro-op's bank, "
+                    f"or order the two",
                     index=k,
                     insn=format_row(rows[k]),
                 )

@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
-from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode
-
-INSN_BYTES = 16
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode, insns_per_burst
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ class Timing:
 
     def fetch_chunk(self) -> int:
         """Instructions fetch reads per burst."""
-        return max(self.burst_bytes // INSN_BYTES, 1)
+        return insns_per_burst(self.burst_bytes)
 
     def bursts(self, addr: int, rows: int, row_bytes: int, stride: int) -> list[tuple[int, int]]:
         """The AXI bursts of a 2-D transfer, cut as the RTL's burst planner cuts them: rows back

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from tilecraft.files import write_atomic
 
 # compute-stage instructions are drawn on the unit that runs them (they may overlap)
 _TIDS = {"load": 1, "compute": 2, "compute/gemm": 3, "compute/alu": 4, "store": 5}
@@ -32,7 +33,4 @@ def chrome_trace(events: list[tuple[str, int, int, int, str]], clock_mhz: float)
 
 
 def write_trace(path: str | Path, trace: dict) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(trace))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(trace))

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from system_model import run_program
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm, pack_a, pack_b
+from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.hw.config import preset
 from tilecraft.hw.rtl.top import Accelerator, Top
+from tilecraft.ops import Conv2d, Epilogue, GemmTiles
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -45,8 +45,8 @@ def test_blocked_gemm_runs_bit_exact(tiles):
     rng = np.random.default_rng(0)
     a = rng.integers(-128, 128, (16, 32), dtype=np.int8)
     w = rng.integers(-128, 128, (32, 16), dtype=np.int8)
-    program = blocked_gemm(cfg, 16, 32, 16, tiles=tiles, overlap=tiles[0] == 16)
-    _check(program, {"a": pack_a(cfg, a), "b": pack_b(cfg, w)})
+    program = blocked_gemm(cfg, 16, 32, 16, tiles=GemmTiles(*tiles, overlap=tiles[0] == 16))
+    _check(program, pack_inputs(program, {"a": a, "b": w}))
 
 
 def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact():

@@ -1,4 +1,4 @@
-"""Bulk encode/decode between instruction tables and 128-bit words, via numpy.
+"""Bulk encode/decode between instruction tables and instruction words, via numpy.
 
 A program's instructions are an (N, 2) uint64 array: column 0 holds bits 0..63, column 1 bits
 64..127, so `words.astype("<u8").tobytes()` is the little-endian byte image fetch reads from DRAM.
@@ -13,7 +13,7 @@ import numpy as np
 
 from tilecraft.errors import EncodingError
 from tilecraft.hw.isa.enums import LOAD_MEMS, MemId, Opcode
-from tilecraft.hw.isa.formats import Field, IsaSpec
+from tilecraft.hw.isa.formats import INSN_BYTES, Field, IsaSpec
 from tilecraft.hw.isa.insns import TABLE_DTYPE, UOP_DTYPE, insn_table, uop_table
 
 _U64 = np.uint64
@@ -106,9 +106,10 @@ def as_words(words) -> np.ndarray:
     arr = np.asarray(words)
     if arr.dtype == np.uint8 or isinstance(words, (bytes, bytearray)):
         raw = bytes(arr.tobytes()) if isinstance(arr, np.ndarray) else bytes(words)
-        if len(raw) % 16:
+        if len(raw) % INSN_BYTES:
             raise EncodingError(
-                f"instruction image of {len(raw)} bytes is not a whole number of 16-byte words"
+                f"instruction image of {len(raw)} bytes is not a whole number of "
+                f"{INSN_BYTES}-byte words"
             )
         return np.frombuffer(raw, dtype="<u8").reshape(-1, 2).astype(_U64)
     if arr.ndim != 2 or arr.shape[1] != 2:

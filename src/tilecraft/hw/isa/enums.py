@@ -55,6 +55,23 @@ class Stage(IntEnum):
     STORE = 2
 
 
+class Unit(IntEnum):
+    """The compute stage's two execution units."""
+
+    GEMM = 0
+    ALU = 1
+
+
+def unit_of(opcode: int) -> Unit | None:
+    """The compute unit that runs `opcode`; None for the compute stage's LOAD (UOP/ACC) and
+    FINISH, which wait for both units (and for LOAD/STORE, which run on their own stages)."""
+    if opcode == Opcode.GEMM:
+        return Unit.GEMM
+    if opcode == Opcode.ALU:
+        return Unit.ALU
+    return None
+
+
 class TokenQueue(IntEnum):
     """The four dependence-token queues, named producer->consumer."""
 
@@ -62,6 +79,22 @@ class TokenQueue(IntEnum):
     COMPUTE_TO_LOAD = 1
     COMPUTE_TO_STORE = 2
     STORE_TO_COMPUTE = 3
+
+    @property
+    def producer(self) -> Stage:
+        return QUEUE_ENDS[self][0]
+
+    @property
+    def push_flag(self) -> str:
+        return QUEUE_ENDS[self][1]
+
+    @property
+    def consumer(self) -> Stage:
+        return QUEUE_ENDS[self][2]
+
+    @property
+    def pop_flag(self) -> str:
+        return QUEUE_ENDS[self][3]
 
 
 def stage_of(opcode: int, mem: int) -> Stage:
@@ -74,20 +107,32 @@ def stage_of(opcode: int, mem: int) -> Stage:
     return Stage.COMPUTE
 
 
-# Which queue each dependence flag pops from / pushes to, per stage (None: flag is illegal there).
-POP_QUEUES: dict[Stage, dict[str, TokenQueue | None]] = {
-    Stage.LOAD: {"pop_prev": None, "pop_next": TokenQueue.COMPUTE_TO_LOAD},
-    Stage.COMPUTE: {
-        "pop_prev": TokenQueue.LOAD_TO_COMPUTE,
-        "pop_next": TokenQueue.STORE_TO_COMPUTE,
-    },
-    Stage.STORE: {"pop_prev": TokenQueue.COMPUTE_TO_STORE, "pop_next": None},
+# Each queue's producer stage and the flag it pushes with, its consumer and the flag it pops
+# with: for the load stage "next" is compute; for compute "prev" is load and "next" is store; for
+# store "prev" is compute. The rest below is derived from this table.
+QUEUE_ENDS: dict[TokenQueue, tuple[Stage, str, Stage, str]] = {
+    TokenQueue.LOAD_TO_COMPUTE: (Stage.LOAD, "push_next", Stage.COMPUTE, "pop_prev"),
+    TokenQueue.COMPUTE_TO_LOAD: (Stage.COMPUTE, "push_prev", Stage.LOAD, "pop_next"),
+    TokenQueue.COMPUTE_TO_STORE: (Stage.COMPUTE, "push_next", Stage.STORE, "pop_prev"),
+    TokenQueue.STORE_TO_COMPUTE: (Stage.STORE, "push_prev", Stage.COMPUTE, "pop_next"),
 }
-PUSH_QUEUES: dict[Stage, dict[str, TokenQueue | None]] = {
-    Stage.LOAD: {"push_prev": None, "push_next": TokenQueue.LOAD_TO_COMPUTE},
-    Stage.COMPUTE: {
-        "push_prev": TokenQueue.COMPUTE_TO_LOAD,
-        "push_next": TokenQueue.COMPUTE_TO_STORE,
-    },
-    Stage.STORE: {"push_prev": TokenQueue.STORE_TO_COMPUTE, "push_next": None},
-}
+
+
+def queue_between(producer: Stage, consumer: Stage) -> TokenQueue | None:
+    """The queue that carries tokens from `producer` to `consumer` (None: there is none)."""
+    for q in TokenQueue:
+        if (q.producer, q.consumer) == (producer, consumer):
+            return q
+    return None
+
+
+def _flags(end: int, flags: tuple[str, str]) -> dict[Stage, dict[str, TokenQueue | None]]:
+    table: dict[Stage, dict[str, TokenQueue | None]] = {s: dict.fromkeys(flags) for s in Stage}
+    for q, ends in QUEUE_ENDS.items():
+        table[ends[end]][ends[end + 1]] = q
+    return table
+
+
+# Which queue each dependence flag pops from / pushes to, per stage (None: illegal there).
+POP_QUEUES = _flags(2, ("pop_prev", "pop_next"))
+PUSH_QUEUES = _flags(0, ("push_prev", "push_next"))

@@ -15,6 +15,13 @@ from tilecraft.hw.isa.enums import Opcode
 
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8  # one instruction word in DRAM
+
+
+def insns_per_burst(burst_bytes: int) -> int:
+    """Instructions fetch reads with one AXI burst of `burst_bytes`."""
+    return max(burst_bytes // INSN_BYTES, 1)
+
+
 DRAM_ADDR_BITS = 32  # DRAM addresses count elements of the target buffer
 SIZE_BITS = 16  # y_size, x_size, x_stride
 PAD_BITS = 4  # each of the four zero-padding amounts
@@ -160,6 +167,12 @@ class IsaSpec:
         """SHR reads its signed amount from this many low bits of the operand: enough for
         every shift of an accumulator lane, right or left ([-acc_bits, acc_bits - 1])."""
         return self.config.log_acc_width + 1
+
+    def shr_amount(self, operand):
+        """The signed amount SHR reads from `operand` (an int or an integer numpy array): its
+        low `shr_amount_bits` bits as two's complement; negative shifts left."""
+        half = 1 << (self.shr_amount_bits - 1)
+        return ((operand & (2 * half - 1)) ^ half) - half
 
     def describe(self) -> str:
         """A table of every format's fields, offsets and widths (for docs and `config show`)."""

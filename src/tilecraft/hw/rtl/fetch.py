@@ -10,17 +10,15 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import AluOp, MemId, Opcode, isa_for
+from tilecraft.hw.isa import INSN_BYTES, AluOp, MemId, Opcode, insns_per_burst, isa_for
 from tilecraft.hw.rtl.dma import ElementStream, ReadClient, forward_read_port, read_port_members
 from tilecraft.hw.rtl.layouts import insn_union
-
-INSN_BYTES = 16
 
 
 class Fetch(wiring.Component):
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
-        self.chunk = max(cfg.burst_len * cfg.axi_bytes // INSN_BYTES, 1)
+        self.chunk = insns_per_burst(cfg.burst_len * cfg.axi_bytes)
         members = {
             "start": In(1),
             "dram_base": In(64),

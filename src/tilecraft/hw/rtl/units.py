@@ -253,6 +253,7 @@ class AluUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        spec = isa_for(cfg)
         seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src"))
         tensor = ~insn.use_imm
         depth = cfg.depth("acc")
@@ -309,7 +310,7 @@ class AluUnit(wiring.Component):
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
             y = Mux(tensor, self.acc_rdata[k * ab : (k + 1) * ab].as_signed(), insn.imm)
-            lane = alu_lane(m, insn.alu_op, x, y, ab, with_mul=False)
+            lane = alu_lane(m, spec, insn.alu_op, x, y, with_mul=False)
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
         # MUL: `group` shared multipliers, one lane group per cycle
         product = Signal.like(self.acc_wdata)

@@ -4,9 +4,9 @@ requantization's error bound against float."""
 import numpy as np
 import pytest
 
-from tilecraft.compiler import reference as R
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.errors import ScheduleError
+from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.ops import reference as R
 
 
 def naive_conv(x, w, stride, pad):

@@ -1,5 +1,6 @@
-"""The numpy oracle: integer-exact conv2d, dense and epilogue. **The reference is the spec**:
-the compiled programs must match it bit for bit.
+"""The reference: the integer semantics of every operator, in numpy. **The reference is the
+spec**: compiled programs must match it bit for bit, on every device. `outputs` computes what a
+`Computation` gives for its tensors; conv2d, dense, gemm and epilogue are its parts.
 
 Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
 
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler.ops import Conv2d, Epilogue
 from tilecraft.errors import ScheduleError
+from tilecraft.ops.operators import Computation, Conv2d, Dense, Epilogue, Gemm, Multiplier
 
 MULTIPLIER_BITS = 15  # m < 2**15 keeps |acc * m| < 2**31 for |acc| < 2**16
 
@@ -58,9 +59,9 @@ def epilogue(
     x = wrap32(acc)
     if ep.bias:
         x = wrap32(x + np.asarray(bias, np.int64).reshape(shape))
-    if ep.multiplier != "none":
+    if ep.multiplier != Multiplier.NONE:
         m = np.asarray(multiplier, np.int64)
-        x = wrap32(x * (m.reshape(shape) if ep.multiplier == "channel" else m.reshape(())))
+        x = wrap32(x * (m.reshape(shape) if ep.multiplier == Multiplier.CHANNEL else m.reshape(())))
     if ep.shift:
         x = wrap32(x + (1 << (ep.shift - 1))) >> ep.shift
     if ep.residual:
@@ -76,6 +77,50 @@ def dense(ep: Epilogue, x: np.ndarray, w: np.ndarray, **params) -> np.ndarray:
     """x (M, K) int8 @ w (K, N) int8 -> (M, N) int8 through the epilogue (channels = N)."""
     acc = wrap32(x.astype(np.int64) @ w.astype(np.int64))
     return epilogue(ep, acc, channel_axis=1, **params)
+
+
+def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The example job: int32-wrapping A @ B, arithmetic right shift (rounding down), clip to
+    int8."""
+    _check(a, (op.m, op.k), "a")
+    _check(b, (op.k, op.n), "b")
+    acc = wrap32(a.astype(np.int64) @ b.astype(np.int64))
+    return np.clip(acc >> op.shift, -128, 127).astype(np.int8)
+
+
+# the tensors each operator reads, by the names programs give them
+OPERANDS = {Conv2d: ("input", "weight"), Dense: ("input", "weight"), Gemm: ("a", "b")}
+RESULT = {Conv2d: "output", Dense: "output", Gemm: "c"}
+
+
+def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The output tensors of `comp` (by name) from its logical input tensors: `input` and
+    `weight` (`a` and `b` for gemm), and as the epilogue needs them `bias`, `multiplier` (per
+    channel; a per-tensor one is `comp.multiplier`) and `residual`."""
+    op, ep = comp.op, comp.epilogue
+    missing = [n for n in OPERANDS[type(op)] if n not in tensors]
+    if missing:
+        raise ScheduleError(f"the reference of {op.describe()} needs tensor(s) {missing}")
+    if isinstance(op, Gemm):
+        return {"c": gemm(op, tensors["a"], tensors["b"])}
+    params = {
+        "bias": tensors.get("bias"),
+        "multiplier": comp.multiplier if comp.multiplier is not None else tensors.get("multiplier"),
+        "residual": tensors.get("residual"),
+    }
+    for name, needed in (
+        ("bias", ep.bias),
+        ("multiplier", ep.multiplier != Multiplier.NONE),
+        ("residual", ep.residual),
+    ):
+        if needed and params[name] is None:
+            raise ScheduleError(f"the epilogue [{ep.describe()}] needs tensor {name!r}")
+    x, w = tensors["input"], tensors["weight"]
+    if isinstance(op, Conv2d):
+        return {"output": conv2d(op, ep, x, w, **params)}
+    _check(x, op.input_shape, "input")
+    _check(w, op.weight_shape, "weight")
+    return {"output": dense(ep, x, w, **params)}
 
 
 def requant_params(scale, acc_bound: int) -> tuple[np.ndarray, int]:

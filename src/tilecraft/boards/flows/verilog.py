@@ -1,0 +1,30 @@
+"""The accelerator as files a board flow starts from: its top-level Verilog, its register map
+(JSON, from hw/regs.py) and the config it was made for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tilecraft.files import write_atomic
+from tilecraft.hw import regs
+from tilecraft.hw.config import HwConfig
+
+TOP = "tilecraft_top"
+
+
+def export_verilog(cfg: HwConfig, folder: str | Path) -> list[Path]:
+    """Write `tilecraft_top.v`, `registers.json` and `config.toml` into `folder` (made if
+    missing); returns their paths."""
+    from tilecraft.hw.rtl.top import verilog
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    regmap = {
+        r.name: {"offset": r.offset, "access": r.access, "doc": r.doc} for r in regs.REGISTERS
+    }
+    return [
+        write_atomic(folder / f"{TOP}.v", verilog(cfg, TOP)),
+        write_atomic(folder / "registers.json", json.dumps(regmap, indent=2) + "\n"),
+        write_atomic(folder / "config.toml", cfg.to_toml()),
+    ]

@@ -1,0 +1,162 @@
+"""The compile pipeline, run one way: operator -> mapping -> schedule candidates -> lowering ->
+token insertion -> assembly -> (measurement, when there are several) -> verification ->
+`Program`. Each step is a function of the previous step's result and runs once per candidate;
+`Compilation.seconds` says what each step cost. This is what the CLI, the benchmarks, the tuner
+and the graph compiler call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from tilecraft.compiler import schedule as S
+from tilecraft.compiler.heuristic import Ranked, rank
+from tilecraft.compiler.lowering import lower_conv
+from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense
+from tilecraft.compiler.params import check_params
+from tilecraft.compiler.tokens import insert_tokens
+from tilecraft.compiler.verify import verify
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import HwConfig
+from tilecraft.ops import Computation, Conv2d, ConvSchedule, Dense, Epilogue
+from tilecraft.runtime.program import Program
+from tilecraft.sim.simulator import model_report
+
+MEASURED = 3  # candidates the heuristic's ranking sends to the cycle model
+
+
+@dataclass(frozen=True)
+class Candidate:
+    schedule: ConvSchedule
+    estimate: float | None  # the heuristic's estimate (None: the user's schedule)
+    cycles: int | None  # the cycle model's count (None: the only candidate, not measured)
+
+
+@dataclass(frozen=True)
+class Compilation:
+    program: Program
+    mapped: MappedConv
+    candidates: tuple[Candidate, ...]  # those built, in the heuristic's order
+    notes: tuple[str, ...]  # why each tile is the size it is
+    seconds: Mapping[str, float]  # per step, over every candidate
+
+    @property
+    def schedule(self) -> ConvSchedule:
+        return self.program.schedule
+
+    def format(self) -> str:
+        """What was compiled, how, what shaped the schedule and what compiling cost."""
+        p, low = self.program, self.mapped
+        lines = [f"{p.computation.describe()}, on {p.config.tag}"]
+        if low.folded:
+            lines.append("  kernel taps folded into the reduction (few input channels)")
+        lines.append(f"  schedule: {self.schedule.describe()}")
+        lines += [f"    {note}" for note in self.notes]
+        for c in self.candidates:
+            if c.cycles is not None:
+                lines.append(
+                    f"    measured {c.schedule.describe()}: {c.cycles:,} cycles "
+                    f"(estimate {c.estimate:,.0f})"
+                )
+        lines.append(
+            f"  {len(p.insns)} instructions, {len(p.uops)} micro-ops, {p.dram_size:,} DRAM "
+            f"bytes; verified (tokens, deadlock, hazards, ranges)"
+        )
+        steps = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.seconds.items())
+        lines.append(f"  compiled in {sum(self.seconds.values()):.2f} s ({steps})")
+        return "\n".join(lines)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - t0
+
+
+def compile_operator(
+    cfg: HwConfig,
+    op: Conv2d | Dense,
+    epilogue: Epilogue | None = None,
+    *,
+    weight=None,
+    bias=None,
+    multiplier=None,
+    schedule: ConvSchedule | None = None,
+    fold: bool | None = None,
+    name: str | None = None,
+    measure: int = MEASURED,
+) -> Compilation:
+    """Compile a conv2d or dense layer. Parameters given as arrays become constants of the
+    program; those left None become named inputs. Without `schedule`, the heuristic ranks the
+    legal space and the best `measure` candidates are built and timed on the cycle model."""
+    clock = _Clock()
+    epilogue = epilogue or Epilogue()
+    with clock("map"):
+        if isinstance(op, Dense):
+            if fold:
+                raise ScheduleError("a dense layer has no kernel taps to fold")
+            low = map_dense(cfg, op, epilogue)
+        else:
+            low = map_conv2d(cfg, op, epilogue, fold)
+        params = check_params(cfg, low, weight, bias, multiplier)
+    if schedule is not None:
+        with clock("check"):
+            S.check(cfg, low, schedule)
+        ranked, wanted = [Ranked(schedule, None)], 1
+    else:
+        with clock("rank"):
+            ranked, wanted = rank(cfg, low), max(measure, 1)
+    computation = Computation(low.source, epilogue, params.tensor_multiplier)
+    name = name or op.kind
+    built: list[tuple[Ranked, Program]] = []
+    for r in ranked:
+        if len(built) == wanted:
+            break
+        try:
+            with clock("lower"):
+                lowered = lower_conv(cfg, low, r.schedule, params, name)
+        except ScheduleError:
+            if schedule is not None:
+                raise
+            continue  # e.g. more micro-op kernels than fit, which the estimate does not see
+        with clock("tokens"):
+            insns = insert_tokens(cfg, lowered.insns, lowered.uops, lowered.uop_region)
+        with clock("assemble"):
+            program = lowered.builder.build(insns, computation=computation, schedule=r.schedule)
+        built.append((r, program))
+    if not built:
+        raise ScheduleError(f"no schedule for {low.describe()} fits the micro-op buffer")
+    cycles: list[int | None] = [None] * len(built)
+    if len(built) > 1:
+        with clock("measure"):
+            cycles = [model_report(p).cycles for _, p in built]
+    best = min(range(len(built)), key=lambda i: (cycles[i] or 0, i))
+    program = built[best][1]
+    with clock("verify"):
+        verify(program)
+    with clock("notes"):
+        notes = tuple(S.shaping_limits(cfg, low, program.schedule))
+    candidates = tuple(Candidate(r.schedule, r.estimate, c) for (r, _), c in zip(built, cycles))
+    return Compilation(program, low, candidates, notes, MappingProxyType(clock.seconds))
+
+
+def single_buffered(compilation: Compilation, **params) -> Program:
+    """The same tiles without latency hiding (one buffer slot, loads, compute and stores taking
+    turns): the baseline the benchmarks compare overlap against."""
+    s = replace(compilation.schedule, double_buffer=False)
+    low = compilation.mapped
+    return compile_operator(
+        compilation.program.config, low.source, low.epilogue, schedule=s, fold=low.folded,
+        name=compilation.program.name, **params,
+    ).program  # fmt: skip

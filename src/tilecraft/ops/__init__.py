@@ -1,0 +1,18 @@
+"""Operators, their schedules and their reference semantics: the data every layer shares (the
+compiler builds programs for them, artifacts record them, the reference and the devices check
+them). numpy only, so it loads on a board."""
+
+from tilecraft.ops.operators import Computation, Conv2d, Dense, Epilogue, Gemm, Multiplier
+from tilecraft.ops.schedules import ConvSchedule, GemmTiles, LoopOrder
+
+__all__ = [
+    "Computation",
+    "Conv2d",
+    "ConvSchedule",
+    "Dense",
+    "Epilogue",
+    "Gemm",
+    "GemmTiles",
+    "LoopOrder",
+    "Multiplier",
+]

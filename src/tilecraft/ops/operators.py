@@ -1,0 +1,246 @@
+"""The operators, as frozen descriptions shared by the compiler (what to build), the artifact (what
+a program computes) and the reference (what the answer is): a convolution's or a matrix
+product's shape, and the integer epilogue applied to its accumulators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
+
+from tilecraft.errors import ScheduleError
+
+INT8 = (-128, 127)
+
+
+class Multiplier(str, Enum):
+    """How the epilogue scales the accumulators: not at all, by one value for the whole tensor
+    (compiled in as an immediate), or by one value per output channel (a tensor)."""
+
+    NONE = "none"
+    TENSOR = "tensor"
+    CHANNEL = "channel"
+
+
+def _pair(v, name: str) -> tuple[int, int]:
+    pair = (v, v) if isinstance(v, int) else tuple(v)
+    if len(pair) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair):
+        raise ScheduleError(f"{name} must be an int or a pair of ints, not {v!r}")
+    return pair
+
+
+def _positive(owner: str, **values) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"{owner} {name} must be a positive int, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    """conv2d of an (N, IC, H, W) int8 input with (OC, IC, KH, KW) int8 weights, groups = 1."""
+
+    n: int
+    ic: int
+    h: int
+    w: int
+    oc: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+    kind: ClassVar[str] = "conv2d"
+
+    def __post_init__(self) -> None:
+        for name in ("kernel", "stride", "pad"):
+            object.__setattr__(self, name, _pair(getattr(self, name), name))
+        _positive("conv2d", n=self.n, ic=self.ic, h=self.h, w=self.w, oc=self.oc)
+        for name, lo in (("kernel", 1), ("stride", 1), ("pad", 0)):
+            if min(getattr(self, name)) < lo:
+                raise ScheduleError(f"conv2d {name} {getattr(self, name)} must be >= {lo}")
+        if self.oh < 1 or self.ow < 1:
+            raise ScheduleError(
+                f"conv2d kernel {self.kernel} is larger than the padded input "
+                f"{self.h + 2 * self.pad[0]}x{self.w + 2 * self.pad[1]}"
+            )
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.pad[0] - self.kernel[0]) // self.stride[0] + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.pad[1] - self.kernel[1]) // self.stride[1] + 1
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.oc * self.oh * self.ow * self.ic * self.kernel[0] * self.kernel[1]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.ic, self.h, self.w)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.oc, self.ic, *self.kernel)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.oc, self.oh, self.ow)
+
+    @property
+    def channels(self) -> int:
+        """Output channels: the length of per-channel epilogue vectors."""
+        return self.oc
+
+    def describe(self) -> str:
+        k, s, p = self.kernel, self.stride, self.pad
+        return (
+            f"conv2d N={self.n} IC={self.ic} H={self.h} W={self.w} OC={self.oc} "
+            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}"
+        )
+
+
+@dataclass(frozen=True)
+class Dense:
+    """x (M, K) int8 @ weight (K, N) int8 -> (M, N); the epilogue's channels are N."""
+
+    m: int
+    k: int
+    n: int
+    kind: ClassVar[str] = "dense"
+
+    def __post_init__(self) -> None:
+        _positive("dense", m=self.m, k=self.k, n=self.n)
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.k * self.n
+
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        return (self.m, self.k)
+
+    @property
+    def weight_shape(self) -> tuple[int, int]:
+        return (self.k, self.n)
+
+    @property
+    def output_shape(self) -> tuple[int, int]:
+        return (self.m, self.n)
+
+    @property
+    def channels(self) -> int:
+        return self.n
+
+    def describe(self) -> str:
+        return f"dense M={self.m} K={self.k} N={self.n}"
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The example job: C = int8(clip((A @ B) >> shift)), A (M, K) and B (K, N) int8, the shift
+    arithmetic (rounding down), no other epilogue."""
+
+    m: int
+    k: int
+    n: int
+    shift: int = 8
+    kind: ClassVar[str] = "gemm"
+
+    def __post_init__(self) -> None:
+        _positive("gemm", m=self.m, k=self.k, n=self.n)
+        if isinstance(self.shift, bool) or not isinstance(self.shift, int):
+            raise ScheduleError(f"gemm shift must be an int, not {self.shift!r}")
+        if not 0 <= self.shift <= 31:
+            raise ScheduleError(f"gemm shift must be in 0..31, not {self.shift}")
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.k * self.n
+
+    def describe(self) -> str:
+        return f"gemm M={self.m} K={self.k} N={self.n} >>{self.shift}"
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What happens to the int32 accumulators before the int8 output (`ops.reference.epilogue`
+    is the exact definition): bias add, multiply by a per-tensor or per-channel multiplier,
+    rounding right shift, residual add, then clip (ReLU raises the low bound to 0)."""
+
+    bias: bool = False
+    multiplier: Multiplier = Multiplier.NONE
+    shift: int = 0
+    residual: bool = False
+    relu: bool = False
+    clip: tuple[int, int] = INT8
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "multiplier", Multiplier(self.multiplier))
+        except ValueError:
+            valid = ", ".join(repr(m.value) for m in Multiplier)
+            raise ScheduleError(
+                f"multiplier must be one of {valid}, not {self.multiplier!r}"
+            ) from None
+        for name in ("bias", "residual", "relu"):
+            if not isinstance(getattr(self, name), bool):
+                raise ScheduleError(f"epilogue {name} must be true or false")
+        if isinstance(self.shift, bool) or not isinstance(self.shift, int):
+            raise ScheduleError(f"shift must be an int in 0..31, not {self.shift!r}")
+        if not 0 <= self.shift <= 31:
+            raise ScheduleError(f"shift must be in 0..31, not {self.shift}")
+        clip = tuple(self.clip)
+        object.__setattr__(self, "clip", clip)
+        if len(clip) != 2 or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:
+            raise ScheduleError(f"clip {self.clip} must satisfy -128 <= lo <= hi <= 127")
+
+    @property
+    def low(self) -> int:
+        return max(self.clip[0], 0) if self.relu else self.clip[0]
+
+    @property
+    def high(self) -> int:
+        return self.clip[1]
+
+    def describe(self) -> str:
+        parts = ["bias"] if self.bias else []
+        if self.multiplier != Multiplier.NONE:
+            parts.append(f"x{self.multiplier.value}-multiplier")
+        if self.shift:
+            parts.append(f">>{self.shift} (rounding)")
+        if self.residual:
+            parts.append("+residual")
+        parts.append(f"clip[{self.low}, {self.high}]")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Computation:
+    """What a program computes: the operator, its epilogue (for conv2d and dense), and the
+    per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
+    program's outputs from this and its inputs and constants."""
+
+    op: Conv2d | Dense | Gemm
+    epilogue: Epilogue | None = None
+    multiplier: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.op, Gemm) != (self.epilogue is None):
+            raise ScheduleError(
+                "a gemm computation has no epilogue (its shift is part of it); conv2d and "
+                "dense have one"
+            )
+        tensor = self.epilogue is not None and self.epilogue.multiplier == Multiplier.TENSOR
+        if tensor != (self.multiplier is not None):
+            raise ScheduleError(
+                "a per-tensor multiplier value goes with (and only with) a per-tensor "
+                f"multiplier epilogue, not {self.multiplier!r}"
+            )
+
+    def describe(self) -> str:
+        text = self.op.describe()
+        if self.epilogue is not None:
+            text += f", epilogue {self.epilogue.describe()}"
+        if self.multiplier is not None:
+            text += f" (multiplier {self.multiplier})"
+        return text

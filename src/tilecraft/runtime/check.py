@@ -1,0 +1,42 @@
+"""A program's outputs checked against the reference (`tilecraft.ops.reference`): the program's
+`Computation` says what it computes; its logical inputs and its constants (unpacked through
+their layouts) are the reference's tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.errors import ProgramError
+from tilecraft.ops import reference
+from tilecraft.runtime.program import Program
+
+
+def expected_outputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference's outputs for `inputs` (logical tensors, by buffer name)."""
+    if program.computation is None:
+        raise ProgramError(
+            f"program {program.name!r} does not say what it computes (no computation), so the "
+            f"reference cannot check it"
+        )
+    tensors = dict(inputs)
+    for name, stored in program.constants.items():
+        layout = program.buffer(name).layout
+        if layout is not None:
+            tensors[name] = layout.unpack(program.config, stored)
+    return reference.outputs(program.computation, tensors)
+
+
+def check_outputs(program: Program, inputs: dict, outputs: dict) -> tuple[bool, str]:
+    """(ok, message) comparing every output bit-exactly with the reference; `inputs` and
+    `outputs` are logical tensors (runtime.layout.unpack_outputs)."""
+    expected = expected_outputs(program, inputs)
+    lines, ok = [], True
+    for name, want in expected.items():
+        got = outputs[name]
+        bad = int(np.count_nonzero(got != want)) if got.shape == want.shape else want.size
+        ok &= bad == 0
+        lines.append(
+            f"check {name}: "
+            + ("bit-exact vs the reference" if not bad else f"{bad} of {want.size} values differ")
+        )
+    return ok, "\n".join(lines)
