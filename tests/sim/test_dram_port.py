@@ -1,5 +1,5 @@
 """The cycle model's DRAM port, burst by burst, against the arbitration rules of the RTL
-(hw/dma.py ReadArbiter, the store's AW channel, sim/rtl/axi_dram.v)."""
+(hw/rtl/dma.py ReadArbiter, the store's AW channel, sim/rtl/axi_dram.v)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
-pytestmark = pytest.mark.rtl
+pytestmark = [pytest.mark.rtl, pytest.mark.slow]  # Verilator models take minutes to build
 
 try:
     import cocotb_tools.runner  # noqa: F401

@@ -19,6 +19,7 @@ from tilecraft.compiler.pipeline import single_buffered
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Epilogue, reference
+from tilecraft.progress import track
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
 from tilecraft.serial import to_json
@@ -85,7 +86,7 @@ def run(
     cfg = cfg or HwConfig()
     layers = layers or resnet18_layers()
     rng = np.random.default_rng(seed)
-    rows = [run_layer(cfg, layer, rng, check) for layer in layers]
+    rows = [run_layer(cfg, layer, rng, check) for layer in track(layers, "resnet18-layers")]
     macs = sum(r["macs"] for r in rows)
     result = {
         "suite": "resnet18-layers",
@@ -152,7 +153,7 @@ def run_on_rtl(cfg: HwConfig | None = None, names: list[str] | None = None, seed
         raise TilecraftError(f"unknown layers {unknown}; the workload has C1..C11")
     rng = np.random.default_rng(seed)
     jobs = []
-    for layer in layers:
+    for layer in track(layers, "compiling"):
         op = layer_op(layer)
         w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
         x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)

@@ -10,6 +10,7 @@ import numpy as np
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.progress import track
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs
 
@@ -52,7 +53,8 @@ def random_programs(cfg: HwConfig, count: int) -> dict:
     from tilecraft.compiler.random_programs import out_of_order_program, random_program
     from tilecraft.sim.rtl.device import RtlDevice
 
-    jobs = [random_program(cfg, s) for s in range(count)] + [out_of_order_program(cfg)]
+    seeds = track(range(count), "random programs")
+    jobs = [random_program(cfg, s) for s in seeds] + [out_of_order_program(cfg)]
     errors, differ = [], []
     for (program, inputs), rtl in zip(jobs, RtlDevice(cfg).run_many(jobs)):
         model = get_device("sim").run(program, inputs)

@@ -16,6 +16,7 @@ from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Epilogue
+from tilecraft.progress import track
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs
 
@@ -32,7 +33,7 @@ def run(cfg: HwConfig | None = None, layers: list[dict] | None = None, seed: int
     rng = np.random.default_rng(seed)
     device = get_device("sim")
     rows, sim_total, np_total = [], 0.0, 0.0
-    for layer in layers:
+    for layer in track(layers, "sim-speed"):
         op = layer_op(layer)
         w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
         x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)

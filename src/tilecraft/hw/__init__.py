@@ -1,1 +1,3 @@
-"""The accelerator: HwConfig, the ISA and (in later modules) its Amaranth components."""
+"""The accelerator. The contract every layer shares, pure data: `config` (HwConfig), `isa` (the
+instruction set declared from it) and `regs` (the register map). `rtl` holds the Amaranth
+design built from them."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 MAGIC = 0x54434654  # "TCFT"
-REGISTER_SPAN = 0x40  # bytes of address space the register file decodes
+REGISTER_SPAN = 0x40  # bytes of address space the registers take
+ADDR_BITS = 8  # the AXI4-Lite address width (offsets beyond the registers read as 0)
 
 
 @dataclass(frozen=True)

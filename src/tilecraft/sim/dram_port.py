@@ -1,7 +1,7 @@
 """The one DRAM port, burst by burst, arbitrated as the RTL arbitrates it.
 
 - Reads (fetch, the compute stage's loads, the load stage) share the AR channel
-  (`hw/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
+  (`hw/rtl/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
   its last one's; among transfers waiting for it the lower client wins a tie (fetch, compute,
   load). Within a transfer the next burst is presented one cycle after the previous one is
   accepted, two when it starts a new row (`Timing.bursts`).

@@ -23,7 +23,7 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
     state = {"done": False, "cycles": None}
 
     def p(name):
-        return getattr(dut, "m_axi_" + name)
+        return getattr(dut.m_axi, name)
 
     async def memory(ctx):
         """Mirrors sim/rtl/axi_dram.v cycle for cycle (outputs are registered)."""
@@ -101,14 +101,14 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
             "CONTROL": regs.START,
         }  # fmt: skip
         for name, value in writes.items():
-            ctx.set(dut.s_axi_control_awaddr, o[name])
-            ctx.set(dut.s_axi_control_wdata, value)
-            ctx.set(dut.s_axi_control_awvalid, 1)
-            ctx.set(dut.s_axi_control_wvalid, 1)
-            ctx.set(dut.s_axi_control_bready, 1)
+            ctx.set(dut.s_axi_control.awaddr, o[name])
+            ctx.set(dut.s_axi_control.wdata, value)
+            ctx.set(dut.s_axi_control.awvalid, 1)
+            ctx.set(dut.s_axi_control.wvalid, 1)
+            ctx.set(dut.s_axi_control.bready, 1)
             await ctx.tick()
-            ctx.set(dut.s_axi_control_awvalid, 0)
-            ctx.set(dut.s_axi_control_wvalid, 0)
+            ctx.set(dut.s_axi_control.awvalid, 0)
+            ctx.set(dut.s_axi_control.wvalid, 0)
             await ctx.tick().repeat(2)
         for cycle in range(max_cycles):
             if watch:

@@ -34,12 +34,11 @@ def run_loads(cfg, targets, loads, dram, seed=0):
             await ctx.tick()
             ctx.set(dut.start, 0)
             for _ in range(5000):
-                for t in targets:
-                    name = BUFFER_NAMES[t]
-                    if ctx.get(getattr(dut, f"{name}_en")):
-                        srams[name][ctx.get(getattr(dut, f"{name}_addr"))] = ctx.get(
-                            getattr(dut, f"{name}_data")
-                        )
+                if ctx.get(dut.write.en):
+                    name = BUFFER_NAMES[MemId(ctx.get(dut.mem))]
+                    bits = dut.elem_bits[MemId(ctx.get(dut.mem))]
+                    data = ctx.get(dut.write.data) & ((1 << bits) - 1)
+                    srams[name][ctx.get(dut.write.addr)] = data
                 done, err = ctx.get(dut.done), ctx.get(dut.error)
                 await ctx.tick()
                 if done:
@@ -51,10 +50,11 @@ def run_loads(cfg, targets, loads, dram, seed=0):
     slave = ReadSlave(dram, cfg.axi_bytes, latency=5, seed=seed, stall=0.3)
 
     async def memory(ctx):
+        ar, r = dut.read.ar, dut.read.r
         await slave.run(
             ctx,
-            {"addr": dut.ar_addr, "len": dut.ar_len, "valid": dut.ar_valid, "ready": dut.ar_ready},
-            {"data": dut.r_data, "valid": dut.r_valid, "ready": dut.r_ready},
+            {"addr": ar.payload.addr, "len": ar.payload.len, "valid": ar.valid, "ready": ar.ready},
+            {"data": r.payload, "valid": r.valid, "ready": r.ready},
             100000,
         )
 

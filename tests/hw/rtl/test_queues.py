@@ -1,4 +1,4 @@
-"""The command and token queues (hw/queues.py) under random backpressure: nothing lost,
+"""The command and token queues (hw/rtl/queues.py) under random backpressure: nothing lost,
 duplicated or reordered, and exactly the depth HwConfig gives (the cycle model and the
 verifier's deadlock check both count on it)."""
 

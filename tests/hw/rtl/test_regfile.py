@@ -10,7 +10,7 @@ from tilecraft.hw.rtl.regfile import RegisterFile
 
 
 def _p(dut, name):
-    return getattr(dut, "s_axi_control_" + name)
+    return getattr(dut.bus, name)
 
 
 async def axi_write(ctx, dut, addr, value, rng):

@@ -46,17 +46,17 @@ def run_unit(cfg, unit_cls, machine, insns):
     acc_r = mems["acc"].read_port(transparent_for=(acc_w,))
     uop_r = mems["uop"].read_port()
     m.d.comb += [
-        uop_r.addr.eq(unit.uop_addr),
-        unit.uop_data.eq(uop_r.data),
-        acc_r.addr.eq(unit.acc_raddr),
+        uop_r.addr.eq(unit.uop.addr),
+        unit.uop.data.eq(uop_r.data),
+        acc_r.addr.eq(unit.acc_read.addr),
         acc_r.en.eq(1),
-        unit.acc_rdata.eq(acc_r.data),
-        acc_w.addr.eq(unit.acc_waddr),
-        acc_w.data.eq(unit.acc_wdata),
-        acc_w.en.eq(unit.acc_wen),
+        unit.acc_read.data.eq(acc_r.data),
+        acc_w.addr.eq(unit.acc_write.addr),
+        acc_w.data.eq(unit.acc_write.data),
+        acc_w.en.eq(unit.acc_write.en),
     ]
     if unit_cls is GemmUnit:
-        for name in ("inp", "wgt"):
+        for name, port in (("inp", unit.inp), ("wgt", unit.wgt)):
             mem = Memory(
                 shape=unsigned(cfg.elem_bytes(name) * 8),
                 depth=cfg.depth(name),
@@ -64,10 +64,7 @@ def run_unit(cfg, unit_cls, machine, insns):
             )
             m.submodules[name] = mem
             rp = mem.read_port()
-            m.d.comb += [
-                rp.addr.eq(getattr(unit, f"{name}_addr")),
-                getattr(unit, f"{name}_data").eq(rp.data),
-            ]
+            m.d.comb += [rp.addr.eq(port.addr), port.data.eq(rp.data)]
     errors = []
     final = {}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
+from tilecraft.progress import task
 
 PARTS = {  # LUT, FF, DSP, BRAM36
     "xc7z020": {"lut": 53200, "ff": 106400, "dsp": 220, "bram36": 140},
@@ -91,9 +92,14 @@ def synthesize(
         "tee -q -o stat.json stat -json"
     )
     t0 = time.perf_counter()
-    done = subprocess.run(
-        [yosys, "-q", "-p", script], cwd=work, capture_output=True, text=True, env=os.environ.copy()
-    )
+    with task(f"yosys synth_xilinx: {cfg.tag} for {part} (minutes)"):
+        done = subprocess.run(
+            [yosys, "-q", "-p", script],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        )
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise DeviceError(f"yosys failed ({done.returncode}): {done.stderr[-2000:]}")

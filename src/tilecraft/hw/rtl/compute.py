@@ -1,16 +1,16 @@
 """The compute stage: micro-op and accumulator loads, the GEMM and ALU units, FINISH.
 
 Issue is in order. LOAD UOP/ACC and FINISH wait for both units to be idle. A GEMM or ALU
-instruction first reads its first micro-op (one cycle) to learn which accumulator half it
+instruction first reads its first micro-op (one cycle) to learn which accumulator bank it
 writes; it starts when its unit is free and, if the other unit is busy, only if the other
-instruction's half differs (the one-bit interlock the cycle model assumes). Tokens are popped
+instruction's bank differs (the one-bit interlock the cycle model assumes). Tokens are popped
 when an instruction starts and pushed when it completes, in program order per queue (so a
 token vouches for its own instruction, not for an older one still running on the other unit:
 the token pass knows, see compiler/completion.py).
 
 Scratchpads held here: micro-ops (a read port per unit; LOAD UOP writes through the GEMM
 unit's), the accumulator and its narrowed OUT copy, each split into two banks by the top index
-bit (so the units can work on different halves at once); STORE reads OUT through its own port.
+bit (so the units can work on different banks at once); STORE reads OUT through its own port.
 """
 
 from __future__ import annotations
@@ -21,12 +21,19 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
-from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import MemId, Opcode, isa_for
-from tilecraft.hw.rtl.dma import forward_read_port, read_port_members
+from tilecraft.hw.config import ACC_BANKS, HwConfig
+from tilecraft.hw.isa import INSN_BITS, MemId, Opcode, isa_for
 from tilecraft.hw.rtl.layouts import insn_union, uop_layout
 from tilecraft.hw.rtl.loader import LoadEngine
-from tilecraft.hw.rtl.queues import CMD_BITS
+from tilecraft.hw.rtl.signatures import (
+    INDEX_BITS,
+    ErrorReport,
+    ReadAddress,
+    ReadPort,
+    RunControl,
+    command,
+    token,
+)
 from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 
 
@@ -47,33 +54,26 @@ class Compute(wiring.Component):
         self.alu = AluUnit(cfg)
         super().__init__(
             {
-                "cmd_valid": In(1),
-                "cmd": In(CMD_BITS),
-                "cmd_ready": Out(1),
-                "ltc_valid": In(1),
-                "ltc_ready": Out(1),
-                "stc_valid": In(1),
-                "stc_ready": Out(1),
-                "ctl_valid": Out(1),
-                "ctl_ready": In(1),
-                "cts_valid": Out(1),
-                "cts_ready": In(1),
-                "dram_base": In(64),
-                "dram_size": In(32),
-                "halt": In(1),
-                **read_port_members(cfg),
-                "inp_addr": Out(16),
-                "inp_data": In(cfg.elem_bytes("inp") * 8),
-                "wgt_addr": Out(16),
-                "wgt_data": In(cfg.elem_bytes("wgt") * 8),
-                "out_raddr": In(16),
-                "out_rdata": Out(cfg.elem_bytes("out") * 8),
+                "cmd": In(command()),
+                "pop_prev": In(token()),  # load -> compute
+                "pop_next": In(token()),  # store -> compute
+                "push_prev": Out(token()),  # compute -> load
+                "push_next": Out(token()),  # compute -> store
+                "run": In(RunControl()),
+                "error": Out(ErrorReport()),
+                "read": Out(ReadPort(cfg.axi_data_bits)),
+                "inp": Out(ReadAddress(spec.inp_idx_bits, cfg.elem_bytes("inp") * 8)),
+                "wgt": Out(ReadAddress(spec.wgt_idx_bits, cfg.elem_bytes("wgt") * 8)),
+                "out": In(ReadAddress(spec.acc_idx_bits, cfg.elem_bytes("out") * 8)),
                 "finished": Out(1),
-                "error_valid": Out(1),
-                "error_code": Out(8),
-                "error_index": Out(32),
             }
         )
+        self.tokens = {
+            "pop_prev": self.pop_prev,
+            "pop_next": self.pop_next,
+            "push_prev": self.push_prev,
+            "push_next": self.push_next,
+        }
 
     def elaborate(self, platform):
         m = Module()
@@ -83,15 +83,14 @@ class Compute(wiring.Component):
         m.submodules.gemm = gemm = self.gemm
         m.submodules.alu = alu = self.alu
         units = {"gemm": gemm, "alu": alu}
-        forward_read_port(m, self, loader)
-        m.d.comb += [
-            loader.dram_base.eq(self.dram_base),
-            loader.dram_size.eq(self.dram_size),
-            self.inp_addr.eq(gemm.inp_addr),
-            gemm.inp_data.eq(self.inp_data),
-            self.wgt_addr.eq(gemm.wgt_addr),
-            gemm.wgt_data.eq(self.wgt_data),
-        ]
+        run = self.run
+        wiring.connect(m, wiring.flipped(self.read), loader.read)
+        wiring.connect(m, wiring.flipped(self.inp), gemm.inp)
+        wiring.connect(m, wiring.flipped(self.wgt), gemm.wgt)
+        m.d.comb += [loader.dram_base.eq(run.dram_base), loader.dram_size.eq(run.dram_size)]
+        loads = loader.write
+        uop_en = loads.en & (loader.mem == MemId.UOP)
+        acc_en = loads.en & (loader.mem == MemId.ACC)
 
         # ---- micro-op memory: one read port per unit, written by LOAD UOP ----------------
         m.submodules.uop_mem = uop_mem = Memory(
@@ -101,7 +100,7 @@ class Compute(wiring.Component):
         # port: one named address signal lets yosys map a true dual-port BRAM (one copy, not
         # one per read port).
         uop_w = uop_mem.write_port()
-        peek_addr = Signal(16)
+        peek_addr = Signal(uop_w.addr.shape())
         peeking = {n: Signal(name=f"peek_{n}") for n in units}
         uop_data = {}
         for n, unit in units.items():
@@ -109,33 +108,32 @@ class Compute(wiring.Component):
             addr = Signal(uop_w.addr.shape(), name=f"uop_{n}_addr")
             m.d.comb += [
                 rp.addr.eq(addr),
-                addr.eq(Mux(peeking[n], peek_addr, unit.uop_addr)),
-                unit.uop_data.eq(rp.data),
+                addr.eq(Mux(peeking[n], peek_addr, unit.uop.addr)),
+                unit.uop.data.eq(rp.data),
             ]
             if n == "gemm":
-                with m.If(loader.uop_en):
-                    m.d.comb += addr.eq(loader.uop_addr)
-                m.d.comb += [
-                    uop_w.addr.eq(addr),
-                    uop_w.data.eq(loader.uop_data),
-                    uop_w.en.eq(loader.uop_en),
-                ]
+                with m.If(uop_en):
+                    m.d.comb += addr.eq(loads.addr)
+                m.d.comb += [uop_w.addr.eq(addr), uop_w.data.eq(loads.data), uop_w.en.eq(uop_en)]
             uop_data[n] = uop_layout(spec)(rp.data)
 
         # ---- accumulator and OUT banks ----------------------------------------------------
         bb = self.bank_bits
         acc_w_bits, out_w_bits = cfg.elem_bytes("acc") * 8, cfg.elem_bytes("out") * 8
-        bank_depth = cfg.depth("acc") // 2
-        for b in range(2):
-            acc = Memory(shape=unsigned(acc_w_bits), depth=bank_depth, init=[])
-            out = Memory(shape=unsigned(out_w_bits), depth=bank_depth, init=[])
+        for b in range(ACC_BANKS):
+            acc = Memory(shape=unsigned(acc_w_bits), depth=cfg.acc_bank_rows, init=[])
+            out = Memory(shape=unsigned(out_w_bits), depth=cfg.acc_bank_rows, init=[])
             m.submodules[f"acc{b}"], m.submodules[f"out{b}"] = acc, out
             aw, ow = acc.write_port(), out.write_port()
             ar = acc.read_port(transparent_for=(aw,))
             orp = out.read_port(transparent_for=(ow,))
             # writes: the GEMM unit, else the ALU unit, else LOAD ACC (when both are idle)
-            for src in (loader_write(loader, cfg), alu_write(alu), gemm_write(gemm)):
-                addr, data, en = src
+            writers = (
+                (loads.addr, loads.data, acc_en),
+                (alu.acc_write.addr, alu.acc_write.data, alu.acc_write.en),
+                (gemm.acc_write.addr, gemm.acc_write.data, gemm.acc_write.en),
+            )
+            for addr, data, en in writers:
                 with m.If(en & (addr[bb] == b)):
                     m.d.comb += [
                         aw.addr.eq(addr[:bb]),
@@ -146,37 +144,37 @@ class Compute(wiring.Component):
                         ow.en.eq(1),
                     ]
             # reads: whichever unit reads this bank
-            m.d.comb += ar.addr.eq(gemm.acc_raddr[:bb])
-            with m.If(alu.acc_ren & (alu.acc_raddr[bb] == b)):
-                m.d.comb += ar.addr.eq(alu.acc_raddr[:bb])
+            m.d.comb += ar.addr.eq(gemm.acc_read.addr[:bb])
+            with m.If(alu.acc_read.en & (alu.acc_read.addr[bb] == b)):
+                m.d.comb += ar.addr.eq(alu.acc_read.addr[:bb])
             for n, unit in units.items():
                 sel = Signal(name=f"{n}_bank{b}_sel")
-                m.d.sync += sel.eq(unit.acc_raddr[bb] == b)
+                m.d.sync += sel.eq(unit.acc_read.addr[bb] == b)
                 with m.If(sel):
-                    m.d.comb += unit.acc_rdata.eq(ar.data)
-            m.d.comb += orp.addr.eq(self.out_raddr[:bb])
+                    m.d.comb += unit.acc_read.data.eq(ar.data)
+            m.d.comb += orp.addr.eq(self.out.addr[:bb])
             out_sel = Signal(name=f"out_bank{b}_sel")
-            m.d.sync += out_sel.eq(self.out_raddr[bb] == b)
+            m.d.sync += out_sel.eq(self.out.addr[bb] == b)
             with m.If(out_sel):
-                m.d.comb += self.out_rdata.eq(orp.data)
+                m.d.comb += self.out.data.eq(orp.data)
 
         # ---- issue ------------------------------------------------------------------------
-        insn_word = self.cmd[:128]
-        index = self.cmd[128:]
+        cmd = self.cmd
+        insn_word, index = cmd.payload.insn, cmd.payload.index
         head = insn_union(spec)(insn_word)
         op = head.load.opcode
-        cur = Signal(128)
+        cur = Signal(INSN_BITS)
         cur_view = insn_union(spec)(cur)
-        cur_index = Signal(32)
-        seq = Signal(32)  # issue order, for push ordering
+        cur_index = Signal(INDEX_BITS)
+        seq = Signal(INDEX_BITS)  # issue order, for push ordering
         # per-unit in-flight bookkeeping: half written, pushes owed, issue order, index
         inflight = {
             n: {
                 "half": Signal(name=f"{n}_half"),
                 "push_prev": Signal(name=f"{n}_push_prev"),
                 "push_next": Signal(name=f"{n}_push_next"),
-                "seq": Signal(32, name=f"{n}_seq"),
-                "index": Signal(32, name=f"{n}_index"),
+                "seq": Signal(INDEX_BITS, name=f"{n}_seq"),
+                "index": Signal(INDEX_BITS, name=f"{n}_index"),
                 "owed": Signal(name=f"{n}_owed"),  # completed, push not yet done
             }
             for n in ("gemm", "alu", "load")
@@ -186,27 +184,23 @@ class Compute(wiring.Component):
         blocked = Signal()  # a completed instruction still owes a push
         m.d.comb += blocked.eq(Cat(*(inflight[n]["owed"] for n in inflight)).any())
 
-        error_code = Signal(8)
-        error_index = Signal(32)
-        error_valid = Signal()
-        m.d.comb += [
-            self.error_code.eq(error_code),
-            self.error_index.eq(error_index),
-            self.error_valid.eq(error_valid),
-        ]
+        error = self.error
 
         def fail(code, idx):
-            m.d.sync += [error_code.eq(code), error_index.eq(idx), error_valid.eq(1)]
+            m.d.sync += [error.code.eq(code), error.index.eq(idx), error.valid.eq(1)]
 
         pop = Signal()
         m.d.comb += [
-            self.ltc_ready.eq(pop & cur_view.load.pop_prev),
-            self.stc_ready.eq(pop & cur_view.load.pop_next),
+            self.pop_prev.ready.eq(pop & cur_view.load.pop_prev),
+            self.pop_next.ready.eq(pop & cur_view.load.pop_next),
         ]
+        tokens_ok = (~cur_view.load.pop_prev | self.pop_prev.valid) & (
+            ~cur_view.load.pop_next | self.pop_next.valid
+        )
         target = Signal()  # 0: gemm, 1: alu
         with m.FSM():
-            with m.State("IDLE"), m.If(self.cmd_valid & ~self.halt & ~error_valid):
-                m.d.comb += self.cmd_ready.eq(1)
+            with m.State("IDLE"), m.If(cmd.valid & ~run.halt & ~error.valid):
+                m.d.comb += cmd.ready.eq(1)
                 m.d.sync += [cur.eq(insn_word), cur_index.eq(index)]
                 with m.If((op == Opcode.GEMM) | (op == Opcode.ALU)):
                     m.d.sync += target.eq(op == Opcode.ALU)
@@ -240,11 +234,8 @@ class Compute(wiring.Component):
                 m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
                 other_busy = Mux(target, gemm.busy, alu.busy)
                 other_half = Mux(target, inflight["gemm"]["half"], inflight["alu"]["half"])
-                tok = (~cur_view.load.pop_prev | self.ltc_valid) & (
-                    ~cur_view.load.pop_next | self.stc_valid
-                )
-                go = ~(other_busy & (other_half == half)) & tok & ~blocked
-                with m.If(go & ~self.halt):
+                go = ~(other_busy & (other_half == half)) & tokens_ok & ~blocked
+                with m.If(go & ~run.halt):
                     m.d.comb += pop.eq(1)
                     m.d.sync += seq.eq(seq + 1)
                     for n, t in (("gemm", 0), ("alu", 1)):
@@ -260,7 +251,7 @@ class Compute(wiring.Component):
                     m.next = "IDLE"
             with m.State("LOAD"):
                 idle = ~gemm.busy & ~alu.busy & ~blocked
-                with m.If(idle & tokens_ok_of(cur_view, self) & ~self.halt):
+                with m.If(idle & tokens_ok & ~run.halt):
                     m.d.comb += [pop.eq(1), loader.start.eq(1)]
                     m.d.sync += [
                         seq.eq(seq + 1),
@@ -274,7 +265,7 @@ class Compute(wiring.Component):
                 m.next = "IDLE"
             with m.State("FINISH"):
                 idle = ~gemm.busy & ~alu.busy & ~blocked
-                with m.If(idle & tokens_ok_of(cur_view, self) & ~self.halt):
+                with m.If(idle & tokens_ok & ~run.halt):
                     m.d.comb += pop.eq(1)
                     m.next = "FINISHED"
             with m.State("FINISHED"):
@@ -311,28 +302,15 @@ class Compute(wiring.Component):
                 running = busy[o] & same_queue
                 older.append((you["owed"] | running) & (you["seq"] < me["seq"]))
             can = me["owed"] & ~Cat(*older).any()
-            can &= (~me["push_prev"] | self.ctl_ready) & (~me["push_next"] | self.cts_ready)
+            can &= (~me["push_prev"] | self.push_prev.ready) & (
+                ~me["push_next"] | self.push_next.ready
+            )
             with m.If(can):
                 m.d.sync += me["owed"].eq(0)
             prev_pushes.append(can & me["push_prev"])
             next_pushes.append(can & me["push_next"])
-        push_prev = Cat(*prev_pushes).any()
-        push_next = Cat(*next_pushes).any()
-        m.d.comb += [self.ctl_valid.eq(push_prev), self.cts_valid.eq(push_next)]
+        m.d.comb += [
+            self.push_prev.valid.eq(Cat(*prev_pushes).any()),
+            self.push_next.valid.eq(Cat(*next_pushes).any()),
+        ]
         return m
-
-
-def tokens_ok_of(view, self):
-    return (~view.load.pop_prev | self.ltc_valid) & (~view.load.pop_next | self.stc_valid)
-
-
-def loader_write(loader, cfg):
-    return loader.acc_addr, loader.acc_data, loader.acc_en
-
-
-def alu_write(alu):
-    return alu.acc_waddr, alu.acc_wdata, alu.acc_wen
-
-
-def gemm_write(gemm):
-    return gemm.acc_waddr, gemm.acc_wdata, gemm.acc_wen

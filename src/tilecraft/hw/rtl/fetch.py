@@ -10,52 +10,54 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import INSN_BYTES, AluOp, MemId, Opcode, insns_per_burst, isa_for
-from tilecraft.hw.rtl.dma import ElementStream, ReadClient, forward_read_port, read_port_members
+from tilecraft.hw.isa import (
+    INSN_BITS,
+    INSN_BYTES,
+    AluOp,
+    MemId,
+    Opcode,
+    Stage,
+    insns_per_burst,
+    isa_for,
+)
+from tilecraft.hw.rtl.dma import ElementStream, ReadClient
 from tilecraft.hw.rtl.layouts import insn_union
+from tilecraft.hw.rtl.signatures import INDEX_BITS, ErrorReport, ReadPort, RunControl, command
 
 
 class Fetch(wiring.Component):
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
         self.chunk = insns_per_burst(cfg.burst_len * cfg.axi_bytes)
-        members = {
-            "start": In(1),
-            "dram_base": In(64),
-            "insn_offset": In(32),
-            "insn_count": In(32),
-            "dram_size": In(32),
-            "halt": In(1),
-            "error_valid": Out(1),
-            "error_code": Out(8),
-            "error_index": Out(32),
-            **read_port_members(cfg),
-        }
-        for q in ("load", "compute", "store"):
-            members[f"{q}_valid"] = Out(1)
-            members[f"{q}_cmd"] = Out(128 + 32)
-            members[f"{q}_ready"] = In(1)
-        super().__init__(members)
+        super().__init__(
+            {
+                "start": In(1),
+                "insn_offset": In(32),
+                "insn_count": In(INDEX_BITS),
+                "run": In(RunControl()),
+                "error": Out(ErrorReport()),
+                "read": Out(ReadPort(cfg.axi_data_bits)),
+                # one command stream per stage, indexed by hw.isa.Stage
+                "cmds": Out(command()).array(len(Stage)),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         spec = isa_for(cfg)
         m.submodules.client = client = ReadClient(cfg)
-        m.submodules.insns = stream = ElementStream(cfg.axi_data_bits, 128)
-        forward_read_port(m, self, client)
-        m.d.comb += [
-            stream.beat.eq(client.beat),
-            stream.beat_valid.eq(client.beat_valid),
-            client.beat_ready.eq(stream.beat_ready),
-        ]
-        index = Signal(32)  # next instruction to dispatch
-        requested = Signal(32)  # instructions requested so far
-        count = Signal(32)
-        n = Signal(32)
+        m.submodules.insns = stream = ElementStream(cfg.axi_data_bits, INSN_BITS)
+        wiring.connect(m, wiring.flipped(self.read), client.read)
+        wiring.connect(m, client.beats, stream.beats)
+        run, error = self.run, self.error
+        index = Signal(INDEX_BITS)  # next instruction to dispatch
+        requested = Signal(INDEX_BITS)  # instructions requested so far
+        count = Signal(INDEX_BITS)
+        n = Signal(INDEX_BITS)
         left = count - requested
         m.d.comb += n.eq(Mux(left > self.chunk, self.chunk, left))
-        insn = insn_union(spec)(stream.elem)
+        insn = insn_union(spec)(stream.elems.payload)
         op, mem = insn.load.opcode, insn.load.mem
         is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
         is_store = op == Opcode.STORE
@@ -67,12 +69,8 @@ class Fetch(wiring.Component):
         bad_flags = (is_load_stage & (f.pop_prev | f.push_prev)) | (
             is_store & (f.pop_next | f.push_next)
         )
-        cmd = Cat(stream.elem, index)
-        ready = (
-            (is_load_stage & self.load_ready)
-            | (is_compute & self.compute_ready)
-            | (is_store & self.store_ready)
-        )
+        routes = {Stage.LOAD: is_load_stage, Stage.COMPUTE: is_compute, Stage.STORE: is_store}
+        ready = Cat(*(sel & self.cmds[s].ready for s, sel in routes.items())).any()
         code = Signal(8)
         m.d.comb += code.eq(0)
         with m.If(bad_flags):
@@ -81,24 +79,24 @@ class Fetch(wiring.Component):
             m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_MEMORY)
         with m.If(bad_op | bad_alu):
             m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_OPCODE)
-        for q in ("load", "compute", "store"):
-            m.d.comb += getattr(self, f"{q}_cmd").eq(cmd)
+        for cmd in self.cmds:
+            m.d.comb += [cmd.payload.insn.eq(stream.elems.payload), cmd.payload.index.eq(index)]
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [
                     index.eq(0),
                     requested.eq(0),
                     count.eq(self.insn_count),
-                    self.error_valid.eq(0),
+                    error.valid.eq(0),
                 ]
                 m.next = "CHECK"
             with m.State("CHECK"):
                 end = self.insn_offset + count * INSN_BYTES
-                with m.If((count == 0) | (end > self.dram_size)):
+                with m.If((count == 0) | (end > run.dram_size)):
                     m.d.sync += [
-                        self.error_valid.eq(1),
-                        self.error_index.eq(0),
-                        self.error_code.eq(regs.ErrorCode.DRAM_RANGE),
+                        error.valid.eq(1),
+                        error.index.eq(0),
+                        error.code.eq(regs.ErrorCode.DRAM_RANGE),
                     ]
                     m.next = "IDLE"
                 with m.Else():
@@ -106,14 +104,15 @@ class Fetch(wiring.Component):
             with m.State("REQUEST"):
                 with m.If(requested == count):
                     m.next = "IDLE"
-                with m.Elif(~self.halt):
+                with m.Elif(~run.halt):
+                    t = client.transfer
                     m.d.comb += [
-                        client.start.eq(1),
-                        client.addr.eq(self.dram_base + self.insn_offset + requested * INSN_BYTES),
-                        client.rows.eq(1),
-                        client.row_bytes.eq(n * INSN_BYTES),
-                        client.stride.eq(n * INSN_BYTES),
-                        client.span.eq(n * INSN_BYTES),
+                        t.start.eq(1),
+                        t.addr.eq(run.dram_base + self.insn_offset + requested * INSN_BYTES),
+                        t.rows.eq(1),
+                        t.row_bytes.eq(n * INSN_BYTES),
+                        t.stride.eq(n * INSN_BYTES),
+                        t.span.eq(n * INSN_BYTES),
                         stream.row_start.eq(1),
                         stream.row_offset.eq(0),
                         stream.row_elems.eq(n),
@@ -123,22 +122,14 @@ class Fetch(wiring.Component):
             with m.State("DISPATCH"):
                 with m.If(index == requested):
                     m.next = "REQUEST"
-                with m.Elif(stream.elem_valid & ~self.halt):
+                with m.Elif(stream.elems.valid & ~run.halt):
                     with m.If(code != 0):
-                        m.d.sync += [
-                            self.error_valid.eq(1),
-                            self.error_index.eq(index),
-                            self.error_code.eq(code),
-                        ]
+                        m.d.sync += [error.valid.eq(1), error.index.eq(index), error.code.eq(code)]
                         m.next = "IDLE"
                     with m.Else():
-                        for q, sel in (
-                            ("load", is_load_stage),
-                            ("compute", is_compute),
-                            ("store", is_store),
-                        ):
-                            m.d.comb += getattr(self, f"{q}_valid").eq(sel)
+                        for s, sel in routes.items():
+                            m.d.comb += self.cmds[s].valid.eq(sel)
                         with m.If(ready):
-                            m.d.comb += stream.elem_ready.eq(1)
+                            m.d.comb += stream.elems.ready.eq(1)
                             m.d.sync += index.eq(index + 1)
         return m

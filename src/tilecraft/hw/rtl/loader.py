@@ -1,25 +1,21 @@
 """The LOAD engine shared by the load stage (INP, WGT) and the compute stage (UOP, ACC):
 checks the instruction's ranges, runs the 2-D DMA read, and writes the scratchpad row by row,
 making the zero padding itself (y_pad0 rows, then x_pad0 zeros / x_size elements / x_pad1 zeros
-per row, then y_pad1 rows), one element per cycle."""
+per row, then y_pad1 rows), one element per cycle. It has one write port, for whichever of its
+targets the instruction names (`mem`); the stage routes it to that scratchpad."""
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, isa_for
-from tilecraft.hw.rtl.dma import (
-    ElementStream,
-    ReadClient,
-    forward_read_port,
-    log2_exact,
-    read_port_members,
-)
+from tilecraft.hw.rtl.dma import ElementStream, ReadClient, log2_exact
 from tilecraft.hw.rtl.layouts import insn_layout
+from tilecraft.hw.rtl.signatures import ADDR_BITS, ERROR_CODE_BITS, ReadPort, WritePort
 
 
 class LoadEngine(wiring.Component):
@@ -27,33 +23,34 @@ class LoadEngine(wiring.Component):
         self.cfg = cfg
         self.targets = targets
         self.spec = isa_for(cfg)
-        members = {
-            "start": In(1),
-            "insn": In(insn_layout(self.spec, Opcode.LOAD)),
-            "dram_base": In(64),
-            "dram_size": In(32),
-            "busy": Out(1),
-            "done": Out(1),  # one-cycle pulse when the instruction has finished
-            "error": Out(8),  # an ErrorCode (0: none), valid with `done`
-            **read_port_members(cfg),
-        }
-        for mem in targets:
-            name = BUFFER_NAMES[mem]
-            members[f"{name}_addr"] = Out(self.spec.sram_bits)
-            members[f"{name}_data"] = Out(cfg.elem_bytes(name) * 8)
-            members[f"{name}_en"] = Out(1)
-        super().__init__(members)
+        self.elem_bits = {t: cfg.elem_bytes(BUFFER_NAMES[t]) * 8 for t in targets}
+        super().__init__(
+            {
+                "start": In(1),
+                "insn": In(insn_layout(self.spec, Opcode.LOAD)),
+                "dram_base": In(ADDR_BITS),
+                "dram_size": In(32),
+                "busy": Out(1),
+                "done": Out(1),  # one-cycle pulse when the instruction has finished
+                "error": Out(ERROR_CODE_BITS),  # an ErrorCode (0: none), valid with `done`
+                "read": Out(ReadPort(cfg.axi_data_bits)),
+                "mem": Out(3),  # the target of the write port: the instruction's memory id
+                "write": Out(WritePort(self.spec.sram_bits, max(self.elem_bits.values()))),
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         m.submodules.client = client = ReadClient(cfg)
-        forward_read_port(m, self, client)
+        wiring.connect(m, wiring.flipped(self.read), client.read)
 
         insn = Signal.like(self.insn)
         mem = insn.mem
-        width = Signal(16 + 1)
-        height = Signal(16 + 1)
+        m.d.comb += self.mem.eq(mem)
+        size_bits = self.spec.field("x_size").width
+        width = Signal(size_bits + 1)
+        height = Signal(size_bits + 1)
         m.d.comb += [
             width.eq(insn.x_pad0 + insn.x_size + insn.x_pad1),
             height.eq(insn.y_pad0 + insn.y_size + insn.y_pad1),
@@ -72,44 +69,40 @@ class LoadEngine(wiring.Component):
                     m.d.comb += scaled.eq(elems << shift)
             return scaled
 
-        row_addr0 = Signal(64)
+        row_addr0 = Signal(ADDR_BITS)
         m.d.comb += row_addr0.eq(self.dram_base + in_bytes(insn.dram_base, 48))
 
         streams = {}
         for mem_id in self.targets:
-            name = BUFFER_NAMES[mem_id]
-            es = ElementStream(cfg.axi_data_bits, cfg.elem_bytes(name) * 8)
-            m.submodules[f"elems_{name}"] = streams[mem_id] = es
-            m.d.comb += [es.beat.eq(client.beat)]
+            es = ElementStream(cfg.axi_data_bits, self.elem_bits[mem_id], size_bits)
+            m.submodules[f"elems_{BUFFER_NAMES[mem_id]}"] = streams[mem_id] = es
+            m.d.comb += [es.beats.payload.eq(client.beats.payload)]
             with m.If(mem == mem_id):
                 m.d.comb += [
-                    es.beat_valid.eq(client.beat_valid),
-                    client.beat_ready.eq(es.beat_ready),
+                    es.beats.valid.eq(client.beats.valid),
+                    client.beats.ready.eq(es.beats.ready),
                 ]
 
-        y = Signal(17)
-        x = Signal(17)
+        y = Signal(size_bits + 1)
+        x = Signal(size_bits + 1)
         addr = Signal(32)
-        data_row = Signal(17)  # data rows started so far
+        data_row = Signal(size_bits + 1)  # data rows started so far
         in_rows = (y >= insn.y_pad0) & (y < insn.y_pad0 + insn.y_size)
         in_cols = (x >= insn.x_pad0) & (x < insn.x_pad0 + insn.x_size)
         is_data = in_rows & in_cols
         elem_valid = Signal()
-        elem = Signal(max(cfg.elem_bytes(BUFFER_NAMES[t]) for t in self.targets) * 8)
+        elem = Signal.like(self.write.data)
         for mem_id, es in streams.items():
             with m.If(mem == mem_id):
-                m.d.comb += [elem_valid.eq(es.elem_valid), elem.eq(es.elem)]
+                m.d.comb += [elem_valid.eq(es.elems.valid), elem.eq(es.elems.payload)]
         write = Signal()
+        m.d.comb += [
+            self.write.addr.eq(addr),
+            self.write.data.eq(Mux(is_data, elem, 0)),
+            self.write.en.eq(write),
+        ]
         for mem_id, es in streams.items():
-            name = BUFFER_NAMES[mem_id]
-            m.d.comb += [
-                getattr(self, f"{name}_addr").eq(addr),
-                getattr(self, f"{name}_data").eq(elem),
-                getattr(self, f"{name}_en").eq(write & (mem == mem_id)),
-                es.elem_ready.eq(write & is_data & (mem == mem_id)),
-            ]
-            with m.If(~is_data):
-                m.d.comb += getattr(self, f"{name}_data").eq(0)
+            m.d.comb += es.elems.ready.eq(write & is_data & (mem == mem_id))
         narrow = any(cfg.elem_bytes(BUFFER_NAMES[t]) < cfg.axi_bytes for t in self.targets)
         per_beat = {
             t: max(cfg.axi_bytes // cfg.elem_bytes(BUFFER_NAMES[t]), 1) for t in self.targets
@@ -152,13 +145,14 @@ class LoadEngine(wiring.Component):
                     m.next = "DONE"
                 with m.Else():
                     m.d.sync += error.eq(0)
+                    t = client.transfer
                     m.d.comb += [
-                        client.start.eq(1),
-                        client.addr.eq(row_addr0),
-                        client.rows.eq(insn.y_size),
-                        client.row_bytes.eq(row_bytes),
-                        client.stride.eq(stride),
-                        client.span.eq(in_bytes(span_elems, 32)),
+                        t.start.eq(1),
+                        t.addr.eq(row_addr0),
+                        t.rows.eq(insn.y_size),
+                        t.row_bytes.eq(row_bytes),
+                        t.stride.eq(stride),
+                        t.span.eq(in_bytes(span_elems, 32)),
                     ]
                     m.d.sync += row_elem.eq(insn.dram_base)
                     m.next = "WRITE"

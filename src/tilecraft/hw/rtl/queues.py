@@ -7,8 +7,9 @@ from __future__ import annotations
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.rtl.signatures import COMMAND
 
-CMD_BITS = 128 + 32  # instruction + its index in the program
+CMD_BITS = COMMAND.size  # an instruction and its index in the program
 
 
 def command_queue(cfg: HwConfig) -> SyncFIFOBuffered:

@@ -8,9 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.rtl.axi import Bus, axi_lite_members
-
-ADDR_BITS = 8
+from tilecraft.hw.rtl.signatures import ADDR_BITS, ERROR_CODE_BITS, INDEX_BITS, AxiLite
 
 
 class RegisterFile(wiring.Component):
@@ -21,25 +19,25 @@ class RegisterFile(wiring.Component):
         self.cfg = cfg
         super().__init__(
             {
-                **axi_lite_members("s_axi_control", ADDR_BITS),
+                "bus": In(AxiLite(regs.ADDR_BITS)),
                 "start": Out(1),  # one-cycle pulse
                 "irq_enable": Out(1),
-                "insn_count": Out(32),
-                "dram_base": Out(64),
+                "insn_count": Out(INDEX_BITS),
+                "dram_base": Out(ADDR_BITS),
                 "insn_offset": Out(32),
                 "dram_size": Out(32),
                 "busy": In(1),
                 "done": In(1),
                 "error": In(1),
-                "error_code": In(8),
-                "error_index": In(32),
+                "error_code": In(ERROR_CODE_BITS),
+                "error_index": In(INDEX_BITS),
                 "cycles": In(64),
             }
         )
 
     def elaborate(self, platform):
         m = Module()
-        bus = Bus(self, "s_axi_control")
+        bus = self.bus
         o = regs.OFFSETS
         lo, hi = regs.id_words(self.cfg.digest)
         readable = {
@@ -67,7 +65,7 @@ class RegisterFile(wiring.Component):
             o["DRAM_SIZE"]: self.dram_size,
         }
         # write: latch AW and W independently, act when both are held, then answer on B
-        aw_addr, aw_ok = Signal(ADDR_BITS), Signal()
+        aw_addr, aw_ok = Signal(regs.ADDR_BITS), Signal()
         w_data, w_ok = Signal(32), Signal()
         m.d.comb += [
             bus.awready.eq(~aw_ok & ~bus.bvalid),

@@ -15,51 +15,52 @@ next (the write and the next read share a cycle, and the port is transparent).
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
-from tilecraft.hw.isa import AluOp, Opcode, isa_for
+from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
 from tilecraft.hw.rtl.alu import alu_lane
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
+from tilecraft.hw.rtl.signatures import ReadAddress, WritePort
 
-ITER = 14
+STRIDED = ("dst", "src", "wgt")  # the micro-op indices a loop advances
+
+
+def _per_index(bits: int) -> data.StructLayout:
+    return data.StructLayout({f: unsigned(bits) for f in STRIDED})
 
 
 class LoopSequencer(wiring.Component):
-    def __init__(self, idx_bits: int):
-        members = {
-            "start": In(1),
-            "uop_bgn": In(16),
-            "uop_end": In(16),
-            "iter_out": In(ITER),
-            "iter_in": In(ITER),
-            "advance": In(1),
-            "valid": Out(1),
-            "u": Out(16),
-            "last": Out(1),
-        }
-        for f in ("dst", "src", "wgt"):
-            members[f"{f}_out"] = In(idx_bits)
-            members[f"{f}_in"] = In(idx_bits)
-            members[f"off_{f}"] = Out(idx_bits + ITER + 1)
-        super().__init__(members)
+    def __init__(self, spec: IsaSpec, idx_bits: int):
+        self.iter_bits = spec.field("iter_out").width
+        uop = spec.field("uop_end").width
+        super().__init__(
+            {
+                "start": In(1),
+                "uop_bgn": In(uop),
+                "uop_end": In(uop),
+                "iter_out": In(self.iter_bits),
+                "iter_in": In(self.iter_bits),
+                "strides_out": In(_per_index(idx_bits)),  # per i, for dst, src and wgt
+                "strides_in": In(_per_index(idx_bits)),  # per j
+                "advance": In(1),
+                "valid": Out(1),
+                "u": Out(uop),
+                "last": Out(1),
+                "offsets": Out(_per_index(idx_bits + self.iter_bits + 1)),  # i*out + j*in
+            }
+        )
 
     def elaborate(self, platform):
         m = Module()
-        bgn, end = Signal(16), Signal(16)
-        n_out, n_in = Signal(ITER), Signal(ITER)
-        i, j = Signal(ITER), Signal(ITER)
-        strides = {}
-        outer = {}
-        for f in ("dst", "src", "wgt"):
-            strides[f] = (
-                Signal.like(getattr(self, f"{f}_out")),
-                Signal.like(getattr(self, f"{f}_in")),
-            )
-            outer[f] = Signal.like(getattr(self, f"off_{f}"))
+        bgn, end = Signal.like(self.uop_bgn), Signal.like(self.uop_end)
+        n_out, n_in = Signal(self.iter_bits), Signal(self.iter_bits)
+        i, j = Signal(self.iter_bits), Signal(self.iter_bits)
+        strides_out, strides_in = Signal.like(self.strides_out), Signal.like(self.strides_in)
+        outer = Signal.like(self.offsets)
         last_u = self.u == end - 1
         last_j = j == n_in - 1
         last_i = i == n_out - 1
@@ -77,13 +78,12 @@ class LoopSequencer(wiring.Component):
                     (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
                 ),
             ]
-            for f in ("dst", "src", "wgt"):
-                m.d.sync += [
-                    strides[f][0].eq(getattr(self, f"{f}_out")),
-                    strides[f][1].eq(getattr(self, f"{f}_in")),
-                    outer[f].eq(0),
-                    getattr(self, f"off_{f}").eq(0),
-                ]
+            m.d.sync += [
+                strides_out.eq(self.strides_out),
+                strides_in.eq(self.strides_in),
+                outer.eq(0),
+                self.offsets.eq(0),
+            ]
         with m.Elif(self.valid & self.advance):
             with m.If(~last_u):
                 m.d.sync += self.u.eq(self.u + 1)
@@ -91,16 +91,16 @@ class LoopSequencer(wiring.Component):
                 m.d.sync += self.u.eq(bgn)
                 with m.If(~last_j):
                     m.d.sync += j.eq(j + 1)
-                    for f in ("dst", "src", "wgt"):
-                        off = getattr(self, f"off_{f}")
-                        m.d.sync += off.eq(off + strides[f][1])
+                    for f in STRIDED:
+                        off = self.offsets[f]
+                        m.d.sync += off.eq(off + strides_in[f])
                 with m.Else():
                     m.d.sync += j.eq(0)
                     with m.If(~last_i):
                         m.d.sync += i.eq(i + 1)
-                        for f in ("dst", "src", "wgt"):
-                            nxt = outer[f] + strides[f][0]
-                            m.d.sync += [outer[f].eq(nxt), getattr(self, f"off_{f}").eq(nxt)]
+                        for f in STRIDED:
+                            nxt = outer[f] + strides_out[f]
+                            m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
                     with m.Else():
                         m.d.sync += self.valid.eq(0)
         return m
@@ -108,27 +108,24 @@ class LoopSequencer(wiring.Component):
 
 def _loop_members(cfg: HwConfig) -> dict:
     spec = isa_for(cfg)
+    acc_bits = cfg.batch * cfg.block_out * cfg.acc_bits
     return {
         "start": In(1),
         "insn": In(insn_layout(spec, Opcode.GEMM)),  # ALU shares the loop fields
         "busy": Out(1),
         "done": Out(1),  # pulse: the last write has happened
         "error": Out(1),  # with done: an index was outside its scratchpad
-        "uop_addr": Out(16),
-        "uop_data": In(uop_layout(spec)),
-        "acc_raddr": Out(16),
-        "acc_ren": Out(1),
-        "acc_rdata": In(cfg.batch * cfg.block_out * cfg.acc_bits),
-        "acc_waddr": Out(16),
-        "acc_wdata": Out(cfg.batch * cfg.block_out * cfg.acc_bits),
-        "acc_wen": Out(1),
+        "uop": Out(ReadAddress(spec.uop_idx_bits, uop_layout(spec))),
+        "acc_read": Out(ReadAddress(spec.acc_idx_bits, acc_bits, enable=True)),
+        "acc_write": Out(WritePort(spec.acc_idx_bits, acc_bits)),
     }
 
 
 def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
     """The loop sequencer, the latched instruction and the running/failed flags both units
     share; `fields` are the index kinds with strides (the rest loop in place)."""
-    m.submodules.seq = seq = LoopSequencer(idx_bits)
+    spec = isa_for(unit.cfg)
+    m.submodules.seq = seq = LoopSequencer(spec, idx_bits)
     insn = Signal.like(unit.insn)
     running, failed = Signal(), Signal()
     with m.If(unit.start):
@@ -142,9 +139,11 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
         seq.iter_out.eq(unit.insn.iter_out),
         seq.iter_in.eq(unit.insn.iter_in),
     ]
-    for f in ("dst", "src", "wgt"):
-        outer, inner = (getattr(unit.insn, f"{f}_{x}") if f in fields else 0 for x in ("out", "in"))
-        m.d.comb += [getattr(seq, f"{f}_out").eq(outer), getattr(seq, f"{f}_in").eq(inner)]
+    for f in fields:  # the instruction's (outer, inner) strides of each index it advances
+        m.d.comb += [
+            seq.strides_out[f].eq(unit.insn[f + "_out"]),
+            seq.strides_in[f].eq(unit.insn[f + "_in"]),
+        ]
     return seq, insn, running, failed
 
 
@@ -156,10 +155,8 @@ class GemmUnit(wiring.Component):
         super().__init__(
             {
                 **_loop_members(cfg),
-                "inp_addr": Out(16),
-                "inp_data": In(cfg.batch * cfg.block_in * cfg.inp_bits),
-                "wgt_addr": Out(16),
-                "wgt_data": In(cfg.block_out * cfg.block_in * (1 << cfg.log_wgt_width)),
+                "inp": Out(ReadAddress(spec.inp_idx_bits, cfg.elem_bytes("inp") * 8)),
+                "wgt": Out(ReadAddress(spec.wgt_idx_bits, cfg.elem_bytes("wgt") * 8)),
             }
         )
         self.idx_bits = max(spec.acc_idx_bits, spec.inp_idx_bits, spec.wgt_idx_bits)
@@ -171,32 +168,27 @@ class GemmUnit(wiring.Component):
         seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src", "wgt"))
         reset = insn.reset
         # P0: micro-op read
-        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(1)]
+        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(1)]
         v1 = Signal()
-        off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src", "wgt")}
+        off = Signal.like(seq.offsets)
         last1 = Signal()
         m.d.sync += [v1.eq(seq.valid & ~failed & ~self.error), last1.eq(seq.last & seq.valid)]
-        for f in off:
-            m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
+        m.d.sync += off.eq(seq.offsets)
         # P1: indices
         dst = Signal(32)
         src = Signal(32)
         wgt = Signal(32)
-        u = self.uop_data
-        m.d.comb += [
-            dst.eq(u.dst + off["dst"]),
-            src.eq(u.src + off["src"]),
-            wgt.eq(u.wgt + off["wgt"]),
-        ]
+        u = self.uop.data
+        m.d.comb += [dst.eq(u.dst + off.dst), src.eq(u.src + off.src), wgt.eq(u.wgt + off.wgt)]
         bad = v1 & (
             (dst >= cfg.depth("acc"))
             | (~reset & ((src >= cfg.depth("inp")) | (wgt >= cfg.depth("wgt"))))
         )
-        m.d.comb += [self.inp_addr.eq(src), self.wgt_addr.eq(wgt)]
+        m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt)]
         # reset: write zeros straight away
         # pipeline registers for dst to the accumulate stage
         depth = 1 + GemmCore.LATENCY  # P1 -> P2 (SRAM data) -> core
-        dsts = [Signal(16, name=f"dst_p{k}") for k in range(depth + 1)]
+        dsts = [Signal.like(self.acc_write.addr, name=f"dst_p{k}") for k in range(depth + 1)]
         vals = [Signal(name=f"v_p{k}") for k in range(depth + 1)]
         lasts = [Signal(name=f"last_p{k}") for k in range(depth + 1)]
         m.d.sync += [dsts[0].eq(dst), vals[0].eq(v1 & ~bad & ~reset), lasts[0].eq(last1)]
@@ -207,27 +199,28 @@ class GemmUnit(wiring.Component):
                 lasts[k + 1].eq(lasts[k]),
             ]
         m.d.comb += [
-            core.inp.eq(self.inp_data),
-            core.wgt.eq(self.wgt_data),
+            core.inp.eq(self.inp.data),
+            core.wgt.eq(self.wgt.data),
             core.valid.eq(vals[0]),
         ]
         # accumulate: read at P(depth), data + sums at P(depth + 1)
         a_dst, a_val = dsts[depth - 1], vals[depth - 1]
         sums = Signal.like(core.sums)
         m.d.sync += sums.eq(core.sums)
-        m.d.comb += [self.acc_raddr.eq(a_dst), self.acc_ren.eq(a_val)]
+        m.d.comb += [self.acc_read.addr.eq(a_dst), self.acc_read.en.eq(a_val)]
         w_dst, w_val = dsts[depth], vals[depth]
         lanes = cfg.batch * cfg.block_out
         ab = cfg.acc_bits
-        total = Signal.like(self.acc_wdata)
+        total = Signal.like(self.acc_write.data)
         for k in range(lanes):
             m.d.comb += total[k * ab : (k + 1) * ab].eq(
-                self.acc_rdata[k * ab : (k + 1) * ab] + sums[k * ab : (k + 1) * ab]
+                self.acc_read.data[k * ab : (k + 1) * ab] + sums[k * ab : (k + 1) * ab]
             )
+        w = self.acc_write
         with m.If(v1 & reset & ~bad):
-            m.d.comb += [self.acc_waddr.eq(dst), self.acc_wdata.eq(0), self.acc_wen.eq(1)]
+            m.d.comb += [w.addr.eq(dst), w.data.eq(0), w.en.eq(1)]
         with m.Else():
-            m.d.comb += [self.acc_waddr.eq(w_dst), self.acc_wdata.eq(total), self.acc_wen.eq(w_val)]
+            m.d.comb += [w.addr.eq(w_dst), w.data.eq(total), w.en.eq(w_val)]
         # completion: the last micro-op's write (or reset), or an error
         reset_done = v1 & reset & last1
         gemm_done = lasts[depth] & vals[depth]
@@ -272,48 +265,45 @@ class AluUnit(wiring.Component):
             m.d.sync += ph.eq(0)
         with m.Elif(running):
             m.d.sync += ph.eq(Mux(ph == phases - 1, 0, ph + 1))
-        m.d.comb += [self.uop_addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
+        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
         # P1: indices, dst (or src) read
         v1, last1 = Signal(), Signal()
         ph1 = Signal(8)
-        off = {f: Signal.like(getattr(seq, f"off_{f}")) for f in ("dst", "src")}
+        off = Signal.like(seq.offsets)
         m.d.sync += [
             v1.eq(seq.valid & ~failed & ~self.error),
             last1.eq(seq.last & seq.valid),
             ph1.eq(ph),
+            off.eq(seq.offsets),
         ]
-        for f in off:
-            m.d.sync += off[f].eq(getattr(seq, f"off_{f}"))
         dst, src = Signal(32), Signal(32)
-        u = self.uop_data
-        m.d.comb += [dst.eq(u.dst + off["dst"]), src.eq(u.src + off["src"])]
+        u = self.uop.data
+        m.d.comb += [dst.eq(u.dst + off.dst), src.eq(u.src + off.src)]
         bad = Signal()
         m.d.comb += bad.eq(v1 & (ph1 == 0) & ((dst >= depth) | (tensor & (src >= depth))))
-        m.d.comb += [
-            self.acc_ren.eq(v1 & ~bad & (ph1 < reads)),
-            self.acc_raddr.eq(Mux(ph1 == 1, src, dst)),
-        ]
+        read = self.acc_read
+        m.d.comb += [read.en.eq(v1 & ~bad & (ph1 < reads)), read.addr.eq(Mux(ph1 == 1, src, dst))]
         # P2: operands in; non-MUL ops write in the last read phase, MUL after its groups
-        w_dst, v2, last2 = Signal(16), Signal(), Signal()
+        w_dst, v2, last2 = Signal.like(self.acc_write.addr), Signal(), Signal()
         ph2 = Signal(8)
         with m.If(ph1 == 0):
             m.d.sync += w_dst.eq(dst)
         m.d.sync += [v2.eq(v1 & ~bad), last2.eq(last1), ph2.eq(ph1)]
-        a = Signal.like(self.acc_rdata)
-        b = Signal.like(self.acc_rdata)
+        a = Signal.like(read.data)
+        b = Signal.like(read.data)
         with m.If(v2 & (ph2 == 0)):
-            m.d.sync += a.eq(self.acc_rdata)
+            m.d.sync += a.eq(read.data)
         with m.If(v2 & tensor & (ph2 == 1)):
-            m.d.sync += b.eq(self.acc_rdata)
-        lhs = Mux(tensor, a, self.acc_rdata)
-        result = Signal.like(self.acc_wdata)
+            m.d.sync += b.eq(read.data)
+        lhs = Mux(tensor, a, read.data)
+        result = Signal.like(self.acc_write.data)
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
-            y = Mux(tensor, self.acc_rdata[k * ab : (k + 1) * ab].as_signed(), insn.imm)
+            y = Mux(tensor, read.data[k * ab : (k + 1) * ab].as_signed(), insn.imm)
             lane = alu_lane(m, spec, insn.alu_op, x, y, with_mul=False)
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
         # MUL: `group` shared multipliers, one lane group per cycle
-        product = Signal.like(self.acc_wdata)
+        product = Signal.like(self.acc_write.data)
         g = Signal(8)
         m.d.comb += g.eq(ph2 - reads)
         active = v2 & is_mul & (ph2 >= reads)
@@ -331,11 +321,8 @@ class AluUnit(wiring.Component):
         w_val = Signal()
         m.d.comb += w_val.eq(v2 & (ph2 == phases - 1))
         w_last = last2
-        m.d.comb += [
-            self.acc_waddr.eq(w_dst),
-            self.acc_wdata.eq(Mux(is_mul, product, result)),
-            self.acc_wen.eq(w_val),
-        ]
+        w = self.acc_write
+        m.d.comb += [w.addr.eq(w_dst), w.data.eq(Mux(is_mul, product, result)), w.en.eq(w_val)]
         first = Signal()
         m.d.sync += first.eq(self.start)
         finished = Signal()

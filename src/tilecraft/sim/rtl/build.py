@@ -45,11 +45,11 @@ def verilator_env() -> dict[str, str]:
 
 def bench_verilog(cfg: HwConfig) -> str:
     """tb_top: the accelerator wired to axi_dram; cocotb drives AXI-Lite and the DRAM jobs."""
-    from tilecraft.hw.rtl.axi import axi4_members, axi_lite_members
-    from tilecraft.hw.rtl.regfile import ADDR_BITS
+    from amaranth.hdl import Shape
+    from amaranth.lib.wiring import In
 
-    lite = axi_lite_members("s_axi_control", ADDR_BITS)
-    master = axi4_members("m_axi", 64, cfg.axi_data_bits)
+    from tilecraft.hw.rtl.top import top_signature
+
     ports = [
         "input wire aclk",
         "input wire aresetn",
@@ -62,14 +62,21 @@ def bench_verilog(cfg: HwConfig) -> str:
         "input wire [7:0] stall_pct",
         "input wire [31:0] seed",
     ]
-    for name, member in lite.items():
-        width = _width(member)
-        direction = "input" if member.flow.name == "In" else "output"
-        ports.append(f"{direction} wire [{width - 1}:0] {name}")
-    wires = [f"wire [{_width(m) - 1}:0] {name};" for name, m in master.items()]
-    conns = [f".{n}({n})" for n in ["aclk", "aresetn", "interrupt", *lite, *master]]
-    dram = {k[len("m_axi_") :]: k for k in master}
-    dram_conns = [f".{short}({full})" for short, full in dram.items() if short in DRAM_PORTS]
+    wires, conns, dram_conns = [], [], []
+    for path, member in top_signature(cfg).members.flatten():
+        if not member.is_port:
+            continue
+        name = "_".join(map(str, path))  # as hw.rtl.top.verilog names the ports
+        width = Shape.cast(member.shape).width
+        conns.append(f".{name}({name})")
+        if path[0] == "s_axi_control":
+            ports.append(
+                f"{'input' if member.flow == In else 'output'} wire [{width - 1}:0] {name}"
+            )
+        elif path[0] == "m_axi":
+            wires.append(f"wire [{width - 1}:0] {name};")
+            if path[1] in DRAM_PORTS:
+                dram_conns.append(f".{path[1]}({name})")
     words = DRAM_BYTES // cfg.axi_bytes
     return f"""`timescale 1ns/1ps
 module {BENCH_TOP} (
@@ -87,12 +94,6 @@ module {BENCH_TOP} (
     );
 endmodule
 """
-
-
-def _width(member) -> int:
-    from amaranth.hdl import Shape
-
-    return Shape.cast(member.shape).width
 
 
 DRAM_PORTS = [

@@ -1,0 +1,161 @@
+"""The interfaces between the accelerator's components, as `wiring` signatures: the top level
+joins components with `wiring.connect`, never by building port names.
+
+Streams (`amaranth.lib.stream`) carry whatever has backpressure: commands from fetch to the
+stages (through the command queues), dependence tokens, AXI read addresses and data. Each
+signature is written from the side that drives its `Out` members (a unit drives its read
+port's AR stream; the arbiter takes `In(ReadPort)`, the flipped view).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw.isa import INSN_BITS
+
+INDEX_BITS = 32  # an instruction's index in its program: the width of INSN_COUNT
+ADDR_BITS = 64  # AXI byte addresses
+LEN_BITS = 8  # AXI burst length - 1
+ERROR_CODE_BITS = 8  # an hw.regs.ErrorCode
+
+# An instruction routed to a stage, with its index (for ERROR_INDEX).
+COMMAND = data.StructLayout({"insn": unsigned(INSN_BITS), "index": unsigned(INDEX_BITS)})
+# One AXI read burst: its first byte's address, beats - 1, and whether it ends the transfer
+# (the arbiter keeps AR for one transfer's bursts).
+READ_BURST = data.StructLayout(
+    {"addr": unsigned(ADDR_BITS), "len": unsigned(LEN_BITS), "last": unsigned(1)}
+)
+
+
+def command() -> stream.Signature:
+    return stream.Signature(COMMAND)
+
+
+def token() -> stream.Signature:
+    """A dependence token: only the count matters (the payload bit is unused)."""
+    return stream.Signature(1)
+
+
+class ReadPort(wiring.Signature):
+    """A unit's port onto the read arbiter: bursts out on `ar`, their beats back in order on
+    `r`."""
+
+    def __init__(self, data_bits: int):
+        super().__init__(
+            {"ar": Out(stream.Signature(READ_BURST)), "r": In(stream.Signature(data_bits))}
+        )
+
+
+class Transfer(wiring.Signature):
+    """A 2-D DMA transfer, started by a one-cycle `start`: `rows` rows of `row_bytes` bytes,
+    `stride` bytes apart from byte `addr`; `span` = (rows - 1) * stride + row_bytes (the caller
+    has it from its range check)."""
+
+    def __init__(self, row_bits: int):
+        super().__init__(
+            {
+                "start": Out(1),
+                "addr": Out(ADDR_BITS),
+                "rows": Out(row_bits),
+                "row_bytes": Out(32),
+                "stride": Out(32),
+                "span": Out(32),
+            }
+        )
+
+
+class WritePort(wiring.Signature):
+    """A scratchpad write: `data` to row `addr` while `en`."""
+
+    def __init__(self, addr_bits: int, data_bits: int):
+        super().__init__({"addr": Out(addr_bits), "data": Out(data_bits), "en": Out(1)})
+
+
+class ReadAddress(wiring.Signature):
+    """A scratchpad read: row `addr` is read (when `en`, if the port has one); its `data` comes
+    back the next cycle."""
+
+    def __init__(self, addr_bits: int, data_shape, enable: bool = False):
+        members = {"addr": Out(addr_bits), "data": In(data_shape)}
+        if enable:
+            members["en"] = Out(1)
+        super().__init__(members)
+
+
+class ErrorReport(wiring.Signature):
+    """Why a unit stopped (`code`, an hw.regs.ErrorCode) and at which instruction, held while
+    `valid`."""
+
+    def __init__(self):
+        super().__init__({"valid": Out(1), "code": Out(ERROR_CODE_BITS), "index": Out(INDEX_BITS)})
+
+
+class RunControl(wiring.Signature):
+    """What every unit takes from the register file: the program region and `halt` (the run
+    has stopped)."""
+
+    def __init__(self):
+        super().__init__({"dram_base": Out(ADDR_BITS), "dram_size": Out(32), "halt": Out(1)})
+
+
+class AxiLite(wiring.Signature):
+    """AXI4-Lite, from the master's side (the register file is its slave: `In(AxiLite(...))`)."""
+
+    def __init__(self, addr_bits: int, data_bits: int = 32):
+        super().__init__(
+            {
+                "awaddr": Out(addr_bits), "awvalid": Out(1), "awready": In(1),
+                "wdata": Out(data_bits), "wstrb": Out(data_bits // 8), "wvalid": Out(1),
+                "wready": In(1),
+                "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+                "araddr": Out(addr_bits), "arvalid": Out(1), "arready": In(1),
+                "rdata": In(data_bits), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+            }
+        )  # fmt: skip
+
+
+class AxiWrite(wiring.Signature):
+    """The write channels of an AXI4 master that the store stage drives (the top sets the
+    constant ones: size, burst, cache, prot, strobes)."""
+
+    def __init__(self, data_bits: int):
+        super().__init__(
+            {
+                "awaddr": Out(ADDR_BITS), "awlen": Out(LEN_BITS), "awvalid": Out(1),
+                "awready": In(1),
+                "wdata": Out(data_bits), "wlast": Out(1), "wvalid": Out(1), "wready": In(1),
+                "bvalid": In(1), "bready": Out(1),
+            }
+        )  # fmt: skip
+
+
+class Axi4(wiring.Signature):
+    """An AXI4 master port (single ID, INCR bursts), from the master's side."""
+
+    def __init__(self, addr_bits: int, data_bits: int):
+        super().__init__(
+            {
+                "araddr": Out(addr_bits), "arlen": Out(8), "arsize": Out(3), "arburst": Out(2),
+                "arcache": Out(4), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
+                "rdata": In(data_bits), "rresp": In(2), "rlast": In(1), "rvalid": In(1),
+                "rready": Out(1),
+                "awaddr": Out(addr_bits), "awlen": Out(8), "awsize": Out(3), "awburst": Out(2),
+                "awcache": Out(4), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
+                "wdata": Out(data_bits), "wstrb": Out(data_bits // 8), "wlast": Out(1),
+                "wvalid": Out(1), "wready": In(1),
+                "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            }
+        )  # fmt: skip
+
+
+def flat_ports(component: wiring.Component) -> dict[str, tuple]:
+    """A top level's ports as Verilog names joined with one underscore (`s_axi_control_awaddr`,
+    the names Vivado infers AXI interfaces from; Amaranth itself would write `__`), for
+    `back.verilog.convert(..., ports=...)`."""
+    ports = {}
+    for path, _member, value in component.signature.flatten(component):
+        value = value.as_value() if hasattr(value, "as_value") else value
+        ports["_".join(map(str, path))] = (value, None)  # the direction follows the drivers
+    return ports
