@@ -138,12 +138,14 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     j = np.arange(int(r["iter_in"]), dtype=np.int64)[None, :, None]
 
     def idx(col: str, out: str, inner: str) -> np.ndarray:
+        """Every row the loop visits (repeats included: they are harmless where the rows are
+        used, and dropping them would cost a sort)."""
         base = sram_uops[col][bgn:end][None, None, :]
-        return np.unique((base + i * int(r[out]) + j * int(r[inner])).reshape(-1))
+        return (base + i * int(r[out]) + j * int(r[inner])).reshape(-1)
 
     dst = idx("dst", "dst_out", "dst_in")
-    if dst.size and dst[-1] >= depth["acc"]:
-        a.problems.append(f"dst index {int(dst[-1])} is beyond the {depth['acc']} acc rows")
+    if dst.size and dst.max() >= depth["acc"]:
+        a.problems.append(f"dst index {int(dst.max())} is beyond the {depth['acc']} acc rows")
         return
     a.writes["acc"] = dst
     if op == Opcode.GEMM:
@@ -155,9 +157,9 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
             ("wgt", "wgt", "wgt_out", "wgt_in"),
         ):
             rows = idx(col, out, inner)
-            if rows.size and rows[-1] >= depth[buf]:
+            if rows.size and rows.max() >= depth[buf]:
                 a.problems.append(
-                    f"{col} index {int(rows[-1])} is beyond the {depth[buf]} {buf} rows"
+                    f"{col} index {int(rows.max())} is beyond the {depth[buf]} {buf} rows"
                 )
                 return
             a.reads[buf] = rows
@@ -167,8 +169,8 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     reads = [dst]
     if not int(r["use_imm"]):
         src = idx("src", "src_out", "src_in")
-        if src.size and src[-1] >= depth["acc"]:
-            a.problems.append(f"src index {int(src[-1])} is beyond the {depth['acc']} acc rows")
+        if src.size and src.max() >= depth["acc"]:
+            a.problems.append(f"src index {int(src.max())} is beyond the {depth['acc']} acc rows")
             return
         reads.append(src)
-    a.reads["acc"] = np.unique(np.concatenate(reads))
+    a.reads["acc"] = np.concatenate(reads)

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler.completion import LOAD_LANE, STORE_LANE, Completion, covers
+from tilecraft.compiler.completion import (
+    ALU_LANE,
+    BARRIER,
+    GEMM_LANE,
+    LOAD_LANE,
+    STORE_LANE,
+    Completion,
+    covers,
+)
 from tilecraft.compiler.footprint import accesses
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import SCRATCHPADS, HwConfig
@@ -25,35 +33,54 @@ from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, queue_betwe
 
 
 class RowHistory:
-    """Per scratchpad row and stage: the latest (stage-local) reader and writer index."""
+    """Per scratchpad row, and per lane (a stage, or one of the compute stage's units or its
+    barriers): the stage-local index of the latest instruction that read it and that wrote it."""
+
+    LANES = (
+        (Stage.LOAD, LOAD_LANE),
+        (Stage.COMPUTE, GEMM_LANE),
+        (Stage.COMPUTE, ALU_LANE),
+        (Stage.COMPUTE, BARRIER),
+        (Stage.STORE, STORE_LANE),
+    )
 
     def __init__(self, cfg: HwConfig):
-        self.writer = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
-        self.reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
+        def rows():
+            return {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}
 
-    def needs(self, access) -> dict[Stage, np.ndarray]:
-        """Stage-local indices on each other stage this access must follow (the latest writer
-        or reader of each row it touches: older ones are done before it, see `insert_tokens`)."""
-        need: dict[Stage, np.ndarray] = {}
-        for other in Stage:
-            if other == access.stage:
+        self.writer = {key: rows() for key in self.LANES}
+        self.reader = {key: rows() for key in self.LANES}
+
+    def needs(self, access) -> dict[Stage, list[tuple[int, int]]]:
+        """Per other stage, the (lane, stage-local index) of the latest instruction on each of
+        its lanes that wrote a row this access touches or read a row it writes. Only the latest
+        matters: older ones on the same lane are complete before it (see `insert_tokens`)."""
+        need: dict[Stage, list[tuple[int, int]]] = {}
+        for key in self.LANES:
+            stage, lane = key
+            if stage == access.stage:
                 continue
-            found = []
+            latest = -1
             for buf, rows in access.reads.items():
-                found.append(self.writer[other][buf][rows])
+                if rows.size:
+                    latest = max(latest, int(self.writer[key][buf][rows].max()))
             for buf, rows in access.writes.items():
-                found += [self.writer[other][buf][rows], self.reader[other][buf][rows]]
-            latest = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
-            latest = latest[latest >= 0]
-            if latest.size:
-                need[other] = latest
+                if rows.size:
+                    latest = max(
+                        latest,
+                        int(self.writer[key][buf][rows].max()),
+                        int(self.reader[key][buf][rows].max()),
+                    )
+            if latest >= 0:
+                need.setdefault(stage, []).append((lane, latest))
         return need
 
-    def record(self, access, local: int) -> None:
+    def record(self, access, lane: int, local: int) -> None:
+        key = (access.stage, lane)
         for buf, rows in access.reads.items():
-            self.reader[access.stage][buf][rows] = local
+            self.reader[key][buf][rows] = local
         for buf, rows in access.writes.items():
-            self.writer[access.stage][buf][rows] = local
+            self.writer[key][buf][rows] = local
 
 
 def compute_nop():
@@ -76,11 +103,10 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     stage_of: list[Stage] = []
     done_of: list[np.ndarray] = []  # completion clocks
     global_of: dict[Stage, list[int]] = {s: [] for s in Stage}  # stage-local -> index in out
-    lanes: list[int] = []  # compute-local -> lane
     history = RowHistory(cfg)
     completion = Completion(cfg)
 
-    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int]) -> int:
+    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int]):
         local, lane, clock = completion.start(stage, opcode, first_dst)
         k = len(out)
         out.append(insn)
@@ -93,9 +119,7 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         done_of.append(completion.finish(stage, local, lane, first_dst, clock))
         stage_of.append(stage)
         global_of[stage].append(k)
-        if stage == Stage.COMPUTE:
-            lanes.append(lane)
-        return local
+        return lane, local
 
     for a in accesses(cfg, table, uop_table(uops), uop_region):
         if a.problems:
@@ -104,12 +128,11 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         opcode = int(table[k]["opcode"])
         need = history.needs(a)
         if opcode == Opcode.FINISH and global_of[Stage.STORE]:
-            need[Stage.STORE] = np.array([len(global_of[Stage.STORE]) - 1])
+            need[Stage.STORE] = [(STORE_LANE, len(global_of[Stage.STORE]) - 1)]
         clock = completion.start(s, opcode, a.first_dst)[2]
         producers = []
         for other in sorted(need):
-            wanted = [(_lane(other, lanes, x), int(x)) for x in need[other]]
-            missing = [w for w in wanted if not covers(clock, *w)]
+            missing = [w for w in need[other] if not covers(clock, *w)]
             if not missing:
                 continue  # already ordered, directly or through the third stage
             if queue_between(other, s) is None:
@@ -125,13 +148,5 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
                 p = len(out) - 1
             producers.append(p)
             clock = np.maximum(clock, done_of[p])
-        history.record(a, emit(plain[k], s, opcode, a.first_dst, producers))
+        history.record(a, *emit(plain[k], s, opcode, a.first_dst, producers))
     return [i.with_flags(**f) if f else i for i, f in zip(out, flags)]
-
-
-def _lane(stage: Stage, lanes: list[int], local: int) -> int:
-    if stage == Stage.LOAD:
-        return LOAD_LANE
-    if stage == Stage.STORE:
-        return STORE_LANE
-    return lanes[local]

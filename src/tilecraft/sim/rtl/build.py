@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
+from tilecraft.progress import task
 
 HERE = Path(__file__).resolve().parent
 TOP = "tilecraft_top"
@@ -176,13 +177,31 @@ def build(
         sources.insert(0, out / "public.vlt")
         options = {"build_args": VERILATOR_ARGS}
     runner = get_runner(simulator)
-    runner.build(
-        sources=sources,
-        hdl_toplevel=BENCH_TOP,
-        build_dir=out / "sim",
-        waves=waves,
-        always=fresh,
-        **options,
-    )
+    log = out / "build.log"
+    what = f"{simulator}: building the {cfg.tag} model (once per design and config; minutes)"
+    with task(what if fresh else f"{simulator}: the {cfg.tag} model"):
+        try:
+            runner.build(
+                sources=sources,
+                hdl_toplevel=BENCH_TOP,
+                build_dir=out / "sim",
+                waves=waves,
+                always=fresh,
+                log_file=log,
+                **options,
+            )
+        except RuntimeError as exc:
+            raise DeviceError(
+                f"building the {simulator} model failed ({exc}):\n{tail(log)}"
+            ) from None
     stamp.write_text(key)
     return runner, out
+
+
+def tail(log: Path, lines: int = 30) -> str:
+    """The last lines of a log file, for an error message (the whole log stays on disk)."""
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {log})"
+    return "\n".join(text[-lines:]) + f"\n(the whole log: {log})"

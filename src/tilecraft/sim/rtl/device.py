@@ -18,6 +18,7 @@ import numpy as np
 from tilecraft.errors import AccessError, DeviceError, IllegalInstructionError
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
+from tilecraft.progress import task
 from tilecraft.runtime.device import RunResult, check_inputs, check_program
 from tilecraft.runtime.program import Program
 
@@ -98,7 +99,7 @@ class RtlDevice:
 
     def run_many(self, jobs: list[tuple[Program, dict]]) -> list:
         """Run several programs (same config) in one simulator process."""
-        from tilecraft.sim.rtl.build import build
+        from tilecraft.sim.rtl.build import build, tail
 
         cfg = self.config or jobs[0][0].config
         prepared = []
@@ -120,21 +121,24 @@ class RtlDevice:
                 })  # fmt: skip
             (tmp / "jobs.json").write_text(json.dumps(specs))
             results_file = tmp / "results.json"
-            runner.test(
-                hdl_toplevel="tb_top",
-                test_module="tilecraft.sim.rtl.bench",
-                build_dir=out / "sim",
-                test_dir=tmp,
-                plusargs=[f"+DRAM_IN={tmp / 'in'}", f"+DRAM_OUT={tmp / 'out'}"],
-                extra_env={
-                    "TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
-                    "TILECRAFT_RTL_RESULTS": str(results_file),
-                },
-                waves=bool(self.waves),
-            )
+            log = tmp / "run.log"
+            with task(f"{self.simulator}: {len(jobs)} program(s) on the {cfg.tag} model"):
+                runner.test(
+                    hdl_toplevel="tb_top",
+                    test_module="tilecraft.sim.rtl.bench",
+                    build_dir=out / "sim",
+                    test_dir=tmp,
+                    plusargs=[f"+DRAM_IN={tmp / 'in'}", f"+DRAM_OUT={tmp / 'out'}"],
+                    extra_env={
+                        "TILECRAFT_RTL_JOBS": str(tmp / "jobs.json"),
+                        "TILECRAFT_RTL_RESULTS": str(results_file),
+                    },
+                    waves=bool(self.waves),
+                    log_file=log,
+                )
             waves = self._keep_waves(tmp, out, jobs[0][0].name) if self.waves else None
             if not results_file.exists():
-                raise DeviceError(f"the RTL simulation wrote no results (see {out / 'sim'})")
+                raise DeviceError(f"the RTL simulation wrote no results:\n{tail(log)}")
             results = json.loads(results_file.read_text())
             outcomes = []
             for (program, _), r in zip(prepared, results):
