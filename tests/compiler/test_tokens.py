@@ -13,7 +13,7 @@ from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop, format_row
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
-from tilecraft.runtime.program import Role
+from tilecraft.runtime.buffers import Role
 
 CFG = preset("default")
 HALF = CFG.acc_bank_rows

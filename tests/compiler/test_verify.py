@@ -14,8 +14,8 @@ from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Stage, Uop, encode, isa_for
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
+from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import pack_inputs, random_inputs
-from tilecraft.runtime.program import Role
 
 CFG = preset("default")
 

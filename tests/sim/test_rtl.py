@@ -108,7 +108,7 @@ def test_dram_latency_and_backpressure_do_not_change_results():
 def test_bad_programs_raise_the_simulators_error_class():
     from tilecraft.compiler.builder import ProgramBuilder
     from tilecraft.hw.isa import Finish, Load, MemId
-    from tilecraft.runtime.program import Role
+    from tilecraft.runtime.buffers import Role
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(CONFIG)

@@ -195,6 +195,7 @@ def plot(result: dict, path: str) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         raise TilecraftError("--plot needs matplotlib: pip install 'tilecraft[plot]'") from None
     rows = result["layers"]
@@ -204,18 +205,24 @@ def plot(result: dict, path: str) -> None:
     lo, hi = min(intensity) / 2, max(intensity) * 2
     knee = peak / bandwidth
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [lo, knee, hi] if lo < knee < hi else [lo, hi]
-    ax.plot(xs, [min(peak, x * bandwidth) for x in xs], color="black", label="roofline")
+    xs = np.geomspace(lo, hi, 200)
+    ax.plot(xs, np.minimum(peak, xs * bandwidth), color="black", label="roofline")
+    if lo < knee < hi:
+        ax.axvline(knee, color="grey", linestyle=":", linewidth=1)
     ax.scatter(intensity, attained, color="tab:blue", zorder=3, label="layer (cycle model)")
     for r, x, y in zip(rows, intensity, attained):
         ax.annotate(r["name"], (x, y), textcoords="offset points", xytext=(4, -10), fontsize=8)
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    ticks = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if lo <= t <= hi]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(0, peak * 1.08)
     ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
-    ax.set_ylabel("MACs per cycle")
+    ax.set_ylabel(f"MACs per cycle (peak {peak}, DRAM {bandwidth} bytes/cycle)")
     ax.set_title(
-        f"ResNet-18 layers on {result['config']}: MAC-weighted utilization "
-        f"{result['mac_weighted_utilization']:.3f}"
+        f"ResNet-18 conv layers on {result['config']}\nMAC-weighted utilization "
+        f"{result['mac_weighted_utilization']:.3f}, cycle model",
+        fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right")

@@ -24,8 +24,9 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.ops import Computation, GemmTiles
 from tilecraft.ops import Gemm as GemmOp
+from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import Lanes, Matrix, TransposedMatrix
-from tilecraft.runtime.program import Program, Role
+from tilecraft.runtime.program import Program
 
 
 def blocked_gemm(

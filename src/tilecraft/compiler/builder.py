@@ -12,8 +12,9 @@ from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import INSN_BYTES, Load, MemId, Uop, encode, encode_uops, isa_for
 from tilecraft.ops import Computation
+from tilecraft.runtime.buffers import BufferSpec, Role
 from tilecraft.runtime.layout import Layout
-from tilecraft.runtime.program import BufferSpec, Program, Role, Schedule
+from tilecraft.runtime.program import Program, Schedule
 
 PAGE = 4096  # the region is a whole number of pages
 

@@ -27,7 +27,7 @@ from tilecraft.compiler.tensorize import gemm_loops, kernel_uops, step_dims, win
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.ops import ConvSchedule, Multiplier
-from tilecraft.runtime.program import Role
+from tilecraft.runtime.buffers import Role
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from tilecraft.compiler.verify import verify
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
-from tilecraft.runtime.program import Program, Role
+from tilecraft.runtime.buffers import Role
+from tilecraft.runtime.program import Program
 
 ROWS = 24  # scratchpad rows each random program uses, per buffer
 POOL = 4  # micro-ops per (unit, accumulator half)

@@ -1,5 +1,6 @@
 """Program artifacts and the Device API. Needs only numpy (and pynq on a board)."""
 
+from tilecraft.runtime.buffers import BufferSpec, Role
 from tilecraft.runtime.device import (
     Device,
     RunResult,
@@ -9,12 +10,13 @@ from tilecraft.runtime.device import (
     get_device,
     register_device,
 )
-from tilecraft.runtime.program import BufferSpec, Program
+from tilecraft.runtime.program import Program
 
 __all__ = [
     "BufferSpec",
     "Device",
     "Program",
+    "Role",
     "RunResult",
     "register_device",
     "check_inputs",
