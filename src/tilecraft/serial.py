@@ -20,6 +20,17 @@ from typing import Any, TypeVar
 from tilecraft.errors import FormatError, TilecraftError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
+
+
+def enum_member(kind: type[E], value: Any, what: str, error: type[TilecraftError]) -> E:
+    """`value` as a member of `kind` (a member, or its value); otherwise `error` naming `what`,
+    the value and the valid ones. Records call it to take strings for their enum fields."""
+    try:
+        return kind(value)
+    except ValueError:
+        valid = ", ".join(repr(m.value) for m in kind)
+        raise error(f"{what} must be one of {valid}, not {value!r}") from None
 
 
 def to_json(value: Any) -> Any:

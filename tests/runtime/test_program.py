@@ -258,7 +258,9 @@ def test_plan_rejects_buffer_outside_region():
 def test_plan_rejects_bad_buffers():
     with pytest.raises(ProgramError, match=r"buffer name\(s\) \['x'\] appear more than once"):
         _hand_made([BufferSpec("x", "input", (4,), "int8", 0)] * 2)
-    with pytest.raises(ProgramError, match="role 'weights' is not one of"):
+    with pytest.raises(
+        ProgramError, match="buffer 'w': role must be one of 'input', .*, not 'weights'"
+    ):
         BufferSpec("w", "weights", (4,), "int8", 0)
     with pytest.raises(ProgramError, match=r"constant 'w' is int16\(4,\) but its buffer is"):
         _hand_made(

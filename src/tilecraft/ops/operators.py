@@ -9,6 +9,7 @@ from enum import Enum
 from typing import ClassVar
 
 from tilecraft.errors import ScheduleError
+from tilecraft.serial import enum_member
 
 INT8 = (-128, 127)
 
@@ -175,13 +176,8 @@ class Epilogue:
     clip: tuple[int, int] = INT8
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "multiplier", Multiplier(self.multiplier))
-        except ValueError:
-            valid = ", ".join(repr(m.value) for m in Multiplier)
-            raise ScheduleError(
-                f"multiplier must be one of {valid}, not {self.multiplier!r}"
-            ) from None
+        multiplier = enum_member(Multiplier, self.multiplier, "multiplier", ScheduleError)
+        object.__setattr__(self, "multiplier", multiplier)
         for name in ("bias", "residual", "relu"):
             if not isinstance(getattr(self, name), bool):
                 raise ScheduleError(f"epilogue {name} must be true or false")

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import ClassVar
 
 from tilecraft.errors import ScheduleError
+from tilecraft.serial import enum_member
 
 
 class LoopOrder(str, Enum):
@@ -40,11 +41,8 @@ class ConvSchedule:
     kind: ClassVar[str] = "conv"
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "order", LoopOrder(self.order))
-        except ValueError:
-            valid = ", ".join(repr(o.value) for o in LoopOrder)
-            raise ScheduleError(f"order must be one of {valid}, not {self.order!r}") from None
+        order = enum_member(LoopOrder, self.order, "order", ScheduleError)
+        object.__setattr__(self, "order", order)
         for name in ("tile_oc", "tile_ic", "tile_oh", "tile_ow", "acc_slots"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

@@ -10,6 +10,7 @@ import numpy as np
 
 from tilecraft.errors import ProgramError
 from tilecraft.runtime.layout import Layout
+from tilecraft.serial import enum_member
 
 
 class Role(str, Enum):
@@ -34,13 +35,8 @@ class BufferSpec:
     value_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "role", Role(self.role))
-        except ValueError:
-            valid = ", ".join(repr(r.value) for r in Role)
-            raise ProgramError(
-                f"buffer {self.name!r}: role {self.role!r} is not one of {valid}"
-            ) from None
+        role = enum_member(Role, self.role, f"buffer {self.name!r}: role", ProgramError)
+        object.__setattr__(self, "role", role)
         shape = tuple(self.shape)
         if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
             raise ProgramError(f"buffer {self.name!r}: shape {self.shape!r} must be naturals")
