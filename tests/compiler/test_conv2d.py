@@ -215,3 +215,23 @@ def test_named_shapes_with_each_epilogue(config, shape, epilogue):
     program = conv2d(preset(config), op, ep, **params_for(op.oc, ep, rng, op.weight_shape))
     ok, message, *_ = run_and_check(program, rng)
     assert ok, f"{shape} / {epilogue} on {config}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("op", "schedule"),
+    [
+        # the last column tile's window lies wholly in the padding
+        (Conv2d(1, 64, 8, 8, 16, kernel=3, pad=4), ConvSchedule(1, 1, 2, 4)),
+        (Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2), ConvSchedule(1, 1, 1, 1)),
+        (Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2), None),
+        (Conv2d(2, 20, 5, 7, 24, kernel=(2, 3), stride=(2, 1), pad=(3, 4)), None),
+    ],
+)
+def test_tiles_that_read_only_padding_are_exact(op, schedule):
+    ep = Epilogue(bias=True, shift=5, relu=True)
+    rng = np.random.default_rng(7)
+    program = conv2d(
+        preset("default"), op, ep, schedule=schedule, **params_for(op.oc, ep, rng, op.weight_shape)
+    )
+    ok, message, *_ = run_and_check(program, rng)
+    assert ok, message

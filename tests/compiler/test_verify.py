@@ -1,6 +1,7 @@
 """The static verifier catches broken programs before anything runs them, and the token pass
 produces programs it accepts."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -11,7 +12,19 @@ from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import DeadlockError, VerifyError
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Stage, Uop, encode, isa_for
+from tilecraft.hw.isa import (
+    Alu,
+    AluOp,
+    Finish,
+    Gemm,
+    Load,
+    MemId,
+    Stage,
+    Uop,
+    encode,
+    isa_for,
+    row_insn,
+)
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.buffers import Role
@@ -192,3 +205,16 @@ def test_units_that_may_overlap_keep_to_their_banks(stray):
     with pytest.raises(VerifyError, match=f"writes acc row {stray} outside its bank") as info:
         verify(pb.build(insns))
     assert info.value.rule == "unit-overlap"
+
+
+def test_a_load_of_nothing_that_names_rows_is_refused():
+    """The lowering once emitted `x_size=0` LOADs for windows that were all padding: they
+    write nothing, and the GEMM after them read an earlier tile's rows."""
+    program = compiled()
+    insns = [row_insn(r) for r in program.table()]
+    k = next(i for i, x in enumerate(insns) if isinstance(x, Load) and x.mem == MemId.INP)
+    insns[k] = dataclasses.replace(insns[k], x_size=0, x_pad1=3)
+    broken = program.replace(insns=encode(isa_for(program.config), insns))
+    with pytest.raises(VerifyError, match=r"has x_size 0, so it writes nothing, but names") as info:
+        verify(broken)
+    assert info.value.rule == "empty-load" and info.value.index == k

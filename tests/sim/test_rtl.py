@@ -13,7 +13,7 @@ from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
-from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -48,6 +48,9 @@ def _programs(cfg):
     op = Conv2d(1, 20, 7, 7, 24, kernel=3, stride=2, pad=1)
     p = conv2d(cfg, op, Epilogue(bias=True, multiplier="channel", shift=12, residual=True))
     jobs.append(("conv2d", p, pack_inputs(p, random_inputs(p, rng))))
+    op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
+    p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
+    jobs.append(("padding-only tiles", p, pack_inputs(p, random_inputs(p, rng))))
     return jobs
 
 

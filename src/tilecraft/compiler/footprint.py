@@ -89,6 +89,8 @@ def _dram_rows(r, eb: int) -> list[tuple[int, int]]:
         int(r["x_stride"]),
         int(r["dram_base"]),
     )
+    if x == 0 or y == 0:
+        return []
     if stride == x or y == 1:
         return [(start * eb, (start + (y - 1) * stride + x) * eb)]
     return [((start + i * stride) * eb, (start + i * stride + x) * eb) for i in range(y)]

@@ -153,6 +153,23 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
     )
 
 
+@dataclass(frozen=True)
+class _Window:
+    row: int  # first data row and column of the window in the input plane
+    col: int
+    rows: int  # data rows and columns (the rest is zero padding)
+    cols: int
+    row_stride: int  # elements between the window's rows in DRAM
+    y_pad0: int
+    y_pad1: int
+    x_pad0: int
+    x_pad1: int
+
+    @property
+    def padding_only(self) -> bool:
+        return self.rows == 0 or self.cols == 0
+
+
 class _ConvEmitter:
     def __init__(
         self,
@@ -185,14 +202,19 @@ class _ConvEmitter:
         self._zero(order[0], 0)
         for t, tile in enumerate(order):
             a = t % n_acc
+            # a tile whose whole input window is padding (pad >= kernel, at the border) keeps
+            # the zeros its accumulators were cleared to: its GEMMs would add nothing
+            padding_only = self._window(tile).padding_only
             for i, (ic0, tic) in enumerate(steps):
-                islot, ihit = inp_cache.get((tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow))
-                if not ihit:
-                    self._load_window(tile, ic0, tic, islot)
-                wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
-                if not whit:
-                    self._load_weights(tile, ic0, tic, wslot)
-                self._gemm(tile, tic, islot, wslot, a)
+                if not padding_only:
+                    key = (tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow)
+                    islot, ihit = inp_cache.get(key)
+                    if not ihit:
+                        self._load_window(tile, ic0, tic, islot)
+                    wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
+                    if not whit:
+                        self._load_weights(tile, ic0, tic, wslot)
+                    self._gemm(tile, tic, islot, wslot, a)
                 if pipelined and i == 0 and t > 0:
                     self._finish_tile(order[t - 1], (t - 1) % n_acc)
             if not pipelined:
@@ -214,7 +236,10 @@ class _ConvEmitter:
         self.insns += self.epilogue.tile(tile, a)
         self._store(tile, a)
 
-    def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
+    def _window(self, tile: Tile) -> _Window:
+        """Where the tile's input window lies: its first data row and column in the input
+        plane, the zero padding around them, and the data rows and columns (0 when the whole
+        window is padding)."""
         low = self.low
         (sh, sw), (ph, pw) = low.stride, low.pad
         wr, wc = window(low, tile.toh, tile.tow)
@@ -222,25 +247,29 @@ class _ConvEmitter:
             r_lo, y_pad0, y_pad1, ystride = tile.oh0 * sh, 0, 0, sh * low.w
         else:
             r_lo = tile.oh0 * sh - ph
-            y_pad0, y_pad1 = max(0, -r_lo), max(0, r_lo + wr - low.h)
+            y_pad0, y_pad1 = min(wr, max(0, -r_lo)), min(wr, max(0, r_lo + wr - low.h))
             r_lo, ystride = max(r_lo, 0), low.w
         c_lo = tile.ow0 * sw - pw
-        x_pad0, x_pad1 = max(0, -c_lo), max(0, c_lo + wc - low.w)
-        c_lo = max(c_lo, 0)
-        ys, xs = wr - y_pad0 - y_pad1, wc - x_pad0 - x_pad1
-        pads = dict(y_pad0=y_pad0, y_pad1=y_pad1, x_pad0=x_pad0, x_pad1=x_pad1)
-        first = self.dram.input + ((tile.nb * low.icb + ic0) * low.h + r_lo) * low.w + c_lo
+        x_pad0, x_pad1 = min(wc, max(0, -c_lo)), min(wc, max(0, c_lo + wc - low.w))
+        ys, xs = max(wr - y_pad0 - y_pad1, 0), max(wc - x_pad0 - x_pad1, 0)
+        return _Window(r_lo, max(c_lo, 0), ys, xs, ystride, y_pad0, y_pad1, x_pad0, x_pad1)
+
+    def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
+        low, w = self.low, self._window(tile)
+        wr, wc = window(low, tile.toh, tile.tow)
+        pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1)
+        first = self.dram.input + ((tile.nb * low.icb + ic0) * low.h + w.row) * low.w + w.col
         base = self.slots.inp[slot]
-        if not (low.row_skip or y_pad0 or y_pad1) and ys == low.h:
+        if not (low.row_skip or w.y_pad0 or w.y_pad1) and w.rows == low.h:
             # whole planes: the channel blocks are contiguous, one LOAD for all of them
             self.insns.append(
                 Load(
                     mem=MemId.INP,
                     sram_base=base,
                     dram_base=first,
-                    y_size=tic * ys,
-                    x_size=xs,
-                    x_stride=ystride,
+                    y_size=tic * w.rows,
+                    x_size=w.cols,
+                    x_stride=w.row_stride,
                     **pads,
                 )
             )
@@ -251,9 +280,9 @@ class _ConvEmitter:
                     mem=MemId.INP,
                     sram_base=base + i * wr * wc,
                     dram_base=first + i * low.h * low.w,
-                    y_size=ys,
-                    x_size=xs,
-                    x_stride=ystride,
+                    y_size=w.rows,
+                    x_size=w.cols,
+                    x_stride=w.row_stride,
                     **pads,
                 )
             )

@@ -86,7 +86,7 @@ class RowHistory:
 def compute_nop():
     """A compute-stage LOAD that moves nothing: it waits for both units, so its token vouches
     for every older compute instruction (VTA's dependence no-op)."""
-    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=0, x_stride=0)
+    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
 
 
 def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> list:

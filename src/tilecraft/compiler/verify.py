@@ -2,6 +2,7 @@
 
 Rules, each a `VerifyError` naming the instruction:
 - ``range``: every scratchpad index, micro-op range and micro-op load is in bounds;
+- ``empty-load``: a LOAD of x_size 0 (which writes nothing) names no rows or padding;
 - ``dram``: LOADs read inside the program's region, STOREs write only output/scratch buffers;
 - ``token-balance``: every queue's pushes are all popped (a token left over means a missing
   pop; more pops than pushes shows up as a deadlock);
@@ -26,6 +27,7 @@ from tilecraft.hw.config import SCRATCHPADS
 from tilecraft.hw.isa import (
     POP_QUEUES,
     PUSH_QUEUES,
+    Opcode,
     Stage,
     TokenQueue,
     Unit,
@@ -45,14 +47,16 @@ def verify(program: Program) -> dict:
     for a in acc:
         if a.problems:
             _fail("range", a.problems[0], table, a.index)
+    _check_empty_loads(table)
     _check_dram(program, table, acc)
     stages = [a.stage for a in acc]
     pops, pushes = _token_lists(table, stages)
     order = _check_deadlock(cfg, table, stages, pops, pushes)
     _check_balance(table, pops, pushes)
     clocks, lanes = _clocks(cfg, table, acc, pops, pushes, order)
-    _check_hazards(cfg, table, acc, clocks, lanes)
-    _check_unit_overlap(cfg, table, acc)
+    local = _stage_local(acc)
+    _check_hazards(cfg, table, acc, clocks, lanes, local)
+    _check_unit_overlap(cfg, table, acc, clocks, lanes, local)
     return {
         "instructions": len(table),
         "tokens": {q.name: len(pushes[q]) for q in TokenQueue},
@@ -62,6 +66,25 @@ def verify(program: Program) -> dict:
 def _fail(rule: str, message: str, table, index: int | None):
     insn = format_row(table[index]) if index is not None else None
     raise VerifyError(rule, message, index, insn)
+
+
+def _check_empty_loads(table) -> None:
+    """A LOAD of x_size 0 moves nothing and pads nothing: it only carries tokens. One that also
+    names rows or padding was meant to write them (e.g. a window that is all padding), and the
+    instructions after it would read whatever an earlier one left there."""
+    meant = ("y_size", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
+    loads = np.flatnonzero((table["opcode"] == Opcode.LOAD) & (table["x_size"] == 0))
+    for k in loads:
+        named = [f"{f}={int(table[f][k])}" for f in meant if table[f][k]]
+        if named:
+            _fail(
+                "empty-load",
+                f"has x_size 0, so it writes nothing, but names {', '.join(named)}: a LOAD "
+                f"of nothing only carries tokens (y_size 0, no padding); rows meant to be "
+                f"zeros need x_size >= 1 (padding is written only around data)",
+                table,
+                int(k),
+            )
 
 
 def _check_dram(program: Program, table, acc) -> None:
@@ -223,13 +246,18 @@ def _clocks(cfg, table, acc, pops, pushes, order) -> tuple[list[np.ndarray], lis
     return start, lanes
 
 
-def _check_hazards(cfg, table, acc, clocks, lanes) -> None:
-    stages = [a.stage for a in acc]
+def _stage_local(acc) -> list[int]:
+    """Each instruction's index among its stage's instructions."""
     local = []
     count = dict.fromkeys(Stage, 0)
     for a in acc:
         local.append(count[a.stage])
         count[a.stage] += 1
+    return local
+
+
+def _check_hazards(cfg, table, acc, clocks, lanes, local) -> None:
+    stages = [a.stage for a in acc]
     writer = {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}  # global index, program order
     reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
     writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
@@ -278,9 +306,11 @@ def _check_hazards(cfg, table, acc, clocks, lanes) -> None:
             writer_by[s][buf][rows] = k
 
 
-def _check_unit_overlap(cfg, table, acc) -> None:
+def _check_unit_overlap(cfg, table, acc, clocks, lanes, local) -> None:
     """An instruction can overlap only the latest instruction of the other unit issued since
-    the last LOAD UOP/ACC or FINISH (anything older on that unit finished before it)."""
+    the last LOAD UOP/ACC or FINISH (anything older on that unit finished before it), and not
+    even that one when what it waited for at its start (its clock: the interlock of earlier
+    instructions, tokens) says that one is complete."""
     last: dict[Unit, object] = dict.fromkeys(Unit)
     for a in acc:
         if a.stage != Stage.COMPUTE:
@@ -293,6 +323,8 @@ def _check_unit_overlap(cfg, table, acc) -> None:
         last[unit] = a
         if other is None or cfg.acc_bank(a.first_dst) == cfg.acc_bank(other.first_dst):
             continue
+        if covers(clocks[a.index], lanes[other.index], local[other.index]):
+            continue  # certainly complete before `a` starts
         for x in (a, other):
             own = cfg.acc_bank(x.first_dst)
             for verb, touched in (("reads", x.reads), ("writes", x.writes)):
