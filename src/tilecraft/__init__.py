@@ -6,6 +6,7 @@ Subpackages: `tilecraft.hw` (config, ISA, RTL), `tilecraft.sim` (behavioral simu
 
 from tilecraft.errors import (
     AccessError,
+    ArtifactError,
     ConfigError,
     DeadlockError,
     DeviceError,
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessError",
+    "ArtifactError",
     "ConfigError",
     "DeadlockError",
     "DeviceError",

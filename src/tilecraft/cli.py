@@ -9,18 +9,43 @@ import numpy as np
 
 from tilecraft.errors import TilecraftError
 
+OUTPUTS = ("output", "json", "trace", "plot")  # file arguments checked before any work
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
     try:
+        _check_outputs(args)
         return args.func(args) or 0
     except TilecraftError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def _negative_values(argv: list[str]) -> list[str]:
+    """`--schedule -1,2,4,4` as `--schedule=-1,2,4,4`: argparse would take the value for an
+    option and answer "expected one argument" instead of the schedule's own error."""
+    out = list(argv)
+    for i in range(len(out) - 2, -1, -1):
+        value = out[i + 1]
+        if out[i] == "--schedule" and value[:1] == "-" and value[1:2].isdigit():
+            out[i : i + 2] = [f"--schedule={value}"]
+    return out
+
+
+def _check_outputs(args) -> None:
+    """Refuse an output path that cannot be written before the command runs (a benchmark or a
+    synthesis takes minutes; its result must not be lost to a typo in --json)."""
+    from tilecraft.files import check_writable
+
+    for name in OUTPUTS:
+        path = getattr(args, name, None)
+        if path:
+            check_writable(path, f"--{name}")
 
 
 # ---- commands ------------------------------------------------------------------------------
@@ -87,7 +112,7 @@ def cmd_example(args) -> int:
 def cmd_compile(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.compiler.params import random_params
-    from tilecraft.compiler.pipeline import compile_operator
+    from tilecraft.compiler.pipeline import compile_operator, plan_operator
     from tilecraft.ops import Conv2d, Dense, Epilogue
 
     cfg = resolve_config(args.config)
@@ -96,9 +121,12 @@ def cmd_compile(args) -> int:
         op = Conv2d(args.N, args.IC, args.H, args.W, args.OC, args.K, args.S, args.P)
     else:
         op = Dense(args.M, args.K, args.N)
-    rng = np.random.default_rng(args.seed)
-    params = random_params(op, ep, rng, arrays=not args.params_as_inputs)
-    comp = compile_operator(cfg, op, ep, schedule=_schedule(args.schedule), **params)
+    options = {"schedule": _schedule(args.schedule), "max_insns": args.max_insns}
+    plan_operator(cfg, op, ep, **options)  # a layer too large fails before its weights exist
+    params = random_params(
+        op, ep, np.random.default_rng(args.seed), arrays=not args.params_as_inputs
+    )
+    comp = compile_operator(cfg, op, ep, **options, **params)
     print(comp.format())
     _write(args.output, comp.program.save, "program")
     return 0
@@ -128,8 +156,8 @@ def cmd_hw_verilog(args) -> int:
     from tilecraft.boards.flows.verilog import export_verilog
 
     cfg = resolve_config(args.config)
-    paths = export_verilog(cfg, args.output)
-    print(f"wrote {', '.join(p.name for p in paths)} ({cfg.tag}) to {args.output}")
+    paths = export_verilog(cfg, args.folder)
+    print(f"wrote {', '.join(p.name for p in paths)} ({cfg.tag}) to {args.folder}")
     return 0
 
 
@@ -160,6 +188,24 @@ def _trace(path: str, trace: dict) -> None:
     from tilecraft.sim.trace import write_trace
 
     write_trace(path, trace)
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (seeds, counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -209,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="run a program on the behavioral simulator")
     sim.add_argument("program")
     sim.add_argument("--inputs", help=".npz of named logical inputs (default: random, --seed)")
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--seed", type=_count, default=0)
     sim.add_argument("--trace", help="write a Perfetto/Chrome trace JSON here")
     sim.add_argument("--json", help="write the report as JSON here")
     sim.add_argument("--check", action="store_true", help="compare outputs with the reference")
@@ -220,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--M", type=int, default=64)
     ex.add_argument("--K", type=int, default=256)
     ex.add_argument("--N", type=int, default=128)
-    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--seed", type=_count, default=0)
     ex.add_argument("-o", "--output", help="save the overlapped program here (.tcp)")
     ex.add_argument("--trace", help="write the overlapped run's trace here")
     ex.add_argument("--json", help="write the figures as JSON here")
@@ -250,7 +296,14 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="weights/bias/multiplier as program inputs (default: random constants)",
         )
-        q.add_argument("--seed", type=int, default=0, help="of the random parameters")
+        q.add_argument("--seed", type=_count, default=0, help="of the random parameters")
+        q.add_argument(
+            "--max-insns",
+            type=_positive,
+            default=32_768,
+            metavar="N",
+            help="refuse a layer whose program would exceed N instructions (default 32768)",
+        )
         q.add_argument("-o", "--output", required=True, help="program file to write (.tcp)")
 
     from tilecraft.benchmarks import SUITES
@@ -268,7 +321,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--random",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
@@ -278,7 +331,7 @@ def _parser() -> argparse.ArgumentParser:
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
     ver = hw.add_parser("verilog", help="write the top-level Verilog and its register map")
     ver.add_argument("--config", default="default")
-    ver.add_argument("-o", "--output", required=True, help="folder to write into")
+    ver.add_argument("-o", "--output", dest="folder", required=True, help="folder to write into")
     ver.set_defaults(func=cmd_hw_verilog)
     res = hw.add_parser("resources", help="synthesize (yosys synth_xilinx) and count resources")
     res.add_argument("--config", default="default")

@@ -24,7 +24,17 @@ class FormatError(TilecraftError, ValueError):
     missing, unknown, of the wrong type or out of range; the message names it by its path."""
 
 
-class ProgramError(TilecraftError, ValueError):
+class PathError(TilecraftError, ValueError):
+    """A file to write cannot be: its folder does not exist, it is a folder, or the write
+    failed (no permission, disk full). Nothing half-written is left behind."""
+
+
+class ArtifactError(TilecraftError, ValueError):
+    """An artifact file (a program, and later compiled models, kernel caches, tuning records)
+    is unreadable, malformed, tampered with or of another format version."""
+
+
+class ProgramError(ArtifactError):
     """A program artifact is malformed, truncated, tampered with or for another config."""
 
 

@@ -1,5 +1,6 @@
 """Writing files so that nothing written is lost or half-written: a temp file beside the target,
-then a rename (atomic on POSIX)."""
+then a rename (atomic on POSIX). `check_writable` lets a command refuse a bad output path before
+it spends minutes on work it could not save."""
 
 from __future__ import annotations
 
@@ -7,11 +8,28 @@ import json
 import os
 from pathlib import Path
 
+from tilecraft.errors import PathError
+
+
+def check_writable(path: str | Path, what: str = "output") -> Path:
+    """`path` if a file can be written there (its folder exists and it is not a folder);
+    otherwise a PathError naming the path and what is wrong."""
+    path = Path(path)
+    if path.is_dir():
+        raise PathError(f"{what} path {str(path)!r} is a folder; give a file name inside it")
+    parent = path.parent
+    if not parent.is_dir():
+        problem = "is not a folder" if parent.exists() else "does not exist"
+        raise PathError(f"cannot write {what} {str(path)!r}: the folder {str(parent)!r} {problem}")
+    if not os.access(parent, os.W_OK):
+        raise PathError(f"cannot write {what} {str(path)!r}: the folder is not writable")
+    return path
+
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
     """Write `data` to `path` through `path.tmp` and a rename; the temp file never outlives a
     failed write. Returns the path."""
-    path = Path(path)
+    path = check_writable(path, "file")
     tmp = path.with_name(path.name + ".tmp")
     try:
         if isinstance(data, str):
@@ -19,6 +37,8 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
         else:
             tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        raise PathError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

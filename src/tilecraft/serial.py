@@ -104,8 +104,8 @@ def _read(tp: Any, data: Any, where: str) -> Any:
 
 def _read_tagged(classes: list, data: Any, where: str) -> Any:
     by_kind = {c.kind: c for c in classes}
-    if not isinstance(data, dict) or data.get("kind") not in by_kind:
-        kind = data.get("kind") if isinstance(data, dict) else None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind not in by_kind:
         raise FormatError(
             f"{where}: kind {kind!r} is not one of {', '.join(repr(k) for k in by_kind)}"
         )

@@ -158,7 +158,7 @@ def test_sim_with_inputs_file(program_file, tmp_path, capsys):
     assert main(["sim", program_file, "--inputs", str(path)]) == 1
     assert "missing ['b']" in capsys.readouterr().err
     assert main(["sim", program_file, "--inputs", str(tmp_path / "none.npz")]) == 1
-    assert "error: cannot read inputs from" in capsys.readouterr().err
+    assert "none.npz' does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,10 @@ def test_sim_unreadable_inputs_file(program_file, tmp_path, capsys, kind):
         np.savez(path.with_suffix(".npz"), a=np.zeros(512, np.int8))
         path.write_bytes(path.with_suffix(".npz").read_bytes()[:200])
     assert main(["sim", program_file, "--inputs", str(path)]) == 1
-    assert "error: cannot read inputs from" in capsys.readouterr().err
+    assert (
+        "in.npy' is not a readable input .npz (truncated or foreign file)"
+        in capsys.readouterr().err
+    )
 
 
 def test_sim_truncated_file(program_file, capsys):
@@ -282,6 +285,43 @@ def test_compile_rejects_bad_schedules(tmp_path, capsys):
     assert "inp scratchpad: needs" in err and "exceeds by" in err
     assert main(["compile", "conv2d", "--schedule", "1,2", "-o", out]) == 1
     assert "expected TILE_OC,TILE_IC,TILE_OH,TILE_OW" in capsys.readouterr().err
+
+
+def test_a_negative_schedule_reaches_the_schedule_check(tmp_path, capsys):
+    out = str(tmp_path / "x.tcp")
+    assert main(["compile", "conv2d", "--schedule", "-1,1,4,4", "-o", out]) == 1
+    assert "tile_oc = -1 must be in 1..4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sim", "p.tcp", "--seed", "-1"], "--seed: expected a whole number >= 0, got '-1'"),
+        (["compile", "dense", "--seed", "x", "-o", "o"], "--seed: expected a whole number >= 0"),
+        (["compile", "dense", "--max-insns", "0", "-o", "o"], "--max-insns: expected a whole"),
+        (["bench", "rtl-speed", "--random", "-2"], "--random: expected a whole number >= 0"),
+    ],
+)  # fmt: skip
+def test_counts_and_seeds_must_be_whole_numbers(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    from tilecraft.benchmarks import sim_speed
+
+    monkeypatch.setattr(sim_speed, "run", lambda *a, **k: pytest.fail("the benchmark ran"))
+    assert main(["bench", "sim-speed", "--json", str(tmp_path)]) == 1
+    assert "is a folder; give a file name inside it" in capsys.readouterr().err
+    missing = str(tmp_path / "no" / "x.tcp")
+    assert main(["compile", "dense", "-o", missing]) == 1
+    assert f"the folder '{tmp_path / 'no'}' does not exist" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["hw", "verilog", "-o", str(tmp_path / "file")]) == 1
+    assert "is a file; give a folder to write into" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_resnet18_layers_result_shape():

@@ -1,13 +1,20 @@
 """The compile pipeline runs one way: every candidate is lowered, given tokens and assembled
-once, the chosen one is the program returned (not built again), and each step is timed."""
+once, the chosen one is the program returned (not built again), and each step is timed. A layer
+too large for any program is refused before anything is built, and the schedule space stays
+bounded."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 from tilecraft.compiler import pipeline
 from tilecraft.compiler.conv2d import compile_conv2d, compile_dense
+from tilecraft.compiler.mapping import map_conv2d
+from tilecraft.compiler.schedule import MAX_SPACE, candidate_sizes
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 from tilecraft.sim import simulator
@@ -79,3 +86,34 @@ def test_parameters_are_checked_before_anything_is_built(monkeypatch):
     with pytest.raises(Exception, match="bias was given but the epilogue adds none"):
         compile_conv2d(CFG, OP, bias=np.zeros(32, np.int32))
     assert lowers == []
+
+
+def test_a_layer_too_large_for_any_program_is_refused_before_building(monkeypatch):
+    lowers = _counting(monkeypatch, pipeline, "lower_conv")
+    huge = Conv2d(1, 4096, 224, 224, 64, kernel=3, pad=1)
+    with pytest.raises(ScheduleError, match=r"too large: .* more than max_insns = 32,768.*split"):
+        compile_conv2d(CFG, huge)
+    small = Conv2d(1, 64, 28, 28, 64, kernel=3, pad=1)
+    with pytest.raises(ScheduleError, match=r"with any schedule, more than max_insns = 20 "):
+        compile_conv2d(CFG, small, max_insns=20)
+    with pytest.raises(ScheduleError, match=r"with this schedule"):
+        compile_conv2d(CFG, small, schedule=ConvSchedule(1, 1, 1, 1), max_insns=10_000)
+    assert lowers == []
+
+
+def test_a_large_program_is_chosen_by_the_estimate_alone(monkeypatch):
+    measures = _counting(monkeypatch, pipeline, "model_report")
+    monkeypatch.setattr(pipeline, "MEASURE_INSNS", 10)
+    comp = compile_conv2d(CFG, OP, Epilogue())
+    assert len(comp.candidates) == 1 and measures == []  # one candidate needs no measuring
+
+
+def test_the_schedule_space_stays_bounded_for_many_divisors():
+    op = Conv2d(1, 16, 720, 5040, 16, kernel=1)  # 30 x 60 divisors of the output rows/columns
+    low = map_conv2d(CFG, op, Epilogue())
+    sizes = candidate_sizes(CFG, low)
+    assert math.prod(len(s) for s in sizes) <= MAX_SPACE
+    for dim, tried in zip((low.ocb, low.icb, low.oh, low.ow), sizes):
+        assert tried[0] == 1 and all(dim % t == 0 for t in tried)
+        assert tried == sorted(set(tried))
+    assert sizes[2][-1] == 720  # the whole dimension still tried where it fits a scratchpad

@@ -1,7 +1,8 @@
 """Every schedule `schedule.space()` calls legal compiles, verifies and runs bit-exact against
 the reference: random operators (odd channels, rectangular kernels, strides, padding as large as
 the kernel or larger, uneven last tiles), random epilogues, random legal schedules, several
-configs. An operator no schedule fits is refused with a clear error before anything is built."""
+configs. The size bound the compiler refuses huge layers by holds for every program. An
+operator no schedule fits is refused with a clear error before anything is built."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.mapping import map_conv2d
 from tilecraft.compiler.params import random_params
-from tilecraft.compiler.schedule import space
+from tilecraft.compiler.schedule import instruction_bound, space
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, Epilogue
@@ -53,7 +54,8 @@ def _check(case):
     op, ep, config, pick, seed = case
     cfg = preset(config)
     rng = np.random.default_rng(seed)
-    legal = list(space(cfg, map_conv2d(cfg, op, ep)))
+    low = map_conv2d(cfg, op, ep)
+    legal = list(space(cfg, low))
     params = random_params(op, ep, rng)
     if not legal:
         with pytest.raises(ScheduleError, match="no schedule fits"):
@@ -61,6 +63,7 @@ def _check(case):
         return
     schedule = legal[pick % len(legal)]
     program = conv2d(cfg, op, ep, schedule=schedule, **params)  # verified
+    assert len(program.insns) <= instruction_bound(cfg, low, schedule)
     inputs = random_inputs(program, rng)
     result = get_device("sim").run(program, pack_inputs(program, inputs))
     ok, message = check_outputs(program, inputs, unpack_outputs(program, result.outputs))

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from tilecraft.artifact import digest as _digest
 from tilecraft.boards import board
 from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.errors import DeviceError, ProgramError
@@ -16,7 +17,7 @@ from tilecraft.ops import Computation, Gemm
 from tilecraft.ops.reference import gemm
 from tilecraft.runtime import BufferSpec, Program, device_names, get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
-from tilecraft.runtime.program import VERSION, _digest
+from tilecraft.runtime.program import VERSION
 from tilecraft.sim.device import SimDevice
 
 M, K, N = 16, 32, 32
@@ -126,7 +127,9 @@ def test_load_foreign_files(tmp_path):
 def test_load_plain_npy(tmp_path):
     npy = tmp_path / "x.npy"
     np.save(npy, np.zeros(3))
-    with pytest.raises(ProgramError, match="not a tilecraft program"):
+    with pytest.raises(
+        ProgramError, match="not a readable tilecraft program .truncated or foreign"
+    ):
         Program.load(npy)
 
 
@@ -255,6 +258,13 @@ def test_plan_rejects_buffer_outside_region():
         _hand_made([], dram_size=1030, uop_offset=0)
 
 
+def test_plan_rejects_a_region_larger_than_its_data():
+    assert _hand_made([], dram_size=4096).dram_size == 4096  # the page the data ends in
+    with pytest.raises(ProgramError, match=r"dram_size 8192 is larger .* end at byte 1040, so at "
+                       r"most 4096 \(whole 4096-byte pages\)"):  # fmt: skip
+        _hand_made([], dram_size=8192)
+
+
 def test_plan_rejects_bad_buffers():
     with pytest.raises(ProgramError, match=r"buffer name\(s\) \['x'\] appear more than once"):
         _hand_made([BufferSpec("x", "input", (4,), "int8", 0)] * 2)
@@ -346,6 +356,7 @@ def test_an_older_program_names_both_versions(saved):
         (lambda h: h.update(dram_size="4096"), r"dram_size: expected an integer, not str"),
         (lambda h: h.update(insn_offset=64.5), r"insn_offset: expected an integer, not float"),
         (lambda h: h.update(dram_size=1 << 40), r"dram_size 1099511627776 must be in 1\.\."),
+        (lambda h: h.update(dram_size=(1 << 32) - 1), r"dram_size 4294967295 is larger than"),
         (
             lambda h: h["buffers"][0].update(role="weights"),
             r"buffers\[0\]\.role: 'weights' is not one of",

@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 
-from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.compiler.builder import MAX_INSNS, ProgramBuilder
 from tilecraft.compiler.gemm_schedule import choose_tiles, fits
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
@@ -55,6 +55,14 @@ def blocked_gemm(
     if not fits(cfg, t):
         raise ScheduleError(f"tiles {t.describe()} do not fit the scratchpads")
     tm, tn, tk = t.tm, t.tn, t.tk
+    steps_total = (mb // tm) * (nb // tn) * (kb // tk)
+    tiles_total = (mb // tm) * (nb // tn)
+    insns = 3 * steps_total + 5 * tiles_total + 3
+    if insns > MAX_INSNS:
+        raise ScheduleError(
+            f"too large: {op.describe()} would need {insns:,} instructions with {t.describe()}, "
+            f"more than {MAX_INSNS:,}; split the product"
+        )
 
     pb = ProgramBuilder(cfg, f"gemm_{m}x{k}x{n}" + ("" if t.overlap else "_serial"))
     layouts = {"a": Matrix((m, k)), "b": TransposedMatrix((k, n)), "c": Matrix((m, n), Lanes.OUT)}
@@ -90,8 +98,6 @@ def blocked_gemm(
     insns: list = [pb.load_uops()]
 
     lo, hi = -(1 << (cfg.out_bits - 1)), (1 << (cfg.out_bits - 1)) - 1
-    steps_total = (mb // tm) * (nb // tn) * (kb // tk)
-    tiles_total = (mb // tm) * (nb // tn)
     a_dram, w_dram, c_dram = pb.elem(a_buf, "inp"), pb.elem(w_buf, "wgt"), pb.elem(c_buf, "out")
     step = 0
     for tile, (mi, ni) in enumerate(itertools.product(range(mb // tm), range(nb // tn))):

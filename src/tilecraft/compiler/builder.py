@@ -14,9 +14,9 @@ from tilecraft.hw.isa import INSN_BYTES, Load, MemId, Uop, encode, encode_uops, 
 from tilecraft.ops import Computation
 from tilecraft.runtime.buffers import BufferSpec, Role
 from tilecraft.runtime.layout import Layout
-from tilecraft.runtime.program import Program, Schedule
+from tilecraft.runtime.program import DRAM_PAGE, Program, Schedule
 
-PAGE = 4096  # the region is a whole number of pages
+MAX_INSNS = 32_768  # the largest program compiled by default (seconds to build and verify)
 
 
 class ProgramBuilder:
@@ -119,7 +119,7 @@ class ProgramBuilder:
             constants=self.constants,
             insn_offset=insn_offset,
             uop_offset=self.uop_offset,
-            dram_size=-(-end // PAGE) * PAGE,
+            dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE,
             name=self.name,
             computation=computation,
             schedule=schedule,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.compiler.builder import MAX_INSNS
 from tilecraft.compiler.pipeline import Compilation, compile_operator
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue
@@ -30,11 +31,12 @@ def compile_conv2d(
     schedule: ConvSchedule | None = None,
     fold: bool | None = None,
     name: str | None = None,
+    max_insns: int = MAX_INSNS,
 ) -> Compilation:
     """Compile one conv2d (NCHW int8 input "input", OIHW int8 "weight", int8 "output")."""
     return compile_operator(
         cfg, op, epilogue, weight=weight, bias=bias, multiplier=multiplier,
-        schedule=schedule, fold=fold, name=name,
+        schedule=schedule, fold=fold, name=name, max_insns=max_insns,
     )  # fmt: skip
 
 
@@ -55,13 +57,14 @@ def compile_dense(
     multiplier=None,
     schedule: ConvSchedule | None = None,
     name: str | None = None,
+    max_insns: int = MAX_INSNS,
 ) -> Compilation:
     """Compile x (M, K) int8 @ weight (K, N) int8 -> (M, N) int8 through the epilogue. It runs as
     a 1x1 convolution over BATCH images of ceil(M/BATCH) rows each (runtime.layout `Rows`), so
     every batch lane is used whatever M is."""
     return compile_operator(
         cfg, Dense(m, k, n), epilogue, weight=weight, bias=bias, multiplier=multiplier,
-        schedule=schedule, name=name,
+        schedule=schedule, name=name, max_insns=max_insns,
     )  # fmt: skip
 
 

@@ -120,6 +120,16 @@ def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
         sram_uops[col][rows] = uops[col][src]
 
 
+def _distinct(rows: np.ndarray, depth: int) -> np.ndarray:
+    """`rows` (all below `depth`) without repeats, ascending: a mark per scratchpad row, no
+    sort (a loop visits few distinct rows many times)."""
+    if rows.size < 64:
+        return np.unique(rows)
+    marks = np.zeros(depth, bool)
+    marks[rows] = True
+    return np.flatnonzero(marks)
+
+
 def _clears(op: int, imm: int, spec: IsaSpec) -> bool:
     """x * 0, and a left shift by the full lane width (SHR by -bits), give 0 whatever x is."""
     if op == AluOp.MUL:
@@ -140,8 +150,7 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     j = np.arange(int(r["iter_in"]), dtype=np.int64)[None, :, None]
 
     def idx(col: str, out: str, inner: str) -> np.ndarray:
-        """Every row the loop visits (repeats included: they are harmless where the rows are
-        used, and dropping them would cost a sort)."""
+        """The rows the loop visits, in loop order (repeats included)."""
         base = sram_uops[col][bgn:end][None, None, :]
         return (base + i * int(r[out]) + j * int(r[inner])).reshape(-1)
 
@@ -149,6 +158,7 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     if dst.size and dst.max() >= depth["acc"]:
         a.problems.append(f"dst index {int(dst.max())} is beyond the {depth['acc']} acc rows")
         return
+    dst = _distinct(dst, depth["acc"])
     a.writes["acc"] = dst
     if op == Opcode.GEMM:
         if int(r["reset"]):
@@ -164,7 +174,7 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
                     f"{col} index {int(rows.max())} is beyond the {depth[buf]} {buf} rows"
                 )
                 return
-            a.reads[buf] = rows
+            a.reads[buf] = _distinct(rows, depth[buf])
         return
     if int(r["use_imm"]) and _clears(int(r["alu_op"]), int(r["imm"]), spec):
         return  # the result does not depend on the row: it initializes it
@@ -175,4 +185,4 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
             a.problems.append(f"src index {int(src.max())} is beyond the {depth['acc']} acc rows")
             return
         reads.append(src)
-    a.reads["acc"] = np.concatenate(reads)
+    a.reads["acc"] = _distinct(np.concatenate(reads), depth["acc"])

@@ -31,7 +31,10 @@ def choose_tiles(cfg: HwConfig, mb: int, kb: int, nb: int, overlap: bool) -> Gem
     fill (one DMA) + steps x max(GEMM, DMA) + drain (one GEMM); without, steps x (GEMM + DMA)."""
     timing = Timing.from_config(cfg)
     best = None
-    for tm, tn, tk in itertools.product(divisors(mb), divisors(nb), divisors(kb)):
+    # only sizes that could fit at all: a tile has no more rows than its scratchpad
+    rows = max(cfg.depth(b) for b in ("inp", "wgt", "acc"))
+    sizes = [[d for d in divisors(n) if d <= rows] for n in (mb, nb, kb)]
+    for tm, tn, tk in itertools.product(*sizes):
         tiles = GemmTiles(tm, tn, tk, overlap)
         if not fits(cfg, tiles):
             continue

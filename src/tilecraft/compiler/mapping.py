@@ -11,6 +11,7 @@ whatever M is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilecraft.hw.config import HwConfig
@@ -116,11 +117,20 @@ class MappedConv:
         """Most residual (BLOCK_IN-wide) blocks one tile of `tile_oc` output blocks touches."""
         bo, bi = cfg.block_out, cfg.block_in
         worst = 0
-        for oc0 in range(0, self.ocb, tile_oc):
+        for oc0 in _periodic_starts(self.ocb, tile_oc, tile_oc * bo, bi):
             lo = oc0 * bo
             hi = min((oc0 + tile_oc) * bo, self.op.oc)
             worst = max(worst, (hi - 1) // bi - lo // bi + 1)
         return worst
+
+    def tensor_bytes(self) -> int:
+        """Bytes of the operator's tensors as the user holds them (int8 activations and
+        weights, int32 per-channel parameters): what its program's DRAM must hold at least."""
+        src = self.source
+        activations = [src.input_shape, src.weight_shape, src.output_shape]
+        activations += [src.output_shape] if self.epilogue.residual else []
+        params = 4 * src.channels * len(self.param_vectors())
+        return sum(math.prod(shape) for shape in activations) + params
 
     def describe(self) -> str:
         text = self.source.describe()
@@ -133,10 +143,20 @@ def residual_offsets(cfg: HwConfig, oc: int) -> list[int]:
     output lanes through the GEMM (which also widens int8 to int32)."""
     bo, bi = cfg.block_out, cfg.block_in
     offsets = set()
-    for ob in range(_ceil(oc, bo)):
+    for ob in _periodic_starts(_ceil(oc, bo), 1, bo, bi):
         for rb in range(ob * bo // bi, (min((ob + 1) * bo, oc) - 1) // bi + 1):
             offsets.add(ob * bo - rb * bi)
     return sorted(offsets)
+
+
+def _periodic_starts(count: int, step: int, width: int, bi: int) -> list[int]:
+    """The starts 0, step, 2*step, ... below `count` of blocks `width` channels wide, one per
+    distinct alignment to the residual's `bi`-channel blocks (they repeat every
+    bi/gcd(width, bi) blocks), and the last, which may be cut short: every case the residual
+    sees, however many channels there are."""
+    period = bi // math.gcd(width, bi)
+    starts = list(range(0, count, step))
+    return starts[:period] + starts[-1:] if len(starts) > period else starts
 
 
 def rounding_needs_a_row(cfg: HwConfig, shift: int) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from tilecraft.compiler import schedule as S
+from tilecraft.compiler.builder import MAX_INSNS
 from tilecraft.compiler.heuristic import Ranked, rank
 from tilecraft.compiler.lowering import lower_conv
 from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense
@@ -23,10 +24,11 @@ from tilecraft.compiler.verify import verify
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Computation, Conv2d, ConvSchedule, Dense, Epilogue
-from tilecraft.runtime.program import Program
+from tilecraft.runtime.program import MAX_DRAM_BYTES, Program
 from tilecraft.sim.simulator import model_report
 
 MEASURED = 3  # candidates the heuristic's ranking sends to the cycle model
+MEASURE_INSNS = 16_384  # larger programs are chosen by the estimate alone (the model is slow)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,70 @@ class _Clock:
             self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - t0
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What can be known of a layer before any tensor exists: its mapping, the schedules worth
+    building (best first) and how many to build and measure."""
+
+    mapped: MappedConv
+    ranked: tuple[Ranked, ...]
+    wanted: int
+    seconds: Mapping[str, float]
+
+
+def plan_operator(
+    cfg: HwConfig,
+    op: Conv2d | Dense,
+    epilogue: Epilogue | None = None,
+    *,
+    schedule: ConvSchedule | None = None,
+    fold: bool | None = None,
+    measure: int = MEASURED,
+    max_insns: int = MAX_INSNS,
+) -> Plan:
+    """Map `op`, check `schedule` or rank the legal space, and refuse a layer too large for any
+    program (more than `max_insns` instructions with every schedule, or tensors beyond the
+    32-bit DRAM window) before its weights are made or anything is built."""
+    for what, value in (("max_insns", max_insns), ("measure", measure)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"{what} must be a positive whole number; got {value!r}")
+    clock = _Clock()
+    epilogue = epilogue or Epilogue()
+    with clock("map"):
+        if isinstance(op, Dense):
+            if fold:
+                raise ScheduleError("a dense layer has no kernel taps to fold")
+            low = map_dense(cfg, op, epilogue)
+        else:
+            low = map_conv2d(cfg, op, epilogue, fold)
+    tensors = low.tensor_bytes()
+    if tensors > MAX_DRAM_BYTES:
+        raise ScheduleError(
+            f"too large: {low.describe()} has {tensors / 2**30:.1f} GiB of tensors; a program's "
+            f"DRAM window holds at most {MAX_DRAM_BYTES / 2**30:.0f} GiB (split the layer)"
+        )
+    if schedule is not None:
+        with clock("check"):
+            S.check(cfg, low, schedule)
+        ranked, wanted = [Ranked(schedule, None)], 1
+    else:
+        with clock("rank"):
+            ranked, wanted = rank(cfg, low), measure
+    sizes = [S.instruction_bound(cfg, low, r.schedule) for r in ranked]
+    small = [(r, n) for r, n in zip(ranked, sizes) if n <= max_insns]
+    if not small:
+        raise ScheduleError(
+            f"too large: {low.describe()} would need about {min(sizes):,} instructions with "
+            f"{'this schedule' if schedule else 'any schedule'}, more than max_insns = "
+            f"{max_insns:,} (a program that size already takes seconds to compile and "
+            f"verify); split the layer by output channels or rows, or raise max_insns "
+            f"(--max-insns)"
+        )
+    if small[0][1] > MEASURE_INSNS:
+        wanted = 1
+    return Plan(low, tuple(r for r, _ in small), wanted, MappingProxyType(clock.seconds))
+
+
 def compile_operator(
     cfg: HwConfig,
     op: Conv2d | Dense,
@@ -96,27 +162,22 @@ def compile_operator(
     fold: bool | None = None,
     name: str | None = None,
     measure: int = MEASURED,
+    max_insns: int = MAX_INSNS,
 ) -> Compilation:
     """Compile a conv2d or dense layer. Parameters given as arrays become constants of the
     program; those left None become named inputs. Without `schedule`, the heuristic ranks the
-    legal space and the best `measure` candidates are built and timed on the cycle model."""
-    clock = _Clock()
+    legal space and the best `measure` (>= 1) candidates are built and timed on the cycle
+    model (the best one alone when its program would exceed MEASURE_INSNS instructions). A
+    layer too large for any program is refused up front (`plan_operator`)."""
     epilogue = epilogue or Epilogue()
+    plan = plan_operator(
+        cfg, op, epilogue, schedule=schedule, fold=fold, measure=measure, max_insns=max_insns
+    )
+    clock = _Clock()
+    clock.seconds.update(plan.seconds)
+    low, ranked, wanted = plan.mapped, plan.ranked, plan.wanted
     with clock("map"):
-        if isinstance(op, Dense):
-            if fold:
-                raise ScheduleError("a dense layer has no kernel taps to fold")
-            low = map_dense(cfg, op, epilogue)
-        else:
-            low = map_conv2d(cfg, op, epilogue, fold)
         params = check_params(cfg, low, weight, bias, multiplier)
-    if schedule is not None:
-        with clock("check"):
-            S.check(cfg, low, schedule)
-        ranked, wanted = [Ranked(schedule, None)], 1
-    else:
-        with clock("rank"):
-            ranked, wanted = rank(cfg, low), max(measure, 1)
     computation = Computation(low.source, epilogue, params.tensor_multiplier)
     name = name or op.kind
     built: list[tuple[Ranked, Program]] = []

@@ -153,6 +153,17 @@ def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     return out
 
 
+def instruction_bound(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> int:
+    """At most how many instructions the lowering emits for `s` (every load counted, none
+    skipped as resident): the program's size, known before it is built."""
+    n_tiles = low.nbb * -(-low.ocb // s.tile_oc) * -(-low.oh // s.tile_oh) * -(-low.ow // s.tile_ow)
+    steps = -(-low.icb // s.tile_ic)
+    per_step = s.tile_ic + 2  # a LOAD per input block, the weights, the GEMM
+    residual = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
+    per_tile = 8 + residual + 1 + s.tile_oc  # zeroing, epilogue passes, residual, stores
+    return n_tiles * (steps * per_step + per_tile) + 16 + 2 * low.ocb
+
+
 def check(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> None:
     problems = violations(cfg, low, s)
     if problems:
@@ -162,14 +173,43 @@ def check(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> None:
         )
 
 
+MAX_SPACE = 20_000  # tile-size combinations a space may try (each a legality check)
+
+
+def candidate_sizes(cfg: HwConfig, low: MappedConv) -> list[list[int]]:
+    """Tile sizes tried for (oc, ic, oh, ow): the divisors of each dimension that could fit at
+    all (no tile has more rows than its scratchpad), thinned evenly in log scale when their
+    combinations would exceed MAX_SPACE (only for dimensions with very many divisors)."""
+    acc, inp = cfg.depth("acc"), cfg.depth("inp")
+    lists = [
+        [d for d in divisors(low.ocb) if d <= acc],
+        [d for d in divisors(low.icb) if d <= inp],
+        [d for d in divisors(low.oh) if d <= acc],
+        [d for d in divisors(low.ow) if d <= acc],
+    ]
+    while math.prod(len(x) for x in lists) > MAX_SPACE:
+        k = max(range(4), key=lambda i: len(lists[i]))
+        lists[k] = _thin(lists[k], len(lists[k]) - 1)
+    return lists
+
+
+def _thin(sizes: list[int], keep: int) -> list[int]:
+    """`keep` of `sizes` (ascending divisors, which lie roughly evenly in log scale) spread
+    evenly over the list, the smallest and largest included."""
+    picks = {round(i * (len(sizes) - 1) / (keep - 1)) for i in range(keep)}
+    return [sizes[i] for i in sorted(picks)]
+
+
 def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterator[ConvSchedule]:
-    """Every legal schedule (tile sizes that divide their dimension, or the whole of it)."""
+    """Every legal schedule among `candidate_sizes` (tile sizes that divide their dimension,
+    or the whole of it)."""
+    oc_sizes, ic_sizes, oh_sizes, ow_sizes = candidate_sizes(cfg, low)
     for db in double_buffer:
         for oc, ic, oh, ow, order, acc in itertools.product(
-            _sizes(low.ocb),
-            _sizes(low.icb),
-            _sizes(low.oh),
-            _sizes(low.ow),
+            oc_sizes,
+            ic_sizes,
+            oh_sizes,
+            ow_sizes,
             LoopOrder,
             ACC_SLOTS if db else ACC_SLOTS[:1],
         ):

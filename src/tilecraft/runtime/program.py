@@ -12,10 +12,6 @@ refuses anything else with `ProgramError`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
-import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -23,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tilecraft.errors import ConfigError, FormatError, ProgramError
-from tilecraft.files import write_atomic
+from tilecraft.artifact import digest, read_artifact, write_artifact
+from tilecraft.errors import ConfigError, FormatError, ProgramError, TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import INSN_BYTES, as_words, decode, decode_uops, isa_for, uop_dtype
 from tilecraft.ops import Computation, ConvSchedule, GemmTiles
@@ -34,6 +30,7 @@ from tilecraft.serial import from_json, to_json
 FORMAT = "tilecraft-program"
 VERSION = 2  # 2: typed layouts, computation and schedule (1: string-keyed meta)
 MAX_DRAM_BYTES = (1 << 32) - 1  # the DRAM_SIZE register is 32 bits wide
+DRAM_PAGE = 4096  # a program's region is a whole number of pages, no more than its data needs
 HEADER_KEYS = (  # besides format, version and digest
     "name",
     "config",
@@ -175,86 +172,34 @@ class Program:
 
     @property
     def digest(self) -> str:
-        return _digest(self.header(), self.arrays())
+        return digest(self.header(), self.arrays())
 
     def save(self, path: str | Path) -> Path:
         """Write the NPZ atomically (temp file + rename); returns the path."""
-        header = self.header()
-        header["digest"] = _digest(header, self.arrays())
-        blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
-        buf = io.BytesIO()
-        np.savez(buf, header=blob, **self.arrays())
-        return write_atomic(path, buf.getvalue())
+        return write_artifact(path, self.header(), self.arrays())
 
     @classmethod
     def load(cls, path: str | Path, config: HwConfig | None = None) -> Program:
-        """Read a program file; with `config`, also refuse one built for another config."""
-        program = cls._load(Path(path))
+        """Read a program file (format, version and digest, then every header field, checked
+        before anything is allocated); with `config`, also refuse one built for another config."""
+        header, arrays = read_artifact(
+            path,
+            FORMAT,
+            VERSION,
+            kind="program",
+            error=ProgramError,
+            remake="compile the program again",
+        )
+        try:
+            program = cls._build(header, arrays)
+        except TilecraftError as exc:  # a field out of range, regions that overlap, ...
+            raise ProgramError(f"{str(path)!r}: {exc}") from None
         if config is not None:
             program.check_config(config)
         return program
 
     @classmethod
-    def _load(cls, path: Path) -> Program:
-        try:
-            npz = np.load(path, allow_pickle=False)
-        except FileNotFoundError:
-            raise ProgramError(f"program file {str(path)!r} does not exist") from None
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-            raise ProgramError(
-                f"{str(path)!r} is not a readable tilecraft program (truncated or foreign "
-                f"file): {exc}"
-            ) from None
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ProgramError(f"{str(path)!r} is a bare array, not a tilecraft program")
-        try:
-            with npz:
-                files = set(npz.files)
-                if "header" not in files:
-                    raise ProgramError(f"{str(path)!r} is not a tilecraft program (no header)")
-                header = json.loads(npz["header"].tobytes().decode())
-                arrays = {k: npz[k] for k in files - {"header"}}
-        except ProgramError:
-            raise
-        except RecursionError:
-            raise ProgramError(f"{str(path)!r}: the program header nests too deeply") from None
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-            raise ProgramError(
-                f"{str(path)!r} is not a readable tilecraft program (truncated or foreign "
-                f"file): {exc}"
-            ) from None
-        return cls.from_parts(header, arrays, str(path))
-
-    @classmethod
-    def from_parts(cls, header: Any, arrays: dict, where: str) -> Program:
-        """A program from a saved header and arrays: format, version and digest first, then
-        every field read strictly."""
-        fmt = header.get("format") if isinstance(header, dict) else type(header).__name__
-        if fmt != FORMAT:
-            raise ProgramError(f"{where!r} is not a tilecraft program (format {fmt!r})")
-        version = header.get("version")
-        if version != VERSION:
-            newer = isinstance(version, int) and version > VERSION
-            raise ProgramError(
-                f"{where!r} has program format version {version!r}; this tilecraft reads "
-                f"version {VERSION} ("
-                + ("upgrade tilecraft to read it" if newer else "compile the program again")
-                + ")"
-            )
-        stored = header.pop("digest", None)
-        actual = _digest(header, arrays)
-        if stored != actual:
-            raise ProgramError(
-                f"{where!r} fails its digest check (stored {stored}, computed {actual}): the file "
-                f"was modified or corrupted"
-            )
-        try:
-            return cls._build(header, arrays, where)
-        except FormatError as exc:
-            raise ProgramError(f"{where!r}: {exc}") from None
-
-    @classmethod
-    def _build(cls, header: dict, arrays: dict, where: str) -> Program:
+    def _build(cls, header: dict, arrays: dict) -> Program:
         missing = [k for k in HEADER_KEYS if k not in header]
         unknown = sorted(set(header) - set(HEADER_KEYS) - {"format", "version"})
         if missing or unknown:
@@ -269,9 +214,9 @@ class Program:
         try:
             config = HwConfig.from_dict(header["config"])
         except ConfigError as exc:
-            raise ProgramError(f"{where!r} holds an invalid config: {exc}") from None
+            raise ProgramError(f"it holds an invalid config: {exc}") from None
         if config.digest != header["config_digest"]:
-            raise ProgramError(f"{where!r}: config digest does not match its config")
+            raise ProgramError("config digest does not match its config")
         names = from_json(tuple[str, ...], header["constants"], "constants")
         for key in ("insns", "uops", *(f"const/{n}" for n in names)):
             if key not in arrays:
@@ -304,6 +249,13 @@ class Program:
         regions = [("instructions", self.insn_offset, len(self.insns) * INSN_BYTES)]
         regions.append(("micro-ops", self.uop_offset, self.uops.nbytes))
         regions += [(b.name, b.offset, b.nbytes) for b in self.buffers]
+        end = max(off + size for _, off, size in regions)
+        if self.dram_size > -(-end // DRAM_PAGE) * DRAM_PAGE:
+            raise ProgramError(
+                f"dram_size {self.dram_size} is larger than its regions need: they end at byte "
+                f"{end}, so at most {-(-end // DRAM_PAGE) * DRAM_PAGE} (whole {DRAM_PAGE}-byte "
+                f"pages)"
+            )
         names = [b.name for b in self.buffers]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -343,14 +295,3 @@ class Program:
 def _place(dram: np.ndarray, offset: int, data: np.ndarray) -> None:
     raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     dram[offset : offset + raw.size] = raw
-
-
-def _digest(header: dict, arrays: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256()
-    body = {k: v for k, v in header.items() if k != "digest"}
-    h.update(json.dumps(body, sort_keys=True).encode())
-    for name in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()

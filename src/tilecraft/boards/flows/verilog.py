@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tilecraft.errors import PathError
 from tilecraft.files import write_atomic
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
@@ -19,7 +20,12 @@ def export_verilog(cfg: HwConfig, folder: str | Path) -> list[Path]:
     from tilecraft.hw.rtl.top import verilog
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise PathError(f"output folder {str(folder)!r} is a file; give a folder to write into")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PathError(f"cannot make the folder {str(folder)!r}: {exc.strerror or exc}") from None
     regmap = {
         r.name: {"offset": r.offset, "access": r.access, "doc": r.doc} for r in regs.REGISTERS
     }
