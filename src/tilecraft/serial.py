@@ -30,7 +30,7 @@ def enum_member(kind: type[E], value: Any, what: str, error: type[TilecraftError
         return kind(value)
     except ValueError:
         valid = ", ".join(repr(m.value) for m in kind)
-        raise error(f"{what} must be one of {valid}, not {value!r}") from None
+        raise error(f"{what} must be one of {valid}, not {reprlib.repr(value)}") from None
 
 
 def to_json(value: Any) -> Any:
@@ -82,7 +82,7 @@ def _read(tp: Any, data: Any, where: str) -> Any:
             return tp(data)
         except ValueError:
             valid = ", ".join(repr(m.value) for m in tp)
-            raise FormatError(f"{where}: {data!r} is not one of {valid}") from None
+            raise FormatError(f"{where}: {reprlib.repr(data)} is not one of {valid}") from None
     if tp is bool:
         if not isinstance(data, bool):
             raise FormatError(f"{where}: expected true or false, not {_what(data)}")

@@ -89,7 +89,5 @@ def test_deep_nesting_is_an_error_not_a_crash(tmp_path, suffix, depth):
         path.write_text("[" * depth + "]" * depth)
     else:
         path.write_text("a = " + "[" * depth + "]" * depth + "\n")
-    with pytest.raises(
-        ConfigError, match=r"c\.(json|toml)' (nests too deeply|does not parse)"
-    ):
+    with pytest.raises(ConfigError, match=r"c\.(json|toml)' (nests too deeply|does not parse)"):
         HwConfig.load(path)

@@ -123,3 +123,24 @@ def test_layout_records_are_read_strictly():
         FormatError, match="layout: a rows layout.s logical shape must be 2 positive ints"
     ):
         from_json(L.Layout, {"kind": "rows", "logical": [1, 2, 3]}, "layout")
+
+
+def test_logical_inputs_are_checked_by_name_before_packing():
+    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.errors import DeviceError
+    from tilecraft.ops import Conv2d
+
+    program = conv2d(preset("default"), Conv2d(1, 16, 6, 6, 16, kernel=1))  # input, weight
+    x, w = np.zeros((1, 16, 6, 6), np.int8), np.zeros((16, 16, 1, 1), np.int8)
+    with pytest.raises(DeviceError, match=r"input 'input' has shape \(1, 16, 6, 5\); .*6, 6\)"):
+        L.pack_inputs(program, {"input": x[..., :5], "weight": w})
+    with pytest.raises(DeviceError, match=r"input 'weight' is float32; the program expects int8"):
+        L.pack_inputs(program, {"input": x, "weight": w.astype(np.float32)})
+    wide = x.astype(np.int16)
+    wide[0, 0, 0, 0] = 300  # would wrap to 44 if cast
+    with pytest.raises(DeviceError, match=r"input 'input' is int16 with values 0..300"):
+        L.pack_inputs(program, {"input": wide, "weight": w})
+    with pytest.raises(DeviceError, match=r"missing \['weight'\]; unknown \['x'\]"):
+        L.pack_inputs(program, {"input": x, "x": w})
+    packed = L.pack_inputs(program, {"input": wide.clip(-128, 127), "weight": w})
+    assert packed["input"].dtype == np.int8

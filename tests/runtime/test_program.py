@@ -301,7 +301,8 @@ def test_device_input_errors(program, inputs):
         dev.run(program, {**inputs, "b": inputs["b"].astype(np.float32)})
     wide = inputs["a"].astype(np.int16)
     wide.flat[3] = 200
-    with pytest.raises(DeviceError, match="input 'a' is int16; .*do not all fit"):
+    message = r"input 'a' is int16 with values -128..200; the program expects int8 \(-128..127\)"
+    with pytest.raises(DeviceError, match=message):
         dev.run(program, {**inputs, "a": wide})
 
 

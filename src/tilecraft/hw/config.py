@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import reprlib
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -102,13 +103,15 @@ class HwConfig:
             value = getattr(self, f.name)
             if f.name == "clock_mhz":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ConfigError(f"clock_mhz must be a number of MHz, not {value!r}")
+                    raise ConfigError(
+                        f"clock_mhz must be a number of MHz, not {reprlib.repr(value)}"
+                    )
                 if not 1.0 <= float(value) <= 2000.0:
                     raise ConfigError(f"clock_mhz must be in [1, 2000], not {value}")
                 object.__setattr__(self, "clock_mhz", float(value))
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{f.name} must be an integer, not {value!r}")
+                raise ConfigError(f"{f.name} must be an integer, not {reprlib.repr(value)}")
             lo, hi = _RANGES[f.name]
             if not lo <= value <= hi:
                 raise ConfigError(f"{f.name} must be in [{lo}, {hi}], not {value}")

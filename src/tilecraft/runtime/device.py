@@ -14,6 +14,7 @@ import numpy as np
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime.program import Program
+from tilecraft.runtime.tensors import check_names, check_tensor
 
 
 @dataclass
@@ -37,40 +38,8 @@ def check_program(program: Program, config: HwConfig) -> None:
 
 def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Inputs by name, converted to their buffers' dtypes; clear errors for anything else."""
-    expected = {b.name: b for b in program.inputs}
-    missing = sorted(set(expected) - set(inputs))
-    unknown = sorted(set(inputs) - set(expected))
-    if missing or unknown:
-        raise DeviceError(
-            f"program {program.name!r} takes inputs {sorted(expected)}; "
-            + (f"missing {missing}" if missing else "")
-            + ("; " if missing and unknown else "")
-            + (f"unknown {unknown}" if unknown else "")
-        )
-    out = {}
-    for name, value in inputs.items():
-        b = expected[name]
-        arr = np.asarray(value)
-        if arr.shape != b.shape:
-            raise DeviceError(
-                f"input {name!r} has shape {arr.shape}; the program expects {b.shape}"
-            )
-        dtype = np.dtype(b.dtype)
-        if arr.dtype != dtype:
-            info = np.iinfo(dtype) if dtype.kind in "iu" else None
-            fits = (
-                arr.dtype.kind in "iub"
-                and info is not None
-                and (arr.size == 0 or (arr.min() >= info.min and arr.max() <= info.max))
-            )
-            if not fits:
-                raise DeviceError(
-                    f"input {name!r} is {arr.dtype}; the program expects {dtype} and its values "
-                    f"do not all fit"
-                )
-            arr = arr.astype(dtype)
-        out[name] = arr
-    return out
+    check_names(program.name, [b.name for b in program.inputs], inputs)
+    return {b.name: check_tensor(b.name, inputs[b.name], b.shape, b.dtype) for b in program.inputs}
 
 
 # Backends by name: "module:attribute" of a factory taking the device's options, imported on

@@ -30,6 +30,7 @@ import numpy as np
 
 from tilecraft.errors import ProgramError
 from tilecraft.hw.config import HwConfig
+from tilecraft.runtime.tensors import check_names, check_tensor
 
 
 class Lanes(str, Enum):
@@ -325,11 +326,17 @@ def logical_shape(buf) -> tuple[int, ...]:
 
 
 def pack_inputs(program, logical: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Device inputs from logical tensors (buffers without a layout pass through as given)."""
+    """Device inputs from logical tensors, each checked first (`runtime.tensors`): every input
+    named, each of its logical shape, integers that fit the buffer's dtype. Buffers without a
+    layout pass through (the device checks them)."""
+    check_names(program.name, [b.name for b in program.inputs], logical)
     out = {}
-    for name, value in logical.items():
-        buf = program.buffer(name)
-        out[name] = value if buf.layout is None else buf.layout.pack(program.config, value)
+    for buf in program.inputs:
+        value = logical[buf.name]
+        if buf.layout is not None:
+            value = check_tensor(buf.name, value, buf.layout.logical, buf.dtype)
+            value = buf.layout.pack(program.config, value)
+        out[buf.name] = value
     return out
 
 
