@@ -1,7 +1,8 @@
 """The fetch unit in the cycle model: it reads the program a burst at a time through the DRAM
-port (the next burst once the previous one is dispatched), streams each instruction out as its
-own beats arrive, and routes one per `dispatch_ii` into its stage's command queue, waiting while
-that queue is full (`cmd_queue_depth` entries)."""
+port (the next burst once the previous one is dispatched, its address `fetch_request` cycles
+later: the RTL's fetch re-enters REQUEST and its burst planner computes the address), streams
+each instruction out as its own beats arrive, and routes one per `dispatch_ii` into its stage's
+command queue, waiting while that queue is full (`cmd_queue_depth` entries)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class Fetch:
         if f == self.chunk_first + self.chunk_len:
             count = min(self.timing.fetch_chunk(), self.n - f)
             bursts = self.timing.bursts(self.insn_offset + f * INSN_BYTES, 1, count * INSN_BYTES, 0)
-            self.port.request(FETCH_KEY, FETCH_CLIENT, bursts, t)
+            self.port.request(FETCH_KEY, FETCH_CLIENT, bursts, t + self.timing.fetch_request)
             self.chunk_first, self.chunk_len, self.reading = f, count, True
             self.free = t
             return

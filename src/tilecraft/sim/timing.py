@@ -43,7 +43,9 @@ class Timing:
     push_hold: int = 1  # an instruction that pushes a token frees its unit or stage a cycle late
     barrier_restart: int = 1  # from a compute-stage LOAD's completion to the next LOAD's start
     fetch_streams: bool = True  # dispatch an instruction as soon as its own beats arrive
-    fetch_start: int = 4  # from START to fetch's first address
+    fetch_start: int = 1  # from START to fetch's first request (it checks the program's range)
+    fetch_request: int = 3  # from a request (the cycle after the previous burst's last dispatch)
+    # to the burst's address: fetch enters its REQUEST state, the burst planner takes 2 cycles
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
     @classmethod
