@@ -25,7 +25,7 @@ from tilecraft.hw.isa import (
     isa_for,
     row_insn,
 )
-from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import pack_inputs, random_inputs
@@ -218,3 +218,55 @@ def test_a_load_of_nothing_that_names_rows_is_refused():
     with pytest.raises(VerifyError, match=r"has x_size 0, so it writes nothing, but names") as info:
         verify(broken)
     assert info.value.rule == "empty-load" and info.value.index == k
+
+
+def _inp_loads(insns):
+    return [i for i, x in enumerate(insns) if isinstance(x, Load) and x.mem == MemId.INP]
+
+
+def test_a_tile_that_reads_another_tiles_rows_is_caught():
+    """The blind spot the padding bug went through: a tile whose window LOAD writes nothing
+    (here a pure sync LOAD, which every other rule accepts) multiplies the rows an earlier tile
+    left in the input buffer. The dataflow rule names the output and the input it got."""
+    op = Conv2d(1, 16, 8, 8, 16, kernel=3, pad=1)
+    program = conv2d(CFG, op, Epilogue(), schedule=ConvSchedule(1, 1, 2, 4))
+    insns = [row_insn(r) for r in program.table()]
+    k = _inp_loads(insns)[3]  # a later tile's window (its rows were written by tile 1)
+    insns[k] = dataclasses.replace(
+        insns[k], y_size=0, x_size=0, y_pad0=0, y_pad1=0, x_pad0=0, x_pad1=0
+    )
+    broken = program.replace(insns=encode(isa_for(program.config), insns))
+    with pytest.raises(
+        VerifyError, match=r"stores output .* its tap .* multiplied (padding|input)"
+    ):
+        verify(broken)  # the stale rows held the earlier window's padding or input
+
+
+def test_a_shifted_window_is_caught_at_its_store():
+    op = Conv2d(1, 16, 8, 8, 16, kernel=3, pad=1)
+    program = conv2d(CFG, op, Epilogue(), schedule=ConvSchedule(1, 1, 2, 4))
+    insns = [row_insn(r) for r in program.table()]
+    k = _inp_loads(insns)[2]
+    insns[k] = dataclasses.replace(insns[k], dram_base=insns[k].dram_base + 1)
+    broken = program.replace(insns=encode(isa_for(program.config), insns))
+    with pytest.raises(
+        VerifyError, match=r"multiplied input row (\d+) column (\d+) .* not row \1 "
+    ) as info:
+        verify(broken)  # one column to the right of the one it needs
+    assert info.value.rule == "dataflow"
+
+
+def test_every_tap_is_accounted_for():
+    """A GEMM cut short leaves its outputs without some taps; a loop that revisits its rows adds
+    them twice."""
+    program = compiled()
+    insns = [row_insn(r) for r in program.table()]
+    k = next(i for i, x in enumerate(insns) if isinstance(x, Gemm) and not x.reset)
+    dropped = list(insns)
+    dropped[k] = dataclasses.replace(insns[k], iter_out=1, iter_in=1, uop_end=insns[k].uop_bgn + 1)
+    with pytest.raises(VerifyError, match=r"without its tap \(input channel block"):
+        verify(program.replace(insns=encode(isa_for(program.config), dropped)))
+    twice = list(insns)  # the outer loop revisits the same rows instead of the next ones
+    twice[k] = dataclasses.replace(insns[k], dst_out=0, src_out=0, wgt_out=0)
+    with pytest.raises(VerifyError, match=r"adds a product for the same tap twice"):
+        verify(program.replace(insns=encode(isa_for(program.config), twice)))

@@ -13,7 +13,10 @@ Rules, each a `VerifyError` naming the instruction:
   clocks), and nothing reads a row no instruction has written;
 - ``unit-overlap``: a GEMM and an ALU instruction the compute stage may run at the same time
   (their first micro-ops write different accumulator halves, see sim.engine) each keep every
-  accumulator row they read or write in their own half (the halves are banks).
+  accumulator row they read or write in their own half (the halves are banks);
+- ``dataflow``: a conv2d or dense program stores each output from exactly the products its
+  operator needs, each input element the one the convolution reads there, not a row left by
+  an earlier tile (`compiler/dataflow.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.completion import Completion, covers
+from tilecraft.compiler.dataflow import dataflow_problem
 from tilecraft.compiler.footprint import accesses
 from tilecraft.errors import VerifyError
 from tilecraft.hw.config import SCRATCHPADS
@@ -57,6 +61,9 @@ def verify(program: Program) -> dict:
     local = _stage_local(acc)
     _check_hazards(cfg, table, acc, clocks, lanes, local)
     _check_unit_overlap(cfg, table, acc, clocks, lanes, local)
+    problem = dataflow_problem(program, table, uops)
+    if problem:
+        _fail("dataflow", problem[1], table, problem[0])
     return {
         "instructions": len(table),
         "tokens": {q.name: len(pushes[q]) for q in TokenQueue},
