@@ -126,20 +126,14 @@ def _token_lists(table, stages):
     pops = {q: [] for q in TokenQueue}
     pushes = {q: [] for q in TokenQueue}
     for k, s in enumerate(stages):
-        for flag, q in POP_QUEUES[s].items():
-            if table[flag][k]:
+        for queues, found in ((POP_QUEUES[s], pops), (PUSH_QUEUES[s], pushes)):
+            for flag, q in queues.items():
+                if not table[flag][k]:
+                    continue
                 if q is None:
-                    _fail(
-                        "range", f"flag {flag} has no queue on the {s.name.lower()} stage", table, k
-                    )
-                pops[q].append(k)
-        for flag, q in PUSH_QUEUES[s].items():
-            if table[flag][k]:
-                if q is None:
-                    _fail(
-                        "range", f"flag {flag} has no queue on the {s.name.lower()} stage", table, k
-                    )
-                pushes[q].append(k)
+                    where = f"{s.name.lower()} stage"
+                    _fail("range", f"flag {flag} has no queue on the {where}", table, k)
+                found[q].append(k)
     return pops, pushes
 
 
