@@ -272,6 +272,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", help="write the figures as JSON here")
     ex.set_defaults(func=cmd_example)
 
+    from tilecraft.compiler.builder import MAX_INSNS
+
     comp = sub.add_parser("compile", help="compile an operator to a program file")
     ops = comp.add_subparsers(title="operator")
     conv = ops.add_parser("conv2d", help="conv2d, NCHW int8 -> int8")
@@ -300,9 +302,9 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--max-insns",
             type=_positive,
-            default=32_768,
+            default=MAX_INSNS,
             metavar="N",
-            help="refuse a layer whose program would exceed N instructions (default 32768)",
+            help=f"refuse a layer whose program would exceed N instructions (default {MAX_INSNS})",
         )
         q.add_argument("-o", "--output", required=True, help="program file to write (.tcp)")
 
