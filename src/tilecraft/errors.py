@@ -93,3 +93,18 @@ class VerifyError(ProgramError):
         self.message = message
         self.index = index
         self.insn = insn
+
+
+class ModelError(TilecraftError, ValueError):
+    """A network (an ONNX file, a compiled model) cannot be read or compiled: malformed, an
+    opset too old, a dynamic dimension without a given shape, calibration data that does not
+    fit, over the DRAM budget."""
+
+
+class UnsupportedOperatorError(ModelError):
+    """Operators nothing can run, all of them at once: `nodes` lists (op type, node name,
+    whether the CPU fallback could take it)."""
+
+    def __init__(self, message: str, nodes: list[tuple[str, str, bool]]):
+        super().__init__(message)
+        self.nodes = nodes

@@ -340,6 +340,10 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--part", default="xc7z020")
     res.add_argument("--json", help="write the figures as JSON here")
     res.set_defaults(func=cmd_hw_resources)
+
+    from tilecraft.cli.network import add_parsers
+
+    add_parsers(sub, _count)
     return p
 
 

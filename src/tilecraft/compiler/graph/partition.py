@@ -1,0 +1,118 @@
+"""The partitioner: each node of a normalised graph goes to the accelerator or the host, with
+the reason for every host node, its MACs and its share of the network's MACs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+
+from tilecraft.compiler.frontend.ir import Graph, Node, OpType
+
+
+class Place(str, Enum):
+    ACCELERATOR = "accelerator"
+    HOST = "host"
+
+
+class Reason(str, Enum):
+    """Why a node runs where it does."""
+
+    GEMM = "conv/dense: GEMM core with a fused epilogue"
+    VIEW = "a view of the data: nothing moves"
+    DEPTHWISE = "depthwise conv: no accelerator mapping yet (host kernel)"
+    GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
+    DILATED = "dilated conv: not offloaded"
+    ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
+    POOLING = "pooling: ALU pooling not implemented yet (host kernel)"
+    ADD = "elementwise Add not fused into a conv epilogue (host kernel)"
+    ACTIVATION = "activation not fused into a conv/dense epilogue (host kernel)"
+    SOFTMAX = "softmax needs exp: not in the accelerator's ISA"
+    UNFUSED = "BatchNorm/Mul not folded into a conv (host kernel)"
+    QUANT = "quantize/dequantize at the graph's boundary"
+    FLOAT = "float-only operator"
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    op: str
+    place: Place
+    reason: Reason
+    macs: int
+
+
+def node_macs(graph: Graph, node: Node) -> int:
+    if node.op is OpType.CONV:
+        out = graph.shape(node.output)
+        w = graph.shape(node.inputs[1])  # (OC, IC/groups, KH, KW)
+        return int(out[0] * out[1] * out[2] * out[3] * w[1] * w[2] * w[3])
+    if node.op in (OpType.DENSE, OpType.MATMUL, OpType.GEMM):
+        m, n = graph.shape(node.output)
+        k = graph.shape(node.inputs[0])[1]
+        return int(m * k * n)
+    return 0
+
+
+def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
+    op = node.op
+    if op is OpType.CONV:
+        a = node.attrs
+        ic = graph.shape(node.inputs[0])[1]
+        if a.groups != 1:
+            return Place.HOST, Reason.DEPTHWISE if a.groups == ic else Reason.GROUPED
+        if a.dilation != (1, 1):
+            return Place.HOST, Reason.DILATED
+        if a.symmetric_pad is None:
+            return Place.HOST, Reason.ASYMMETRIC_PAD
+        return Place.ACCELERATOR, Reason.GEMM
+    if op is OpType.DENSE:
+        return Place.ACCELERATOR, Reason.GEMM
+    host = {
+        OpType.MAXPOOL: Reason.POOLING, OpType.AVGPOOL: Reason.POOLING,
+        OpType.GLOBALAVGPOOL: Reason.POOLING, OpType.ADD: Reason.ADD,
+        OpType.RELU: Reason.ACTIVATION, OpType.CLIP: Reason.ACTIVATION,
+        OpType.SOFTMAX: Reason.SOFTMAX,
+        OpType.BATCHNORM: Reason.UNFUSED, OpType.MUL: Reason.UNFUSED,
+        OpType.QUANTIZE: Reason.QUANT, OpType.DEQUANTIZE: Reason.QUANT,
+        OpType.FLATTEN: Reason.VIEW, OpType.RESHAPE: Reason.VIEW, OpType.IDENTITY: Reason.VIEW,
+    }  # fmt: skip
+    return Place.HOST, host.get(op, Reason.FLOAT)
+
+
+def partition(graph: Graph) -> list[Placement]:
+    out = []
+    for node in graph.nodes:
+        where, why = place(graph, node)
+        out.append(Placement(node.name, node.op.value, where, why, node_macs(graph, node)))
+    return out
+
+
+def accelerator_mac_share(placements: list[Placement]) -> float:
+    total = sum(p.macs for p in placements)
+    on = sum(p.macs for p in placements if p.place is Place.ACCELERATOR)
+    return on / total if total else 0.0
+
+
+def report(placements: list[Placement]) -> str:
+    total = sum(p.macs for p in placements) or 1
+    width = max(len(p.node) for p in placements)
+    lines = [f"{'node':<{width}}  {'op':<18} {'place':<11} {'MACs':>13} {'share':>6}  reason"]
+    for p in placements:
+        why = p.reason.value if p.place is Place.HOST else ""
+        lines.append(f"{p.node:<{width}}  {p.op:<18} {p.place.value:<11} {p.macs:>13,} "
+                     f"{p.macs / total:>6.1%}  {why}")  # fmt: skip
+    on = sum(1 for p in placements if p.place is Place.ACCELERATOR)
+    lines.append(f"{on}/{len(placements)} nodes on the accelerator; "
+                 f"accelerator MAC share {accelerator_mac_share(placements):.2%} "
+                 f"of {sum(p.macs for p in placements):,} MACs")  # fmt: skip
+    return "\n".join(lines)
+
+
+def to_json(placements: list[Placement]) -> str:
+    return json.dumps({
+        "accelerator_mac_share": accelerator_mac_share(placements),
+        "total_macs": sum(p.macs for p in placements),
+        "nodes": [{"node": p.node, "op": p.op, "place": p.place.value, "macs": p.macs,
+                   "reason": p.reason.value} for p in placements],
+    }, indent=1)  # fmt: skip

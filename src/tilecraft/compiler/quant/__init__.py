@@ -1,0 +1,1 @@
+"""Post-training int8 quantization: calibration, observers, requantization, the error report."""

@@ -1,0 +1,44 @@
+"""The partitioner: every MAC of ResNet-18 on the accelerator, host nodes with their reasons."""
+
+import json
+
+from tilecraft.cli import main
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.partition import (
+    Place,
+    Reason,
+    accelerator_mac_share,
+    partition,
+    report,
+)
+from tilecraft.models.zoo import mobilenet_v2, resnet18
+
+
+def test_resnet18_all_macs_on_the_accelerator():
+    placements = partition(import_model(resnet18()))
+    assert sum(p.macs for p in placements) == 1_814_073_344  # torchvision's 1.82 GMACs
+    assert accelerator_mac_share(placements) == 1.0
+    host = {p.node: p.reason for p in placements if p.place is Place.HOST}
+    assert set(host.values()) == {Reason.POOLING, Reason.VIEW}
+
+
+def test_mobilenet_depthwise_goes_to_the_host_and_says_why():
+    placements = partition(import_model(mobilenet_v2()))
+    depthwise = [p for p in placements if p.reason is Reason.DEPTHWISE]
+    assert len(depthwise) == 17 and all(p.place is Place.HOST for p in depthwise)
+    share = accelerator_mac_share(placements)
+    assert 0.9 < share < 0.95  # the depthwise convs hold ~7% of MobileNetV2's MACs
+    assert "depthwise conv: no accelerator mapping yet" in report(placements)
+
+
+def test_cli_partition(tmp_path, capsys):
+    model = tmp_path / "r.onnx"
+    assert main(["models", "write", "resnet18", "-o", str(model)]) == 0
+    out = tmp_path / "p.json"
+    assert main(["partition", str(model), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "accelerator MAC share 100.00%" in text
+    data = json.loads(out.read_text())
+    assert data["accelerator_mac_share"] == 1.0 and len(data["nodes"]) == 24
+    assert main(["partition", str(tmp_path / "none.onnx")]) == 1
+    assert "is not a file" in capsys.readouterr().err
