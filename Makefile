@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BOARD_CODE := src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
 	src/tilecraft/runtime src/tilecraft/boards/__init__.py src/tilecraft/errors.py \
-	src/tilecraft/ops src/tilecraft/serial.py src/tilecraft/files.py
+	src/tilecraft/ops src/tilecraft/serial.py src/tilecraft/files.py \
+	src/tilecraft/artifact.py src/tilecraft/progress.py
 # run a step quietly: print its name, and its output only if it fails
 quiet = out=$$($(2) 2>&1) || { echo "$$out"; echo "$(1): FAILED"; exit 1; }
 

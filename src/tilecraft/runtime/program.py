@@ -199,6 +199,15 @@ class Program:
         return program
 
     @classmethod
+    def from_parts(cls, header: dict, arrays: dict) -> Program:
+        """A program from its header and arrays held inside another artifact (a compiled
+        model), read as strictly as `load` reads a file."""
+        if not isinstance(header, dict) or header.get("format") != FORMAT \
+                or header.get("version") != VERSION:  # fmt: skip
+            raise ProgramError(f"an embedded program must be {FORMAT} version {VERSION}")
+        return cls._build(header, arrays)
+
+    @classmethod
     def _build(cls, header: dict, arrays: dict) -> Program:
         missing = [k for k in HEADER_KEYS if k not in header]
         unknown = sorted(set(header) - set(HEADER_KEYS) - {"format", "version"})

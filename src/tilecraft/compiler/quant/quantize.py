@@ -1,0 +1,225 @@
+"""Post-training int8 quantization of a normalised graph.
+
+Symmetric scales everywhere (zero padding stays exact): activations `scale = T / 127` from the
+calibration thresholds, weights per output channel (`max|w| / 127`, values in [-127, 127]),
+biases int32 at `s_in * s_w`. Requantization is the accelerator's epilogue: per-channel
+multiplier and one rounding shift from `ops.reference.requant_params`, with the accumulator
+bound taken from the weights themselves (128 * sum|w| + |bias| per channel), so no input can
+make the 32-bit multiply wrap. Tensors that must share a scale are grouped first (a residual
+and the output it is added to, the two sides of a max pool or a flatten); a group takes the
+largest threshold of its members, which is how residual branches meet at a common scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecraft.compiler.frontend.ir import Graph, Node, OpType
+from tilecraft.compiler.graph.partition import Place, place
+from tilecraft.compiler.quant.calibrate import Ranges
+from tilecraft.errors import ModelError, UnsupportedOperatorError
+from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
+from tilecraft.ops import host as host_ops
+from tilecraft.ops.reference import requant_params
+from tilecraft.runtime.model import TensorSpec
+
+QMAX = 127
+
+
+@dataclass(frozen=True)
+class AccelLayer:
+    """A conv or dense on the accelerator, with its integer parameters."""
+
+    name: str
+    op: Conv2d | Dense
+    epilogue: Epilogue
+    weight: np.ndarray
+    bias: np.ndarray
+    multiplier: np.ndarray
+    input: str
+    residual: str | None
+    output: str
+
+
+@dataclass(frozen=True)
+class HostLayer:
+    name: str
+    op: host_ops.HostOp
+    inputs: tuple[str, ...]
+    output: str
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class QuantizedNetwork:
+    name: str
+    layers: list[AccelLayer | HostLayer]
+    tensors: dict[str, TensorSpec]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    float_names: dict[str, str]  # int8 tensor -> the float graph's tensor it stands for
+
+
+# int8 support on the host, beyond the accelerator's conv/dense
+_HOST_INT8 = {OpType.MAXPOOL, OpType.GLOBALAVGPOOL, OpType.FLATTEN, OpType.ADD}
+
+
+def check_supported(graph: Graph) -> None:
+    """Every node the int8 flow cannot take, reported at once before any work."""
+    bad = []
+    for node in graph.nodes:
+        where, _ = place(graph, node)
+        ok = where is Place.ACCELERATOR or node.op in _HOST_INT8 or (
+            node.op is OpType.CONV and node.attrs.groups == graph.shape(node.inputs[0])[1]
+            and node.attrs.dilation == (1, 1) and node.attrs.residual is False
+        )  # fmt: skip
+        if node.op is OpType.ADD and any(i in graph.constants for i in node.inputs):
+            ok = False
+        if not ok:
+            bad.append((node.op.value, node.name, False))
+    if bad:
+        lines = "\n".join(f"  {op} (node {name}): no int8 accelerator or host kernel yet"
+                          for op, name, _ in bad)  # fmt: skip
+        raise UnsupportedOperatorError(f"{len(bad)} node(s) cannot be quantized to int8:\n{lines}",
+                                       bad)  # fmt: skip
+
+
+class _Groups:
+    """Union-find over tensor names."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def activation_scales(graph: Graph, ranges: Ranges) -> dict[str, float]:
+    groups = _Groups()
+    for node in graph.nodes:
+        if node.op is OpType.CONV and node.attrs.residual:
+            groups.union(node.inputs[3], node.output)
+        if node.op in (OpType.MAXPOOL, OpType.FLATTEN):
+            groups.union(node.inputs[0], node.output)
+    tensors = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]
+    top: dict[str, float] = {}
+    for t in tensors:
+        if t not in ranges.thresholds:
+            raise ModelError(f"calibration recorded no range for tensor {t!r}")
+        root = groups.find(t)
+        top[root] = max(top.get(root, 0.0), ranges.thresholds[t])
+    return {t: (top[groups.find(t)] or 1.0) / QMAX for t in tensors}
+
+
+def _weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel symmetric int8 weights along `axis` and their scales."""
+    other = tuple(i for i in range(w.ndim) if i != axis)
+    top = np.abs(w).max(axis=other)
+    scale = np.where(top > 0, top / QMAX, 1.0)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -QMAX, QMAX).astype(np.int8)
+    return q, scale
+
+
+def _clip(bounds, s_y: float) -> tuple[int, int]:
+    if bounds is None:
+        return (-128, 127)
+    lo = -128 if not np.isfinite(bounds[0]) else int(np.clip(np.rint(bounds[0] / s_y), -128, 127))
+    hi = 127 if not np.isfinite(bounds[1]) else int(np.clip(np.rint(bounds[1] / s_y), -128, 127))
+    return lo, max(lo, hi)
+
+
+def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis: int):
+    other = tuple(i for i in range(qw.ndim) if i != axis)
+    bound = int((np.abs(qw.astype(np.int64)).sum(axis=other) * 128 + np.abs(qb)).max()) or 1
+    try:
+        m, s = requant_params(scale, bound)
+    except Exception as e:
+        raise ModelError(f"node {node.name}: cannot requantize: {e}") from None
+    return m.astype(np.int32), int(s)
+
+
+def _conv_layer(graph: Graph, node: Node, scales, name_of) -> AccelLayer | HostLayer:
+    x, w_name, b_name = node.inputs[:3]
+    a = node.attrs
+    s_x, s_y = scales[x], scales[node.output]
+    w = graph.constants[w_name].astype(np.float64)
+    b = graph.constants[b_name].astype(np.float64)
+    conv = node.op is OpType.CONV
+    qw, s_w = _weights(w, 0 if conv else 1)
+    qb = np.rint(b / (s_x * s_w)).astype(np.int64)
+    if np.abs(qb).max(initial=0) >= 1 << 31:
+        raise ModelError(f"node {node.name}: a bias does not fit int32 at scale {s_x:.3g}")
+    m, shift = _requant(node, qw, qb, s_x * s_w / s_y, 0 if conv else 1)
+    lo, hi = _clip(a.clip, s_y)
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=shift,
+                  residual=bool(conv and a.residual), clip=(lo, hi))  # fmt: skip
+    out = name_of(node.output)
+    if conv and a.groups > 1:  # depthwise, on the host
+        op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep)
+        consts = {"weight": qw, "bias": qb.astype(np.int32), "multiplier": m}
+        return HostLayer(node.name, op, (name_of(x),), out, consts)
+    if conv:
+        n, ic, h, wd = graph.shape(x)
+        op = Conv2d(n, ic, h, wd, qw.shape[0], a.kernel, a.stride, a.symmetric_pad)
+    else:
+        (mm, k), nn = graph.shape(x), qw.shape[1]
+        op = Dense(mm, k, nn)
+    residual = name_of(node.inputs[3]) if conv and a.residual else None
+    return AccelLayer(node.name, op, ep, qw, qb.astype(np.int32), m, name_of(x), residual, out)
+
+
+def _host_layer(graph: Graph, node: Node, scales, name_of) -> HostLayer:
+    ins = tuple(name_of(i) for i in node.inputs)
+    out = name_of(node.output)
+    if node.op is OpType.MAXPOOL:
+        a = node.attrs
+        return HostLayer(node.name, host_ops.MaxPool(a.kernel, a.stride, a.pads), ins, out)
+    if node.op is OpType.FLATTEN:
+        return HostLayer(node.name, host_ops.Flatten(), ins, out)
+    if node.op is OpType.GLOBALAVGPOOL:
+        n, c, h, w = graph.shape(node.inputs[0])
+        m, s = requant_params(scales[node.inputs[0]] / (h * w * scales[node.output]), h * w * 128)
+        return HostLayer(node.name, host_ops.GlobalAvgPool(int(m), s), ins, out)
+    # ADD: both sides to the output scale with 16 fractional bits
+    s_o = scales[node.output]
+    ma, mb = (round(scales[i] / s_o * (1 << 16)) for i in node.inputs)
+    return HostLayer(node.name, host_ops.Add(int(ma), int(mb), 16), ins, out)
+
+
+def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
+    """The int8 network of `graph` with activation ranges `ranges`."""
+    check_supported(graph)
+    scales = activation_scales(graph, ranges)
+
+    def name_of(t: str) -> str:
+        return f"{t}:q" if t in graph.inputs or t in graph.outputs else t
+
+    layers: list = []
+    for x in graph.inputs:
+        layers.append(HostLayer(f"quantize:{x}", host_ops.Quantize(scales[x]), (x,), name_of(x)))
+    for node in graph.nodes:
+        if node.op in (OpType.CONV, OpType.DENSE):
+            layers.append(_conv_layer(graph, node, scales, name_of))
+        else:
+            layers.append(_host_layer(graph, node, scales, name_of))
+    for y in graph.outputs:
+        dequantize = host_ops.Dequantize(scales[y])
+        layers.append(HostLayer(f"dequantize:{y}", dequantize, (name_of(y),), y))
+    tensors = {}
+    for t, s in scales.items():
+        tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s))
+    for t in (*graph.inputs, *graph.outputs):
+        tensors[t] = TensorSpec(t, graph.shape(t), "float32", 1.0)
+    float_names = {name_of(t): t for t in scales}
+    return QuantizedNetwork(graph.name, layers, tensors, graph.inputs, graph.outputs, float_names)

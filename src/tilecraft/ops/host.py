@@ -1,0 +1,148 @@
+"""The host operators of a compiled network (what runs between accelerator programs) as frozen
+records, and their integer semantics in numpy: the reference every host kernel (numpy today,
+llvmlite-generated later) must match bit for bit.
+
+Requantization on the host is the accelerator's: (x * m + 2**(s-1)) >> s, clipped to int8, in
+64-bit integers (the host has no 32-bit ALU limit, so nothing wraps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+import numpy as np
+
+from tilecraft.errors import ScheduleError
+from tilecraft.ops.operators import INT8, Epilogue
+from tilecraft.ops.reference import epilogue as apply_epilogue
+
+
+def _finite_positive(owner: str, value: float) -> None:
+    if not (isinstance(value, float) and np.isfinite(value) and value > 0):
+        raise ScheduleError(f"{owner} scale must be a positive finite float, not {value!r}")
+
+
+def _shift(owner: str, shift: int) -> None:
+    if not 0 <= shift <= 62:
+        raise ScheduleError(f"{owner} shift must be in 0..62, not {shift}")
+
+
+@dataclass(frozen=True)
+class Quantize:
+    """float -> int8: round-half-even(x / scale), saturated (ONNX QuantizeLinear, zero point 0)."""
+
+    scale: float
+    kind: ClassVar[str] = "quantize"
+
+    def __post_init__(self) -> None:
+        _finite_positive("quantize", self.scale)
+
+
+@dataclass(frozen=True)
+class Dequantize:
+    """int8 -> float32: x * scale."""
+
+    scale: float
+    kind: ClassVar[str] = "dequantize"
+
+    def __post_init__(self) -> None:
+        _finite_positive("dequantize", self.scale)
+
+
+@dataclass(frozen=True)
+class MaxPool:
+    """int8 max pooling (same scale in and out); padding never wins (it is -inf)."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    kind: ClassVar[str] = "maxpool"
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool:
+    """int8 (N, C, H, W) -> (N, C, 1, 1): requantize(sum over H, W; multiplier, shift)."""
+
+    multiplier: int
+    shift: int
+    kind: ClassVar[str] = "globalavgpool"
+
+    def __post_init__(self) -> None:
+        _shift("globalavgpool", self.shift)
+
+
+@dataclass(frozen=True)
+class Add:
+    """int8 a + b at a common output scale: requantize(a * m_a + b * m_b; shift), clipped."""
+
+    m_a: int
+    m_b: int
+    shift: int
+    clip: tuple[int, int] = INT8
+    kind: ClassVar[str] = "add"
+
+    def __post_init__(self) -> None:
+        _shift("add", self.shift)
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """(N, ...) -> (N, prod(...)): a view."""
+
+    kind: ClassVar[str] = "flatten"
+
+
+@dataclass(frozen=True)
+class DepthwiseConv:
+    """int8 depthwise conv (groups = channels) with the accelerator's epilogue; constants
+    `weight` (C, 1, KH, KW) int8, `bias` and `multiplier` (C,) int32."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    epilogue: Epilogue
+    kind: ClassVar[str] = "depthwiseconv"
+
+
+HostOp = Union[Quantize, Dequantize, MaxPool, GlobalAvgPool, Add, Flatten, DepthwiseConv]
+
+
+def requantize(x: np.ndarray, m: int | np.ndarray, shift: int, clip=INT8) -> np.ndarray:
+    x = np.asarray(x, np.int64) * np.asarray(m, np.int64)
+    if shift:
+        x = (x + (1 << (shift - 1))) >> shift
+    return np.clip(x, clip[0], clip[1]).astype(np.int8)
+
+
+def _windows(x: np.ndarray, kernel, stride, pads, fill: int) -> np.ndarray:
+    t, left, b, r = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(xp, tuple(kernel), axis=(2, 3))
+    return win[:, :, :: stride[0], :: stride[1]]
+
+
+def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) -> np.ndarray:
+    """The integer (or float, at the boundaries) result of one host operator."""
+    if isinstance(op, Quantize):
+        q = np.rint(np.asarray(inputs[0], np.float64) / op.scale)
+        return np.clip(q, *INT8).astype(np.int8)
+    if isinstance(op, Dequantize):
+        return (np.asarray(inputs[0], np.float64) * op.scale).astype(np.float32)
+    if isinstance(op, MaxPool):
+        return _windows(inputs[0], op.kernel, op.stride, op.pads, INT8[0]).max(axis=(4, 5))
+    if isinstance(op, GlobalAvgPool):
+        total = np.asarray(inputs[0], np.int64).sum(axis=(2, 3), keepdims=True)
+        return requantize(total, op.multiplier, op.shift)
+    if isinstance(op, Add):
+        a, b = (np.asarray(x, np.int64) for x in inputs)
+        return requantize(a * op.m_a + b * op.m_b, 1, op.shift, op.clip)
+    if isinstance(op, Flatten):
+        return inputs[0].reshape(inputs[0].shape[0], -1)
+    if isinstance(op, DepthwiseConv):
+        win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads, 0)
+        w = np.asarray(constants["weight"], np.int64)[:, 0]  # (C, KH, KW)
+        acc = np.einsum("nchwij,cij->nchw", win, w)
+        return apply_epilogue(op.epilogue, acc, bias=constants["bias"],
+                              multiplier=constants["multiplier"])  # fmt: skip
+    raise ScheduleError(f"no semantics for host operator {op!r}")

@@ -1,0 +1,106 @@
+"""The graph executor: runs a compiled model's steps in order, accelerator programs on a Device
+(`sim`, `rtl`, later the board) or on the integer reference, host operators on a host-kernel
+backend (`HostKernels`: numpy now; the llvmlite CPU/GPU kernels plug in behind the same
+interface). numpy only, so it runs on a board."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from tilecraft.errors import DeviceError
+from tilecraft.ops import host as host_ops
+from tilecraft.runtime.check import expected_outputs
+from tilecraft.runtime.device import Device
+from tilecraft.runtime.layout import pack_inputs, unpack_outputs
+from tilecraft.runtime.model import CompiledModel, HostStep
+from tilecraft.runtime.tensors import check_names
+
+
+class HostKernels(Protocol):
+    """Runs one host operator: `op` (a `tilecraft.ops.host` record) on its inputs and
+    constants; must match `tilecraft.ops.host.run` bit for bit."""
+
+    name: str
+
+    def run(self, op: host_ops.HostOp, inputs: list[np.ndarray], constants: dict) -> np.ndarray:
+        ...
+
+
+class NumpyKernels:
+    """The host kernels in numpy: the reference semantics themselves."""
+
+    name = "numpy"
+
+    def run(self, op, inputs, constants):
+        return host_ops.run(op, inputs, constants)
+
+
+@dataclass
+class StepReport:
+    name: str
+    place: str  # "accelerator" or "host"
+    seconds: float
+    cycles: int | None = None
+    dram_bytes: int | None = None
+
+
+@dataclass
+class ModelRun:
+    outputs: dict[str, np.ndarray]
+    steps: list[StepReport]
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)  # every tensor, with keep
+
+    @property
+    def accelerator_cycles(self) -> int:
+        return sum(s.cycles or 0 for s in self.steps)
+
+
+def run_model(
+    model: CompiledModel,
+    inputs: dict[str, np.ndarray],
+    device: Device | None = None,
+    *,
+    host: HostKernels | None = None,
+    keep: bool = False,
+) -> ModelRun:
+    """Run `model` on float `inputs` (by input name); accelerator steps on `device`, or on the
+    integer reference when it is None. With `keep`, every tensor is returned."""
+    host = host or NumpyKernels()
+    check_names(model.name, model.inputs, inputs)
+    values = {}
+    for name in model.inputs:
+        spec = model.tensor(name)
+        x = np.asarray(inputs[name])
+        if x.shape != spec.shape or x.dtype.kind not in "fiu":
+            raise DeviceError(f"input {name!r} is {x.dtype}{list(x.shape)}; model "
+                              f"{model.name!r} expects float {list(spec.shape)}")  # fmt: skip
+        values[name] = x.astype(np.float32)
+    reports = []
+    for step in model.steps:
+        start = time.perf_counter()
+        if isinstance(step, HostStep):
+            consts = model.host_constants.get(step.name, {})
+            values[step.output] = host.run(step.op, [values[i] for i in step.inputs], consts)
+            reports.append(StepReport(step.name, "host", time.perf_counter() - start))
+            continue
+        program = model.programs[step.program]
+        logical = {b.buffer: values[b.tensor] for b in step.inputs}
+        cycles = dram = None
+        if device is None:
+            outs = expected_outputs(program, logical)
+        else:
+            result = device.run(program, pack_inputs(program, logical))
+            outs = unpack_outputs(program, result.outputs)
+            cycles = getattr(result.report, "cycles", None)
+            moved = getattr(result.report, "dram_bytes", None)
+            dram = sum(moved.values()) if isinstance(moved, dict) else None
+        for b in step.outputs:
+            values[b.tensor] = outs[b.buffer]
+        reports.append(StepReport(step.name, "accelerator", time.perf_counter() - start,
+                                  cycles, dram))  # fmt: skip
+    outputs = {name: values[name] for name in model.outputs}
+    return ModelRun(outputs, reports, values if keep else {})

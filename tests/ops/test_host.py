@@ -1,0 +1,70 @@
+"""The host operators' integer semantics, against plain definitions."""
+
+import numpy as np
+import pytest
+
+from tilecraft.errors import FormatError, ScheduleError
+from tilecraft.ops import Conv2d, Epilogue, Multiplier
+from tilecraft.ops import host as H
+from tilecraft.ops.reference import conv2d_acc, epilogue
+from tilecraft.serial import from_json, to_json
+
+rng = np.random.default_rng(0)
+
+
+def test_maxpool_is_the_window_maximum_padding_never_wins():
+    x = rng.integers(-128, 128, (1, 3, 7, 7), dtype=np.int8)
+    y = H.run(H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [x], {})
+    assert y.shape == (1, 3, 4, 4) and y.dtype == np.int8
+    for i in range(4):
+        for j in range(4):
+            r0, c0 = max(2 * i - 1, 0), max(2 * j - 1, 0)
+            win = x[:, :, r0 : 2 * i + 2, c0 : 2 * j + 2]
+            np.testing.assert_array_equal(y[:, :, i, j], win.max(axis=(2, 3)))
+
+
+def test_global_average_pool_rounds_like_the_accelerator():
+    x = rng.integers(-128, 128, (2, 5, 7, 7), dtype=np.int8)
+    m, s = 1337, 16  # ~ 1/49
+    y = H.run(H.GlobalAvgPool(m, s), [x], {})
+    total = x.astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    want = np.clip((total * m + (1 << 15)) >> 16, -128, 127)
+    np.testing.assert_array_equal(y, want)
+    assert np.abs(y - np.rint(total / 49)).max() <= 1
+
+
+def test_add_requantizes_both_sides():
+    a, b = (rng.integers(-128, 128, (1, 4, 3, 3), dtype=np.int8) for _ in range(2))
+    y = H.run(H.Add(1 << 15, 1 << 16, 16, (0, 127)), [a, b], {})
+    want = np.clip(np.floor(a / 2 + b + 0.5), 0, 127)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_depthwise_conv_is_one_conv_per_channel():
+    c = 4
+    x = rng.integers(-128, 128, (1, c, 6, 6), dtype=np.int8)
+    w = rng.integers(-127, 128, (c, 1, 3, 3), dtype=np.int8)
+    bias = rng.integers(-500, 500, c).astype(np.int32)
+    mul = rng.integers(1, 200, c).astype(np.int32)
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True)
+    y = H.run(H.DepthwiseConv((3, 3), (1, 1), (1, 1, 1, 1), ep), [x],
+              {"weight": w, "bias": bias, "multiplier": mul})  # fmt: skip
+    op = Conv2d(1, 1, 6, 6, 1, 3, 1, 1)
+    acc = np.concatenate([conv2d_acc(op, x[:, k : k + 1], w[k : k + 1]) for k in range(c)], 1)
+    np.testing.assert_array_equal(y, epilogue(ep, acc, bias=bias, multiplier=mul))
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    y = H.run(H.Quantize(0.5), [np.array([0.25, 0.75, 100.0, -100.0])], {})
+    np.testing.assert_array_equal(y, [0, 2, 127, -128])
+    with pytest.raises(ScheduleError, match="positive finite float"):
+        H.Quantize(0.0)
+
+
+def test_records_round_trip_strictly():
+    ops = [H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), H.GlobalAvgPool(5, 8), H.Flatten(),
+           H.Add(3, 4, 16), H.Quantize(0.1), H.Dequantize(0.2)]  # fmt: skip
+    for op in ops:
+        assert from_json(H.HostOp, to_json(op)) == op
+    with pytest.raises(FormatError, match="kind 'sigmoid' is not one of"):
+        from_json(H.HostOp, {"kind": "sigmoid"})
