@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	@$(BIN)/tilecraft example
+	@$(BIN)/tilecraft bench digits
 
 lint: $(STAMP)
 	@echo "ruff: style and static checks"

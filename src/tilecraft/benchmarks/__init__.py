@@ -8,6 +8,7 @@ import importlib
 from types import ModuleType
 
 SUITES = {
+    "digits": "digits",
     "resnet18-layers": "resnet18_layers",
     "sim-speed": "sim_speed",
     "rtl-speed": "rtl_speed",

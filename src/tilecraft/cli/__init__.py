@@ -30,6 +30,8 @@ def _negative_values(argv: list[str]) -> list[str]:
     """`--schedule -1,2,4,4` as `--schedule=-1,2,4,4`: argparse would take the value for an
     option and answer "expected one argument" instead of the schedule's own error."""
     out = list(argv)
+    if len(out) > 1 and out[0] == "compile" and out[1] not in ("conv2d", "dense", "-h", "--help"):
+        out[0] = "compile-model"  # `tilecraft compile MODEL.onnx ...`
     for i in range(len(out) - 2, -1, -1):
         value = out[i + 1]
         if out[i] == "--schedule" and value[:1] == "-" and value[1:2].isdigit():

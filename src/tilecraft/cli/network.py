@@ -44,6 +44,94 @@ def cmd_partition(args) -> int:
     return 0
 
 
+def cmd_compile_model(args) -> int:
+    from tilecraft.boards import resolve_config
+    from tilecraft.compiler.frontend import import_model
+    from tilecraft.compiler.graph.network import compile_network
+    from tilecraft.compiler.quant.calibrate import (
+        load_calibration,
+        random_calibration,
+        samples,
+    )
+    from tilecraft.compiler.quant.report import error_report, format_report
+
+    cfg = resolve_config(args.config)
+    graph = import_model(args.model, input_shapes(args.input_shape))
+    if (args.calib is None) == (args.calib_random is None):
+        raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N")
+    if args.calib is not None:
+        data = load_calibration(graph, args.calib)
+    else:
+        data = random_calibration(graph, args.calib_random, seed=args.seed)
+    result = compile_network(graph, cfg, data, observer=args.observer)
+    model = result.model
+    steps = len(model.steps)
+    print(
+        f"{model.name}: {len(model.programs)} accelerator programs, "
+        f"{steps - len(model.programs)} host steps, on {cfg.tag}"
+    )
+    print("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items()))
+    if args.report:
+        batch = [x for _, x in zip(range(4), samples(graph, data))]
+        print(
+            f"per-layer error against the float model ({len(batch)} calibration samples), "
+            "worst first:"
+        )
+        print(format_report(error_report(graph, model, batch), limit=args.report))
+    model.save(args.output)
+    print(f"compiled model written to {args.output}")
+    return 0
+
+
+def cmd_run_model(args) -> int:
+    import numpy as np
+
+    from tilecraft.boards import resolve_config
+    from tilecraft.runtime import get_device
+    from tilecraft.runtime.executor import run_model
+    from tilecraft.runtime.model import CompiledModel
+    from tilecraft.runtime.tensors import load_tensors
+
+    config = resolve_config(args.config) if args.config else None
+    model = CompiledModel.load(args.model, config)
+    if args.input.endswith(".npy"):
+        try:
+            inputs = {model.inputs[0]: np.load(args.input, allow_pickle=False)}
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{args.input!r} is not a readable .npy: {e}") from None
+    else:
+        inputs = load_tensors(args.input)
+    device = None if args.device == "reference" else get_device(args.device)
+    run = run_model(model, inputs, device)
+    cycles = run.accelerator_cycles
+    host = sum(s.seconds for s in run.steps if s.place == "host")
+    if device is not None:
+        ms = cycles / (model.config.clock_mhz * 1e3)
+        print(
+            f"accelerator: {cycles:,} cycles = {ms:.3f} ms at {model.config.clock_mhz:g} MHz "
+            f"({sum(s.place == 'accelerator' for s in run.steps)} programs); "
+            f"host steps {host * 1e3:.1f} ms here"
+        )
+    for name, y in run.outputs.items():
+        flat = y.reshape(y.shape[0], -1)
+        for row, v in enumerate(flat):
+            top = np.argsort(-v)[: args.top_k]
+            e = np.exp(v - v.max())
+            p = e / e.sum()
+            print(f"{name}[{row}] top-{len(top)}: " +
+                  ", ".join(f"{int(k)} ({p[k]:.3f})" for k in top))  # fmt: skip
+    if args.output:
+        import io
+
+        from tilecraft.files import write_atomic
+
+        buf = io.BytesIO()
+        np.savez(buf, **run.outputs)
+        write_atomic(args.output, buf.getvalue())
+        print(f"outputs written to {args.output}")
+    return 0
+
+
 def add_parsers(sub, count) -> None:
     from tilecraft.models.zoo import MODELS
 
@@ -59,6 +147,30 @@ def add_parsers(sub, count) -> None:
     _shape_option(part)
     part.add_argument("--json", help="write the placements as JSON here")
     part.set_defaults(func=cmd_partition)
+
+    comp = sub.add_parser("compile-model", help="(tilecraft compile MODEL.onnx ...) an ONNX "
+                          "network to a compiled int8 model")  # fmt: skip
+    comp.add_argument("model", help="an ONNX file (opset >= 13)")
+    comp.add_argument("--config", default="default")
+    comp.add_argument("--calib", help="calibration inputs: .npz by input name, or .npy")
+    comp.add_argument("--calib-random", type=count, metavar="N", help="N random inputs (smoke)")
+    comp.add_argument("--observer", choices=["minmax", "percentile", "entropy"],
+                      default="minmax")  # fmt: skip
+    comp.add_argument("--seed", type=count, default=0, help="of --calib-random")
+    comp.add_argument("--report", type=count, default=10, metavar="N",
+                      help="print the N worst layers' error against float (0: none)")  # fmt: skip
+    _shape_option(comp)
+    comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
+    comp.set_defaults(func=cmd_compile_model)
+
+    run = sub.add_parser("run", help="run a compiled model on an input")
+    run.add_argument("model", help="a compiled model (.tcm)")
+    run.add_argument("--input", required=True, help="float input: .npy, or .npz by input name")
+    run.add_argument("--device", default="sim", help="sim, rtl, or reference (no device)")
+    run.add_argument("--config", help="refuse a model compiled for another config")
+    run.add_argument("--top-k", type=count, default=5)
+    run.add_argument("-o", "--output", help="write the float outputs here (.npz)")
+    run.set_defaults(func=cmd_run_model)
 
 
 def _shape_option(p: argparse.ArgumentParser) -> None:

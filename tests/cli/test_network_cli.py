@@ -1,0 +1,39 @@
+"""`tilecraft compile MODEL.onnx`, `tilecraft run`: the whole-network commands, and their
+errors on bad input."""
+
+import numpy as np
+from network_models import tiny_resnet
+
+from tilecraft.cli import main
+
+
+def test_compile_then_run(tmp_path, capsys):
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    model = tmp_path / "tiny.tcm"
+    argv = ["compile", str(onnx_file), "--config", "1x8x8", "--calib-random", "4", "--report",
+            "3", "-o", str(model)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "7 accelerator programs, 5 host steps" in out and "SQNR dB" in out
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32))
+    result = tmp_path / "y.npz"
+    assert main(["run", str(model), "--input", str(x), "--top-k", "2", "-o", str(result)]) == 0
+    out = capsys.readouterr().out
+    assert "cycles" in out and "top-2" in out
+    assert np.load(result)["gemm_55_out"].shape == (1, 10)
+
+
+def test_bad_input_is_named(tmp_path, capsys):
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    assert main(["compile", str(onnx_file), "-o", str(tmp_path / "m.tcm")]) == 1
+    assert "give calibration data" in capsys.readouterr().err
+    bad = tmp_path / "calib.npy"
+    np.save(bad, np.zeros((4, 3, 8, 8), np.float32))
+    argv = ["compile", str(onnx_file), "--calib", str(bad), "-o", str(tmp_path / "m.tcm")]
+    assert main(argv) == 1
+    assert "calibration input 'input' has shape (4, 3, 8, 8)" in capsys.readouterr().err
+    assert not (tmp_path / "m.tcm").exists()
+    assert main(["run", str(tmp_path / "none.tcm"), "--input", str(bad)]) == 1
