@@ -9,6 +9,7 @@ from types import ModuleType
 
 SUITES = {
     "digits": "digits",
+    "resnet18": "resnet18",
     "resnet18-layers": "resnet18_layers",
     "sim-speed": "sim_speed",
     "rtl-speed": "rtl_speed",

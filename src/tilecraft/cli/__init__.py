@@ -145,7 +145,8 @@ def cmd_bench(args) -> int:
         "resnet18-layers": {"check": not args.no_check, "rtl": _names(args.rtl)},
         "rtl-speed": {"random": args.random},
     }.get(args.suite, {})
-    result = module.run(resolve_config(args.config), **options)
+    config = args.config or getattr(module, "PRESET", "default")
+    result = module.run(resolve_config(config), **options)
     print(module.format_table(result))
     if args.plot:
         _write(args.plot, lambda p: module.plot(result, p), "plot")
@@ -314,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark suites (src/tilecraft/benchmarks/README.md)")
     bench.add_argument("suite", choices=list(SUITES))
-    bench.add_argument("--config", default="default")
+    bench.add_argument("--config", help="default: the suite's preset (resnet18: pynq-z1)")
     bench.add_argument("--json", help="write the result JSON here")
     bench.add_argument("--plot", help="resnet18-layers: draw each layer against its roofline")
     bench.add_argument(

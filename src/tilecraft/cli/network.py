@@ -104,7 +104,7 @@ def cmd_run_model(args) -> int:
     device = None if args.device == "reference" else get_device(args.device)
     run = run_model(model, inputs, device)
     cycles = run.accelerator_cycles
-    host = sum(s.seconds for s in run.steps if s.place == "host")
+    host = run.host_seconds
     if device is not None:
         ms = cycles / (model.config.clock_mhz * 1e3)
         print(

@@ -46,6 +46,7 @@ class StepReport:
     seconds: float
     cycles: int | None = None
     dram_bytes: int | None = None
+    pack_seconds: float = 0.0  # host time packing inputs and unpacking outputs (accelerator)
 
 
 @dataclass
@@ -57,6 +58,11 @@ class ModelRun:
     @property
     def accelerator_cycles(self) -> int:
         return sum(s.cycles or 0 for s in self.steps)
+
+    @property
+    def host_seconds(self) -> float:
+        """Host work: host steps, and packing/unpacking around accelerator steps."""
+        return sum(s.seconds if s.place == "host" else s.pack_seconds for s in self.steps)
 
 
 def run_model(
@@ -90,17 +96,23 @@ def run_model(
         program = model.programs[step.program]
         logical = {b.buffer: values[b.tensor] for b in step.inputs}
         cycles = dram = None
+        pack = 0.0
         if device is None:
             outs = expected_outputs(program, logical)
         else:
-            result = device.run(program, pack_inputs(program, logical))
+            t0 = time.perf_counter()
+            packed = pack_inputs(program, logical)
+            t1 = time.perf_counter()
+            result = device.run(program, packed)
+            t2 = time.perf_counter()
             outs = unpack_outputs(program, result.outputs)
+            pack = (t1 - t0) + (time.perf_counter() - t2)
             cycles = getattr(result.report, "cycles", None)
             moved = getattr(result.report, "dram_bytes", None)
             dram = sum(moved.values()) if isinstance(moved, dict) else None
         for b in step.outputs:
             values[b.tensor] = outs[b.buffer]
         reports.append(StepReport(step.name, "accelerator", time.perf_counter() - start,
-                                  cycles, dram))  # fmt: skip
+                                  cycles, dram, pack))  # fmt: skip
     outputs = {name: values[name] for name in model.outputs}
     return ModelRun(outputs, reports, values if keep else {})

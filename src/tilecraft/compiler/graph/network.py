@@ -23,7 +23,9 @@ from tilecraft.compiler.quant.quantize import (
     check_supported,
     quantize,
 )
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import ConvSchedule
 from tilecraft.progress import track
 from tilecraft.runtime.model import AcceleratorStep, Binding, CompiledModel, HostStep
 
@@ -40,12 +42,20 @@ class NetworkCompilation:
 def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED) -> CompiledModel:
     """Compile every accelerator layer of `net` and order the steps."""
     steps, programs, host_constants = [], [], {}
+    chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
     for layer in track(net.layers, f"compiling {net.name}"):
         if isinstance(layer, AccelLayer):
-            comp = compile_operator(
-                cfg, layer.op, layer.epilogue, weight=layer.weight, bias=layer.bias,
-                multiplier=layer.multiplier, name=layer.name, measure=measure,
-            )  # fmt: skip
+            key = _schedule_key(layer)
+            params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
+                      "name": layer.name}  # fmt: skip
+            try:
+                comp = compile_operator(cfg, layer.op, layer.epilogue, **params,
+                                        schedule=chosen.get(key), measure=measure)  # fmt: skip
+            except ScheduleError:
+                if key not in chosen:
+                    raise
+                comp = compile_operator(cfg, layer.op, layer.epilogue, **params, measure=measure)
+            chosen[key] = comp.schedule
             inputs = [Binding("input", layer.input)]
             if layer.residual is not None:
                 inputs.append(Binding("residual", layer.residual))
@@ -59,6 +69,13 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED) -
                 host_constants[layer.name] = dict(layer.constants)
     return CompiledModel(net.name, cfg, net.inputs, net.outputs, tuple(net.tensors.values()),
                          tuple(steps), tuple(programs), host_constants)  # fmt: skip
+
+
+def _schedule_key(layer: AccelLayer) -> tuple:
+    """What a schedule's choice depends on: the operator and the epilogue's shape (not its
+    values, except whether the rounding constant needs its own row)."""
+    ep = layer.epilogue
+    return (layer.op, ep.bias, ep.multiplier, ep.residual, ep.shift > 16)
 
 
 def compile_network(source, cfg: HwConfig, calibration: dict, *, observer: str = "minmax",

@@ -1,0 +1,122 @@
+"""resnet18: the whole network from its ONNX file (generated in the repo: torchvision's
+architecture, seeded weights) on the PYNQ-Z1 preset (BENCHMARKS.md).
+
+Import, calibrate (random inputs: the weights are random too), quantize, compile, run one image
+on the simulator (bit-exact with the integer reference, checked here) and report: modeled
+accelerator time, host time (measured on this machine; each accelerator step still takes its
+input from the host, packed, and gives its output back, until a network compiles into one
+program), the MAC share on the accelerator, per-layer cycles, utilization and SQNR against
+float, the activation arena, compile seconds, and the functional simulation's speed as a ratio
+to numpy int32 GEMMs with the same MACs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.arena import model_arena
+from tilecraft.compiler.graph.network import compile_network
+from tilecraft.compiler.graph.partition import accelerator_mac_share, partition
+from tilecraft.compiler.quant.calibrate import random_calibration
+from tilecraft.compiler.quant.report import error_report
+from tilecraft.hw.config import HwConfig
+from tilecraft.models.zoo import resnet18
+from tilecraft.runtime import get_device
+from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.model import AcceleratorStep
+
+PRESET = "pynq-z1"
+
+
+def run(cfg: HwConfig, calibration: int = 2, seed: int = 0) -> dict:
+    graph = import_model(resnet18(seed=seed))
+    placements = partition(graph)
+    macs = {p.node: p.macs for p in placements}
+    data = random_calibration(graph, calibration, seed=seed)
+    start = time.perf_counter()
+    comp = compile_network(graph, cfg, data)
+    total_compile = time.perf_counter() - start
+    model = comp.model
+    x = {"input": np.random.default_rng(seed + 1).standard_normal((1, 3, 224, 224))
+         .astype(np.float32)}  # fmt: skip
+    result = run_model(model, x, get_device("sim"))
+    reference = run_model(model, x)
+    bit_exact = all(np.array_equal(result.outputs[k], reference.outputs[k]) for k in model.outputs)
+    sqnr = {e.node: e.sqnr_db for e in error_report(graph, model, [x])}
+    block = cfg.batch * cfg.block_in * cfg.block_out
+    layers, sim_seconds, numpy_seconds = [], 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    for step, rep in zip(model.steps, result.steps):
+        if not isinstance(step, AcceleratorStep):
+            continue
+        ideal = macs[step.name] / block
+        sim_seconds += rep.seconds - rep.pack_seconds
+        numpy_seconds += _numpy_gemm_seconds(model.programs[step.program], rng)
+        layers.append({"name": step.name, "macs": macs[step.name], "cycles": rep.cycles,
+                       "ideal_cycles": ideal, "utilization": ideal / rep.cycles,
+                       "dram_bytes": rep.dram_bytes, "sqnr_db": sqnr.get(step.name)})  # fmt: skip
+    cycles = result.accelerator_cycles
+    accelerator_ms = cycles / (cfg.clock_mhz * 1e3)
+    host_ms = 1e3 * result.host_seconds
+    arena = model_arena(model)
+    return {
+        "suite": "resnet18",
+        "config": cfg.tag,
+        "one_program": False,
+        "modeled_latency_ms": accelerator_ms + host_ms,
+        "accelerator_ms": accelerator_ms,
+        "host_ms_measured_here": host_ms,
+        "accelerator_mac_share": accelerator_mac_share(placements),
+        "mac_weighted_utilization": sum(r["ideal_cycles"] for r in layers) / cycles,
+        "compile_seconds": comp.seconds["import"] + comp.seconds["quantize"]
+        + comp.seconds["compile"],
+        "calibration_seconds": comp.seconds["calibrate"],
+        "total_compile_seconds": total_compile,
+        "sim_seconds": sim_seconds,
+        "numpy_seconds": numpy_seconds,
+        "sim_ratio": sim_seconds / numpy_seconds,
+        "arena_peak_bytes": arena.peak_bytes,
+        "arena_lower_bound_bytes": arena.lower_bound_bytes,
+        "dram_bytes": sum(r["dram_bytes"] or 0 for r in layers),
+        "bit_exact_vs_reference": bit_exact,
+        "output_sqnr_db": min(sqnr.values()) if sqnr else None,
+        "layers": layers,
+        "ok": bit_exact,
+    }
+
+
+def _numpy_gemm_seconds(program, rng) -> float:
+    """numpy int32 GEMM with the layer's MACs (im2col shape), timed alone."""
+    op = program.computation.op
+    if op.kind == "conv2d":
+        m, k, n = op.oh * op.ow * op.n, op.ic * op.kernel[0] * op.kernel[1], op.oc
+    else:
+        m, k, n = op.m, op.k, op.n
+    a = rng.integers(-128, 128, (m, k)).astype(np.int32)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int32)
+    start = time.perf_counter()
+    np.matmul(a, b)
+    return time.perf_counter() - start
+
+
+def format_table(r: dict) -> str:
+    lines = [f"{'layer':10s} {'MACs':>12s} {'cycles':>10s} {'util':>6s} {'SQNR dB':>8s}"]
+    for x in r["layers"]:
+        sq = f"{x['sqnr_db']:8.2f}" if x["sqnr_db"] is not None else f"{'-':>8s}"
+        lines.append(f"{x['name']:10s} {x['macs']:12,d} {x['cycles']:10,d} "
+                     f"{x['utilization']:6.3f} {sq}")  # fmt: skip
+    lines += [
+        f"ResNet-18 on {r['config']}: modeled {r['modeled_latency_ms']:.1f} ms = accelerator "
+        f"{r['accelerator_ms']:.1f} ms + host {r['host_ms_measured_here']:.1f} ms (measured "
+        "here: host steps and the packing around each layer's program)",
+        f"accelerator MAC share {r['accelerator_mac_share']:.0%}, MAC-weighted utilization "
+        f"{r['mac_weighted_utilization']:.3f}, DRAM {r['dram_bytes'] / 1e6:.1f} MB",
+        f"compile {r['compile_seconds']:.1f} s (+ calibration {r['calibration_seconds']:.1f} s), "
+        f"sim ratio {r['sim_ratio']:.2f}, arena {r['arena_peak_bytes']:,} B (lower bound "
+        f"{r['arena_lower_bound_bytes']:,}), bit-exact vs reference: "
+        f"{r['bit_exact_vs_reference']}",
+    ]
+    return "\n".join(lines)
