@@ -25,6 +25,7 @@ import numpy as np
 
 from tilecraft.compiler.completion import Completion, covers
 from tilecraft.compiler.dataflow import dataflow_problem
+from tilecraft.compiler.dram_order import dram_order_problem
 from tilecraft.compiler.footprint import accesses
 from tilecraft.errors import VerifyError
 from tilecraft.hw.config import SCRATCHPADS
@@ -61,6 +62,11 @@ def verify(program: Program) -> dict:
     local = _stage_local(acc)
     _check_hazards(cfg, table, acc, clocks, lanes, local)
     _check_unit_overlap(cfg, table, acc, clocks, lanes, local)
+    order_problem = dram_order_problem(acc, clocks, lanes, local)
+    if order_problem:
+        k, what, g = order_problem
+        _fail("dram-order", f"{what} instruction {g} ({format_row(table[g])}) with no token "
+              "ordering them", table, k)  # fmt: skip
     problem = dataflow_problem(program, table, uops)
     if problem:
         _fail("dataflow", problem[1], table, problem[0])

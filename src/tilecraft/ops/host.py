@@ -122,6 +122,17 @@ def _windows(x: np.ndarray, kernel, stride, pads, fill: int) -> np.ndarray:
     return win[:, :, :: stride[0], :: stride[1]]
 
 
+def _maxpool(x: np.ndarray, op: MaxPool) -> np.ndarray:
+    """The maximum over the window's taps, one strided view per tap (no window copies)."""
+    t, left, b, r = op.pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=INT8[0])
+    (kh, kw), (sh, sw) = op.kernel, op.stride
+    oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    taps = [xp[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
+            for i in range(kh) for j in range(kw)]  # fmt: skip
+    return np.maximum.reduce(taps)
+
+
 def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) -> np.ndarray:
     """The integer (or float, at the boundaries) result of one host operator."""
     if isinstance(op, Quantize):
@@ -130,7 +141,7 @@ def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) 
     if isinstance(op, Dequantize):
         return (np.asarray(inputs[0], np.float64) * op.scale).astype(np.float32)
     if isinstance(op, MaxPool):
-        return _windows(inputs[0], op.kernel, op.stride, op.pads, INT8[0]).max(axis=(4, 5))
+        return _maxpool(np.asarray(inputs[0]), op)
     if isinstance(op, GlobalAvgPool):
         total = np.asarray(inputs[0], np.int64).sum(axis=(2, 3), keepdims=True)
         return requantize(total, op.multiplier, op.shift)

@@ -26,6 +26,21 @@ def expected_outputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[st
     return reference.outputs(program.computation, tensors)
 
 
+def expected_chain_outputs(program: Program, layers, inputs: dict) -> dict[str, np.ndarray]:
+    """The reference's outputs of a chained program: each layer (`runtime.model.ChainLayer`) in
+    order on the tensors the earlier ones made, `inputs` and the program's constants."""
+    values = dict(inputs)
+    for name, stored in program.constants.items():
+        layout = program.buffer(name).layout
+        values[name] = layout.unpack(program.config, stored) if layout is not None else stored
+    for layer in layers:
+        local = {b.buffer: values[b.tensor] for b in layer.buffers if b.tensor in values}
+        names = {b.buffer: b.tensor for b in layer.buffers}
+        for buffer, value in reference.outputs(layer.computation, local).items():
+            values[names[buffer]] = value
+    return {b.name: values[b.name] for b in program.outputs}
+
+
 def check_outputs(program: Program, inputs: dict, outputs: dict) -> tuple[bool, str]:
     """(ok, message) comparing every output bit-exactly with the reference; `inputs` and
     `outputs` are logical tensors (runtime.layout.unpack_outputs)."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from tilecraft.errors import DeviceError
 from tilecraft.ops import host as host_ops
-from tilecraft.runtime.check import expected_outputs
+from tilecraft.runtime.check import expected_chain_outputs, expected_outputs
 from tilecraft.runtime.device import Device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
 from tilecraft.runtime.model import CompiledModel, HostStep
@@ -97,7 +97,9 @@ def run_model(
         logical = {b.buffer: values[b.tensor] for b in step.inputs}
         cycles = dram = None
         pack = 0.0
-        if device is None:
+        if device is None and step.layers:
+            outs = expected_chain_outputs(program, step.layers, logical)
+        elif device is None:
             outs = expected_outputs(program, logical)
         else:
             t0 = time.perf_counter()

@@ -14,6 +14,7 @@ import numpy as np
 from tilecraft.artifact import read_artifact, write_artifact
 from tilecraft.errors import ArtifactError, FormatError, ModelError, TilecraftError
 from tilecraft.hw.config import HwConfig
+from tilecraft.ops import Computation
 from tilecraft.ops.host import HostOp
 from tilecraft.runtime.program import Program
 from tilecraft.serial import from_json, to_json
@@ -41,11 +42,25 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class ChainLayer:
+    """One layer of a chained (multi-layer) program: what it computes, and its buffers by
+    their names in the layer's own program (`buffer`) and in the chained one (`tensor`). The
+    integer reference of the chain runs these in order."""
+
+    computation: Computation
+    buffers: tuple[Binding, ...]
+
+
+@dataclass(frozen=True)
 class AcceleratorStep:
+    """A program run on the accelerator: one layer (its program says what it computes) or a
+    chain of layers (`layers`) in one submission."""
+
     name: str
     program: int  # index into the model's programs
     inputs: tuple[Binding, ...]
     outputs: tuple[Binding, ...]
+    layers: tuple[ChainLayer, ...] = ()
     kind: ClassVar[str] = "accelerator"
 
 

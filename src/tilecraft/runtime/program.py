@@ -275,7 +275,21 @@ class Program:
                     f"{name} at DRAM bytes [{off}, {off + size}) lie outside the program's "
                     f"{self.dram_size}-byte region"
                 )
-        spans = sorted((off, off + size, name) for name, off, size in regions if size)
+        # tensors may share bytes (a network's activation arena reuses a dead tensor's bytes:
+        # the compiler orders their uses and the verifier checks it); instructions, micro-ops
+        # and constants overlap nothing
+        scratch = {b.name for b in self.buffers if b.role != Role.CONSTANT}
+        spans = sorted((off, off + size, name) for name, off, size in regions
+                       if size and name not in scratch)  # fmt: skip
+        shared = sorted((b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
+                        if b.name in scratch and b.nbytes)  # fmt: skip
+        merged: list[tuple[int, int, str]] = []
+        for lo, hi, name in shared:
+            if merged and lo < merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]), merged[-1][2])
+            else:
+                merged.append((lo, hi, name))
+        spans = sorted(spans + merged)
         for (_a0, a1, an), (b0, _, bn) in zip(spans, spans[1:]):
             if b0 < a1:
                 raise ProgramError(f"{an} and {bn} overlap in DRAM at byte {b0}")

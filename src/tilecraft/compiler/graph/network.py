@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from tilecraft.compiler.conv2d import compile_operator
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
+from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
+from tilecraft.compiler.graph.chain import Part, chain_programs
 from tilecraft.compiler.pipeline import MEASURED
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate
 from tilecraft.compiler.quant.quantize import (
@@ -27,7 +29,14 @@ from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule
 from tilecraft.progress import track
-from tilecraft.runtime.model import AcceleratorStep, Binding, CompiledModel, HostStep
+from tilecraft.runtime.model import (
+    AcceleratorStep,
+    Binding,
+    ChainLayer,
+    CompiledModel,
+    HostStep,
+)
+from tilecraft.runtime.program import Program
 
 
 @dataclass
@@ -37,38 +46,101 @@ class NetworkCompilation:
     network: QuantizedNetwork
     ranges: Ranges
     seconds: dict[str, float]  # import, calibrate, quantize, compile
+    layer_programs: dict[str, Program]  # each accelerator layer's own program, by layer name
 
 
-def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED) -> CompiledModel:
-    """Compile every accelerator layer of `net` and order the steps."""
+def _runs(net: QuantizedNetwork) -> list[list]:
+    """The layers as maximal runs of consecutive accelerator layers, and host layers alone."""
+    runs: list[list] = []
+    for layer in net.layers:
+        if isinstance(layer, AccelLayer) and runs and isinstance(runs[-1][0], AccelLayer):
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    return runs
+
+
+def _bindings(layer: AccelLayer) -> dict[str, str]:
+    out = {"input": layer.input, "output": layer.output}
+    if layer.residual is not None:
+        out["residual"] = layer.residual
+    return out
+
+
+def _step(layer: AccelLayer, index: int) -> AcceleratorStep:
+    inputs = [Binding(b, t) for b, t in _bindings(layer).items() if b != "output"]
+    return AcceleratorStep(layer.name, index, tuple(inputs), (Binding("output", layer.output),))
+
+
+def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
+                chain: bool = True, budget: int = DEFAULT_BUDGET,
+                layer_programs: dict | None = None) -> CompiledModel:  # fmt: skip
+    """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
+    consecutive accelerator layers becomes one program whose activations stay in DRAM in the
+    blocked layout (`chain.chain_programs`); a run whose layouts do not line up stays one
+    program per layer. `layer_programs`, if given, receives each layer's own program."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
-    for layer in track(net.layers, f"compiling {net.name}"):
-        if isinstance(layer, AccelLayer):
-            key = _schedule_key(layer)
-            params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
-                      "name": layer.name}  # fmt: skip
-            try:
-                comp = compile_operator(cfg, layer.op, layer.epilogue, **params,
-                                        schedule=chosen.get(key), measure=measure)  # fmt: skip
-            except ScheduleError:
-                if key not in chosen:
-                    raise
-                comp = compile_operator(cfg, layer.op, layer.epilogue, **params, measure=measure)
-            chosen[key] = comp.schedule
-            inputs = [Binding("input", layer.input)]
-            if layer.residual is not None:
-                inputs.append(Binding("residual", layer.residual))
-            steps.append(AcceleratorStep(layer.name, len(programs), tuple(inputs),
-                                         (Binding("output", layer.output),)))  # fmt: skip
-            programs.append(comp.program)
-        else:
+    reads = {t for layer in net.layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
+    runs = _runs(net)
+    for k, run in enumerate(track(runs, f"compiling {net.name}")):
+        if not isinstance(run[0], AccelLayer):
+            layer = run[0]
             steps.append(HostStep(layer.name, layer.op, layer.inputs, layer.output,
                                   tuple(sorted(layer.constants))))  # fmt: skip
             if layer.constants:
                 host_constants[layer.name] = dict(layer.constants)
+            continue
+        made = {layer.output for layer in run}
+        compiled = [_compile(cfg, layer, chosen, measure, fold=None if layer.input not in made
+                             else False) for layer in run]  # fmt: skip
+        if layer_programs is not None:
+            layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
+        later = {t for other in runs[k + 1 :] for layer in other for t in _reads(layer)}
+        exports = {t for t in made if t in reads or t in later}
+        if chain and len(run) > 1:
+            parts = [Part(p, _bindings(layer)) for layer, p in zip(run, compiled)]
+            try:
+                program, _ = chain_programs(parts, exports, f"{run[0].name}..{run[-1].name}",
+                                            budget)  # fmt: skip
+            except ScheduleError:
+                program = None  # layouts that do not line up: one program per layer
+            if program is not None:
+                layers = tuple(ChainLayer(p.computation, tuple(
+                    Binding(b.name, b2) for b in p.buffers
+                    if (b2 := _bindings(layer).get(b.name, f"{p.name}.{b.name}"))
+                    in {x.name for x in program.buffers})) for layer, p in zip(run, compiled))
+                inputs = tuple(Binding(b.name, b.name) for b in program.inputs)
+                outputs = tuple(Binding(b.name, b.name) for b in program.outputs)
+                steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
+                                             layers))  # fmt: skip
+                programs.append(program)
+                continue
+        for layer, p in zip(run, compiled):
+            steps.append(_step(layer, len(programs)))
+            programs.append(p)
     return CompiledModel(net.name, cfg, net.inputs, net.outputs, tuple(net.tensors.values()),
                          tuple(steps), tuple(programs), host_constants)  # fmt: skip
+
+
+def _reads(layer) -> list[str]:
+    if isinstance(layer, AccelLayer):
+        return [layer.input] + ([layer.residual] if layer.residual else [])
+    return list(layer.inputs)
+
+
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
+    key = _schedule_key(layer) + (fold,)
+    params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
+              "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip
+    try:
+        comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
+    except ScheduleError:
+        if key not in chosen:
+            raise
+        comp = compile_operator(cfg, layer.op, layer.epilogue, **params)
+    chosen[key] = comp.schedule
+    return comp.program
 
 
 def _schedule_key(layer: AccelLayer) -> tuple:
@@ -79,7 +151,8 @@ def _schedule_key(layer: AccelLayer) -> tuple:
 
 
 def compile_network(source, cfg: HwConfig, calibration: dict, *, observer: str = "minmax",
-                    input_shapes=None, measure: int = MEASURED) -> NetworkCompilation:  # fmt: skip
+                    input_shapes=None, measure: int = MEASURED, chain: bool = True,
+                    budget: int = DEFAULT_BUDGET) -> NetworkCompilation:  # fmt: skip
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`."""
     seconds = {}
     start = time.perf_counter()
@@ -93,6 +166,8 @@ def compile_network(source, cfg: HwConfig, calibration: dict, *, observer: str =
     net = quantize(graph, ranges)
     seconds["quantize"] = time.perf_counter() - start
     start = time.perf_counter()
-    model = build_model(cfg, net, measure)
+    layer_programs: dict[str, Program] = {}
+    model = build_model(cfg, net, measure, chain=chain, budget=budget,
+                        layer_programs=layer_programs)  # fmt: skip
     seconds["compile"] = time.perf_counter() - start
-    return NetworkCompilation(model, graph, net, ranges, seconds)
+    return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs)

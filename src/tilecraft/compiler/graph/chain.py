@@ -1,0 +1,164 @@
+"""Several compiled layers as one program: one submission, activations handed from layer to layer
+in DRAM in the accelerator's blocked layout (never unpacked on the host).
+
+Each layer's buffers are bound to network tensors by name; a tensor one layer stores and a later
+one loads becomes one buffer, placed in an activation arena by liveness (`arena.plan_arena`), so
+buffers whose lives do not overlap share bytes. Instructions are relocated (only `dram_base` of
+LOAD/STORE moves: each buffer by its new offset, micro-op loads by the concatenated micro-op
+region), and each layer boundary becomes a barrier: the layer's FINISH is replaced by an empty
+compute LOAD that waits for its last STORE and tells the load stage, and the next layer starts
+with an empty load-stage LOAD that waits for that. The verifier's DRAM ordering rule checks the
+result like any program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecraft.compiler.graph.arena import Interval, plan_arena
+from tilecraft.compiler.verify import verify
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import BUFFERS, HwConfig
+from tilecraft.hw.isa import (
+    BUFFER_NAMES,
+    INSN_BYTES,
+    Finish,
+    Load,
+    MemId,
+    Store,
+    encode,
+    isa_for,
+    table_insns,
+)
+from tilecraft.runtime.buffers import BufferSpec, Role
+from tilecraft.runtime.program import DRAM_PAGE, Program
+
+
+@dataclass(frozen=True)
+class Part:
+    """One layer of a chain: its program and {buffer name: network tensor} for the buffers it
+    shares with other layers or the host."""
+
+    program: Program
+    bindings: dict[str, str]
+
+
+def compatible(cfg: HwConfig, writer: BufferSpec, reader: BufferSpec) -> bool:
+    """Whether what `writer` stores is byte for byte what `reader` loads."""
+    w, r = writer.layout, reader.layout
+    if w is None or r is None or type(w) is not type(r) or w.logical != r.logical:
+        return False
+    return cfg.block_in == cfg.block_out and writer.shape == reader.shape and \
+        writer.dtype == reader.dtype  # fmt: skip
+
+
+def _global(i: int, part: Part, buf: BufferSpec) -> str:
+    return part.bindings.get(buf.name, f"{part.program.name}.{buf.name}")
+
+
+def _buffers(parts: list[Part], exports: set[str], budget: int):
+    cfg = parts[0].program.config
+    members: dict[str, list[tuple[int, BufferSpec]]] = {}
+    for i, part in enumerate(parts):
+        if cfg.arch_mismatches(part.program.config):
+            raise ScheduleError(f"layer {part.program.name} is for another config")
+        for b in part.program.buffers:
+            members.setdefault(_global(i, part, b), []).append((i, b))
+    last = len(parts) - 1
+    specs, intervals, constants = {}, [], {}
+    for name, group in members.items():
+        writers = [(i, b) for i, b in group if b.role == Role.OUTPUT]
+        readers = [(i, b) for i, b in group if b.role != Role.OUTPUT]
+        if len(writers) > 1:
+            raise ScheduleError(f"tensor {name!r} is written by two layers")
+        if writers:
+            wi, wb = writers[0]
+            for ri, rb in readers:
+                if ri <= wi or not compatible(cfg, wb, rb):
+                    raise ScheduleError(
+                        f"layer {parts[ri].program.name} cannot read {name!r} as "
+                        f"{parts[wi].program.name} stores it"
+                    )
+            role = Role.OUTPUT if name in exports else Role.SCRATCH
+            first, end = wi, (last if name in exports else max([wi] + [i for i, _ in readers]))
+            base = wb
+        else:
+            base = group[0][1]
+            role = base.role
+            if any(b.shape != base.shape or b.dtype != base.dtype for _, b in group):
+                raise ScheduleError(f"layers disagree on the shape of {name!r}")
+            first, end = 0, last
+            if role == Role.CONSTANT:
+                i = group[0][0]
+                constants[name] = parts[i].program.constants[base.name]
+        specs[name] = (role, base)
+        intervals.append(Interval(name, base.nbytes, first, end))
+    arena = plan_arena(intervals, budget)
+    buffers = [BufferSpec(n, role, b.shape, b.dtype, arena.offsets[n], b.layout, b.value_range)
+               for n, (role, b) in specs.items()]  # fmt: skip
+    return buffers, constants, arena
+
+
+def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> list:
+    """The layer's instructions with DRAM addresses moved to the chain's layout."""
+    p = part.program
+    old_uops = p.uop_offset // cfg.uop_bytes
+    out = []
+    for ins in table_insns(p.table()):
+        if isinstance(ins, (Load, Store)) and ins.x_size and ins.y_size:
+            if isinstance(ins, Load) and ins.mem == MemId.UOP:
+                base = uop_base + (ins.dram_base - old_uops)
+            else:
+                eb = cfg.elem_bytes("out" if isinstance(ins, Store) else BUFFER_NAMES[ins.mem])
+                byte = ins.dram_base * eb
+                [buf] = [b for b in p.buffers if b.offset <= byte < b.offset + b.nbytes]
+                delta = where[_global(i, part, buf)] - buf.offset
+                if delta % eb:
+                    raise ScheduleError(f"buffer {buf.name} moves by {delta} bytes, not a whole "
+                                        f"number of {eb}-byte elements")  # fmt: skip
+                base = ins.dram_base + delta // eb
+            ins = dataclasses.replace(ins, dram_base=base)
+        out.append(ins)
+    return out
+
+
+def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
+                   budget: int = 128 << 20, check: bool = True):  # fmt: skip
+    """One program running `parts` in order; `exports` are the tensors the host reads after.
+    Returns (program, arena)."""
+    if not parts:
+        raise ScheduleError("a chain needs at least one layer")
+    cfg = parts[0].program.config
+    buffers, constants, arena = _buffers(parts, exports, budget)
+    align = max(cfg.elem_bytes(b) for b in BUFFERS)
+    top = -(-arena.peak_bytes // align) * align
+    where = {b.name: b.offset for b in buffers}
+    uops = np.concatenate([p.program.uops for p in parts])
+    uop_offset = top
+    insns, before = [], 0
+    for i, part in enumerate(parts):
+        body = _relocate(cfg, i, part, where, uop_offset // cfg.uop_bytes + before)
+        before += len(part.program.uops)
+        if i + 1 < len(parts):
+            finish = body.pop()
+            if not isinstance(finish, Finish):
+                raise ScheduleError(f"layer {part.program.name} does not end with FINISH")
+            body.append(Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0,
+                             x_stride=0, pop_prev=finish.pop_prev, pop_next=finish.pop_next,
+                             push_prev=True))  # fmt: skip
+        if i > 0:
+            body.insert(0, Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0,
+                                x_stride=0, pop_next=True))  # fmt: skip
+        insns += body
+    words = encode(isa_for(cfg), insns)
+    insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
+    end = insn_offset + len(words) * INSN_BYTES
+    program = Program(config=cfg, insns=words, uops=uops, buffers=tuple(buffers),
+                      constants=constants, insn_offset=insn_offset, uop_offset=uop_offset,
+                      dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE, name=name)  # fmt: skip
+    if check:
+        verify(program)
+    return program, arena

@@ -1,0 +1,101 @@
+"""Consecutive accelerator layers as one program: activations stay in DRAM in the blocked
+layout, bit-exact with the layer-by-layer model and the chained reference; a missing barrier is
+caught by the verifier; layouts that do not line up stay one program per layer."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from network_models import tiny_resnet
+
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.network import compile_network
+from tilecraft.compiler.quant.calibrate import random_calibration
+from tilecraft.compiler.verify import verify
+from tilecraft.errors import VerifyError
+from tilecraft.hw.config import HwConfig, preset
+from tilecraft.hw.isa import Load, MemId, encode, isa_for, table_insns
+from tilecraft.runtime import get_device
+from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.model import AcceleratorStep
+
+
+def _compile(cfg, chain=True):
+    graph = import_model(tiny_resnet(seed=4))
+    return compile_network(graph, cfg, random_calibration(graph, 2, seed=4), chain=chain)
+
+
+@pytest.mark.parametrize("name", ["default", "2x16x16"])
+def test_chained_equals_layer_by_layer(name):
+    chained, single = _compile(preset(name)), _compile(preset(name), chain=False)
+    steps = [s for s in chained.model.steps if isinstance(s, AcceleratorStep)]
+    assert [len(s.layers) for s in steps] == [0, 5, 0]  # conv1 | 5 convs | fc
+    x = {"input": np.random.default_rng(9).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    sim = get_device("sim")
+    a = run_model(chained.model, x, sim, keep=True)
+    b = run_model(single.model, x, sim, keep=True)
+    ref = run_model(chained.model, x, keep=True)
+    for name_, value in b.tensors.items():
+        if name_ in a.tensors:  # a chain hands its inner tensors over in DRAM
+            np.testing.assert_array_equal(a.tensors[name_], value, err_msg=name_)
+            np.testing.assert_array_equal(ref.tensors[name_], value, err_msg=name_)
+    out = chained.graph.outputs[0]
+    np.testing.assert_array_equal(a.outputs[out], b.outputs[out])
+    inner = set(b.tensors) - set(a.tensors)
+    assert len(inner) == 4  # four activations never leave the accelerator's DRAM
+
+
+def test_a_missing_barrier_is_caught():
+    comp = _compile(preset("default"))
+    step = next(s for s in comp.model.steps if isinstance(s, AcceleratorStep) and s.layers)
+    program = comp.model.programs[step.program]
+    verify(program)
+    insns = table_insns(program.table())
+    waits = [k for k, i in enumerate(insns)
+             if isinstance(i, Load) and i.mem == MemId.INP and i.x_size == 0 and i.pop_next]
+    assert len(waits) == 4  # one per boundary between the 5 layers
+    broken = list(insns)
+    for k in waits:  # the load stage no longer waits for the previous layer's stores
+        broken[k] = dataclasses.replace(broken[k], pop_next=False)
+    for k, i in enumerate(broken):
+        if isinstance(i, Load) and i.mem == MemId.UOP and i.x_size == 0 and i.push_prev:
+            broken[k] = dataclasses.replace(i, push_prev=False)
+    bad = program.replace(insns=encode(isa_for(program.config), broken))
+    with pytest.raises(VerifyError, match="war|raw|dram-order"):  # rows are shared here too
+        verify(bad)
+
+
+def test_dram_order_rule():
+    """A LOAD of bytes a STORE wrote (raw), or a STORE over bytes a LOAD reads (war), on
+    different stages, needs the other complete at its start."""
+    from types import SimpleNamespace as A
+
+    from tilecraft.compiler.completion import LOAD_LANE, STORE_LANE
+    from tilecraft.compiler.dram_order import dram_order_problem
+    from tilecraft.hw.isa import Stage
+
+    store = A(index=0, stage=Stage.STORE, dram_reads=[], dram_writes=[(0, 64)])
+    load = A(index=1, stage=Stage.LOAD, dram_reads=[(32, 40), (48, 96)], dram_writes=[])
+    lanes, local = [STORE_LANE, LOAD_LANE], [0, 0]
+    unordered = [np.full(4, -1), np.full(4, -1)]
+    assert dram_order_problem([store, load], unordered, lanes, local) == (
+        1, "reads DRAM bytes stored by", 0)  # fmt: skip
+    ordered = [np.full(4, -1), np.array([-1, -1, -1, 0])]  # the store is complete
+    assert dram_order_problem([store, load], ordered, lanes, local) is None
+    elsewhere = A(index=1, stage=Stage.LOAD, dram_reads=[(64, 96)], dram_writes=[])
+    assert dram_order_problem([store, elsewhere], unordered, lanes, local) is None
+    late = A(index=1, stage=Stage.STORE, dram_reads=[], dram_writes=[(0, 8)])
+    first = A(index=0, stage=Stage.LOAD, dram_reads=[(0, 64)], dram_writes=[])
+    assert dram_order_problem([first, late], unordered, [LOAD_LANE, STORE_LANE], local)[1] == (
+        "overwrites DRAM bytes still to be read by")  # fmt: skip
+
+
+def test_layouts_that_do_not_line_up_stay_apart():
+    cfg = HwConfig(log_block_in=4, log_block_out=3, log_wgt_buff=16)  # 16 lanes in, 8 out
+    comp = _compile(cfg)
+    steps = [s for s in comp.model.steps if isinstance(s, AcceleratorStep)]
+    assert all(not s.layers for s in steps) and len(steps) == 7
+    x = {"input": np.ones((1, 3, 16, 16), np.float32)}
+    out = comp.graph.outputs[0]
+    np.testing.assert_array_equal(run_model(comp.model, x, get_device("sim")).outputs[out],
+                                  run_model(comp.model, x).outputs[out])  # fmt: skip
