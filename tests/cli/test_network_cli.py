@@ -37,3 +37,12 @@ def test_bad_input_is_named(tmp_path, capsys):
     assert "calibration input 'input' has shape (4, 3, 8, 8)" in capsys.readouterr().err
     assert not (tmp_path / "m.tcm").exists()
     assert main(["run", str(tmp_path / "none.tcm"), "--input", str(bad)]) == 1
+
+
+def test_dram_budget(tmp_path, capsys):
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    argv = ["compile", str(onnx_file), "--calib-random", "1", "-o", str(tmp_path / "m.tcm")]
+    assert main([*argv, "--dram-budget", "8K"]) == 1
+    assert "bytes of DRAM" in capsys.readouterr().err and not (tmp_path / "m.tcm").exists()
+    assert main([*argv, "--dram-budget", "1M"]) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.errors import ModelError
 
 
@@ -20,6 +21,16 @@ def input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             raise ModelError(f"--input-shape {item!r}: expected NAME=D0,D1,... with dims >= 1")
         shapes[name] = shape
     return shapes
+
+
+def byte_count(text: str) -> int:
+    """`128M`, `4096`, `1G`: bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    scale = units.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale != 1 else text
+    if not digits.isdigit() or int(digits) == 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count like 128M or 4096, got {text!r}")
+    return int(digits) * scale
 
 
 def cmd_models_write(args) -> int:
@@ -57,13 +68,18 @@ def cmd_compile_model(args) -> int:
 
     cfg = resolve_config(args.config)
     graph = import_model(args.model, input_shapes(args.input_shape))
-    if (args.calib is None) == (args.calib_random is None):
-        raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N")
+    if args.calib is not None and args.calib_random is not None:
+        raise ModelError("give --calib or --calib-random, not both")
     if args.calib is not None:
         data = load_calibration(graph, args.calib)
-    else:
+    elif args.calib_random is not None:
         data = random_calibration(graph, args.calib_random, seed=args.seed)
-    result = compile_network(graph, cfg, data, observer=args.observer)
+    elif graph.scales:
+        data = None  # a quantized (QDQ) model: its own scales
+    else:
+        raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N "
+                         "(a model quantized to QDQ brings its own scales)")  # fmt: skip
+    result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget)
     model = result.model
     steps = len(model.steps)
     print(
@@ -71,7 +87,7 @@ def cmd_compile_model(args) -> int:
         f"{steps - len(model.programs)} host steps, on {cfg.tag}"
     )
     print("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items()))
-    if args.report:
+    if args.report and data is not None:
         batch = [x for _, x in zip(range(4), samples(graph, data))]
         print(
             f"per-layer error against the float model ({len(batch)} calibration samples), "
@@ -159,6 +175,9 @@ def add_parsers(sub, count) -> None:
     comp.add_argument("--seed", type=count, default=0, help="of --calib-random")
     comp.add_argument("--report", type=count, default=10, metavar="N",
                       help="print the N worst layers' error against float (0: none)")  # fmt: skip
+    comp.add_argument("--dram-budget", type=byte_count, default=DEFAULT_BUDGET, metavar="BYTES",
+                      help="refuse a network whose DRAM exceeds this (default 128M, PYNQ's CMA; "
+                      "suffixes K, M, G)")  # fmt: skip
     _shape_option(comp)
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
     comp.set_defaults(func=cmd_compile_model)

@@ -159,6 +159,7 @@ class Graph:
     types: dict[str, TensorType] = field(default_factory=dict)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     name: str = "model"
+    scales: dict[str, float] = field(default_factory=dict)  # from a quantized model (QDQ)
 
     def type_of(self, tensor: str) -> TensorType:
         if tensor in self.constants:

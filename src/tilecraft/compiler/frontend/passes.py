@@ -21,6 +21,7 @@ from tilecraft.compiler.frontend.ir import (
     OpType,
     TensorType,
 )
+from tilecraft.compiler.frontend.qdq import absorb_qdq
 from tilecraft.errors import ModelError
 
 
@@ -205,6 +206,7 @@ def _prune_constants(graph: Graph) -> Graph:
 
 Pass = Callable[[Graph], Graph]
 PASSES: tuple[tuple[str, Pass], ...] = (
+    ("absorb-qdq", absorb_qdq),
     ("remove-identities", remove_identities),
     ("conv-biases", conv_biases),
     ("fold-batchnorm", fold_batchnorm),

@@ -18,14 +18,14 @@ from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs
 from tilecraft.compiler.pipeline import MEASURED
-from tilecraft.compiler.quant.calibrate import Ranges, calibrate
+from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
 from tilecraft.compiler.quant.quantize import (
     AccelLayer,
     QuantizedNetwork,
     check_supported,
     quantize,
 )
-from tilecraft.errors import ScheduleError
+from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule
 from tilecraft.progress import track
@@ -119,6 +119,12 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         for layer, p in zip(run, compiled):
             steps.append(_step(layer, len(programs)))
             programs.append(p)
+    total = sum(p.dram_size for p in programs)
+    if total > budget:
+        raise ModelError(
+            f"{net.name} needs {total:,} bytes of DRAM (its {len(programs)} programs: weights, "
+            f"activations, instructions); the budget is {budget:,} bytes (--dram-budget)"
+        )
     return CompiledModel(net.name, cfg, net.inputs, net.outputs, tuple(net.tensors.values()),
                          tuple(steps), tuple(programs), host_constants)  # fmt: skip
 
@@ -145,22 +151,26 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
 
 def _schedule_key(layer: AccelLayer) -> tuple:
     """What a schedule's choice depends on: the operator and the epilogue's shape (not its
-    values, except whether the rounding constant needs its own row)."""
+    values; a schedule that does not fit another epilogue is searched again)."""
     ep = layer.epilogue
-    return (layer.op, ep.bias, ep.multiplier, ep.residual, ep.shift > 16)
+    return (layer.op, ep.bias, ep.multiplier, ep.residual)
 
 
-def compile_network(source, cfg: HwConfig, calibration: dict, *, observer: str = "minmax",
+def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
                     input_shapes=None, measure: int = MEASURED, chain: bool = True,
                     budget: int = DEFAULT_BUDGET) -> NetworkCompilation:  # fmt: skip
-    """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`."""
+    """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
+    `calibration` None takes the scales of an already quantized (QDQ) model."""
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)
     check_supported(graph)
     seconds["import"] = time.perf_counter() - start
     start = time.perf_counter()
-    ranges = calibrate(graph, calibration, observer)
+    if calibration is None:  # a quantized model (QDQ) brings its own scales
+        ranges = model_ranges(graph)
+    else:
+        ranges = calibrate(graph, calibration, observer)
     seconds["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
     net = quantize(graph, ranges)

@@ -110,3 +110,14 @@ def calibrate(graph: Graph, data: dict[str, np.ndarray], observer: Observer | st
                 h = histogram(value, tops[name])
                 hists[name] = hists[name] + h if name in hists else h
     return Ranges({k: threshold(observer, tops[k], hists.get(k)) for k in tops}, observer, n)
+
+
+def model_ranges(graph: Graph) -> Ranges:
+    """The thresholds a quantized model states (its activation scales x 127); every tensor the
+    quantizer needs must have one, else a ModelError naming those without."""
+    tensors = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]
+    missing = [t for t in tensors if t not in graph.scales]
+    if missing:
+        raise ModelError(f"the model states no scale for tensor(s) {missing}: give "
+                         "calibration data (--calib) to measure them")  # fmt: skip
+    return Ranges({t: graph.scales[t] * 127 for t in tensors}, Observer.MODEL, 0)

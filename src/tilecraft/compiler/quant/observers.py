@@ -24,6 +24,7 @@ class Observer(str, Enum):
     MINMAX = "minmax"
     PERCENTILE = "percentile"
     ENTROPY = "entropy"
+    MODEL = "model"  # the scales a quantized (QDQ) model brings
 
     @property
     def needs_histogram(self) -> bool:

@@ -17,7 +17,7 @@ from tilecraft.progress import task
 HERE = Path(__file__).resolve().parent
 TOP = "tilecraft_top"
 BENCH_TOP = "tb_top"
-DRAM_BYTES = 4 << 20  # the DRAM model's size
+DRAM_BYTES = 32 << 20  # the DRAM model's size: a whole network's program (ResNet-18: ~15 MB)
 
 
 def cache_root() -> Path:
@@ -157,6 +157,11 @@ def build(
     for f in sources:
         digest.update(f.read_bytes())
     digest.update(f"{cfg.digest}{packed}{waves}{simulator}".encode())
+    # ... and the environment it was built with: the model's Makefile names cocotb's files by
+    # path, so a cache built from another venv (a CI clone) must not be reused here
+    import cocotb
+
+    digest.update(f"{Path(cocotb.__file__).parent}{cocotb.__version__}{sys.prefix}".encode())
     key = digest.hexdigest()[:16]
     out = cache_root() / f"{cfg.tag}-{key}"
     stamp = out / "built.ok"

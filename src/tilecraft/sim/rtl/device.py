@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,12 +100,17 @@ class RtlDevice:
 
     def run_many(self, jobs: list[tuple[Program, dict]]) -> list:
         """Run several programs (same config) in one simulator process."""
-        from tilecraft.sim.rtl.build import build, tail
+        from tilecraft.sim.rtl.build import DRAM_BYTES, build, tail
 
         cfg = self.config or jobs[0][0].config
         prepared = []
         for program, inputs in jobs:
             check_program(program, cfg)
+            if program.dram_size > DRAM_BYTES:
+                raise DeviceError(
+                    f"program {program.name!r} needs {program.dram_size:,} bytes of DRAM; the "
+                    f"RTL bench's DRAM model holds {DRAM_BYTES:,}"
+                )
             prepared.append((program, program.dram_image(check_inputs(program, inputs))))
         runner, out = build(cfg, waves=bool(self.waves), simulator=self.simulator)
         with tempfile.TemporaryDirectory(dir=out) as tmp:
@@ -122,7 +128,8 @@ class RtlDevice:
             (tmp / "jobs.json").write_text(json.dumps(specs))
             results_file = tmp / "results.json"
             log = tmp / "run.log"
-            with task(f"{self.simulator}: {len(jobs)} program(s) on the {cfg.tag} model"):
+            with task(f"{self.simulator}: {len(jobs)} program(s) on the {cfg.tag} model"), \
+                    _simulator_failure(log):  # fmt: skip
                 runner.test(
                     hdl_toplevel="tb_top",
                     test_module="tilecraft.sim.rtl.bench",
@@ -167,3 +174,15 @@ class RtlDevice:
                 outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
                 outcomes.append(RunResult(outputs, report))
             return outcomes
+
+
+@contextmanager
+def _simulator_failure(log: Path):
+    """The simulator process failing (a crash, a limit) as a DeviceError with its log's tail,
+    read before the run's folder goes away."""
+    from tilecraft.sim.rtl.build import tail
+
+    try:
+        yield
+    except RuntimeError as exc:
+        raise DeviceError(f"the RTL simulation failed ({exc}):\n{tail(log)}") from None

@@ -1,0 +1,90 @@
+"""Models quantized by others, in ONNX's QDQ form (onnxruntime's `quantize_static` with
+`QuantFormat.QDQ`): QuantizeLinear/DequantizeLinear pairs around each tensor, int8 weights and
+int32 biases behind a DequantizeLinear.
+
+`absorb_qdq` turns such a graph into the float graph the passes expect plus what the quantizer
+needs from the model: each activation's scale (`Graph.scales`). Weights and biases become float
+constants equal to their dequantized values, so the quantizer's symmetric per-channel rounding
+gives back the model's own integers (its scale is max|w| / 127, as onnxruntime's symmetric
+weights are). Zero points must be 0 (symmetric); an asymmetric tensor is an error naming it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.compiler.frontend.ir import Graph, Node, OpType
+from tilecraft.errors import ModelError
+
+
+def _scale_and_zero(graph: Graph, node: Node) -> tuple[np.ndarray, np.ndarray]:
+    scale_name = node.inputs[1]
+    if scale_name not in graph.constants:
+        raise ModelError(f"node {node.name}: its scale {scale_name!r} must be a constant")
+    scale = np.asarray(graph.constants[scale_name], np.float64)
+    zero = np.zeros_like(scale, dtype=np.int64)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        if node.inputs[2] not in graph.constants:
+            raise ModelError(f"node {node.name}: its zero point must be a constant")
+        zero = np.asarray(graph.constants[node.inputs[2]], np.int64)
+    return scale, zero
+
+
+def _dequantized(graph: Graph, node: Node) -> np.ndarray:
+    q = np.asarray(graph.constants[node.inputs[0]], np.float64)
+    scale, zero = _scale_and_zero(graph, node)
+    if scale.ndim:  # per channel along the node's axis
+        shape = [1] * q.ndim
+        shape[node.attrs.axis % q.ndim] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return ((q - zero) * scale).astype(np.float32)
+
+
+def absorb_qdq(graph: Graph) -> Graph:
+    """Constant DequantizeLinear folded; each Q -> DQ pair removed, its scale recorded."""
+    if not any(n.op in (OpType.QUANTIZE, OpType.DEQUANTIZE) for n in graph.nodes):
+        return graph
+    constants, scales = dict(graph.constants), dict(graph.scales)
+    rename: dict[str, str] = {}
+    consumers = graph.consumers()
+    drop = set()
+    for node in graph.nodes:
+        if node.op is OpType.DEQUANTIZE and node.inputs[0] in graph.constants:
+            constants[node.output] = _dequantized(graph, node)
+            drop.add(node.name)
+    for q in graph.nodes:
+        if q.op is not OpType.QUANTIZE:
+            continue
+        scale, zero = _scale_and_zero(graph, q)
+        if scale.size != 1 or np.any(zero != 0):
+            raise ModelError(
+                f"tensor {q.inputs[0]!r} is quantized with zero point {zero.tolist()} and "
+                f"{scale.size} scale(s): tilecraft reads symmetric per-tensor activations "
+                "(quantize with extra_options={'ActivationSymmetric': True})"
+            )
+        users = consumers.get(q.output, [])
+        if not users or any(u.op is not OpType.DEQUANTIZE for u in users):
+            raise ModelError(f"QuantizeLinear {q.name}: only DequantizeLinear may read its output")
+        src = q.inputs[0]
+        scales[src] = float(scale.reshape(()))
+        drop.add(q.name)
+        for dq in users:
+            drop.add(dq.name)
+            rename[dq.output] = src
+    nodes = [n for n in graph.nodes if n.name not in drop]
+    outputs = list(graph.outputs)
+    for out in outputs:  # a graph output keeps its name: rename its producer
+        if out in rename:
+            src = rename.pop(out)
+            nodes = [n.with_(outputs=tuple(out if o == src else o for o in n.outputs),
+                             inputs=tuple(out if x == src else x for x in n.inputs))
+                     for n in nodes]  # fmt: skip
+            rename = {k: (out if v == src else v) for k, v in rename.items()}
+            scales[out] = scales.pop(src)
+    nodes = [n.with_(inputs=tuple(rename.get(x, x) for x in n.inputs)) for n in nodes]
+    inputs = tuple(graph.inputs)
+    types = dict(graph.types)
+    used = {x for n in nodes for x in n.inputs}
+    constants = {k: v for k, v in constants.items() if k in used}
+    return graph.replace(nodes=tuple(nodes), inputs=inputs, outputs=tuple(outputs),
+                         constants=constants, scales=scales, types=types)  # fmt: skip
