@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tilecraft.compiler.builder import MAX_INSNS
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.mapping import map_conv2d
 from tilecraft.compiler.params import random_params
@@ -62,6 +63,10 @@ def _check(case):
             conv2d(cfg, op, ep, **params)
         return
     schedule = legal[pick % len(legal)]
+    if instruction_bound(cfg, low, schedule) > MAX_INSNS:  # legal, but refused as too large
+        with pytest.raises(ScheduleError, match="too large"):
+            conv2d(cfg, op, ep, schedule=schedule, **params)
+        return
     program = conv2d(cfg, op, ep, schedule=schedule, **params)  # verified
     assert len(program.insns) <= instruction_bound(cfg, low, schedule)
     inputs = random_inputs(program, rng)

@@ -58,7 +58,7 @@ def test_schedules_read_back_exactly_and_take_strings_for_enums():
         (lambda d: d["epilogue"].update(relu=1), r"c\.epilogue\.relu: expected true or false"),
         (lambda d: d["epilogue"].update(multiplier="x"), r"c\.epilogue\.multiplier: 'x' is not"),
         (lambda d: d.update(multiplier=7), r"c: a per-tensor multiplier value goes with"),
-        (lambda d: d.update(epilogue=None), r"c: a gemm computation has no epilogue"),
+        (lambda d: d.update(epilogue=None), r"c: a gemm or maxpool computation has no epilogue"),
     ],
 )
 def test_records_are_read_strictly_naming_the_field(mutate, message):

@@ -2,7 +2,15 @@
 compiler builds programs for them, artifacts record them, the reference and the devices check
 them). numpy only, so it loads on a board."""
 
-from tilecraft.ops.operators import Computation, Conv2d, Dense, Epilogue, Gemm, Multiplier
+from tilecraft.ops.operators import (
+    Computation,
+    Conv2d,
+    Dense,
+    Epilogue,
+    Gemm,
+    MaxPool2d,
+    Multiplier,
+)
 from tilecraft.ops.schedules import ConvSchedule, GemmTiles, LoopOrder
 
 __all__ = [
@@ -14,5 +22,6 @@ __all__ = [
     "Gemm",
     "GemmTiles",
     "LoopOrder",
+    "MaxPool2d",
     "Multiplier",
 ]

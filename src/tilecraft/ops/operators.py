@@ -163,6 +163,65 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class MaxPool2d:
+    """int8 max pooling of an (N, C, H, W) input, same scale in and out; `pads` are (top, left,
+    bottom, right) and padded positions hold `pad_value` (the accelerator pads with zeros,
+    which is the true -inf padding whenever the input is known non-negative, after a ReLU)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    pad_value: int = 0
+    kind: ClassVar[str] = "maxpool2d"
+
+    def __post_init__(self) -> None:
+        for name in ("kernel", "stride"):
+            object.__setattr__(self, name, _pair(getattr(self, name), name))
+        pads = tuple(self.pads)
+        if len(pads) != 4 or not all(isinstance(p, int) and p >= 0 for p in pads):
+            raise ScheduleError(f"maxpool pads {self.pads!r} must be four ints >= 0")
+        object.__setattr__(self, "pads", pads)
+        _positive("maxpool", n=self.n, c=self.c, h=self.h, w=self.w)
+        if min(self.kernel) < 1 or min(self.stride) < 1:
+            raise ScheduleError(
+                f"maxpool kernel {self.kernel} and stride {self.stride} must be >= 1"
+            )
+        if not INT8[0] <= self.pad_value <= INT8[1]:
+            raise ScheduleError(f"maxpool pad_value {self.pad_value} must be an int8")
+        if self.oh < 1 or self.ow < 1:
+            raise ScheduleError(f"maxpool kernel {self.kernel} is larger than the padded input")
+
+    @property
+    def oh(self) -> int:
+        return (self.h + self.pads[0] + self.pads[2] - self.kernel[0]) // self.stride[0] + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + self.pads[1] + self.pads[3] - self.kernel[1]) // self.stride[1] + 1
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.oh, self.ow)
+
+    def describe(self) -> str:
+        k, s = self.kernel, self.stride
+        return (f"maxpool N={self.n} C={self.c} H={self.h} W={self.w} K={k[0]}x{k[1]} "
+                f"S={s[0]}x{s[1]} pads={list(self.pads)} (pad value {self.pad_value})")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """What happens to the int32 accumulators before the int8 output (`ops.reference.epilogue`
     is the exact definition): bias add, multiply by a per-tensor or per-channel multiplier,
@@ -216,15 +275,15 @@ class Computation:
     per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
     program's outputs from this and its inputs and constants."""
 
-    op: Conv2d | Dense | Gemm
+    op: Conv2d | Dense | Gemm | MaxPool2d
     epilogue: Epilogue | None = None
     multiplier: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.op, Gemm) != (self.epilogue is None):
+        if isinstance(self.op, (Gemm, MaxPool2d)) != (self.epilogue is None):
             raise ScheduleError(
-                "a gemm computation has no epilogue (its shift is part of it); conv2d and "
-                "dense have one"
+                "a gemm or maxpool computation has no epilogue (a gemm's shift is part of it); "
+                "conv2d and dense have one"
             )
         tensor = self.epilogue is not None and self.epilogue.multiplier == Multiplier.TENSOR
         if tensor != (self.multiplier is not None):

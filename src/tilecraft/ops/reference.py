@@ -19,7 +19,15 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.errors import ScheduleError
-from tilecraft.ops.operators import Computation, Conv2d, Dense, Epilogue, Gemm, Multiplier
+from tilecraft.ops.operators import (
+    Computation,
+    Conv2d,
+    Dense,
+    Epilogue,
+    Gemm,
+    MaxPool2d,
+    Multiplier,
+)
 
 MULTIPLIER_BITS = 15  # m < 2**15 keeps |acc * m| < 2**31 for |acc| < 2**16
 
@@ -89,8 +97,20 @@ def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # the tensors each operator reads, by the names programs give them
-OPERANDS = {Conv2d: ("input", "weight"), Dense: ("input", "weight"), Gemm: ("a", "b")}
-RESULT = {Conv2d: "output", Dense: "output", Gemm: "c"}
+OPERANDS = {Conv2d: ("input", "weight"), Dense: ("input", "weight"), Gemm: ("a", "b"),
+            MaxPool2d: ("input",)}  # fmt: skip
+RESULT = {Conv2d: "output", Dense: "output", Gemm: "c", MaxPool2d: "output"}
+
+
+def maxpool2d(op: MaxPool2d, x: np.ndarray) -> np.ndarray:
+    """The window maximum, padded positions holding `op.pad_value`."""
+    _check(x, op.input_shape, "input")
+    t, left, b, r = op.pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=op.pad_value)
+    (kh, kw), (sh, sw) = op.kernel, op.stride
+    taps = [xp[:, :, i : i + sh * (op.oh - 1) + 1 : sh, j : j + sw * (op.ow - 1) + 1 : sw]
+            for i in range(kh) for j in range(kw)]  # fmt: skip
+    return np.maximum.reduce(taps).astype(np.int8)
 
 
 def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -103,6 +123,8 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
         raise ScheduleError(f"the reference of {op.describe()} needs tensor(s) {missing}")
     if isinstance(op, Gemm):
         return {"c": gemm(op, tensors["a"], tensors["b"])}
+    if isinstance(op, MaxPool2d):
+        return {"output": maxpool2d(op, tensors["input"])}
     params = {
         "bias": tensors.get("bias"),
         "multiplier": comp.multiplier if comp.multiplier is not None else tensors.get("multiplier"),

@@ -18,9 +18,12 @@ from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs
 from tilecraft.compiler.pipeline import MEASURED
+from tilecraft.compiler.pool import compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
 from tilecraft.compiler.quant.quantize import (
     AccelLayer,
+    HostLayer,
+    PoolLayer,
     QuantizedNetwork,
     check_supported,
     quantize,
@@ -28,6 +31,7 @@ from tilecraft.compiler.quant.quantize import (
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule
+from tilecraft.ops import host as host_ops
 from tilecraft.progress import track
 from tilecraft.runtime.model import (
     AcceleratorStep,
@@ -49,25 +53,35 @@ class NetworkCompilation:
     layer_programs: dict[str, Program]  # each accelerator layer's own program, by layer name
 
 
-def _runs(net: QuantizedNetwork) -> list[list]:
+ON_ACCELERATOR = (AccelLayer, PoolLayer)
+
+
+def _host_pool(layer: PoolLayer) -> HostLayer:
+    """A max pool the accelerator cannot widen (block_in != block_out) runs on the host."""
+    op = layer.op
+    return HostLayer(layer.name, host_ops.MaxPool(op.kernel, op.stride, op.pads), (layer.input,),
+                     layer.output)  # fmt: skip
+
+
+def _runs(layers: list) -> list[list]:
     """The layers as maximal runs of consecutive accelerator layers, and host layers alone."""
     runs: list[list] = []
-    for layer in net.layers:
-        if isinstance(layer, AccelLayer) and runs and isinstance(runs[-1][0], AccelLayer):
+    for layer in layers:
+        if isinstance(layer, ON_ACCELERATOR) and runs and isinstance(runs[-1][0], ON_ACCELERATOR):
             runs[-1].append(layer)
         else:
             runs.append([layer])
     return runs
 
 
-def _bindings(layer: AccelLayer) -> dict[str, str]:
+def _bindings(layer) -> dict[str, str]:
     out = {"input": layer.input, "output": layer.output}
-    if layer.residual is not None:
+    if getattr(layer, "residual", None) is not None:
         out["residual"] = layer.residual
     return out
 
 
-def _step(layer: AccelLayer, index: int) -> AcceleratorStep:
+def _step(layer, index: int) -> AcceleratorStep:
     inputs = [Binding(b, t) for b, t in _bindings(layer).items() if b != "output"]
     return AcceleratorStep(layer.name, index, tuple(inputs), (Binding("output", layer.output),))
 
@@ -81,10 +95,12 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     program per layer. `layer_programs`, if given, receives each layer's own program."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
-    reads = {t for layer in net.layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
-    runs = _runs(net)
+    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and
+              cfg.block_in != cfg.block_out else layer for layer in net.layers]  # fmt: skip
+    reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
+    runs = _runs(layers)
     for k, run in enumerate(track(runs, f"compiling {net.name}")):
-        if not isinstance(run[0], AccelLayer):
+        if not isinstance(run[0], ON_ACCELERATOR):
             layer = run[0]
             steps.append(HostStep(layer.name, layer.op, layer.inputs, layer.output,
                                   tuple(sorted(layer.constants))))  # fmt: skip
@@ -130,12 +146,14 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
 
 
 def _reads(layer) -> list[str]:
-    if isinstance(layer, AccelLayer):
-        return [layer.input] + ([layer.residual] if layer.residual else [])
+    if isinstance(layer, ON_ACCELERATOR):
+        return [layer.input] + ([layer.residual] if getattr(layer, "residual", None) else [])
     return list(layer.inputs)
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
+def _compile(cfg, layer, chosen: dict, measure: int, fold):
+    if isinstance(layer, PoolLayer):
+        return compile_maxpool(cfg, layer.op, layer.name)
     key = _schedule_key(layer) + (fold,)
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip

@@ -19,6 +19,8 @@ class Reason(str, Enum):
     """Why a node runs where it does."""
 
     GEMM = "conv/dense: GEMM core with a fused epilogue"
+    POOL_ALU = "max pool: window maximum on the vector ALU"
+    POOL_SIGNED = "max pool with padding over inputs that may be negative (host kernel)"
     VIEW = "a view of the data: nothing moves"
     DEPTHWISE = "depthwise conv: no accelerator mapping yet (host kernel)"
     GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
@@ -54,6 +56,17 @@ def node_macs(graph: Graph, node: Node) -> int:
     return 0
 
 
+def pool_on_accelerator(graph: Graph, node: Node) -> bool:
+    """The accelerator pads with zeros: right for a max pool without padding, or over inputs a
+    fused ReLU (clip low >= 0) made non-negative."""
+    if not any(node.attrs.pads):
+        return True
+    producer = graph.producer().get(node.inputs[0])
+    clip = getattr(producer.attrs, "clip", None) if producer is not None else None
+    return producer is not None and producer.op in (OpType.CONV, OpType.DENSE) and \
+        clip is not None and clip[0] >= 0  # fmt: skip
+
+
 def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     op = node.op
     if op is OpType.CONV:
@@ -68,8 +81,11 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
         return Place.ACCELERATOR, Reason.GEMM
     if op is OpType.DENSE:
         return Place.ACCELERATOR, Reason.GEMM
+    if op is OpType.MAXPOOL:
+        return (Place.ACCELERATOR, Reason.POOL_ALU) if pool_on_accelerator(graph, node) else \
+            (Place.HOST, Reason.POOL_SIGNED)  # fmt: skip
     host = {
-        OpType.MAXPOOL: Reason.POOLING, OpType.AVGPOOL: Reason.POOLING,
+        OpType.AVGPOOL: Reason.POOLING,
         OpType.GLOBALAVGPOOL: Reason.POOLING, OpType.ADD: Reason.ADD,
         OpType.RELU: Reason.ACTIVATION, OpType.CLIP: Reason.ACTIVATION,
         OpType.SOFTMAX: Reason.SOFTMAX,

@@ -20,7 +20,7 @@ from tilecraft.compiler.frontend.ir import Graph, Node, OpType
 from tilecraft.compiler.graph.partition import Place, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.errors import ModelError, UnsupportedOperatorError
-from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
+from tilecraft.ops import Conv2d, Dense, Epilogue, MaxPool2d, Multiplier
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.reference import requant_params
 from tilecraft.runtime.model import TensorSpec
@@ -44,6 +44,16 @@ class AccelLayer:
 
 
 @dataclass(frozen=True)
+class PoolLayer:
+    """A max pool on the accelerator (int8 in and out, one scale)."""
+
+    name: str
+    op: MaxPool2d
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
 class HostLayer:
     name: str
     op: host_ops.HostOp
@@ -55,7 +65,7 @@ class HostLayer:
 @dataclass
 class QuantizedNetwork:
     name: str
-    layers: list[AccelLayer | HostLayer]
+    layers: list[AccelLayer | PoolLayer | HostLayer]
     tensors: dict[str, TensorSpec]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -211,6 +221,11 @@ def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
             layers.append(_conv_layer(graph, node, scales, name_of))
+        elif node.op is OpType.MAXPOOL and place(graph, node)[0] is Place.ACCELERATOR:
+            n, c, h, w = graph.shape(node.inputs[0])
+            a = node.attrs
+            op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=0)
+            layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         else:
             layers.append(_host_layer(graph, node, scales, name_of))
     for y in graph.outputs:

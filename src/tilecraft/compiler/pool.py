@@ -1,0 +1,121 @@
+"""Max pooling on the accelerator: the window maximum on the vector ALU.
+
+Per tile of output rows (one batch block, one channel block, `toh` rows, every column): LOAD
+the input rows the windows cover (zero padding, so a padded position is 0: the op says so with
+`pad_value` 0), widen them into the accumulator with the GEMM core (an identity weight matrix),
+copy the first tap into the output rows the same way, then one ALU MAX per remaining tap over
+the whole tile (a two-level loop: rows x columns with the stride in the source), and STORE.
+Tiles alternate between the two accumulator banks and two input slots, so the next tile's load
+overlaps this tile's work; `insert_tokens` orders the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.compiler.builder import MAX_INSNS, ProgramBuilder
+from tilecraft.compiler.kernels import UopKernels
+from tilecraft.compiler.tokens import insert_tokens
+from tilecraft.compiler.verify import verify
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import ACC_BANKS, HwConfig
+from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop, isa_for
+from tilecraft.ops import Computation, MaxPool2d
+from tilecraft.runtime.buffers import Role
+from tilecraft.runtime.layout import Activation, Lanes
+from tilecraft.runtime.program import Program
+
+SLOTS = 2
+
+
+def _tile_rows(cfg: HwConfig, op: MaxPool2d) -> int:
+    """The most output rows per tile whose input rows fit an input slot and whose input and
+    output rows fit one accumulator bank."""
+    (kh, _), (sh, _) = op.kernel, op.stride
+    width = op.w + op.pads[1] + op.pads[3]
+    inp_slot = cfg.depth("inp") // SLOTS
+    bank = cfg.acc_bank_rows
+    best = 0
+    for toh in range(1, op.oh + 1):
+        rows_in = ((toh - 1) * sh + kh) * width
+        if rows_in > inp_slot or rows_in + toh * op.ow > bank:
+            break
+        best = toh
+    if not best:
+        raise ScheduleError(
+            f"{op.describe()}: one output row's windows ({kh * width} input rows) do not fit "
+            f"an input slot of {inp_slot} rows and an accumulator bank of {bank}"
+        )
+    return best
+
+
+def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Program:
+    """A verified program computing `op` (its `pad_value` must be 0: the LOAD pads zeros)."""
+    if cfg.block_in != cfg.block_out:
+        raise ScheduleError("max pooling widens rows through an identity GEMM: it needs "
+                            f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}")
+    if op.pad_value != 0 and any(op.pads):
+        raise ScheduleError(f"the accelerator pads with zeros: pad_value must be 0, not "
+                            f"{op.pad_value}")  # fmt: skip
+    pad = isa_for(cfg).field("y_pad0")
+    if max(op.pads) > pad.hi:
+        raise ScheduleError(f"maxpool pads {list(op.pads)} exceed the LOAD's {pad.hi}")
+    (kh, kw), (sh, sw) = op.kernel, op.stride
+    t_pad, l_pad, b_pad, r_pad = op.pads
+    width = op.w + l_pad + r_pad
+    toh = _tile_rows(cfg, op)
+    nbs = -(-op.n // cfg.batch)
+    cbs = -(-op.c // cfg.block_in)
+    pb = ProgramBuilder(cfg, name)
+    lay_in = Activation(op.input_shape, Lanes.INP)
+    lay_out = Activation(op.output_shape, Lanes.OUT)
+    x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
+    y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
+    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+    ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
+    kernels = UopKernels()
+    bank = cfg.acc_bank_rows
+    tiles = [(nb, cb, oh0, min(toh, op.oh - oh0))
+             for nb in range(nbs) for cb in range(cbs) for oh0 in range(0, op.oh, toh)]  # fmt: skip
+    body: list = []
+    x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
+    for t, (nb, cb, oh0, rows) in enumerate(tiles):
+        slot = t % SLOTS
+        inp = slot * (cfg.depth("inp") // SLOTS)
+        acc_in = (slot % ACC_BANKS) * bank
+        height = (rows - 1) * sh + kh
+        out = acc_in + height * width
+        ih0 = oh0 * sh - t_pad  # first input row of the tile, maybe in the padding
+        top, bottom = max(0, -ih0), max(0, ih0 + height - op.h)
+        plane = x0 + (nb * cbs + cb) * op.h * op.w
+        body.append(Load(mem=MemId.INP, sram_base=inp, dram_base=plane + max(ih0, 0) * op.w,
+                         y_size=height - top - bottom, x_size=op.w, x_stride=op.w,
+                         y_pad0=top, y_pad1=bottom, x_pad0=l_pad, x_pad1=r_pad))  # fmt: skip
+        everything = kernels.loop(("rows", acc_in, inp), [Uop(acc_in, inp, 0)],
+                                  outer=(height, width, width, 0),
+                                  inner=(width, 1, 1, 0))  # fmt: skip
+        body += [Gemm(reset=True, **everything), Gemm(**everything)]
+        first = kernels.loop(("first", out, inp), [Uop(out, inp, 0)],
+                             outer=(rows, op.ow, sh * width, 0),
+                             inner=(op.ow, 1, sw, 0))  # fmt: skip
+        body += [Gemm(reset=True, **first), Gemm(**first)]
+        taps = [Uop(out, acc_in + i * width + j) for i in range(kh) for j in range(kw)][1:]
+        if taps:
+            fields = kernels.loop(("taps", out, acc_in), taps,
+                                  outer=(rows, op.ow, sh * width, 0),
+                                  inner=(op.ow, 1, sw, 0))  # fmt: skip
+            body.append(Alu(op=AluOp.MAX, **fields))
+        dst = y0 + ((nb * cbs + cb) * op.oh + oh0) * op.ow
+        body.append(Store(sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow,
+                          x_stride=rows * op.ow))  # fmt: skip
+    region = pb.place_uops(kernels.uops)
+    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
+                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
+    insns = prologue + body + [Finish()]
+    if len(insns) > MAX_INSNS:
+        raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
+                            f"{MAX_INSNS:,}")  # fmt: skip
+    insns = insert_tokens(cfg, insns, list(kernels.uops), region)
+    program = pb.build(insns, computation=Computation(op))
+    verify(program)
+    return program
