@@ -54,9 +54,11 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0) -> dict:
     for name, program in comp.layer_programs.items():  # each layer alone, on the cycle model
         report = model_report(program)
         ideal = macs[name] / block
-        numpy_seconds += _numpy_gemm_seconds(program, rng)
+        if macs[name]:
+            numpy_seconds += _numpy_gemm_seconds(program, rng)
         layers.append({"name": name, "macs": macs[name], "cycles": report.cycles,
-                       "ideal_cycles": ideal, "utilization": ideal / report.cycles,
+                       "ideal_cycles": ideal,
+                       "utilization": ideal / report.cycles if macs[name] else None,
                        "dram_bytes": sum(report.dram_bytes.values()),
                        "sqnr_db": sqnr.get(name)})  # fmt: skip
     cycles = result.accelerator_cycles
@@ -110,8 +112,8 @@ def format_table(r: dict) -> str:
     lines = [f"{'layer':10s} {'MACs':>12s} {'cycles':>10s} {'util':>6s} {'SQNR dB':>8s}"]
     for x in r["layers"]:
         sq = f"{x['sqnr_db']:8.2f}" if x["sqnr_db"] is not None else f"{'-':>8s}"
-        lines.append(f"{x['name']:10s} {x['macs']:12,d} {x['cycles']:10,d} "
-                     f"{x['utilization']:6.3f} {sq}")  # fmt: skip
+        util = f"{x['utilization']:6.3f}" if x["utilization"] is not None else f"{'-':>6s}"
+        lines.append(f"{x['name']:10s} {x['macs']:12,d} {x['cycles']:10,d} {util} {sq}")
     lines += [
         f"ResNet-18 on {r['config']}: modeled {r['modeled_latency_ms']:.1f} ms = accelerator "
         f"{r['accelerator_ms']:.1f} ms + host {r['host_ms_measured_here']:.1f} ms (measured "

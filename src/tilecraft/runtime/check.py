@@ -26,9 +26,11 @@ def expected_outputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[st
     return reference.outputs(program.computation, tensors)
 
 
-def expected_chain_outputs(program: Program, layers, inputs: dict) -> dict[str, np.ndarray]:
+def expected_chain_outputs(program: Program, layers, inputs: dict,
+                           every: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
     """The reference's outputs of a chained program: each layer (`runtime.model.ChainLayer`) in
-    order on the tensors the earlier ones made, `inputs` and the program's constants."""
+    order on the tensors the earlier ones made, `inputs` and the program's constants. With
+    `every`, also each tensor the layers hand over inside the program."""
     values = dict(inputs)
     for name, stored in program.constants.items():
         layout = program.buffer(name).layout
@@ -38,6 +40,9 @@ def expected_chain_outputs(program: Program, layers, inputs: dict) -> dict[str, 
         names = {b.buffer: b.tensor for b in layer.buffers}
         for buffer, value in reference.outputs(layer.computation, local).items():
             values[names[buffer]] = value
+    if every:
+        inner = {b.name for b in program.buffers if b.role.value in ("output", "scratch")}
+        return {k: v for k, v in values.items() if k in inner}
     return {b.name: values[b.name] for b in program.outputs}
 
 

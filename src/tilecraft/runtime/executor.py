@@ -97,8 +97,10 @@ def run_model(
         logical = {b.buffer: values[b.tensor] for b in step.inputs}
         cycles = dram = None
         pack = 0.0
-        if device is None and step.layers:
-            outs = expected_chain_outputs(program, step.layers, logical)
+        if device is None and step.layers:  # with keep, the tensors inside the chain too
+            outs = expected_chain_outputs(program, step.layers, logical, every=keep)
+            for name in set(outs) - {b.buffer for b in step.outputs}:
+                values[name] = outs[name]
         elif device is None:
             outs = expected_outputs(program, logical)
         else:
