@@ -10,7 +10,8 @@ from tilecraft.boards import resolve_config
 def test_resnet18_suite():
     r = resnet18.run(resolve_config(resnet18.PRESET), calibration=1)
     assert r["bit_exact_vs_reference"] and r["accelerator_mac_share"] == 1.0
-    assert len(r["layers"]) == 21 and all(x["cycles"] > x["ideal_cycles"] for x in r["layers"])
+    assert r["accelerator_programs"] == 1 and r["chained_layers"] == 23  # the whole network
+    assert len(r["layers"]) == 23 and all(x["cycles"] > x["ideal_cycles"] for x in r["layers"])
     assert r["modeled_latency_ms"] > r["accelerator_ms"] > 70  # the 16x16 @ 100 MHz floor: ~71
     assert r["arena_peak_bytes"] >= r["arena_lower_bound_bytes"] > 0
     assert r["output_sqnr_db"] > 15

@@ -15,7 +15,7 @@ def test_compile_then_run(tmp_path, capsys):
             "3", "-o", str(model)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "2 accelerator programs, 4 host steps" in out and "SQNR dB" in out
+    assert "1 accelerator program(s), 2 host step(s)" in out and "SQNR dB" in out
     x = tmp_path / "x.npy"
     np.save(x, np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32))
     result = tmp_path / "y.npz"

@@ -83,8 +83,8 @@ def cmd_compile_model(args) -> int:
     model = result.model
     steps = len(model.steps)
     print(
-        f"{model.name}: {len(model.programs)} accelerator programs, "
-        f"{steps - len(model.programs)} host steps, on {cfg.tag}"
+        f"{model.name}: {len(model.programs)} accelerator program(s), "
+        f"{steps - len(model.programs)} host step(s), on {cfg.tag}"
     )
     print("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items()))
     if args.report and data is not None:

@@ -20,7 +20,7 @@ from tilecraft.compiler.verify import verify
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop, isa_for
-from tilecraft.ops import Computation, MaxPool2d
+from tilecraft.ops import Computation, GlobalAvgPool2d, MaxPool2d
 from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import Activation, Lanes
 from tilecraft.runtime.program import Program
@@ -116,6 +116,64 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
                             f"{MAX_INSNS:,}")  # fmt: skip
     insns = insert_tokens(cfg, insns, list(kernels.uops), region)
+    program = pb.build(insns, computation=Computation(op))
+    verify(program)
+    return program
+
+
+def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap") -> Program:
+    """A verified program computing `op`: per group of channel planes, LOAD the planes, sum each
+    into one accumulator row with the GEMM core (an identity weight, the plane's rows on the
+    inner loop), then MUL, ADD the rounding constant, SHR, clip on the ALU, and STORE."""
+    if cfg.block_in != cfg.block_out:
+        raise ScheduleError("global average pooling sums rows through an identity GEMM: it "
+                            f"needs block_in == block_out, not {cfg.block_in}, {cfg.block_out}")
+    imm = isa_for(cfg).field("imm")
+    if op.multiplier > imm.hi or (op.shift and 1 << (op.shift - 1) > imm.hi):
+        raise ScheduleError(f"{op.describe()}: the multiplier and 2**(shift-1) must fit the "
+                            f"ALU immediate (<= {imm.hi})")  # fmt: skip
+    plane = op.h * op.w
+    slot_rows = cfg.depth("inp") // SLOTS
+    if plane > slot_rows:
+        raise ScheduleError(f"{op.describe()}: a {plane}-row plane exceeds an input slot "
+                            f"({slot_rows} rows)")  # fmt: skip
+    group = min(slot_rows // plane, cfg.acc_bank_rows)
+    nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
+    pb = ProgramBuilder(cfg, name)
+    lay_in = Activation(op.input_shape, Lanes.INP)
+    lay_out = Activation(op.output_shape, Lanes.OUT)
+    x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
+    y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
+    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+    ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
+    kernels = UopKernels()
+    x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
+    planes = nbs * cbs  # consecutive in DRAM, input and output alike
+    body: list = []
+    for t, first in enumerate(range(0, planes, group)):
+        count = min(group, planes - first)
+        slot = t % SLOTS
+        inp = slot * slot_rows
+        acc = (slot % ACC_BANKS) * cfg.acc_bank_rows
+        body.append(Load(mem=MemId.INP, sram_base=inp, dram_base=x0 + first * plane,
+                         y_size=1, x_size=count * plane, x_stride=count * plane))  # fmt: skip
+        sums = kernels.loop(("sum", acc, inp), [Uop(acc, inp, 0)],
+                            outer=(count, 1, plane, 0), inner=(plane, 0, 1, 0))  # fmt: skip
+        body += [Gemm(reset=True, **kernels.loop(("rows", acc), [Uop(acc, acc)],
+                                                 outer=(count, 1, 1, 0))), Gemm(**sums)]
+        rows = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
+        body.append(Alu(op=AluOp.MUL, use_imm=True, imm=op.multiplier, **rows))
+        if op.shift:
+            body.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (op.shift - 1), **rows))
+            body.append(Alu(op=AluOp.SHR, use_imm=True, imm=op.shift, **rows))
+        body.append(Alu(op=AluOp.MAX, use_imm=True, imm=-128, **rows))
+        body.append(Alu(op=AluOp.MIN, use_imm=True, imm=127, **rows))
+        body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
+                          x_stride=count))  # fmt: skip
+    region = pb.place_uops(kernels.uops)
+    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
+                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
+    insns = insert_tokens(cfg, prologue + body + [Finish()], list(kernels.uops), region)
     program = pb.build(insns, computation=Computation(op))
     verify(program)
     return program

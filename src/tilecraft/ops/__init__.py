@@ -8,6 +8,7 @@ from tilecraft.ops.operators import (
     Dense,
     Epilogue,
     Gemm,
+    GlobalAvgPool2d,
     MaxPool2d,
     Multiplier,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Epilogue",
     "Gemm",
     "GemmTiles",
+    "GlobalAvgPool2d",
     "LoopOrder",
     "MaxPool2d",
     "Multiplier",

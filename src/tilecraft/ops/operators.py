@@ -222,6 +222,42 @@ class MaxPool2d:
 
 
 @dataclass(frozen=True)
+class GlobalAvgPool2d:
+    """int8 (N, C, H, W) -> (N, C, 1, 1): the sum over H x W requantized, (sum * multiplier +
+    2**(shift-1)) >> shift, saturated to int8 (the average, at the output's scale)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    multiplier: int
+    shift: int
+    kind: ClassVar[str] = "globalavgpool2d"
+
+    def __post_init__(self) -> None:
+        _positive("global average pool", n=self.n, c=self.c, h=self.h, w=self.w,
+                  multiplier=self.multiplier)  # fmt: skip
+        if not 0 <= self.shift <= 31:
+            raise ScheduleError(f"global average pool shift must be in 0..31, not {self.shift}")
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, 1, 1)
+
+    def describe(self) -> str:
+        return (f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} "
+                f"x{self.multiplier} >>{self.shift}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """What happens to the int32 accumulators before the int8 output (`ops.reference.epilogue`
     is the exact definition): bias add, multiply by a per-tensor or per-channel multiplier,
@@ -275,12 +311,12 @@ class Computation:
     per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
     program's outputs from this and its inputs and constants."""
 
-    op: Conv2d | Dense | Gemm | MaxPool2d
+    op: Conv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d
     epilogue: Epilogue | None = None
     multiplier: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.op, (Gemm, MaxPool2d)) != (self.epilogue is None):
+        if isinstance(self.op, (Gemm, MaxPool2d, GlobalAvgPool2d)) != (self.epilogue is None):
             raise ScheduleError(
                 "a gemm or maxpool computation has no epilogue (a gemm's shift is part of it); "
                 "conv2d and dense have one"

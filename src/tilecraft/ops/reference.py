@@ -19,12 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.errors import ScheduleError
+from tilecraft.ops.operators import INT8 as INT8_RANGE
 from tilecraft.ops.operators import (
     Computation,
     Conv2d,
     Dense,
     Epilogue,
     Gemm,
+    GlobalAvgPool2d,
     MaxPool2d,
     Multiplier,
 )
@@ -98,8 +100,19 @@ def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # the tensors each operator reads, by the names programs give them
 OPERANDS = {Conv2d: ("input", "weight"), Dense: ("input", "weight"), Gemm: ("a", "b"),
-            MaxPool2d: ("input",)}  # fmt: skip
-RESULT = {Conv2d: "output", Dense: "output", Gemm: "c", MaxPool2d: "output"}
+            MaxPool2d: ("input",), GlobalAvgPool2d: ("input",)}  # fmt: skip
+RESULT = {Conv2d: "output", Dense: "output", Gemm: "c", MaxPool2d: "output",
+          GlobalAvgPool2d: "output"}  # fmt: skip
+
+
+def global_avgpool2d(op: GlobalAvgPool2d, x: np.ndarray) -> np.ndarray:
+    """The requantized sum over each plane, in the accelerator's 32-bit wrapping steps."""
+    _check(x, op.input_shape, "input")
+    total = wrap32(np.asarray(x, np.int64).sum(axis=(2, 3), keepdims=True))
+    y = wrap32(total * op.multiplier)
+    if op.shift:
+        y = wrap32(y + (1 << (op.shift - 1))) >> op.shift
+    return np.clip(y, INT8_RANGE[0], INT8_RANGE[1]).astype(np.int8)
 
 
 def maxpool2d(op: MaxPool2d, x: np.ndarray) -> np.ndarray:
@@ -125,6 +138,8 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
         return {"c": gemm(op, tensors["a"], tensors["b"])}
     if isinstance(op, MaxPool2d):
         return {"output": maxpool2d(op, tensors["input"])}
+    if isinstance(op, GlobalAvgPool2d):
+        return {"output": global_avgpool2d(op, tensors["input"])}
     params = {
         "bias": tensors.get("bias"),
         "multiplier": comp.multiplier if comp.multiplier is not None else tensors.get("multiplier"),
@@ -145,7 +160,7 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
     return {"output": dense(ep, x, w, **params)}
 
 
-def requant_params(scale, acc_bound: int) -> tuple[np.ndarray, int]:
+def requant_params(scale, acc_bound: int, max_shift: int = 31) -> tuple[np.ndarray, int]:
     """Integer (m, s) approximating a float `scale` (scalar or per channel): m / 2**s ~ scale.
 
     s is the largest shift (<= 31) such that every m < 2**MULTIPLIER_BITS and |x * m| stays
@@ -158,7 +173,7 @@ def requant_params(scale, acc_bound: int) -> tuple[np.ndarray, int]:
     if np.any(scale <= 0) or not np.all(np.isfinite(scale)):
         raise ScheduleError(f"requantization scales must be positive and finite, got {scale}")
     top = float(scale.max())
-    for s in range(31, -1, -1):
+    for s in range(max_shift, -1, -1):
         m = np.round(scale * (1 << s)).astype(np.int64)
         if m.max() < (1 << MULTIPLIER_BITS) and int(m.max()) * acc_bound < (1 << 31):
             if np.any(m == 0):

@@ -94,7 +94,7 @@ def run_model(
             reports.append(StepReport(step.name, "host", time.perf_counter() - start))
             continue
         program = model.programs[step.program]
-        logical = {b.buffer: values[b.tensor] for b in step.inputs}
+        logical = {b.buffer: _view(program, b.buffer, values[b.tensor]) for b in step.inputs}
         cycles = dram = None
         pack = 0.0
         if device is None and step.layers:  # with keep, the tensors inside the chain too
@@ -120,3 +120,13 @@ def run_model(
                                   cycles, dram, pack))  # fmt: skip
     outputs = {name: values[name] for name in model.outputs}
     return ModelRun(outputs, reports, values if keep else {})
+
+
+def _view(program, buffer: str, value: np.ndarray) -> np.ndarray:
+    """A tensor as the program's buffer sees it: (N, C, 1, 1) and (N, C) are the same values
+    (a flatten the compiler left out), so a reshape of the same size is taken as given."""
+    layout = program.buffer(buffer).layout
+    if layout is not None and value.shape != tuple(layout.logical) and \
+            value.size == int(np.prod(layout.logical)):  # fmt: skip
+        return value.reshape(layout.logical)
+    return value

@@ -49,4 +49,4 @@ def test_resnet18_on_rtl():
     graph = import_model(resnet18())
     model = compile_network(graph, resolve_config("pynq-z1"), random_calibration(graph, 1)).model
     sim, rtl = _compare(model, (1, 3, 224, 224), seed=1)
-    assert sum(s.place == "accelerator" for s in rtl.steps) == 3  # conv1 | 19 convs | fc
+    assert sum(s.place == "accelerator" for s in rtl.steps) == 1  # the whole network

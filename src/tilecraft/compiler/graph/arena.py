@@ -35,22 +35,24 @@ class Arena:
         return self.peak_bytes / self.lower_bound_bytes - 1 if self.lower_bound_bytes else 0.0
 
 
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def _aligned(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
 
 
-def lower_bound(intervals: list[Interval]) -> int:
+def lower_bound(intervals: list[Interval], align: int = ALIGN) -> int:
     steps = {i.first for i in intervals} | {i.last for i in intervals}
-    return max((sum(_aligned(i.size) for i in intervals if i.first <= s <= i.last)
+    return max((sum(_aligned(i.size, align) for i in intervals if i.first <= s <= i.last)
                 for s in steps), default=0)  # fmt: skip
 
 
-def plan_arena(intervals: list[Interval], budget: int = DEFAULT_BUDGET) -> Arena:
-    """Offsets for every interval; `ModelError` when the peak exceeds `budget` bytes."""
+def plan_arena(intervals: list[Interval], budget: int = DEFAULT_BUDGET,
+               align: int = ALIGN) -> Arena:  # fmt: skip
+    """Offsets (multiples of `align` bytes) for every interval; `ModelError` when the peak
+    exceeds `budget` bytes."""
     placed: list[tuple[int, int, Interval]] = []  # (offset, end, interval)
     offsets = {}
     for it in sorted(intervals, key=lambda i: (-i.size, i.first, i.name)):
-        size = _aligned(it.size)
+        size = _aligned(it.size, align)
         busy = sorted((o, e) for o, e, other in placed
                       if not (other.last < it.first or it.last < other.first))  # fmt: skip
         best, best_gap, cursor = None, None, 0
@@ -63,7 +65,7 @@ def plan_arena(intervals: list[Interval], budget: int = DEFAULT_BUDGET) -> Arena
         placed.append((offset, offset + size, it))
         offsets[it.name] = offset
     peak = max((e for _, e, _ in placed), default=0)
-    arena = Arena(offsets, peak, lower_bound(intervals), budget)
+    arena = Arena(offsets, peak, lower_bound(intervals, align), budget)
     if peak > budget:
         raise ModelError(
             f"the network needs {peak:,} bytes of DRAM for its activations (lower bound "

@@ -37,6 +37,11 @@ from tilecraft.runtime.buffers import BufferSpec, Role
 from tilecraft.runtime.program import DRAM_PAGE, Program
 
 
+class LayoutMismatch(ScheduleError):
+    """A layer reads a tensor in another layout than its producer stores it: the layers stay
+    separate programs and the host re-packs between them."""
+
+
 @dataclass(frozen=True)
 class Part:
     """One layer of a chain: its program and {buffer name: network tensor} for the buffers it
@@ -47,12 +52,18 @@ class Part:
 
 
 def compatible(cfg: HwConfig, writer: BufferSpec, reader: BufferSpec) -> bool:
-    """Whether what `writer` stores is byte for byte what `reader` loads."""
+    """Whether what `writer` stores is byte for byte what `reader` loads, as the same values in
+    the same order (a (N, C, 1, 1) activation and its (N, C) rows can be): checked by packing a
+    probe of distinct values through both layouts."""
     w, r = writer.layout, reader.layout
-    if w is None or r is None or type(w) is not type(r) or w.logical != r.logical:
+    if w is None or r is None or writer.shape != reader.shape or writer.dtype != reader.dtype:
         return False
-    return cfg.block_in == cfg.block_out and writer.shape == reader.shape and \
-        writer.dtype == reader.dtype  # fmt: skip
+    size = int(np.prod(w.logical))
+    if size != int(np.prod(r.logical)):
+        return False
+    probe = np.arange(1, size + 1, dtype=np.int64)
+    return np.array_equal(w.pack(cfg, probe.reshape(w.logical)),
+                          r.pack(cfg, probe.reshape(r.logical)))  # fmt: skip
 
 
 def _global(i: int, part: Part, buf: BufferSpec) -> str:
@@ -78,7 +89,7 @@ def _buffers(parts: list[Part], exports: set[str], budget: int):
             wi, wb = writers[0]
             for ri, rb in readers:
                 if ri <= wi or not compatible(cfg, wb, rb):
-                    raise ScheduleError(
+                    raise LayoutMismatch(
                         f"layer {parts[ri].program.name} cannot read {name!r} as "
                         f"{parts[wi].program.name} stores it"
                     )
@@ -96,7 +107,8 @@ def _buffers(parts: list[Part], exports: set[str], budget: int):
                 constants[name] = parts[i].program.constants[base.name]
         specs[name] = (role, base)
         intervals.append(Interval(name, base.nbytes, first, end))
-    arena = plan_arena(intervals, budget)
+    align = max(cfg.elem_bytes(b) for b in BUFFERS)  # any element size can address a buffer
+    arena = plan_arena(intervals, budget, align)
     buffers = [BufferSpec(n, role, b.shape, b.dtype, arena.offsets[n], b.layout, b.value_range)
                for n, (role, b) in specs.items()]  # fmt: skip
     return buffers, constants, arena

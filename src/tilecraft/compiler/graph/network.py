@@ -16,9 +16,9 @@ from tilecraft.compiler.conv2d import compile_operator
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
-from tilecraft.compiler.graph.chain import Part, chain_programs
+from tilecraft.compiler.graph.chain import LayoutMismatch, Part, chain_programs
 from tilecraft.compiler.pipeline import MEASURED
-from tilecraft.compiler.pool import compile_maxpool
+from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
 from tilecraft.compiler.quant.quantize import (
     AccelLayer,
@@ -30,7 +30,7 @@ from tilecraft.compiler.quant.quantize import (
 )
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import ConvSchedule
+from tilecraft.ops import ConvSchedule, MaxPool2d
 from tilecraft.ops import host as host_ops
 from tilecraft.progress import track
 from tilecraft.runtime.model import (
@@ -57,10 +57,13 @@ ON_ACCELERATOR = (AccelLayer, PoolLayer)
 
 
 def _host_pool(layer: PoolLayer) -> HostLayer:
-    """A max pool the accelerator cannot widen (block_in != block_out) runs on the host."""
+    """A pool the accelerator cannot widen (block_in != block_out) runs on the host."""
     op = layer.op
-    return HostLayer(layer.name, host_ops.MaxPool(op.kernel, op.stride, op.pads), (layer.input,),
-                     layer.output)  # fmt: skip
+    if isinstance(op, MaxPool2d):
+        host = host_ops.MaxPool(op.kernel, op.stride, op.pads)
+    else:
+        host = host_ops.GlobalAvgPool(op.multiplier, op.shift)
+    return HostLayer(layer.name, host, (layer.input,), layer.output)
 
 
 def _runs(layers: list) -> list[list]:
@@ -119,7 +122,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             try:
                 program, _ = chain_programs(parts, exports, f"{run[0].name}..{run[-1].name}",
                                             budget)  # fmt: skip
-            except ScheduleError:
+            except LayoutMismatch:
                 program = None  # layouts that do not line up: one program per layer
             if program is not None:
                 layers = tuple(ChainLayer(p.computation, tuple(
@@ -152,8 +155,10 @@ def _reads(layer) -> list[str]:
 
 
 def _compile(cfg, layer, chosen: dict, measure: int, fold):
-    if isinstance(layer, PoolLayer):
+    if isinstance(layer, PoolLayer) and isinstance(layer.op, MaxPool2d):
         return compile_maxpool(cfg, layer.op, layer.name)
+    if isinstance(layer, PoolLayer):
+        return compile_global_avgpool(cfg, layer.op, layer.name)
     key = _schedule_key(layer) + (fold,)
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip

@@ -21,6 +21,7 @@ class Reason(str, Enum):
     GEMM = "conv/dense: GEMM core with a fused epilogue"
     POOL_ALU = "max pool: window maximum on the vector ALU"
     POOL_SIGNED = "max pool with padding over inputs that may be negative (host kernel)"
+    POOL_AVG = "global average pool: GEMM row sums and requantization on the ALU"
     VIEW = "a view of the data: nothing moves"
     DEPTHWISE = "depthwise conv: no accelerator mapping yet (host kernel)"
     GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
@@ -81,12 +82,14 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
         return Place.ACCELERATOR, Reason.GEMM
     if op is OpType.DENSE:
         return Place.ACCELERATOR, Reason.GEMM
+    if op is OpType.GLOBALAVGPOOL:
+        return Place.ACCELERATOR, Reason.POOL_AVG
     if op is OpType.MAXPOOL:
         return (Place.ACCELERATOR, Reason.POOL_ALU) if pool_on_accelerator(graph, node) else \
             (Place.HOST, Reason.POOL_SIGNED)  # fmt: skip
     host = {
         OpType.AVGPOOL: Reason.POOLING,
-        OpType.GLOBALAVGPOOL: Reason.POOLING, OpType.ADD: Reason.ADD,
+        OpType.ADD: Reason.ADD,
         OpType.RELU: Reason.ACTIVATION, OpType.CLIP: Reason.ACTIVATION,
         OpType.SOFTMAX: Reason.SOFTMAX,
         OpType.BATCHNORM: Reason.UNFUSED, OpType.MUL: Reason.UNFUSED,

@@ -19,8 +19,8 @@ import numpy as np
 from tilecraft.compiler.frontend.ir import Graph, Node, OpType
 from tilecraft.compiler.graph.partition import Place, place
 from tilecraft.compiler.quant.calibrate import Ranges
-from tilecraft.errors import ModelError, UnsupportedOperatorError
-from tilecraft.ops import Conv2d, Dense, Epilogue, MaxPool2d, Multiplier
+from tilecraft.errors import ModelError, ScheduleError, UnsupportedOperatorError
+from tilecraft.ops import Conv2d, Dense, Epilogue, GlobalAvgPool2d, MaxPool2d, Multiplier
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.reference import requant_params
 from tilecraft.runtime.model import TensorSpec
@@ -45,10 +45,11 @@ class AccelLayer:
 
 @dataclass(frozen=True)
 class PoolLayer:
-    """A max pool on the accelerator (int8 in and out, one scale)."""
+    """A pooling layer on the accelerator: max pool (one scale in and out) or global average
+    pool (requantized to its output's scale)."""
 
     name: str
-    op: MaxPool2d
+    op: MaxPool2d | GlobalAvgPool2d
     input: str
     output: str
 
@@ -189,6 +190,19 @@ def _conv_layer(graph: Graph, node: Node, scales, name_of) -> AccelLayer | HostL
     return AccelLayer(node.name, op, ep, qw, qb.astype(np.int32), m, name_of(x), residual, out)
 
 
+def _gap_layer(graph: Graph, node: Node, scales, name_of) -> PoolLayer | HostLayer:
+    """The global average pool on the accelerator when its requantization fits the ALU's
+    immediates (shift <= 15), else on the host."""
+    n, c, h, w = graph.shape(node.inputs[0])
+    scale = scales[node.inputs[0]] / (h * w * scales[node.output])
+    try:
+        m, s = requant_params(scale, h * w * 128, max_shift=15)
+    except ScheduleError:
+        return _host_layer(graph, node, scales, name_of)
+    op = GlobalAvgPool2d(n, c, h, w, int(m), s)
+    return PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output))
+
+
 def _host_layer(graph: Graph, node: Node, scales, name_of) -> HostLayer:
     ins = tuple(name_of(i) for i in node.inputs)
     out = name_of(node.output)
@@ -212,7 +226,12 @@ def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
     check_supported(graph)
     scales = activation_scales(graph, ranges)
 
+    views = {n.output: n.inputs[0] for n in graph.nodes  # (N, C, 1, 1) -> (N, C): same bytes
+             if n.op is OpType.FLATTEN and graph.shape(n.inputs[0])[2:] == (1, 1)
+             and n.output not in graph.outputs}  # fmt: skip
+
     def name_of(t: str) -> str:
+        t = views.get(t, t)
         return f"{t}:q" if t in graph.inputs or t in graph.outputs else t
 
     layers: list = []
@@ -226,6 +245,10 @@ def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
             a = node.attrs
             op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=0)
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
+        elif node.op is OpType.GLOBALAVGPOOL:
+            layers.append(_gap_layer(graph, node, scales, name_of))
+        elif node.output in views:
+            continue
         else:
             layers.append(_host_layer(graph, node, scales, name_of))
     for y in graph.outputs:
@@ -233,8 +256,9 @@ def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
         layers.append(HostLayer(f"dequantize:{y}", dequantize, (name_of(y),), y))
     tensors = {}
     for t, s in scales.items():
-        tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s))
+        if t not in views:
+            tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s))
     for t in (*graph.inputs, *graph.outputs):
         tensors[t] = TensorSpec(t, graph.shape(t), "float32", 1.0)
-    float_names = {name_of(t): t for t in scales}
+    float_names = {name_of(t): t for t in scales if t not in views}
     return QuantizedNetwork(graph.name, layers, tensors, graph.inputs, graph.outputs, float_names)
