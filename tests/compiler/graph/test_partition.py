@@ -42,3 +42,16 @@ def test_cli_partition(tmp_path, capsys):
     assert data["accelerator_mac_share"] == 1.0 and len(data["nodes"]) == 24
     assert main(["partition", str(tmp_path / "none.onnx")]) == 1
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_a_padded_max_pool_over_signed_values_stays_on_the_host():
+    from tilecraft.models.onnx_builder import Builder
+
+    b = Builder("signed", 0)
+    y = b.conv_bn("input", 3, 16, 3, act=None)  # no ReLU: values may be negative
+    y = b.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    z = b.node("MaxPool", [b.conv_bn(y, 16, 16, 3, act=None)], kernel_shape=[2, 2], strides=[2, 2])
+    placements = {p.node: p for p in partition(import_model(b.model("input", (1, 3, 8, 8), z,
+                                                                     (1, 16, 2, 2))))}  # fmt: skip
+    pools = [p for p in placements.values() if p.op == "MaxPool"]
+    assert [p.reason for p in pools] == [Reason.POOL_SIGNED, Reason.POOL_ALU]  # padding decides
