@@ -1,0 +1,27 @@
+"""The second zoo network end to end: MobileNetV2 (ReLU6 clips, inverted residuals, 17
+depthwise convs on the host kernel between accelerator programs), bit-exact on sim."""
+
+import numpy as np
+
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.network import compile_network
+from tilecraft.compiler.quant.calibrate import random_calibration
+from tilecraft.hw.config import preset
+from tilecraft.models.zoo import mobilenet_v2
+from tilecraft.ops import host as H
+from tilecraft.runtime import get_device
+from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.model import AcceleratorStep, HostStep
+
+
+def test_mobilenet_v2_on_sim():
+    graph = import_model(mobilenet_v2(seed=1, size=64))
+    model = compile_network(graph, preset("default"), random_calibration(graph, 1)).model
+    host = [s for s in model.steps if isinstance(s, HostStep)]
+    assert sum(isinstance(s.op, H.DepthwiseConv) for s in host) == 17
+    assert sum(isinstance(s, AcceleratorStep) for s in model.steps) == 18  # split by them
+    x = {"input": np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    sim = run_model(model, x, get_device("sim"), keep=True)
+    ref = run_model(model, x, keep=True)
+    for name, value in sim.tensors.items():
+        np.testing.assert_array_equal(value, ref.tensors[name], err_msg=name)
