@@ -246,11 +246,18 @@ def test_plan_rejects_overlap():
     bufs = [w, BufferSpec("y", "output", (8,), "int8", 16)]
     with pytest.raises(ProgramError, match="w and y overlap in DRAM at byte 16"):
         _hand_made(bufs, constants={"w": np.zeros(32, np.int8)})
-    # tensors may share bytes (a network's activation arena); the verifier orders their uses
+    # scratch tensors may share bytes with scratch and outputs (a network's activation arena);
+    # the verifier orders their uses. Inputs share nothing, outputs no other output.
     shared = [BufferSpec("x", "input", (32,), "int8", 0),
-              BufferSpec("t", "scratch", (8,), "int8", 8),
-              BufferSpec("y", "output", (8,), "int8", 16)]  # fmt: skip
+              BufferSpec("t", "scratch", (16,), "int8", 32),
+              BufferSpec("y", "output", (8,), "int8", 40)]  # fmt: skip
     assert len(_hand_made(shared).buffers) == 3
+    with pytest.raises(ProgramError, match="x and t overlap"):
+        _hand_made([BufferSpec("x", "input", (32,), "int8", 0),
+                    BufferSpec("t", "scratch", (8,), "int8", 8)])  # fmt: skip
+    with pytest.raises(ProgramError, match="y and z overlap"):
+        _hand_made([BufferSpec("y", "output", (32,), "int8", 0),
+                    BufferSpec("z", "output", (8,), "int8", 8)])  # fmt: skip
     with pytest.raises(ProgramError, match="t and w overlap in DRAM at byte 32"):
         _hand_made([BufferSpec("t", "scratch", (40,), "int8", 0),
                     BufferSpec("w", "constant", (8,), "int8", 32)],
@@ -407,3 +414,9 @@ def test_a_program_is_immutable(program):
         program.constants["x"] = np.zeros(1)
     renamed = program.replace(name="other")
     assert renamed.name == "other" and program.name != "other"
+
+
+def test_odd_dtype_strings_are_refused_by_name():
+    for dtype in ("0", "00", "i9"):  # numpy raises ValueError/SyntaxError/TypeError for these
+        with pytest.raises(ProgramError, match=f"dtype '{dtype}' is unknown"):
+            BufferSpec("x", "input", (1,), dtype, 0)

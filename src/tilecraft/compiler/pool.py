@@ -42,10 +42,13 @@ def _tile_rows(cfg: HwConfig, op: MaxPool2d) -> int:
             break
         best = toh
     if not best:
+        rows_in = kh * width
+        limit = (f"an input slot of {inp_slot} rows" if rows_in > inp_slot else
+                 f"an accumulator bank of {bank} rows (with its {op.ow} output rows)")
         raise ScheduleError(
-            f"{op.describe()}: one output row's windows ({kh * width} input rows) do not fit "
-            f"an input slot of {inp_slot} rows and an accumulator bank of {bank}"
-        )
+            f"{op.describe()}: one output row's windows ({rows_in} input rows) do not fit "
+            f"{limit}"
+        )  # fmt: skip
     return best
 
 

@@ -175,7 +175,8 @@ def requant_params(scale, acc_bound: int, max_shift: int = 31) -> tuple[np.ndarr
     top = float(scale.max())
     for s in range(max_shift, -1, -1):
         m = np.round(scale * (1 << s)).astype(np.int64)
-        if m.max() < (1 << MULTIPLIER_BITS) and int(m.max()) * acc_bound < (1 << 31):
+        rounding = (1 << (s - 1)) if s else 0
+        if m.max() < (1 << MULTIPLIER_BITS) and int(m.max()) * acc_bound + rounding < (1 << 31):
             if np.any(m == 0):
                 raise ScheduleError(
                     f"scale {float(scale.min()):.3g} is too small next to {top:.3g} for one "

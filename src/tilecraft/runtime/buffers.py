@@ -43,7 +43,7 @@ class BufferSpec:
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
         try:
             dtype = np.dtype(self.dtype)
-        except TypeError:
+        except (TypeError, ValueError, SyntaxError):  # numpy parses odd strings ("0", "00")
             raise ProgramError(f"buffer {self.name!r}: dtype {self.dtype!r} is unknown") from None
         if dtype.kind not in "iuf":
             raise ProgramError(

@@ -275,24 +275,26 @@ class Program:
                     f"{name} at DRAM bytes [{off}, {off + size}) lie outside the program's "
                     f"{self.dram_size}-byte region"
                 )
-        # tensors may share bytes (a network's activation arena reuses a dead tensor's bytes:
-        # the compiler orders their uses and the verifier checks it); instructions, micro-ops
-        # and constants overlap nothing
-        scratch = {b.name for b in self.buffers if b.role != Role.CONSTANT}
-        spans = sorted((off, off + size, name) for name, off, size in regions
-                       if size and name not in scratch)  # fmt: skip
-        shared = sorted((b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
-                        if b.name in scratch and b.nbytes)  # fmt: skip
+        # a network's activation arena reuses a dead tensor's bytes: a scratch tensor may share
+        # bytes with scratch tensors and outputs (the compiler orders their uses, the verifier
+        # checks it); instructions, micro-ops, constants and inputs overlap nothing, outputs
+        # no other output
+        shared = {b.name for b in self.buffers if b.role in (Role.SCRATCH, Role.OUTPUT)}
+        outputs = [(b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
+                   if b.role == Role.OUTPUT and b.nbytes]  # fmt: skip
         merged: list[tuple[int, int, str]] = []
-        for lo, hi, name in shared:
+        for lo, hi, name in sorted((b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
+                                   if b.name in shared and b.nbytes):  # fmt: skip
             if merged and lo < merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(hi, merged[-1][1]), merged[-1][2])
             else:
                 merged.append((lo, hi, name))
-        spans = sorted(spans + merged)
-        for (_a0, a1, an), (b0, _, bn) in zip(spans, spans[1:]):
-            if b0 < a1:
-                raise ProgramError(f"{an} and {bn} overlap in DRAM at byte {b0}")
+        fixed = [(off, off + size, name) for name, off, size in regions
+                 if size and name not in shared]  # fmt: skip
+        for spans in (sorted(fixed + merged), sorted(outputs)):
+            for (_a0, a1, an), (b0, _, bn) in zip(spans, spans[1:]):
+                if b0 < a1:
+                    raise ProgramError(f"{an} and {bn} overlap in DRAM at byte {b0}")
         for b in self.buffers:
             if b.layout is not None and b.layout.stored_shape(self.config) != b.shape:
                 raise ProgramError(

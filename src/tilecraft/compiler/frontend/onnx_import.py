@@ -155,9 +155,12 @@ def _graph(onnx, model, where: str) -> Graph:
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         if vi.name not in constants and (t := _type(vi)) is not None:
             types[vi.name] = t
-    nodes = []
+    nodes, seen = [], set()
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
+        if name in seen:  # the checker allows duplicates; the passes key on names
+            name = f"{name}_{i}"
+        seen.add(name)
         if n.op_type == "Constant":  # folded into the constants here
             constants[n.output[0]] = _constant_value(onnx, n)
             continue
@@ -206,8 +209,11 @@ def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: d
         raise ModelError(f"node {name}: auto_pad {a['auto_pad']!r} is not supported; "
                          "export with explicit pads")  # fmt: skip
     if op is OpType.CONV:
+        kernel = a.get("kernel_shape")
+        if kernel is None and inputs[1] in constants:  # optional in ONNX: the weight's
+            kernel = constants[inputs[1]].shape[2:]
         return ConvAttrs(
-            kernel=_pair(a.get("kernel_shape"), 1), stride=_pair(a.get("strides"), 1),
+            kernel=_pair(kernel, 1), stride=_pair(a.get("strides"), 1),
             pads=_pads(a.get("pads")), groups=int(a.get("group", 1)),
             dilation=_pair(a.get("dilations"), 1),
         )  # fmt: skip

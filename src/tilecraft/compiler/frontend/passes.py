@@ -29,15 +29,19 @@ def _single_use(graph: Graph, tensor: str) -> bool:
     return len(graph.consumers().get(tensor, [])) == 1 and tensor not in graph.outputs
 
 
-def _rename(nodes, old: str, new: str):
-    return [n.with_(inputs=tuple(new if i == old else i for i in n.inputs)) for n in nodes]
-
-
 def remove_identities(graph: Graph) -> Graph:
-    nodes = list(graph.nodes)
-    for node in graph.nodes:
-        if node.op is OpType.IDENTITY and node.output not in graph.outputs:
-            nodes = _rename([n for n in nodes if n is not node], node.output, node.inputs[0])
+    """Identity (and chains of them) dropped, readers reading the source (a graph output keeps
+    its Identity, so its name stays)."""
+    alias = {n.output: n.inputs[0] for n in graph.nodes
+             if n.op is OpType.IDENTITY and n.output not in graph.outputs}  # fmt: skip
+
+    def root(t: str) -> str:
+        while t in alias:
+            t = alias[t]
+        return t
+
+    nodes = [n.with_(inputs=tuple(root(i) for i in n.inputs)) for n in graph.nodes
+             if n.output not in alias]  # fmt: skip
     return graph.replace(nodes=tuple(nodes))
 
 
@@ -95,8 +99,13 @@ def dense_from_gemm(graph: Graph) -> Graph:
             if has_c and node.inputs[2] not in constants:
                 nodes.append(node)
                 continue
-            b = constants[node.inputs[2]] * a.beta if has_c else np.zeros(n)
-            nodes.append(_dense(node, node.outputs, w, np.broadcast_to(b, (n,)), constants))
+            b = np.asarray(constants[node.inputs[2]], np.float64) * a.beta if has_c else \
+                np.zeros(n)  # fmt: skip
+            b = _bias_row(b, n)
+            if b is None:  # a bias that differs per row: not a dense layer's
+                nodes.append(node)
+                continue
+            nodes.append(_dense(node, node.outputs, w, b, constants))
             continue
         if node.op is OpType.MATMUL and node.inputs[1] in constants and \
                 len(graph.shape(node.inputs[0])) == 2:  # fmt: skip
@@ -105,8 +114,9 @@ def dense_from_gemm(graph: Graph) -> Graph:
             add = users[0] if len(users) == 1 else None
             if add is not None and add.op is OpType.ADD and node.output not in graph.outputs:
                 other = [i for i in add.inputs if i != node.output]
-                if len(other) == 1 and other[0] in constants:
-                    b = np.broadcast_to(constants[other[0]], (w.shape[1],))
+                b = _bias_row(constants[other[0]], w.shape[1]) if len(other) == 1 and \
+                    other[0] in constants else None  # fmt: skip
+                if b is not None:
                     nodes.append(_dense(node, add.outputs, w, b, constants))
                     drop.add(add.name)
                     continue
@@ -114,6 +124,16 @@ def dense_from_gemm(graph: Graph) -> Graph:
             continue
         nodes.append(node)
     return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants))
+
+
+def _bias_row(b, n: int):
+    """A bias broadcast over rows ((N,), (1, N), a scalar) as (N,); None if it varies by row."""
+    b = np.asarray(b, np.float64)
+    if b.size == 1:
+        return np.full(n, float(b.reshape(())))
+    if b.size == n and b.shape[-1] == n:
+        return b.reshape(n)
+    return None
 
 
 def _dense(node: Node, outputs, w, b, constants) -> Node:
@@ -136,10 +156,11 @@ def flatten_reshapes(graph: Graph) -> Graph:
 
 
 def fuse_residual(graph: Graph) -> Graph:
-    """Add(conv_out, other) -> the conv adds `other` in its epilogue (the later of two convs, so
-    `other` exists by then). The conv must have no clip yet and its output one use."""
+    """Add(conv_out, other) -> the conv adds `other` in its epilogue (the later of two convs).
+    The conv must have no clip yet and its output one use; when `other` is made after the conv,
+    the fused conv moves to the Add's place, where both exist."""
     producer, order = graph.producer(), {n.name: i for i, n in enumerate(graph.nodes)}
-    changed, drop = {}, set()
+    changed, drop, place_at = {}, set(), {}
     for add in graph.nodes:
         if add.op is not OpType.ADD or len(add.inputs) != 2:
             continue
@@ -150,17 +171,27 @@ def fuse_residual(graph: Graph) -> Graph:
         for mine, other in ((a, b), (b, a)):
             conv = changed.get(getattr(producer.get(mine), "name", None)) or producer.get(mine)
             if (conv is not None and conv.op is OpType.CONV and not conv.attrs.residual
-                    and conv.attrs.clip is None and _single_use(graph, mine)):  # fmt: skip
+                    and conv.attrs.clip is None and _single_use(graph, mine)
+                    and conv.name not in drop):  # fmt: skip
                 options.append((order[conv.name], conv, other))
         if not options:
             continue
         _, conv, other = max(options, key=lambda o: o[0])
         attrs = ConvAttrs(**{**conv.attrs.__dict__, "residual": True})
-        changed[conv.name] = conv.with_(
-            inputs=(*conv.inputs[:3], other), outputs=add.outputs, attrs=attrs
-        )
-        drop.add(add.name)
-    nodes = [changed.get(n.name, n) for n in graph.nodes if n.name not in drop]
+        fused = conv.with_(inputs=(*conv.inputs[:3], other), outputs=add.outputs, attrs=attrs)
+        made = order[producer[other].name] if other in producer else -1
+        if made > order[conv.name]:
+            place_at[add.name] = fused
+            drop.add(conv.name)
+        else:
+            changed[conv.name] = fused
+            drop.add(add.name)
+    nodes = []
+    for n in graph.nodes:
+        if n.name in place_at:
+            nodes.append(place_at[n.name])
+        elif n.name not in drop:
+            nodes.append(changed.get(n.name, n))
     return graph.replace(nodes=tuple(nodes))
 
 

@@ -81,7 +81,12 @@ def absorb_qdq(graph: Graph) -> Graph:
                      for n in nodes]  # fmt: skip
             rename = {k: (out if v == src else v) for k, v in rename.items()}
             scales[out] = scales.pop(src)
-    nodes = [n.with_(inputs=tuple(rename.get(x, x) for x in n.inputs)) for n in nodes]
+    def root(t: str) -> str:  # Q -> DQ -> Q -> DQ: follow every pair back to its source
+        while t in rename:
+            t = rename[t]
+        return t
+
+    nodes = [n.with_(inputs=tuple(root(x) for x in n.inputs)) for n in nodes]
     inputs = tuple(graph.inputs)
     types = dict(graph.types)
     used = {x for n in nodes for x in n.inputs}

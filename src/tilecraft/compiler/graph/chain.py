@@ -99,9 +99,11 @@ def _buffers(parts: list[Part], exports: set[str], budget: int):
         else:
             base = group[0][1]
             role = base.role
+            if role != Role.CONSTANT and any(not compatible(cfg, base, b) for _, b in group[1:]):
+                raise LayoutMismatch(f"layers read {name!r} in different layouts")
             if any(b.shape != base.shape or b.dtype != base.dtype for _, b in group):
-                raise ScheduleError(f"layers disagree on the shape of {name!r}")
-            first, end = 0, last
+                raise LayoutMismatch(f"layers disagree on the stored shape of {name!r}")
+            first, end = 0, last  # inputs live through the whole chain: nothing overwrites them
             if role == Role.CONSTANT:
                 i = group[0][0]
                 constants[name] = parts[i].program.constants[base.name]

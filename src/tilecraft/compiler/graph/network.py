@@ -56,6 +56,15 @@ class NetworkCompilation:
 ON_ACCELERATOR = (AccelLayer, PoolLayer)
 
 
+def _fits(cfg: HwConfig, layer: PoolLayer) -> bool:
+    """Whether the accelerator can pool this layer (else the host does)."""
+    try:
+        _compile(cfg, layer, {}, 1, None)
+    except ScheduleError:
+        return False
+    return True
+
+
 def _host_pool(layer: PoolLayer) -> HostLayer:
     """A pool the accelerator cannot widen (block_in != block_out) runs on the host."""
     op = layer.op
@@ -98,8 +107,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     program per layer. `layer_programs`, if given, receives each layer's own program."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
-    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and
-              cfg.block_in != cfg.block_out else layer for layer in net.layers]  # fmt: skip
+    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and not _fits(cfg, layer)
+              else layer for layer in net.layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
     for k, run in enumerate(track(runs, f"compiling {net.name}")):

@@ -83,7 +83,9 @@ def check_supported(graph: Graph) -> None:
     for node in graph.nodes:
         where, _ = place(graph, node)
         ok = where is Place.ACCELERATOR or node.op in _HOST_INT8 or (
-            node.op is OpType.CONV and node.attrs.groups == graph.shape(node.inputs[0])[1]
+            node.op is OpType.CONV and node.attrs.groups > 1
+            and node.attrs.groups == graph.shape(node.inputs[0])[1]
+            == graph.shape(node.inputs[1])[0]  # depthwise, one output channel per input
             and node.attrs.dilation == (1, 1) and node.attrs.residual is False
         )  # fmt: skip
         if node.op is OpType.ADD and any(i in graph.constants for i in node.inputs):
@@ -226,9 +228,11 @@ def quantize(graph: Graph, ranges: Ranges) -> QuantizedNetwork:
     check_supported(graph)
     scales = activation_scales(graph, ranges)
 
+    users = graph.consumers()
     views = {n.output: n.inputs[0] for n in graph.nodes  # (N, C, 1, 1) -> (N, C): same bytes
              if n.op is OpType.FLATTEN and graph.shape(n.inputs[0])[2:] == (1, 1)
-             and n.output not in graph.outputs}  # fmt: skip
+             and n.output not in graph.outputs
+             and all(u.op is OpType.DENSE for u in users.get(n.output, []))}  # fmt: skip
 
     def name_of(t: str) -> str:
         t = views.get(t, t)
