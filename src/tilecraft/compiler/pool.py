@@ -52,6 +52,34 @@ def _tile_rows(cfg: HwConfig, op: MaxPool2d) -> int:
     return best
 
 
+def _buffers(cfg: HwConfig, op, name: str):
+    """A pooling program's builder and buffers: input and output activations, and the
+    identity weight tile that widens int8 rows into the accumulator."""
+    pb = ProgramBuilder(cfg, name)
+    lay_in = Activation(op.input_shape, Lanes.INP)
+    lay_out = Activation(op.output_shape, Lanes.OUT)
+    x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
+    y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
+    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+    ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
+    return pb, x, y, ident
+
+
+def _program(cfg: HwConfig, op, pb: ProgramBuilder, ident, kernels: UopKernels, body: list):
+    """The verified program: micro-ops and the identity loaded first, tokens inserted."""
+    region = pb.place_uops(kernels.uops)
+    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
+                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
+    insns = prologue + body + [Finish()]
+    if len(insns) > MAX_INSNS:
+        raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
+                            f"{MAX_INSNS:,}")  # fmt: skip
+    insns = insert_tokens(cfg, insns, list(kernels.uops), region)
+    program = pb.build(insns, computation=Computation(op))
+    verify(program)
+    return program
+
+
 def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Program:
     """A verified program computing `op` (its `pad_value` must be 0: the LOAD pads zeros)."""
     if cfg.block_in != cfg.block_out:
@@ -69,13 +97,7 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
     toh = _tile_rows(cfg, op)
     nbs = -(-op.n // cfg.batch)
     cbs = -(-op.c // cfg.block_in)
-    pb = ProgramBuilder(cfg, name)
-    lay_in = Activation(op.input_shape, Lanes.INP)
-    lay_out = Activation(op.output_shape, Lanes.OUT)
-    x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
-    y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
-    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
-    ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
+    pb, x, y, ident = _buffers(cfg, op, name)
     kernels = UopKernels()
     bank = cfg.acc_bank_rows
     tiles = [(nb, cb, oh0, min(toh, op.oh - oh0))
@@ -111,17 +133,7 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         dst = y0 + ((nb * cbs + cb) * op.oh + oh0) * op.ow
         body.append(Store(sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow,
                           x_stride=rows * op.ow))  # fmt: skip
-    region = pb.place_uops(kernels.uops)
-    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
-                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
-    insns = prologue + body + [Finish()]
-    if len(insns) > MAX_INSNS:
-        raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
-                            f"{MAX_INSNS:,}")  # fmt: skip
-    insns = insert_tokens(cfg, insns, list(kernels.uops), region)
-    program = pb.build(insns, computation=Computation(op))
-    verify(program)
-    return program
+    return _program(cfg, op, pb, ident, kernels, body)
 
 
 def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap") -> Program:
@@ -142,13 +154,7 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
                             f"({slot_rows} rows)")  # fmt: skip
     group = min(slot_rows // plane, cfg.acc_bank_rows)
     nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
-    pb = ProgramBuilder(cfg, name)
-    lay_in = Activation(op.input_shape, Lanes.INP)
-    lay_out = Activation(op.output_shape, Lanes.OUT)
-    x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
-    y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
-    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
-    ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
+    pb, x, y, ident = _buffers(cfg, op, name)
     kernels = UopKernels()
     x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
     planes = nbs * cbs  # consecutive in DRAM, input and output alike
@@ -173,10 +179,4 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         body.append(Alu(op=AluOp.MIN, use_imm=True, imm=127, **rows))
         body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
                           x_stride=count))  # fmt: skip
-    region = pb.place_uops(kernels.uops)
-    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
-                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
-    insns = insert_tokens(cfg, prologue + body + [Finish()], list(kernels.uops), region)
-    program = pb.build(insns, computation=Computation(op))
-    verify(program)
-    return program
+    return _program(cfg, op, pb, ident, kernels, body)

@@ -162,8 +162,25 @@ class Gemm:
         return f"gemm M={self.m} K={self.k} N={self.n} >>{self.shift}"
 
 
+class _Planes:
+    """What pooling operators share: an (N, C, H, W) int8 input, no multiply-accumulates."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+
 @dataclass(frozen=True)
-class MaxPool2d:
+class MaxPool2d(_Planes):
     """int8 max pooling of an (N, C, H, W) input, same scale in and out; `pads` are (top, left,
     bottom, right) and padded positions hold `pad_value` (the accelerator pads with zeros,
     which is the true -inf padding whenever the input is known non-negative, after a ReLU)."""
@@ -204,14 +221,6 @@ class MaxPool2d:
         return (self.w + self.pads[1] + self.pads[3] - self.kernel[1]) // self.stride[1] + 1
 
     @property
-    def macs(self) -> int:
-        return 0
-
-    @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        return (self.n, self.c, self.h, self.w)
-
-    @property
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, self.oh, self.ow)
 
@@ -222,7 +231,7 @@ class MaxPool2d:
 
 
 @dataclass(frozen=True)
-class GlobalAvgPool2d:
+class GlobalAvgPool2d(_Planes):
     """int8 (N, C, H, W) -> (N, C, 1, 1): the sum over H x W requantized, (sum * multiplier +
     2**(shift-1)) >> shift, saturated to int8 (the average, at the output's scale)."""
 
@@ -239,14 +248,6 @@ class GlobalAvgPool2d:
                   multiplier=self.multiplier)  # fmt: skip
         if not 0 <= self.shift <= 31:
             raise ScheduleError(f"global average pool shift must be in 0..31, not {self.shift}")
-
-    @property
-    def macs(self) -> int:
-        return 0
-
-    @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        return (self.n, self.c, self.h, self.w)
 
     @property
     def output_shape(self) -> tuple[int, int, int, int]:
