@@ -30,6 +30,9 @@ def test_int8_on_sim_is_within_one_point_of_float(split):
     graph = import_model(ONNX_PATH, {"input": (n, 1, 8, 8)})
     calibration = {"input": x_train[None, :n]}  # one sample: a batch of n training images
     model = compile_network(graph, preset("default"), calibration).model
+    # conv, conv, max pool, conv + residual, global average pool in one program; the fc reads
+    # its 360 rows in another layout than the pool stores them: a second program
+    assert len(model.programs) == 2
     float_acc = (evaluate(graph, {"input": x})["logits"].argmax(1) == y).mean()
     run = run_model(model, {"input": x}, get_device("sim"))
     int8_acc = (run.outputs["logits"].argmax(1) == y).mean()

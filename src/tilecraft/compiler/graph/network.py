@@ -16,7 +16,7 @@ from tilecraft.compiler.conv2d import compile_operator
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
-from tilecraft.compiler.graph.chain import LayoutMismatch, Part, chain_programs
+from tilecraft.compiler.graph.chain import Part, chain_programs, compatible
 from tilecraft.compiler.pipeline import MEASURED
 from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
@@ -103,8 +103,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                 layer_programs: dict | None = None) -> CompiledModel:  # fmt: skip
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
-    blocked layout (`chain.chain_programs`); a run whose layouts do not line up stays one
-    program per layer. `layer_programs`, if given, receives each layer's own program."""
+    blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
+    its producer's. `layer_programs`, if given, receives each layer's own program."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
     layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and not _fits(cfg, layer)
@@ -125,28 +125,31 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
         later = {t for other in runs[k + 1 :] for layer in other for t in _reads(layer)}
-        exports = {t for t in made if t in reads or t in later}
-        if chain and len(run) > 1:
-            parts = [Part(p, _bindings(layer)) for layer, p in zip(run, compiled)]
-            try:
-                program, _ = chain_programs(parts, exports, f"{run[0].name}..{run[-1].name}",
-                                            budget)  # fmt: skip
-            except LayoutMismatch:
-                program = None  # layouts that do not line up: one program per layer
-            if program is not None:
-                layers = tuple(ChainLayer(p.computation, tuple(
-                    Binding(b.name, b2) for b in p.buffers
-                    if (b2 := _bindings(layer).get(b.name, f"{p.name}.{b.name}"))
-                    in {x.name for x in program.buffers})) for layer, p in zip(run, compiled))
-                inputs = tuple(Binding(b.name, b.name) for b in program.inputs)
-                outputs = tuple(Binding(b.name, b.name) for b in program.outputs)
-                steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
-                                             layers))  # fmt: skip
-                programs.append(program)
+        groups = _segments(cfg, run, compiled) if chain else [[i] for i in range(len(run))]
+        for g, group in enumerate(groups):
+            part_layers = [run[i] for i in group]
+            part_programs = [compiled[i] for i in group]
+            outside = later | reads | {t for other in groups[g + 1 :] for i in other
+                                       for t in _reads(run[i])}  # fmt: skip
+            made = {layer.output for layer in part_layers}
+            if len(group) == 1:
+                steps.append(_step(part_layers[0], len(programs)))
+                programs.append(part_programs[0])
                 continue
-        for layer, p in zip(run, compiled):
-            steps.append(_step(layer, len(programs)))
-            programs.append(p)
+            parts = [Part(p, _bindings(layer)) for layer, p in zip(part_layers, part_programs)]
+            name = f"{part_layers[0].name}..{part_layers[-1].name}"
+            program, _ = chain_programs(parts, made & outside, name, budget)
+            names = {x.name for x in program.buffers}
+            chain_layers = tuple(
+                ChainLayer(p.computation, tuple(
+                    Binding(b.name, glob) for b in p.buffers
+                    if (glob := _bindings(layer).get(b.name, f"{p.name}.{b.name}")) in names))
+                for layer, p in zip(part_layers, part_programs))  # fmt: skip
+            inputs = tuple(Binding(b.name, b.name) for b in program.inputs)
+            outputs = tuple(Binding(b.name, b.name) for b in program.outputs)
+            steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
+                                         chain_layers))  # fmt: skip
+            programs.append(program)
     total = sum(p.dram_size for p in programs)
     if total > budget:
         raise ModelError(
@@ -155,6 +158,24 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         )
     return CompiledModel(net.name, cfg, net.inputs, net.outputs, tuple(net.tensors.values()),
                          tuple(steps), tuple(programs), host_constants)  # fmt: skip
+
+
+def _segments(cfg: HwConfig, run: list, compiled: list) -> list[list[int]]:
+    """The run split where a layer cannot read what an earlier layer of its segment stored
+    (`chain.compatible`): each segment becomes one program, the host re-packs in between."""
+    groups: list[list[int]] = []
+    seen: dict = {}  # tensor -> how the current segment has it: stored, or read from the host
+    for i, (layer, program) in enumerate(zip(run, compiled)):
+        reads = [(program.buffer(b), t) for b, t in _bindings(layer).items() if b != "output"]
+        if not groups or any(t in seen and not compatible(cfg, seen[t], buf)
+                             for buf, t in reads):  # fmt: skip
+            groups.append([])
+            seen = {}
+        groups[-1].append(i)
+        for buf, t in reads:
+            seen.setdefault(t, buf)
+        seen[layer.output] = program.buffer("output")
+    return groups
 
 
 def _reads(layer) -> list[str]:
