@@ -56,13 +56,15 @@ class NetworkCompilation:
 ON_ACCELERATOR = (AccelLayer, PoolLayer)
 
 
-def _fits(cfg: HwConfig, layer: PoolLayer) -> bool:
-    """Whether the accelerator can pool this layer (else the host does)."""
+def _pool_program(cfg: HwConfig, layer: PoolLayer) -> Program | None:
+    """The pooling layer's program, or None when the accelerator cannot hold it (the host
+    pools then)."""
     try:
-        _compile(cfg, layer, {}, 1, None)
+        if isinstance(layer.op, MaxPool2d):
+            return compile_maxpool(cfg, layer.op, layer.name)
+        return compile_global_avgpool(cfg, layer.op, layer.name)
     except ScheduleError:
-        return False
-    return True
+        return None
 
 
 def _host_pool(layer: PoolLayer) -> HostLayer:
@@ -107,7 +109,9 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     its producer's. `layer_programs`, if given, receives each layer's own program."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
-    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and not _fits(cfg, layer)
+    pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
+             if isinstance(layer, PoolLayer)}  # fmt: skip
+    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and pools[layer.name] is None
               else layer for layer in net.layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
@@ -120,8 +124,10 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                 host_constants[layer.name] = dict(layer.constants)
             continue
         made = {layer.output for layer in run}
-        compiled = [_compile(cfg, layer, chosen, measure, fold=None if layer.input not in made
-                             else False) for layer in run]  # fmt: skip
+        compiled = [pools[layer.name] if isinstance(layer, PoolLayer) else
+                    _compile(cfg, layer, chosen, measure,
+                             fold=None if layer.input not in made else False)
+                    for layer in run]  # fmt: skip
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
         later = {t for other in runs[k + 1 :] for layer in other for t in _reads(layer)}
@@ -184,11 +190,7 @@ def _reads(layer) -> list[str]:
     return list(layer.inputs)
 
 
-def _compile(cfg, layer, chosen: dict, measure: int, fold):
-    if isinstance(layer, PoolLayer) and isinstance(layer.op, MaxPool2d):
-        return compile_maxpool(cfg, layer.op, layer.name)
-    if isinstance(layer, PoolLayer):
-        return compile_global_avgpool(cfg, layer.op, layer.name)
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
     key = _schedule_key(layer) + (fold,)
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip
