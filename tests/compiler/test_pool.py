@@ -30,6 +30,8 @@ def _run(program, seed=0):
     ("default", MaxPool2d(1, 8, 9, 7, (3, 2), (1, 2), (2, 0, 1, 1))),
     ("1x8x8", MaxPool2d(2, 20, 10, 10, 3, 1, (1, 1, 1, 1))),
     ("2x16x16", MaxPool2d(3, 20, 8, 8, 3, 2, (1, 1, 1, 1))),
+    ("default", MaxPool2d(1, 16, 9, 12, (2, 3), (1, 2))),
+    ("1x8x8", MaxPool2d(1, 8, 14, 14, 4, 3, (1, 1, 1, 1))),
 ])  # fmt: skip
 def test_maxpool_is_bit_exact(config, op):
     program = compile_maxpool(preset(config), op)

@@ -6,7 +6,7 @@ import pytest
 from tilecraft.errors import ArtifactError, DeviceError, ModelError
 from tilecraft.hw.config import preset
 from tilecraft.ops import host as H
-from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.executor import run_model, steady_host_seconds
 from tilecraft.runtime.model import CompiledModel, HostStep, TensorSpec
 
 
@@ -27,6 +27,14 @@ def test_a_host_only_model_runs_and_round_trips(tmp_path):
     np.testing.assert_allclose(out, [[0.0, 1.0, -64.0, 3.0]])
     back = CompiledModel.load(model.save(tmp_path / "m.tcm"))
     assert back.steps == model.steps and back.tensors == model.tensors
+
+
+def test_host_work_is_timed_again_from_a_kept_run():
+    model = _host_only()
+    x = {"x": np.array([[0.2, 0.9, -70.0, 3.0]])}
+    assert 0 < steady_host_seconds(model, run_model(model, x, keep=True), repeats=2) < np.inf
+    with pytest.raises(DeviceError, match="keep=True"):
+        steady_host_seconds(model, run_model(model, x))
 
 
 def test_steps_must_read_made_tensors():

@@ -48,6 +48,14 @@ def _programs(cfg):
     op = Conv2d(1, 20, 7, 7, 24, kernel=3, stride=2, pad=1)
     p = conv2d(cfg, op, Epilogue(bias=True, multiplier="channel", shift=12, residual=True))
     jobs.append(("conv2d", p, pack_inputs(p, random_inputs(p, rng))))
+    # ALU-bound (a folded first layer, per-channel multipliers): the epilogue is spread over
+    # the next tile's reduction steps and the accumulators are cleared by GEMM resets
+    op = Conv2d(1, 1, 16, 16, 16, kernel=7, stride=2, pad=3)
+    ep = Epilogue(bias=True, multiplier="channel", shift=12, relu=True)
+    for slots in (2, 4):
+        s = ConvSchedule(1, 1, 4, 8, acc_slots=slots)
+        p = conv2d(cfg, op, ep, schedule=s, fold=True)
+        jobs.append((f"ALU-bound, {slots} slots", p, pack_inputs(p, random_inputs(p, rng))))
     op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
     p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
     jobs.append(("padding-only tiles", p, pack_inputs(p, random_inputs(p, rng))))

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from tilecraft.compiler import schedule as S
 from tilecraft.compiler.mapping import MappedConv
+from tilecraft.compiler.tile_work import tile_work
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import ConvSchedule, LoopOrder, Multiplier
+from tilecraft.ops import ConvSchedule, LoopOrder
 from tilecraft.sim.timing import Timing
 
 
@@ -30,16 +31,6 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def alu_passes(low: MappedConv) -> tuple[int, int]:
-    """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
-    ep = low.epilogue
-    imm = 3 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
-    tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias)
-    if not ep.bias and ep.shift:
-        imm, tensor = (imm, tensor + 1) if low.round_row else (imm + 1, tensor)
-    return imm, tensor
-
-
 def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> float:
     """Cycles the schedule should take, from per-tile work on each unit, stage and the bus."""
     kh, kw = low.kernel
@@ -50,14 +41,10 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     pix = s.tile_oh * s.tile_ow
     acc = s.tile_oc * pix
     fixed = t.insn_overhead + t.dram_latency
-    imm, tensor = alu_passes(low)
-    mul_extra = (t.alu_mul_groups + 1) if low.epilogue.multiplier != Multiplier.NONE else 0
-    step = acc * s.tile_ic * kk + t.insn_overhead + t.gemm_depth
-    gemm = steps * step
-    zero = acc * t.alu_ii_imm + 6
-    alu = acc * (imm * t.alu_ii_imm + tensor * t.alu_ii_tensor + mul_extra) + (imm + tensor) * 6
-    if low.epilogue.residual:
-        gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
+    work = tile_work(cfg, low, s, t)
+    step, gemm, alu, zero = work.step, work.gemm, work.alu, work.zero
+    if work.zero_on_gemm:
+        gemm, alu = gemm + zero, alu - zero
     eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))
     wr, wc = S.window(low, s.tile_oh, s.tile_ow)
     merged = low.pad[0] == 0 and not low.row_skip and s.tile_oh == low.oh

@@ -135,11 +135,11 @@ def _maxpool(x: np.ndarray, op: MaxPool) -> np.ndarray:
 
 def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) -> np.ndarray:
     """The integer (or float, at the boundaries) result of one host operator."""
-    if isinstance(op, Quantize):
-        q = np.rint(np.asarray(inputs[0], np.float64) / op.scale)
+    if isinstance(op, Quantize):  # in float32, as ONNX (and onnxruntime) compute it
+        q = np.rint(np.asarray(inputs[0], np.float32) / np.float32(op.scale))
         return np.clip(q, *INT8).astype(np.int8)
     if isinstance(op, Dequantize):
-        return (np.asarray(inputs[0], np.float64) * op.scale).astype(np.float32)
+        return np.asarray(inputs[0], np.float32) * np.float32(op.scale)
     if isinstance(op, MaxPool):
         return _maxpool(np.asarray(inputs[0]), op)
     if isinstance(op, GlobalAvgPool):

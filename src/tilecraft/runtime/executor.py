@@ -130,3 +130,39 @@ def _view(program, buffer: str, value: np.ndarray) -> np.ndarray:
             value.size == int(np.prod(layout.logical)):  # fmt: skip
         return value.reshape(layout.logical)
     return value
+
+
+def steady_host_seconds(model: CompiledModel, run: ModelRun, host: HostKernels | None = None,
+                        repeats: int = 5) -> float:  # fmt: skip
+    """The host work of `run` (made with `keep`) timed again, warm: each host step, and the
+    packing and unpacking around each accelerator step, the fastest of `repeats` each. A first
+    run's time includes numpy's one-off start-up costs, which a deployed model pays once."""
+    if not run.tensors:
+        raise DeviceError("steady_host_seconds needs a run made with keep=True")
+    host = host or NumpyKernels()
+    values = run.tensors
+    total = 0.0
+    for step in model.steps:
+        if isinstance(step, HostStep):
+            consts = model.host_constants.get(step.name, {})
+            args = [values[i] for i in step.inputs]
+            total += _fastest(repeats, host.run, step.op, args, consts)
+            continue
+        program = model.programs[step.program]
+        logical = {b.buffer: _view(program, b.buffer, values[b.tensor]) for b in step.inputs}
+        total += _fastest(repeats, pack_inputs, program, logical)
+        for b in step.outputs:
+            layout = program.buffer(b.buffer).layout
+            if layout is not None:
+                packed = layout.pack(program.config, _view(program, b.buffer, values[b.tensor]))
+                total += _fastest(repeats, layout.unpack, program.config, packed)
+    return total
+
+
+def _fastest(repeats: int, work, *args) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work(*args)
+        best = min(best, time.perf_counter() - start)
+    return best

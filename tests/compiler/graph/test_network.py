@@ -10,7 +10,7 @@ from tilecraft.hw.config import preset
 from tilecraft.models.zoo import mobilenet_v2
 from tilecraft.ops import host as H
 from tilecraft.runtime import get_device
-from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.executor import run_model, steady_host_seconds
 from tilecraft.runtime.model import AcceleratorStep, HostStep
 
 
@@ -25,3 +25,4 @@ def test_mobilenet_v2_on_sim():
     ref = run_model(model, x, keep=True)
     for name, value in sim.tensors.items():
         np.testing.assert_array_equal(value, ref.tensors[name], err_msg=name)
+    assert 0 < steady_host_seconds(model, sim, repeats=1) < np.inf  # every step re-timed
