@@ -12,7 +12,7 @@ def test_compile_then_run(tmp_path, capsys):
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     model = tmp_path / "tiny.tcm"
     argv = ["compile", str(onnx_file), "--config", "1x8x8", "--calib-random", "4", "--report",
-            "3", "-o", str(model)]  # fmt: skip
+            "3", "--requant", "exact", "-o", str(model)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "1 accelerator program(s), 2 host step(s)" in out and "SQNR dB" in out

@@ -36,12 +36,16 @@ def random_case(seed: int):
         stride=stride,
         pad=pad,
     )
+    residual, bounds = bool(rng.random() < 0.4), bool(rng.random() < 0.25)
+    multiplier = str(rng.choice(["none", "tensor", "channel"]))
     ep = Epilogue(
         bias=bool(rng.random() < 0.5),
-        multiplier=str(rng.choice(["none", "tensor", "channel"])),
+        multiplier=multiplier,
+        pre_shift=int(rng.choice([0, 5])) if multiplier == "channel" else 0,
         shift=int(rng.choice([0, 4, 9, 17])),
-        residual=bool(rng.random() < 0.4),
-        relu=bool(rng.random() < 0.5),
+        residual=residual,
+        relu=bool(rng.random() < 0.5) and (residual or not bounds),
+        acc_bounds=bounds,
     )
     return op, ep, rng
 
@@ -54,6 +58,11 @@ def params_for(op_oc, ep, rng, wshape):
         p["multiplier"] = rng.integers(1, 1 << 11, op_oc, dtype=np.int32)
     elif ep.multiplier == "tensor":
         p["multiplier"] = int(rng.integers(1, 1 << 11))
+    if ep.pre_shift:
+        p["multiplier2"] = rng.integers(1, 1 << 11, op_oc, dtype=np.int32)
+    if ep.acc_bounds:
+        p["acc_lo"] = rng.integers(-(1 << 20), 0, op_oc, dtype=np.int32)
+        p["acc_hi"] = rng.integers(0, 1 << 20, op_oc, dtype=np.int32)
     return p
 
 
@@ -203,6 +212,11 @@ EPILOGUES = {
     "relu": Epilogue(shift=6, relu=True),
     "clip": Epilogue(shift=6, clip=(-20, 90)),
     "residual": Epilogue(shift=6, residual=True),
+    "acc bounds": Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True),
+    "acc bounds + residual": Epilogue(multiplier="channel", shift=14, residual=True, relu=True,
+                                      acc_bounds=True),  # fmt: skip
+    "two-stage multiply": Epilogue(bias=True, multiplier="channel", shift=18, acc_bounds=True,
+                                   pre_shift=6),  # fmt: skip
 }
 
 

@@ -33,11 +33,17 @@ def test_global_average_pool_rounds_like_the_accelerator():
     assert np.abs(y - np.rint(total / 49)).max() <= 1
 
 
-def test_add_requantizes_both_sides():
+def test_add_requantizes_both_sides_in_float32_rounding_half_to_even():
     a, b = (rng.integers(-128, 128, (1, 4, 3, 3), dtype=np.int8) for _ in range(2))
-    y = H.run(H.Add(1 << 15, 1 << 16, 16, (0, 127)), [a, b], {})
-    want = np.clip(np.floor(a / 2 + b + 0.5), 0, 127)
+    y = H.run(H.Add(0.5, 1.0, (0, 127)), [a, b], {})
+    want = np.clip(np.rint(a / 2 + b), 0, 127)  # a / 2 is exact: ties go to even
     np.testing.assert_array_equal(y, want)
+    ones = np.ones((1, 1, 1, 2), np.int8)
+    halves = H.run(H.Add(0.5, 1.0), [ones, np.array([[[[0, 1]]]], np.int8)], {})
+    np.testing.assert_array_equal(halves, [[[[0, 2]]]])  # 0.5 -> 0, 1.5 -> 2
+    assert H.Add(0.1, 0.2).ratio_a == float(np.float32(0.1))  # the ratios are float32
+    with pytest.raises(ScheduleError, match="ratio_b must be a positive finite float"):
+        H.Add(1.0, -2.0)
 
 
 def test_depthwise_conv_is_one_conv_per_channel():
@@ -63,7 +69,7 @@ def test_quantize_rounds_half_to_even_and_saturates():
 
 def test_records_round_trip_strictly():
     ops = [H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), H.GlobalAvgPool(5, 8), H.Flatten(),
-           H.Add(3, 4, 16), H.Quantize(0.1), H.Dequantize(0.2)]  # fmt: skip
+           H.Add(0.75, 1.25, (0, 127)), H.Quantize(0.1), H.Dequantize(0.2)]  # fmt: skip
     for op in ops:
         assert from_json(H.HostOp, to_json(op)) == op
     with pytest.raises(FormatError, match="kind 'sigmoid' is not one of"):

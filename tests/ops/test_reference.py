@@ -73,3 +73,64 @@ def test_requant_rejects_what_cannot_be_represented():
         R.requant_params(-1.0, 100)
     with pytest.raises(ScheduleError, match="too small"):
         R.requant_params([1e-9, 100.0], 1 << 10)
+
+
+@pytest.mark.parametrize("pre_shift", [0, 10])
+@pytest.mark.parametrize("seed", range(6))
+def test_accumulator_bounds_give_the_exact_clipped_result_for_every_input(seed, pre_shift):
+    """requant_bounds: the bounded epilogue equals clip(v(acc)) computed without any wrap
+    (Python ints), for accumulators anywhere in int32, at and around the bounds, with and
+    without a residual, with one multiply or two."""
+    rng = np.random.default_rng(seed)
+    c, residual = 6, seed % 2 == 1
+    scale = 10 ** rng.uniform(-6, -0.05, c)
+    bias = rng.integers(-100_000, 100_000, c)
+    lo, hi = (int(rng.integers(-128, 1)), int(rng.integers(0, 128))) if residual else (-128, 127)
+    req = R.requant_bounds(scale, bias, (lo, hi), residual, pre_shift)
+    s, m, m2 = req.shift, req.multiplier, req.multiplier2
+    assert s == (23 if residual else 24)
+    # m = round(scale * 2**s) errs by up to 2**-(s+1); two factors never do worse
+    real = m * m2 / 2.0 ** (s + pre_shift) if pre_shift else m / 2.0**s
+    assert np.all(np.abs(real - scale) <= 2.0 ** -(s + 1))
+    ep = Epilogue(bias=True, multiplier="channel", shift=s, residual=residual,
+                  clip=(lo, hi) if residual else (-128, 127), acc_bounds=True,
+                  pre_shift=pre_shift)  # fmt: skip
+    acc = rng.integers(-(2**31), 2**31, (300, c))
+    acc[:150] = (rng.normal(0, 150, (150, c)) / scale).astype(np.int64)
+    lo_b, hi_b = req.acc_lo.astype(np.int64), req.acc_hi.astype(np.int64)
+    acc = np.concatenate([acc, np.stack([lo_b - 1, lo_b, lo_b + 1, hi_b - 1, hi_b, hi_b + 1])])
+    res = rng.integers(-128, 128, acc.shape) if residual else None
+    got = R.epilogue(ep, acc, bias=bias, multiplier=m, residual=res, acc_lo=req.acc_lo,
+                     acc_hi=req.acc_hi, multiplier2=m2, channel_axis=1)  # fmt: skip
+
+    def exact(a, b, k, k2):  # Python ints: nothing wraps
+        x = (int(a) + int(b)) * int(k)
+        if pre_shift:
+            x = (x >> pre_shift) * int(k2)
+        return (x + (1 << (s - 1))) >> s
+
+    k2s = m2 if pre_shift else [None] * c
+    want = np.array([[exact(a, b, k, k2) for a, b, k, k2 in zip(row, bias, m, k2s)]
+                     for row in acc])  # fmt: skip
+    np.testing.assert_array_equal(got, np.clip(want + (res if residual else 0), lo, hi))
+
+
+def test_two_stage_multiply_is_closer_to_the_real_product():
+    rng = np.random.default_rng(3)
+    scale, bias = 10 ** rng.uniform(-3.5, -1.5, 16), np.zeros(16, np.int64)
+    errors = []
+    for pre_shift in (0, 10):
+        req = R.requant_bounds(scale, bias, pre_shift=pre_shift)
+        ep = Epilogue(bias=True, multiplier="channel", shift=req.shift, acc_bounds=True,
+                      pre_shift=pre_shift)  # fmt: skip
+        acc = (rng.uniform(-120, 120, (2000, 16)) / scale).astype(np.int64)
+        y = R.epilogue(ep, acc, bias=bias, multiplier=req.multiplier, acc_lo=req.acc_lo,
+                       acc_hi=req.acc_hi, multiplier2=req.multiplier2)  # fmt: skip
+        errors.append(np.mean(y != np.rint(acc * scale)))
+    assert errors[1] < errors[0] / 4, errors
+
+
+def test_accumulator_bounds_refuse_scales_of_one_or_more():
+    assert R.requant_bounds([0.5, 1.5], [0, 0]) is None
+    with pytest.raises(ScheduleError, match="rounds to a zero multiplier"):
+        R.requant_bounds([1e-9], [0])

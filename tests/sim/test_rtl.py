@@ -56,6 +56,14 @@ def _programs(cfg):
         s = ConvSchedule(1, 1, 4, 8, acc_slots=slots)
         p = conv2d(cfg, op, ep, schedule=s, fold=True)
         jobs.append((f"ALU-bound, {slots} slots", p, pack_inputs(p, random_inputs(p, rng))))
+    # accumulator bounds before the multiply, in place of the final clip (the quantizer's form)
+    ep = Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True)
+    p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep)
+    jobs.append(("accumulator bounds", p, pack_inputs(p, random_inputs(p, rng))))
+    ep = Epilogue(bias=True, multiplier="channel", shift=20, acc_bounds=True, pre_shift=6,
+                  residual=True, relu=True)  # fmt: skip
+    p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep)
+    jobs.append(("two-stage multiply", p, pack_inputs(p, random_inputs(p, rng))))
     op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
     p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
     jobs.append(("padding-only tiles", p, pack_inputs(p, random_inputs(p, rng))))

@@ -11,6 +11,7 @@ SUITES = {
     "digits": "digits",
     "resnet18": "resnet18",
     "resnet18-layers": "resnet18_layers",
+    "onnxruntime": "onnxruntime_check",
     "sim-speed": "sim_speed",
     "rtl-speed": "rtl_speed",
     "resources": "resources",

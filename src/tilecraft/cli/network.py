@@ -79,7 +79,9 @@ def cmd_compile_model(args) -> int:
     else:
         raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N "
                          "(a model quantized to QDQ brings its own scales)")  # fmt: skip
-    result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget)
+    exact = {"auto": None, "exact": True, "fast": False}[args.requant]
+    result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget,
+                             exact_requant=exact)  # fmt: skip
     model = result.model
     steps = len(model.steps)
     print(
@@ -178,6 +180,11 @@ def add_parsers(sub, count) -> None:
     comp.add_argument("--dram-budget", type=byte_count, default=DEFAULT_BUDGET, metavar="BYTES",
                       help="refuse a network whose DRAM exceeds this (default 128M, PYNQ's CMA; "
                       "suffixes K, M, G)")  # fmt: skip
+    comp.add_argument("--requant", choices=["auto", "exact", "fast"], default="auto",
+                      help="exact: accumulator bounds and a two-stage multiply, reproducing a "
+                      "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
+                      "one multiplier; auto: exact for a model with its own scales (QDQ)",
+                      )  # fmt: skip
     _shape_option(comp)
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
     comp.set_defaults(func=cmd_compile_model)

@@ -28,6 +28,9 @@ def compile_conv2d(
     weight: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     multiplier=None,
+    acc_lo=None,
+    acc_hi=None,
+    multiplier2=None,
     schedule: ConvSchedule | None = None,
     fold: bool | None = None,
     name: str | None = None,
@@ -36,6 +39,7 @@ def compile_conv2d(
     """Compile one conv2d (NCHW int8 input "input", OIHW int8 "weight", int8 "output")."""
     return compile_operator(
         cfg, op, epilogue, weight=weight, bias=bias, multiplier=multiplier,
+        acc_lo=acc_lo, acc_hi=acc_hi, multiplier2=multiplier2,
         schedule=schedule, fold=fold, name=name, max_insns=max_insns,
     )  # fmt: skip
 
@@ -55,6 +59,9 @@ def compile_dense(
     weight: np.ndarray | None = None,
     bias: np.ndarray | None = None,
     multiplier=None,
+    acc_lo=None,
+    acc_hi=None,
+    multiplier2=None,
     schedule: ConvSchedule | None = None,
     name: str | None = None,
     max_insns: int = MAX_INSNS,
@@ -64,6 +71,7 @@ def compile_dense(
     every batch lane is used whatever M is."""
     return compile_operator(
         cfg, Dense(m, k, n), epilogue, weight=weight, bias=bias, multiplier=multiplier,
+        acc_lo=acc_lo, acc_hi=acc_hi, multiplier2=multiplier2,
         schedule=schedule, name=name, max_insns=max_insns,
     )  # fmt: skip
 

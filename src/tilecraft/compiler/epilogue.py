@@ -3,7 +3,9 @@ passes over each accumulator tile, and the residual added through the GEMM with 
 weights (which also widens it from int8).
 
 Per-channel vectors are prepared once in the prologue: `add` = bias * m + 2**(s-1) (so one
-tensor ADD per tile does bias and rounding), `mul` = the multipliers. Exact in 32-bit wrapping
+tensor ADD per tile does bias and rounding), `mul` = the multipliers, `lo`/`hi` = the
+accumulator bounds; a two-stage multiply adds `mul2`, and its `add` holds bias * m alone (the
+rounding comes after the second product). Exact in 32-bit wrapping
 arithmetic: (acc + bias) * m + r == acc * m + (bias * m + r) mod 2**32. Accumulator tiles
 alternate between the banks, so the parameters have a copy in each bank a tile uses: an
 epilogue reads its own bank's copy while the GEMM core works in the other bank.
@@ -42,6 +44,9 @@ class EpilogueDram:
 
     bias: int | None  # acc elements
     mul: int | None  # acc elements
+    lo: int | None  # acc elements: the accumulator bounds
+    hi: int | None
+    mul2: int | None  # acc elements: the two-stage multiply's second multipliers
     residual: int | None  # inp elements
     residual_blocks: int  # BLOCK_IN-wide channel blocks of the residual tensor
     select: int | None  # wgt elements
@@ -95,7 +100,9 @@ class EpilogueEmitter:
         """Load and prepare one copy of the per-channel vectors."""
         ocb, shift, k = self.low.ocb, self.ep.shift, self.kernels
         out = []
-        for name, addr in (("mul", self.dram.mul), ("add", self.dram.bias)):
+        loads = (("lo", self.dram.lo), ("hi", self.dram.hi), ("mul", self.dram.mul),
+                 ("mul2", self.dram.mul2), ("add", self.dram.bias))  # fmt: skip
+        for name, addr in loads:
             if name in vec:
                 out.append(
                     Load(
@@ -121,9 +128,10 @@ class EpilogueEmitter:
             fields = k.loop(("vec", add, add), [Uop(add, add)], inner=inner)
             if self.m_imm is not None:
                 out.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **fields))
-            if shift and round_row is None:
+            late = self.ep.pre_shift > 0  # rounded after the second product, per tile
+            if shift and round_row is None and not late:
                 out.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (shift - 1), **fields))
-            elif round_row is not None:
+            elif round_row is not None and not late:
                 fields = k.loop(
                     ("vec", add, round_row), [Uop(add, round_row)], inner=(ocb, 1, 0, 0)
                 )
@@ -153,22 +161,30 @@ class EpilogueEmitter:
             return self.tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
 
         out = []
+        if ep.acc_bounds:
+            out.append(Alu(op=AluOp.MAX, **tensor(vec["lo"])))
+            out.append(Alu(op=AluOp.MIN, **tensor(vec["hi"])))
         if "mul" in vec:
             out.append(Alu(op=AluOp.MUL, **tensor(vec["mul"])))
         elif ep.multiplier == Multiplier.TENSOR:
             out.append(Alu(op=AluOp.MUL, use_imm=True, imm=self.m_imm, **imm))
         if "add" in vec:
             out.append(Alu(op=AluOp.ADD, **tensor(vec["add"])))
-        elif ep.shift and round_row is None:
+        if ep.pre_shift:
+            out.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.pre_shift, **imm))
+            out.append(Alu(op=AluOp.MUL, **tensor(vec["mul2"])))
+        rounded = "add" in vec and not ep.pre_shift  # the bias vector carries the rounding
+        if ep.shift and not rounded and round_row is None:
             out.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (ep.shift - 1), **imm))
-        elif ep.shift:
+        elif ep.shift and not rounded:
             out.append(Alu(op=AluOp.ADD, **tensor(round_row, per_channel=False)))
         if ep.shift:
             out.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
         if ep.residual:
             out += self._residual(tile, a)
-        out.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
-        out.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
+        if ep.final_clip:
+            out.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
+            out.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
         return out
 
     def _residual(self, tile: Tile, a: int) -> list:

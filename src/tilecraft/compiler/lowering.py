@@ -21,7 +21,13 @@ from tilecraft.compiler.builder import ProgramBuilder
 from tilecraft.compiler.epilogue import EpilogueDram, EpilogueEmitter, Slots
 from tilecraft.compiler.kernels import UopKernels
 from tilecraft.compiler.mapping import MappedConv, residual_offsets
-from tilecraft.compiler.params import BIAS_RANGE, MULTIPLIER_RANGE, ConvParams
+from tilecraft.compiler.params import (
+    ACC_HI_RANGE,
+    ACC_LO_RANGE,
+    BIAS_RANGE,
+    MULTIPLIER_RANGE,
+    ConvParams,
+)
 from tilecraft.compiler.schedule import Tile, budget, ranges, tiles
 from tilecraft.compiler.tensorize import gemm_loops, kernel_uops, step_dims, window
 from tilecraft.compiler.tile_work import tile_work
@@ -117,7 +123,13 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
 
     inp = tensor("input", low.input_layout, np.int8, None)
     wgt = tensor("weight", low.weight_layout, np.int8, p.weight)
-    bias = mul = res = sel = None
+    bias = mul = mul2 = res = sel = lo = hi = None
+    if ep.pre_shift:
+        mul2 = tensor("multiplier2", low.channel_layout, np.int32, p.multiplier2,
+                      MULTIPLIER_RANGE)  # fmt: skip
+    if ep.acc_bounds:
+        lo = tensor("acc_lo", low.channel_layout, np.int32, p.acc_lo, ACC_LO_RANGE)
+        hi = tensor("acc_hi", low.channel_layout, np.int32, p.acc_hi, ACC_HI_RANGE)
     if ep.bias:
         bias = tensor("bias", low.channel_layout, np.int32, p.bias, BIAS_RANGE)
     if ep.multiplier == Multiplier.CHANNEL:
@@ -147,6 +159,9 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
         epilogue=EpilogueDram(
             bias=at(bias, "acc"),
             mul=at(mul, "acc"),
+            lo=at(lo, "acc"),
+            hi=at(hi, "acc"),
+            mul2=at(mul2, "acc"),
             residual=at(res, "inp"),
             residual_blocks=res_blocks,
             select=at(sel, "wgt"),

@@ -100,10 +100,12 @@ class MappedConv:
 
     # ---- what the epilogue keeps in the accumulator ------------------------------------------
     def param_vectors(self) -> tuple[str, ...]:
-        """Per-channel accumulator rows the epilogue keeps resident: the multiplier, and the
-        bias folded with the rounding constant."""
+        """Per-channel accumulator rows the epilogue keeps resident: the accumulator bounds,
+        the multiplier, and the bias folded with the rounding constant."""
         ep = self.epilogue
-        names = ("mul",) if ep.multiplier == Multiplier.CHANNEL else ()
+        names = ("lo", "hi") if ep.acc_bounds else ()
+        names += ("mul",) if ep.multiplier == Multiplier.CHANNEL else ()
+        names += ("mul2",) if ep.pre_shift else ()
         return names + (("add",) if ep.bias else ())
 
     def param_rows(self) -> int:

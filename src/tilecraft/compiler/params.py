@@ -17,6 +17,8 @@ from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
 # realistic quantized values, for which nothing wraps in 32 bits.
 BIAS_RANGE = (-(1 << 16), 1 << 16)
 MULTIPLIER_RANGE = (1, 1 << 12)
+ACC_LO_RANGE = (-(1 << 20), 0)  # random bounds cut some accumulators at each end
+ACC_HI_RANGE = (0, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,13 @@ class ConvParams:
     bias: np.ndarray | None  # (channels,) int32
     multiplier: np.ndarray | None  # (channels,) int32, per channel
     tensor_multiplier: int | None  # the per-tensor multiplier, compiled in as an immediate
+    acc_lo: np.ndarray | None = None  # (channels,) int32 accumulator bounds
+    acc_hi: np.ndarray | None = None
+    multiplier2: np.ndarray | None = None  # (channels,) int32: the two-stage multiply's
 
 
-def check_params(cfg: HwConfig, low: MappedConv, weight=None, bias=None, multiplier=None):
+def check_params(cfg: HwConfig, low: MappedConv, weight=None, bias=None, multiplier=None,
+                 acc_lo=None, acc_hi=None, multiplier2=None):
     """The parameters of `low` as the epilogue needs them, or a `ScheduleError` naming the tensor,
     its shape or values, and what would be valid."""
     ep, src = low.epilogue, low.source
@@ -49,12 +55,19 @@ def check_params(cfg: HwConfig, low: MappedConv, weight=None, bias=None, multipl
         raise ScheduleError("a multiplier was given but the epilogue has none")
     if bias is not None and not ep.bias:
         raise ScheduleError("a bias was given but the epilogue adds none")
+    if (acc_lo is not None or acc_hi is not None) and not ep.acc_bounds:
+        raise ScheduleError("accumulator bounds were given but the epilogue has no acc_bounds")
+    if multiplier2 is not None and not ep.pre_shift:
+        raise ScheduleError("a second multiplier was given but the epilogue has no pre_shift")
     channels = (src.channels,)
     return ConvParams(
         weight=_tensor("weight", weight, src.weight_shape, np.int8),
         bias=_tensor("bias", bias, channels, np.int32),
         multiplier=_tensor("multiplier", multiplier, channels, np.int32),
         tensor_multiplier=tensor,
+        acc_lo=_tensor("acc_lo", acc_lo, channels, np.int32),
+        acc_hi=_tensor("acc_hi", acc_hi, channels, np.int32),
+        multiplier2=_tensor("multiplier2", multiplier2, channels, np.int32),
     )
 
 
@@ -91,6 +104,11 @@ def random_params(
             out["bias"] = rng.integers(*BIAS_RANGE, op.channels, dtype=np.int32)
         if ep.multiplier == Multiplier.CHANNEL:
             out["multiplier"] = rng.integers(*MULTIPLIER_RANGE, op.channels, dtype=np.int32)
+        if ep.pre_shift:
+            out["multiplier2"] = rng.integers(*MULTIPLIER_RANGE, op.channels, dtype=np.int32)
+        if ep.acc_bounds:
+            out["acc_lo"] = rng.integers(*ACC_LO_RANGE, op.channels, dtype=np.int32)
+            out["acc_hi"] = rng.integers(*ACC_HI_RANGE, op.channels, dtype=np.int32)
     if ep.multiplier == Multiplier.TENSOR:
         out["multiplier"] = int(rng.integers(*MULTIPLIER_RANGE))
     return out

@@ -158,6 +158,9 @@ def compile_operator(
     weight=None,
     bias=None,
     multiplier=None,
+    acc_lo=None,
+    acc_hi=None,
+    multiplier2=None,
     schedule: ConvSchedule | None = None,
     fold: bool | None = None,
     name: str | None = None,
@@ -177,7 +180,8 @@ def compile_operator(
     clock.seconds.update(plan.seconds)
     low, ranked, wanted = plan.mapped, plan.ranked, plan.wanted
     with clock("map"):
-        params = check_params(cfg, low, weight, bias, multiplier)
+        params = check_params(cfg, low, weight, bias, multiplier, acc_lo, acc_hi,
+                              multiplier2)
     computation = Computation(low.source, epilogue, params.tensor_multiplier)
     name = name or op.kind
     built: list[tuple[Ranked, Program]] = []

@@ -19,9 +19,10 @@ def _ceil(a: int, b: int) -> int:
 def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
     ep = low.epilogue
-    imm = 3 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
-    tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias)
-    if not ep.bias and ep.shift:
+    imm = 1 + 2 * int(ep.final_clip) + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+    tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias) + 2 * int(ep.acc_bounds)
+    imm, tensor = imm + int(bool(ep.pre_shift)), tensor + int(bool(ep.pre_shift))  # >>p, x m2
+    if (ep.pre_shift or not ep.bias) and ep.shift:  # the rounding is a pass of its own
         imm, tensor = (imm, tensor + 1) if low.round_row else (imm + 1, tensor)
     return imm, tensor
 
@@ -53,7 +54,8 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     pix = s.tile_oh * s.tile_ow
     acc = s.tile_oc * pix
     imm, tensor = alu_passes(low)
-    mul_extra = (t.alu_mul_groups + 1) if low.epilogue.multiplier != Multiplier.NONE else 0
+    multiplies = int(low.epilogue.multiplier != Multiplier.NONE) + int(bool(low.epilogue.pre_shift))
+    mul_extra = multiplies * (t.alu_mul_groups + 1)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
     gemm = steps * step
     zero = acc * t.alu_ii_imm + 6

@@ -32,3 +32,23 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
     )
     return x_tr, y_tr, x_te, y_te
+
+
+def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool = True,
+                              images: int = 64) -> Path:  # fmt: skip
+    """The digits CNN quantized by onnxruntime's own quantizer (QDQ, per-channel int8 weights,
+    int8 activations, calibrated on the first `images` training images), written to `out`:
+    the model a user brings that tilecraft must run as onnxruntime does. Needs onnxruntime."""
+    from onnxruntime import quantization as q
+
+    batches = iter([{"input": x_train[i : i + 1]} for i in range(images)])
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    q.quantize_static(str(ONNX_PATH), str(out), Reader(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=True, activation_type=q.QuantType.QInt8,
+                      weight_type=q.QuantType.QInt8,
+                      extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
+    return out  # fmt: skip

@@ -74,16 +74,26 @@ class GlobalAvgPool:
 
 @dataclass(frozen=True)
 class Add:
-    """int8 a + b at a common output scale: requantize(a * m_a + b * m_b; shift), clipped."""
+    """int8 a + b, each at its own scale, to the output's scale: y = clip(rint(a * ratio_a +
+    b * ratio_b)) computed in float32 in that order, rounding half to even, with ratio = the
+    side's scale over the output's (as float32). It is onnxruntime's QLinearAdd on x86 (MLAS),
+    so a model quantized by onnxruntime adds exactly as there."""
 
-    m_a: int
-    m_b: int
-    shift: int
+    ratio_a: float
+    ratio_b: float
     clip: tuple[int, int] = INT8
     kind: ClassVar[str] = "add"
 
     def __post_init__(self) -> None:
-        _shift("add", self.shift)
+        for name in ("ratio_a", "ratio_b"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                np.isfinite(value) and value > 0
+            ):
+                raise ScheduleError(f"add {name} must be a positive finite float, not {value!r}")
+        object.__setattr__(self, "ratio_a", float(np.float32(self.ratio_a)))
+        object.__setattr__(self, "ratio_b", float(np.float32(self.ratio_b)))
+        object.__setattr__(self, "clip", tuple(self.clip))
 
 
 @dataclass(frozen=True)
@@ -146,14 +156,15 @@ def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) 
         total = np.asarray(inputs[0], np.int64).sum(axis=(2, 3), keepdims=True)
         return requantize(total, op.multiplier, op.shift)
     if isinstance(op, Add):
-        a, b = (np.asarray(x, np.int64) for x in inputs)
-        return requantize(a * op.m_a + b * op.m_b, 1, op.shift, op.clip)
+        a, b = (np.asarray(x, np.float32) for x in inputs)
+        y = a * np.float32(op.ratio_a) + b * np.float32(op.ratio_b)
+        return np.clip(np.rint(y), op.clip[0], op.clip[1]).astype(np.int8)
     if isinstance(op, Flatten):
         return inputs[0].reshape(inputs[0].shape[0], -1)
     if isinstance(op, DepthwiseConv):
         win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads, 0)
         w = np.asarray(constants["weight"], np.int64)[:, 0]  # (C, KH, KW)
         acc = np.einsum("nchwij,cij->nchw", win, w)
-        return apply_epilogue(op.epilogue, acc, bias=constants["bias"],
-                              multiplier=constants["multiplier"])  # fmt: skip
+        vectors = {k: v for k, v in constants.items() if k != "weight"}
+        return apply_epilogue(op.epilogue, acc, **vectors)
     raise ScheduleError(f"no semantics for host operator {op!r}")

@@ -4,17 +4,23 @@ spec**: compiled programs must match it bit for bit, on every device. `outputs` 
 
 Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
 
-    x = acc + bias[c]                        (if bias)
+    x = min(max(acc, acc_lo[c]), acc_hi[c])  (if acc_bounds)
+    x = x + bias[c]                          (if bias)
     x = x * m[c]                             (if a multiplier; m one value or one per channel)
+    x = (x >> p) * m2[c]                     (if p = pre_shift > 0: floor shift, 2nd multiplier)
     x = (x + 2**(s-1)) >> s                  (if s = shift > 0: round half up, arithmetic shift)
     x = x + residual                         (if residual: an int8 tensor shaped like the output)
-    y = int8(clip(x, lo, hi))                (lo raised to 0 by ReLU)
+    y = int8(clip(x, lo, hi))                (lo raised to 0 by ReLU; with acc_bounds and no
+                                              residual, y = the low 8 bits of x instead)
 
 Every step wraps at 32 bits (two's complement), exactly as the accelerator's ALU does.
-`requant_params` turns float scales into (m, s) so that nothing wraps for realistic inputs.
+`requant_params` turns float scales into (m, s) so that nothing wraps for realistic inputs;
+`requant_bounds` gives (m, s, acc_lo, acc_hi) so that nothing wraps for any input.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,21 +67,31 @@ def epilogue(
     bias: np.ndarray | None = None,
     multiplier: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    acc_lo: np.ndarray | None = None,
+    acc_hi: np.ndarray | None = None,
+    multiplier2: np.ndarray | None = None,
     channel_axis: int = 1,
 ) -> np.ndarray:
     """int8 outputs from int32 accumulators, exactly as defined in the module docstring."""
     shape = [1] * acc.ndim
     shape[channel_axis] = acc.shape[channel_axis]
     x = wrap32(acc)
+    if ep.acc_bounds:
+        lo, hi = (np.asarray(v, np.int64).reshape(shape) for v in (acc_lo, acc_hi))
+        x = np.minimum(np.maximum(x, lo), hi)
     if ep.bias:
         x = wrap32(x + np.asarray(bias, np.int64).reshape(shape))
     if ep.multiplier != Multiplier.NONE:
         m = np.asarray(multiplier, np.int64)
         x = wrap32(x * (m.reshape(shape) if ep.multiplier == Multiplier.CHANNEL else m.reshape(())))
+    if ep.pre_shift:
+        x = wrap32((x >> ep.pre_shift) * np.asarray(multiplier2, np.int64).reshape(shape))
     if ep.shift:
         x = wrap32(x + (1 << (ep.shift - 1))) >> ep.shift
     if ep.residual:
         x = wrap32(x + np.asarray(residual, np.int64))
+    if not ep.final_clip:
+        return x.astype(np.int8)  # the store's narrowing: the low 8 bits
     return np.clip(x, ep.low, ep.high).astype(np.int8)
 
 
@@ -144,11 +160,17 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
         "bias": tensors.get("bias"),
         "multiplier": comp.multiplier if comp.multiplier is not None else tensors.get("multiplier"),
         "residual": tensors.get("residual"),
+        "acc_lo": tensors.get("acc_lo"),
+        "acc_hi": tensors.get("acc_hi"),
+        "multiplier2": tensors.get("multiplier2"),
     }
     for name, needed in (
         ("bias", ep.bias),
         ("multiplier", ep.multiplier != Multiplier.NONE),
         ("residual", ep.residual),
+        ("acc_lo", ep.acc_bounds),
+        ("acc_hi", ep.acc_bounds),
+        ("multiplier2", ep.pre_shift > 0),
     ):
         if needed and params[name] is None:
             raise ScheduleError(f"the epilogue [{ep.describe()}] needs tensor {name!r}")
@@ -187,6 +209,94 @@ def requant_params(scale, acc_bound: int, max_shift: int = 31) -> tuple[np.ndarr
         f"scale {top:.3g} with accumulators up to {acc_bound} cannot be requantized without "
         f"overflowing 32 bits"
     )
+
+
+@dataclass(frozen=True)
+class BoundedRequant:
+    """An epilogue's requantization with accumulator bounds: multiplier(s), shifts, bounds."""
+
+    multiplier: np.ndarray  # int64 (channels,)
+    shift: int
+    acc_lo: np.ndarray  # int32 (channels,)
+    acc_hi: np.ndarray
+    multiplier2: np.ndarray | None = None  # the two-stage multiply's second factor
+    pre_shift: int = 0
+
+
+def _shifted(acc, bias, req: BoundedRequant) -> np.ndarray:
+    """v(acc): the value the epilogue shifts out, exactly (int64; every product fits)."""
+    x = (acc + bias) * req.multiplier
+    if req.pre_shift:
+        x = (x >> req.pre_shift) * req.multiplier2
+    return (x + (1 << (req.shift - 1))) >> req.shift
+
+
+def _least_reaching(bias, req: BoundedRequant, target: int) -> np.ndarray:
+    """Per channel, the least int32 accumulator with v(acc) >= target (v is monotone)."""
+    lo = np.full(bias.shape, -(1 << 31), np.int64)  # v(lo) may already reach it
+    hi = np.full(bias.shape, (1 << 31) - 1, np.int64)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        reached = _shifted(mid, bias, req) >= target
+        hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid + 1)
+    return lo
+
+
+def _two_factors(target: np.ndarray, top: np.ndarray, tries: int = 1024):
+    """Per channel, m1 <= top and m2 with m1 * m2 closest to `target`, m1 from the `tries`
+    values just under `top` but not below top / 2 (so m2, which scales the first shift's
+    rounding error, stays under twice its least value)."""
+    m1 = top[None, :] - np.arange(tries)[:, None]
+    m1 = np.maximum(m1, np.maximum(top // 2, 1)[None, :])
+    m2 = np.maximum(np.round(target[None, :] / m1), 1)
+    best = np.argmin(np.abs(m1 * m2 - target[None, :]), axis=0)
+    cols = np.arange(target.size)
+    return m1[best, cols].astype(np.int64), m2[best, cols].astype(np.int64)
+
+
+def requant_bounds(scale, bias, clip: tuple[int, int] = INT8_RANGE, residual: bool = False,
+                   pre_shift: int = 0) -> BoundedRequant | None:  # fmt: skip
+    """The requantization of an epilogue with `acc_bounds`, or None where a scale is 1 or more
+    (v would step by more than one, so no accumulator bound can stand for the clip;
+    `requant_params` serves those).
+
+    With v(acc) the value the epilogue shifts out, the bounds are the accumulators where v
+    reaches the ends of `clip`, so v(bounded acc) == clip(v(acc)); with a residual (added after
+    the shift, then clipped) the ends widen to [lo - 127, hi + 128], beyond which the clip
+    decides alone. Every product then stays within 32 bits for every input, which lets the
+    shift be 24 (23 with a residual): m carries about 24 + log2(scale) bits, where a bound from
+    the weights leaves 8 to 15. With `pre_shift` p (two-stage, about 10), x * m1 >> p * m2
+    approximates scale * 2**(p + shift) with m1 as large as the bounds allow and m2 near 2**p:
+    the error against the real product falls from ~2**-8 of an output step to ~2**-14.
+    """
+    scale = np.asarray(scale, np.float64).reshape(-1)
+    bias = np.broadcast_to(np.asarray(bias, np.int64), scale.shape)
+    if np.any(scale <= 0) or not np.all(np.isfinite(scale)):
+        raise ScheduleError(f"requantization scales must be positive and finite, got {scale}")
+    if scale.max() >= 1 - 2.0**-12:
+        return None
+    lo, hi = (clip[0] - 127, clip[1] + 128) if residual else clip
+    s = 23 if residual else 24
+    reach = (max(-lo, hi + 1) + 2) / scale + np.abs(bias)  # |acc + bias| within the bounds
+    for _ in range(8):
+        if pre_shift:
+            top = np.floor((2**31 - 1) / reach).astype(np.int64)
+            m, m2 = _two_factors(scale * 2.0 ** (s + pre_shift), top)
+        else:
+            m, m2 = np.round(scale * (1 << s)).astype(np.int64), None
+        if m.min() == 0:
+            raise ScheduleError(f"scale {float(scale.min()):.3g} rounds to a zero multiplier")
+        req = BoundedRequant(m, s, m, m, m2, pre_shift)
+        acc_hi = _least_reaching(bias, req, hi)
+        acc_lo = np.maximum(_least_reaching(bias, req, lo + 1) - 1, -(1 << 31))
+        # one stage: v's range keeps (acc + bias) * m + 2**(s-1) within 32 bits (the ALU's
+        # wrapping sum is exact); two: the first product is shifted, so it must fit itself
+        widest = np.maximum(np.abs(acc_lo + bias), np.abs(acc_hi + bias))
+        if not pre_shift or np.all(widest * m < 1 << 31):
+            return BoundedRequant(m, s, acc_lo.astype(np.int32), acc_hi.astype(np.int32),
+                                  m2, pre_shift)  # fmt: skip
+        reach = reach * 1.01
+    raise ScheduleError(f"scales {scale} leave no accumulator bounds within 32 bits")
 
 
 def _check(a: np.ndarray, shape, name: str) -> None:

@@ -54,6 +54,36 @@ def test_int8_network_tracks_the_float_one(compiled):
             assert net.tensors[layer.residual].scale == net.tensors[layer.output].scale
 
 
+def test_exact_requantization_is_bit_exact_on_sim():
+    """(Its precision: ops/test_reference.py; its use: the onnxruntime check in test_qdq.py.)"""
+    graph = import_model(tiny_resnet())
+    calib = random_calibration(graph, 8, seed=1)
+    x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = evaluate(graph, {"input": x})[graph.outputs[0]]
+    comp = compile_network(graph, preset("1x8x8"), calib, exact_requant=True)
+    accel = [lay for lay in comp.network.layers if isinstance(lay, AccelLayer)]
+    assert all(lay.epilogue.acc_bounds and lay.epilogue.pre_shift for lay in accel)
+    ref = run_model(comp.model, {"input": x}, None, keep=True)
+    sim = run_model(comp.model, {"input": x}, get_device("sim"), keep=True)
+    for name, got in sim.tensors.items():
+        np.testing.assert_array_equal(got, ref.tensors[name], err_msg=name)
+    assert _sqnr(want, sim.outputs[graph.outputs[0]]) > 18
+
+
+def test_a_models_own_scales_must_agree_where_an_operator_shares_one():
+    from tilecraft.compiler.frontend.ir import OpType
+    from tilecraft.compiler.quant.calibrate import Ranges
+    from tilecraft.compiler.quant.quantize import activation_scales
+
+    graph = import_model(tiny_resnet())
+    pool = next(n for n in graph.nodes if n.op is OpType.MAXPOOL)
+    tensors = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]
+    thresholds = {t: 1.0 for t in tensors}
+    thresholds[pool.output] = 2.0
+    with pytest.raises(ModelError, match=f"tensors {pool.inputs[0]!r} .* and {pool.output!r}"):
+        activation_scales(graph, Ranges(thresholds, Observer.MODEL, 0))
+
+
 def test_compiled_model_round_trips(compiled, tmp_path):
     from tilecraft.runtime.model import CompiledModel
 

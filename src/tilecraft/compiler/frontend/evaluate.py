@@ -72,7 +72,7 @@ def run_node(node: Node, args: list) -> np.ndarray:
     if op is OpType.CLIP:
         return np.clip(args[0], a.low, a.high)
     if op is OpType.ADD:
-        return args[0] + args[1]
+        return _clip(args[0] + args[1], getattr(a, "clip", None))
     if op is OpType.MUL:
         return args[0] * args[1]
     if op in (OpType.MAXPOOL, OpType.AVGPOOL):

@@ -117,6 +117,13 @@ class DenseAttrs:
 
 
 @dataclass(frozen=True)
+class AddAttrs:
+    """An elementwise Add not fused into a conv, with the ReLU/Clip fused after it if any."""
+
+    clip: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
 class BatchNormAttrs:
     epsilon: float = 1e-5
 
@@ -128,7 +135,7 @@ class NoAttrs:
 
 Attrs = Union[
     ConvAttrs, PoolAttrs, ClipAttrs, AxisAttrs, ReshapeAttrs, GemmAttrs, DenseAttrs,
-    BatchNormAttrs, NoAttrs,
+    AddAttrs, BatchNormAttrs, NoAttrs,
 ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tilecraft.compiler.frontend.ir import (
+    AddAttrs,
     AxisAttrs,
     ConvAttrs,
     DenseAttrs,
@@ -158,7 +159,9 @@ def flatten_reshapes(graph: Graph) -> Graph:
 def fuse_residual(graph: Graph) -> Graph:
     """Add(conv_out, other) -> the conv adds `other` in its epilogue (the later of two convs).
     The conv must have no clip yet and its output one use; when `other` is made after the conv,
-    the fused conv moves to the Add's place, where both exist."""
+    the fused conv moves to the Add's place, where both exist. A quantized model that states a
+    scale for the conv's output rounds it to int8 before the add (onnxruntime's QDQ form, run
+    as QLinearConv then QLinearAdd): that second rounding is kept, so the Add stays a node."""
     producer, order = graph.producer(), {n.name: i for i, n in enumerate(graph.nodes)}
     changed, drop, place_at = {}, set(), {}
     for add in graph.nodes:
@@ -172,7 +175,7 @@ def fuse_residual(graph: Graph) -> Graph:
             conv = changed.get(getattr(producer.get(mine), "name", None)) or producer.get(mine)
             if (conv is not None and conv.op is OpType.CONV and not conv.attrs.residual
                     and conv.attrs.clip is None and _single_use(graph, mine)
-                    and conv.name not in drop):  # fmt: skip
+                    and conv.name not in drop and mine not in graph.scales):  # fmt: skip
                 options.append((order[conv.name], conv, other))
         if not options:
             continue
@@ -196,7 +199,9 @@ def fuse_residual(graph: Graph) -> Graph:
 
 
 def fuse_activation(graph: Graph) -> Graph:
-    """Relu / Clip after a conv or dense with one use becomes the producer's clip bounds."""
+    """Relu / Clip after a conv, dense or unfused Add with one use becomes the producer's clip
+    bounds (where a quantized model states both sides' scales, only if they are equal: a
+    different scale would be a second rounding)."""
     producer = graph.producer()
     changed, drop = {}, set()
     for act in graph.nodes:
@@ -204,14 +209,18 @@ def fuse_activation(graph: Graph) -> Graph:
             continue
         src = producer.get(act.inputs[0])
         src = changed.get(getattr(src, "name", None)) or src
-        if src is None or src.op not in (OpType.CONV, OpType.DENSE):
+        if src is None or src.op not in (OpType.CONV, OpType.DENSE, OpType.ADD):
             continue
         if not _single_use(graph, act.inputs[0]):
             continue
+        scales = [graph.scales.get(t) for t in (act.inputs[0], act.output)]
+        if None not in scales and scales[0] != scales[1]:
+            continue
         lo, hi = (0.0, float("inf")) if act.op is OpType.RELU else (act.attrs.low, act.attrs.high)
-        old = src.attrs.clip or (float("-inf"), float("inf"))
+        old = getattr(src.attrs, "clip", None) or (float("-inf"), float("inf"))
         clip = (max(lo, old[0]), min(hi, old[1]))
-        attrs = type(src.attrs)(**{**src.attrs.__dict__, "clip": clip})
+        kind = AddAttrs if src.op is OpType.ADD else type(src.attrs)
+        attrs = kind(**{**getattr(src.attrs, "__dict__", {}), "clip": clip})
         changed[src.name] = src.with_(outputs=act.outputs, attrs=attrs)
         drop.add(act.name)
     nodes = [changed.get(n.name, n) for n in graph.nodes if n.name not in drop]

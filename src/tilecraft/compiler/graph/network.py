@@ -193,6 +193,7 @@ def _reads(layer) -> list[str]:
 def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
     key = _schedule_key(layer) + (fold,)
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
+              **layer.vectors,
               "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip
     try:
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
@@ -208,14 +209,17 @@ def _schedule_key(layer: AccelLayer) -> tuple:
     """What a schedule's choice depends on: the operator and the epilogue's shape (not its
     values; a schedule that does not fit another epilogue is searched again)."""
     ep = layer.epilogue
-    return (layer.op, ep.bias, ep.multiplier, ep.residual)
+    return (layer.op, ep.bias, ep.multiplier, ep.residual, ep.final_clip, ep.acc_bounds,
+            ep.pre_shift > 0)  # fmt: skip
 
 
 def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
                     input_shapes=None, measure: int = MEASURED, chain: bool = True,
-                    budget: int = DEFAULT_BUDGET) -> NetworkCompilation:  # fmt: skip
+                    budget: int = DEFAULT_BUDGET,
+                    exact_requant: bool | None = None) -> NetworkCompilation:  # fmt: skip
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
-    `calibration` None takes the scales of an already quantized (QDQ) model."""
+    `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
+    see `quantize` (default: for a model that brings its own scales)."""
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)
@@ -228,7 +232,7 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
         ranges = calibrate(graph, calibration, observer)
     seconds["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
-    net = quantize(graph, ranges)
+    net = quantize(graph, ranges, exact_requant)
     seconds["quantize"] = time.perf_counter() - start
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}

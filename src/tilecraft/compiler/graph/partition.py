@@ -29,6 +29,8 @@ class Reason(str, Enum):
     ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
     POOLING = "pooling: ALU pooling not implemented yet (host kernel)"
     ADD = "elementwise Add not fused into a conv epilogue (host kernel)"
+    ADD_ROUNDED = ("Add of two int8 tensors at their own scales (the model rounds the conv's "
+                   "output before it): host kernel, as onnxruntime's QLinearAdd")  # fmt: skip
     ACTIVATION = "activation not fused into a conv/dense epilogue (host kernel)"
     SOFTMAX = "softmax needs exp: not in the accelerator's ISA"
     UNFUSED = "BatchNorm/Mul not folded into a conv (host kernel)"
@@ -87,6 +89,8 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     if op is OpType.MAXPOOL:
         return (Place.ACCELERATOR, Reason.POOL_ALU) if pool_on_accelerator(graph, node) else \
             (Place.HOST, Reason.POOL_SIGNED)  # fmt: skip
+    if op is OpType.ADD and any(i in graph.scales for i in node.inputs):
+        return Place.HOST, Reason.ADD_ROUNDED
     host = {
         OpType.AVGPOOL: Reason.POOLING,
         OpType.ADD: Reason.ADD,
