@@ -35,11 +35,16 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool = True,
-                              images: int = 64) -> Path:  # fmt: skip
-    """The digits CNN quantized by onnxruntime's own quantizer (QDQ, per-channel int8 weights,
-    int8 activations, calibrated on the first `images` training images), written to `out`:
-    the model a user brings that tilecraft must run as onnxruntime does. Needs onnxruntime."""
+                              images: int = 64, form: str = "qdq") -> Path:  # fmt: skip
+    """The digits CNN quantized by onnxruntime's own quantizer (per-channel int8 weights, int8
+    activations, calibrated on the first `images` training images; `form` "qdq" or
+    "qoperator"), written to `out`: the model a user brings that tilecraft must run as
+    onnxruntime does. Needs onnxruntime."""
     from onnxruntime import quantization as q
+
+    formats = {"qdq": q.QuantFormat.QDQ, "qoperator": q.QuantFormat.QOperator}
+    if form not in formats:
+        raise ValueError(f"form must be one of {sorted(formats)}, not {form!r}")
 
     batches = iter([{"input": x_train[i : i + 1]} for i in range(images)])
 
@@ -47,7 +52,7 @@ def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool
         def get_next(self):
             return next(batches, None)
 
-    q.quantize_static(str(ONNX_PATH), str(out), Reader(), quant_format=q.QuantFormat.QDQ,
+    q.quantize_static(str(ONNX_PATH), str(out), Reader(), quant_format=formats[form],
                       per_channel=True, activation_type=q.QuantType.QInt8,
                       weight_type=q.QuantType.QInt8,
                       extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})

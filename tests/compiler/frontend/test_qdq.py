@@ -1,5 +1,5 @@
-"""A model quantized by onnxruntime (QDQ, per-channel, symmetric int8) runs through tilecraft
-with its own scales and integers, and gives onnxruntime's own int8 outputs."""
+"""A model quantized by onnxruntime (QDQ or QOperator form, per-channel, symmetric int8) runs
+through tilecraft with its own scales and integers, and gives onnxruntime's own int8 outputs."""
 
 import numpy as np
 import pytest
@@ -19,31 +19,33 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
 
 
-def _quantize(tmp_path, x_train, symmetric=True):
-    return quantize_with_onnxruntime(tmp_path / "qdq.onnx", x_train, symmetric=symmetric)
+def _quantize(tmp_path, x_train, symmetric=True, form="qdq"):
+    out = tmp_path / f"{form}.onnx"
+    return quantize_with_onnxruntime(out, x_train, symmetric=symmetric, form=form)
 
 
-def test_onnxruntime_qdq_model(tmp_path):
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form):
     from onnx import load, numpy_helper
 
     x_train, _, x, y = digits_split()
-    path = _quantize(tmp_path, x_train)
+    path = _quantize(tmp_path, x_train, form=form)
     graph = import_model(path, {"input": (len(x), 1, 8, 8)})
     assert not any(n.op in (OpType.QUANTIZE, OpType.DEQUANTIZE) for n in graph.nodes)
     assert {"input", "a1", "a2", "pool", "a3", "gap", "logits"} <= set(graph.scales)
     # the model rounds conv3's output before the add: the Add stays, with the ReLU fused
     (add,) = [n for n in graph.nodes if n.op is OpType.ADD]
-    assert add.inputs == ("c3", "pool") and add.attrs.clip == (0.0, float("inf"))
+    assert add.inputs[1] == "pool" and add.attrs.clip == (0.0, float("inf"))
     assert place(graph, add) == (Place.HOST, Reason.ADD_ROUNDED)
     comp = compile_network(graph, preset("default"), None)  # the model's scales, no calibration
     ints = {t.name: numpy_helper.to_array(t) for t in load(str(path)).graph.initializer}
-    names = {"conv1": "w1", "conv2": "w2", "conv3": "w3", "fc": "wd"}
+    keys = {"conv1": "1", "conv2": "2", "conv3": "3", "fc": "d"}
     for layer in comp.network.layers:
-        if isinstance(layer, AccelLayer):  # the model's own int8 weights, exactly
-            want = ints[names[layer.name] + "_quantized"]
-            np.testing.assert_array_equal(layer.weight, want.T if layer.name == "fc" else want)
-        if isinstance(layer, AccelLayer) and layer.name != "fc":  # and its int32 biases
-            np.testing.assert_array_equal(layer.bias, ints[f"b{layer.name[-1]}_quantized"])
+        if isinstance(layer, AccelLayer):  # the model's own int8 weights and int32 biases
+            k = keys[layer.name.removesuffix("_quant")]
+            want = ints[f"w{k}_quantized"]
+            np.testing.assert_array_equal(layer.weight, want.T if k == "d" else want)
+            np.testing.assert_array_equal(layer.bias, ints[f"b{k}_quantized"])
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     theirs = ort.InferenceSession(str(path), so).run(None, {"input": x})[0]
@@ -51,7 +53,7 @@ def test_onnxruntime_qdq_model(tmp_path):
     acc_theirs, acc_ours = (theirs.argmax(1) == y).mean(), (ours.argmax(1) == y).mean()
     assert acc_ours >= acc_theirs - 0.01, (acc_theirs, acc_ours)
     # the int8 logits themselves: onnxruntime rounds in float32 (QLinearConv, QLinearAdd,
-    # QGemm); tilecraft's two-stage requantization reproduces it on all but a few elements
+    # QGemm); tilecraft's exact requantization reproduces it on all but a few elements
     scale = graph.scales["logits"]
     steps = np.abs(np.rint(ours / scale) - np.rint(theirs / scale))
     assert steps.max() <= 1, steps.max()

@@ -1,6 +1,7 @@
 """ONNX in: a file (or a ModelProto) becomes a `Graph` with every tensor's static shape.
 
-Checks come before anything is built, each a `ModelError` naming the thing: a file that is not
+onnxruntime's QOperator nodes are first rewritten in their QDQ form (`qoperator`). Checks come
+before anything is built, each a `ModelError` naming the thing: a file that is not
 ONNX (or is truncated), an opset below 13, a dynamic dimension with no `input_shapes` entry, and
 every unsupported operator at once (`UnsupportedOperatorError`).
 """
@@ -25,6 +26,7 @@ from tilecraft.compiler.frontend.ir import (
     ReshapeAttrs,
     TensorType,
 )
+from tilecraft.compiler.frontend.qoperator import expand_qoperators, has_qoperators
 from tilecraft.errors import ModelError, UnsupportedOperatorError
 
 MIN_OPSET = 13
@@ -47,6 +49,8 @@ def load_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) ->
     onnx = _onnx()
     model = _read(onnx, source)
     where = str(source) if isinstance(source, (str, Path)) else "the model"
+    if has_qoperators(model):  # onnxruntime's QOperator form, read as its QDQ form
+        model = expand_qoperators(model)
     _check_opset(model, where)
     _check_operators(model, where)
     _fix_input_shapes(onnx, model, input_shapes or {}, where)

@@ -3,9 +3,10 @@
 int32 biases behind a DequantizeLinear.
 
 `absorb_qdq` turns such a graph into the float graph the passes expect plus what the quantizer
-needs from the model: each activation's scale (`Graph.scales`). Weights and biases become float
-constants equal to their dequantized values, so the quantizer's symmetric per-channel rounding
-gives back the model's own integers (its scale is max|w| / 127, as onnxruntime's symmetric
+needs from the model: each activation's scale (`Graph.scales`), carried through float Relu,
+MaxPool and Flatten nodes the model leaves between quantized tensors. Weights and biases become
+float constants equal to their dequantized values, so the quantizer's symmetric per-channel
+rounding gives back the model's own integers (its scale is max|w| / 127, as onnxruntime's symmetric
 weights are). Zero points must be 0 (symmetric); an asymmetric tensor is an error naming it.
 """
 
@@ -38,6 +39,32 @@ def _dequantized(graph: Graph, node: Node) -> np.ndarray:
         shape[node.attrs.axis % q.ndim] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
     return ((q - zero) * scale).astype(np.float32)
+
+
+# float operators whose output is exact at their input's scale (and the input at the output's)
+_SAME_SCALE = (OpType.RELU, OpType.MAXPOOL, OpType.FLATTEN, OpType.RESHAPE, OpType.IDENTITY)
+
+
+def _carry_scales(nodes: list[Node], scales: dict[str, float]) -> None:
+    """A tensor the model leaves unquantized between two that it quantizes (onnxruntime's
+    QOperator form runs Relu, MaxPool and Flatten in float) takes the scale it is exact at:
+    through a scale-preserving operator, forward from its input, or back from its output
+    when it has no other use."""
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for x in n.inputs:
+            uses[x] = uses.get(x, 0) + 1
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n.op not in _SAME_SCALE or not n.inputs:
+                continue
+            x, y = n.inputs[0], n.output
+            if y not in scales and x in scales:
+                scales[y], changed = scales[x], True
+            elif x not in scales and y in scales and uses.get(x) == 1:
+                scales[x], changed = scales[y], True
 
 
 def absorb_qdq(graph: Graph) -> Graph:
@@ -87,6 +114,7 @@ def absorb_qdq(graph: Graph) -> Graph:
         return t
 
     nodes = [n.with_(inputs=tuple(root(x) for x in n.inputs)) for n in nodes]
+    _carry_scales(nodes, scales)
     inputs = tuple(graph.inputs)
     types = dict(graph.types)
     used = {x for n in nodes for x in n.inputs}
