@@ -13,6 +13,7 @@ import pytest
 from tilecraft.compiler import pipeline
 from tilecraft.compiler.conv2d import compile_conv2d, compile_dense
 from tilecraft.compiler.mapping import map_conv2d
+from tilecraft.compiler.pipeline import compile_operator
 from tilecraft.compiler.schedule import MAX_SPACE, candidate_sizes
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
@@ -117,3 +118,11 @@ def test_the_schedule_space_stays_bounded_for_many_divisors():
         assert tried[0] == 1 and all(dim % t == 0 for t in tried)
         assert tried == sorted(set(tried))
     assert sizes[2][-1] == 720  # the whole dimension still tried where it fits a scratchpad
+
+
+def test_a_network_layer_leaves_verification_to_its_chain(monkeypatch):
+    verified = _counting(monkeypatch, pipeline, "verify")
+    comp = compile_conv2d(CFG, OP, Epilogue())
+    assert len(verified) == 1 and "verify" in comp.seconds
+    comp = compile_operator(CFG, OP, Epilogue(), check=False)
+    assert len(verified) == 1 and "verify" not in comp.seconds

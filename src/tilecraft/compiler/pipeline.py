@@ -166,12 +166,15 @@ def compile_operator(
     name: str | None = None,
     measure: int = MEASURED,
     max_insns: int = MAX_INSNS,
+    check: bool = True,
 ) -> Compilation:
     """Compile a conv2d or dense layer. Parameters given as arrays become constants of the
     program; those left None become named inputs. Without `schedule`, the heuristic ranks the
     legal space and the best `measure` (>= 1) candidates are built and timed on the cycle
     model (the best one alone when its program would exceed MEASURE_INSNS instructions). A
-    layer too large for any program is refused up front (`plan_operator`)."""
+    layer too large for any program is refused up front (`plan_operator`). With `check`
+    False the program is not verified here: for a caller that verifies the program it builds
+    from this one (a network's chain)."""
     epilogue = epilogue or Epilogue()
     plan = plan_operator(
         cfg, op, epilogue, schedule=schedule, fold=fold, measure=measure, max_insns=max_insns
@@ -208,8 +211,9 @@ def compile_operator(
             cycles = [model_report(p).cycles for _, p in built]
     best = min(range(len(built)), key=lambda i: (cycles[i] or 0, i))
     program = built[best][1]
-    with clock("verify"):
-        verify(program)
+    if check:  # else the caller verifies what runs (a network: its chained program)
+        with clock("verify"):
+            verify(program)
     with clock("notes"):
         notes = tuple(S.shaping_limits(cfg, low, program.schedule))
     candidates = tuple(Candidate(r.schedule, r.estimate, c) for (r, _), c in zip(built, cycles))

@@ -28,6 +28,7 @@ from tilecraft.compiler.quant.quantize import (
     check_supported,
     quantize,
 )
+from tilecraft.compiler.verify import verify
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule, MaxPool2d
@@ -126,7 +127,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         made = {layer.output for layer in run}
         compiled = [pools[layer.name] if isinstance(layer, PoolLayer) else
                     _compile(cfg, layer, chosen, measure,
-                             fold=None if layer.input not in made else False)
+                             fold=None if layer.input not in made else False, check=not chain)
                     for layer in run]  # fmt: skip
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
@@ -139,6 +140,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                                        for t in _reads(run[i])}  # fmt: skip
             made = {layer.output for layer in part_layers}
             if len(group) == 1:
+                if chain and not isinstance(part_layers[0], PoolLayer):
+                    verify(part_programs[0])  # compiled unchecked, for a chain
                 steps.append(_step(part_layers[0], len(programs)))
                 programs.append(part_programs[0])
                 continue
@@ -190,11 +193,12 @@ def _reads(layer) -> list[str]:
     return list(layer.inputs)
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold):
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bool):
+    """The layer's program; unverified without `check` (a chain verifies what it builds)."""
     key = _schedule_key(layer) + (fold,)
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               **layer.vectors,
-              "name": layer.name, "fold": fold, "measure": measure}  # fmt: skip
+              "name": layer.name, "fold": fold, "measure": measure, "check": check}  # fmt: skip
     try:
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
     except ScheduleError:
