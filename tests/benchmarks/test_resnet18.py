@@ -1,4 +1,5 @@
-"""The whole-network suite runs ResNet-18 end to end on the simulator (slow: ~30 s)."""
+"""The whole-network suites run ResNet-18 and MobileNetV2 end to end on the simulator (slow:
+~30 s and ~40 s)."""
 
 import pytest
 
@@ -19,3 +20,15 @@ def test_resnet18_suite():
                 "arena_peak_bytes"):  # fmt: skip
         assert key in r
     assert "ResNet-18 on" in resnet18.format_table(r)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_suite():
+    from tilecraft.benchmarks import mobilenet_v2
+
+    r = mobilenet_v2.run(resolve_config(mobilenet_v2.PRESET))
+    assert r["bit_exact_vs_reference"] and r["accelerator_mac_share"] == 1.0
+    assert r["accelerator_programs"] == 1 and r["chained_layers"] == len(r["layers"])
+    depthwise = [x for x in r["layers"] if x["utilization"] and x["utilization"] < 1 / 16]
+    assert len(depthwise) >= 17  # the diagonal blocks: at most one product in 16 is the layer's
+    assert "MobileNetV2 on" in mobilenet_v2.format_table(r)

@@ -46,6 +46,23 @@ def test_weight_round_trips_plain_folded_and_dense():
     np.testing.assert_array_equal(layout.unpack(cfg, p), m)
 
 
+def test_depthwise_weight_is_the_diagonal_of_square_blocks():
+    cfg = preset("1x8x8")
+    w = np.random.default_rng(3).integers(-128, 128, (11, 1, 3, 2), dtype=np.int8)
+    layout = L.DepthwiseWeight((11, 1, 3, 2))
+    p = layout.pack(cfg, w)
+    assert p.shape == layout.stored_shape(cfg) == (2, 1, 3, 2, 8, 8)
+    dense = L.Weight((11, 11, 3, 2)).unpack(cfg, p.reshape(2, 1, 3, 2, 8, 8).repeat(2, 1)
+                                            * np.eye(2, dtype=np.int8)[:, :, None, None,
+                                                                       None, None])  # fmt: skip
+    want = np.zeros((11, 11, 3, 2), np.int8)
+    want[np.arange(11), np.arange(11)] = w[:, 0]  # channel c reads only channel c
+    np.testing.assert_array_equal(dense, want)
+    np.testing.assert_array_equal(layout.unpack(cfg, p), w)
+    with pytest.raises(ProgramError, match="BLOCK_OUT == BLOCK_IN, not 8 and 16"):
+        layout.stored_shape(preset("1x16x8"))
+
+
 def test_im2col_folds_taps_into_channels():
     x = np.arange(2 * 3 * 5 * 5, dtype=np.int64).reshape(2, 3, 5, 5)
     cols = L.im2col(x, (3, 3), (2, 2), (1, 1))
@@ -99,6 +116,7 @@ def test_bad_layouts_and_shapes_are_refused():
         L.Activation((1, 3, 4, 4), L.Lanes.OUT),
         L.Weight((4, 3, 3, 3), folded=True),
         L.DenseWeight((5, 6)),
+        L.DepthwiseWeight((5, 1, 3, 3)),
         L.Im2col((1, 3, 8, 8), (7, 7), (2, 2), (3, 3)),
         L.Rows((9, 4)),
         L.Channels((12,)),

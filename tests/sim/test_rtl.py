@@ -11,9 +11,10 @@ import pytest
 
 from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.pipeline import compile_operator
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
-from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
+from tilecraft.ops import Conv2d, ConvSchedule, DepthwiseConv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -64,6 +65,10 @@ def _programs(cfg):
                   residual=True, relu=True)  # fmt: skip
     p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep)
     jobs.append(("two-stage multiply", p, pack_inputs(p, random_inputs(p, rng))))
+    # depthwise: a diagonal weight block per channel block, each tile reading its own block
+    p = compile_operator(cfg, DepthwiseConv2d(1, 20, 7, 7, 3, 2, 1),
+                         Epilogue(bias=True, multiplier="channel", shift=10, relu=True)).program
+    jobs.append(("depthwise", p, pack_inputs(p, random_inputs(p, rng))))
     op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
     p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
     jobs.append(("padding-only tiles", p, pack_inputs(p, random_inputs(p, rng))))

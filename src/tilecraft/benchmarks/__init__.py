@@ -10,6 +10,7 @@ from types import ModuleType
 SUITES = {
     "digits": "digits",
     "resnet18": "resnet18",
+    "mobilenet-v2": "mobilenet_v2",
     "resnet18-layers": "resnet18_layers",
     "onnxruntime": "onnxruntime_check",
     "sim-speed": "sim_speed",

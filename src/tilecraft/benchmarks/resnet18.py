@@ -1,5 +1,5 @@
-"""resnet18: the whole network from its ONNX file (generated in the repo: torchvision's
-architecture, seeded weights) on the PYNQ-Z1 preset (BENCHMARKS.md).
+"""resnet18 (and mobilenet-v2, `network=`): the whole network from its ONNX file (generated in
+the repo: torchvision's architecture, seeded weights) on the PYNQ-Z1 preset (BENCHMARKS.md).
 
 Import, calibrate (random inputs: the weights are random too), quantize, compile, run one image
 on the simulator (bit-exact with the integer reference, checked here) and report: modeled
@@ -23,17 +23,18 @@ from tilecraft.compiler.graph.partition import accelerator_mac_share, partition
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.compiler.quant.report import error_report
 from tilecraft.hw.config import HwConfig
-from tilecraft.models.zoo import resnet18
+from tilecraft.models.zoo import MODELS
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model, steady_host_seconds
 from tilecraft.runtime.model import AcceleratorStep
 from tilecraft.sim.simulator import model_report
 
 PRESET = "pynq-z1"
+TITLES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}
 
 
-def run(cfg: HwConfig, calibration: int = 2, seed: int = 0) -> dict:
-    graph = import_model(resnet18(seed=seed))
+def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resnet18") -> dict:
+    graph = import_model(MODELS[network](seed=seed))
     placements = partition(graph)
     macs = {p.node: p.macs for p in placements}
     data = random_calibration(graph, calibration, seed=seed)
@@ -67,7 +68,8 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0) -> dict:
     host_ms = 1e3 * steady_host_seconds(model, result)
     arena = model_arena(model)
     return {
-        "suite": "resnet18",
+        "suite": network.replace("_", "-"),
+        "network": TITLES[network],
         "config": cfg.tag,
         "accelerator_programs": programs,
         "chained_layers": sum(len(s.layers) for s in model.steps
@@ -97,12 +99,15 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0) -> dict:
 def _numpy_gemm_seconds(program, rng) -> float:
     """numpy int32 GEMM with the layer's MACs (im2col shape), timed alone."""
     op = program.computation.op
+    batch = 1
     if op.kind == "conv2d":
         m, k, n = op.oh * op.ow * op.n, op.ic * op.kernel[0] * op.kernel[1], op.oc
+    elif op.kind == "depthwise_conv2d":  # one (pixels, taps) @ (taps, 1) per channel
+        batch, m, k, n = op.c, op.oh * op.ow * op.n, op.kernel[0] * op.kernel[1], 1
     else:
         m, k, n = op.m, op.k, op.n
-    a = rng.integers(-128, 128, (m, k)).astype(np.int32)
-    b = rng.integers(-128, 128, (k, n)).astype(np.int32)
+    a = rng.integers(-128, 128, (batch, m, k)).astype(np.int32)
+    b = rng.integers(-128, 128, (batch, k, n)).astype(np.int32)
     start = time.perf_counter()
     np.matmul(a, b)
     return time.perf_counter() - start
@@ -115,10 +120,10 @@ def format_table(r: dict) -> str:
         util = f"{x['utilization']:6.3f}" if x["utilization"] is not None else f"{'-':>6s}"
         lines.append(f"{x['name']:10s} {x['macs']:12,d} {x['cycles']:10,d} {util} {sq}")
     lines += [
-        f"ResNet-18 on {r['config']}: modeled {r['modeled_latency_ms']:.1f} ms = accelerator "
-        f"{r['accelerator_ms']:.1f} ms + host {r['host_ms_measured_here']:.1f} ms (measured "
-        f"here, warm: host steps and packing around the {r['accelerator_programs']} programs; "
-        f"{r['chained_layers']} layers chained)",
+        f"{r.get('network', 'ResNet-18')} on {r['config']}: modeled "
+        f"{r['modeled_latency_ms']:.1f} ms = accelerator {r['accelerator_ms']:.1f} ms + host "
+        f"{r['host_ms_measured_here']:.1f} ms (measured here, warm: host steps and packing "
+        f"around the {r['accelerator_programs']} programs; {r['chained_layers']} layers chained)",
         f"accelerator MAC share {r['accelerator_mac_share']:.0%}, MAC-weighted utilization "
         f"{r['mac_weighted_utilization']:.3f}, DRAM {r['dram_bytes'] / 1e6:.1f} MB",
         f"compile {r['compile_seconds']:.1f} s (+ calibration {r['calibration_seconds']:.1f} s), "

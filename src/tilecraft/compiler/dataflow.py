@@ -23,10 +23,10 @@ import math
 
 import numpy as np
 
-from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense
+from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense, map_depthwise
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, MemId, Opcode, isa_for
-from tilecraft.ops import Conv2d, Dense
+from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d
 from tilecraft.runtime.layout import Weight
 from tilecraft.runtime.program import Program
 
@@ -49,6 +49,8 @@ def _mapped(program: Program) -> MappedConv | None:
         return None
     if isinstance(c.op, Dense):
         return map_dense(program.config, c.op, c.epilogue)
+    if isinstance(c.op, DepthwiseConv2d):
+        return map_depthwise(program.config, c.op, c.epilogue)
     if isinstance(c.op, Conv2d):
         layout = program.buffer("weight").layout
         folded = isinstance(layout, Weight) and layout.folded
@@ -155,12 +157,13 @@ class _Flow:
                 f"input row that holds no element of the layer's input"
             )
         cb = self.tensor["inp"].coords(np.maximum(inp, 0))[1]
-        wrong = (inp >= 0) & (cb != ib)
+        want = ib + ob if self.low.grouped else ib  # a depthwise block reads its own channels
+        wrong = (inp >= 0) & (cb != want)
         if wrong.any():
             at = int(np.flatnonzero(wrong)[0])
             return (
                 f"multiplies input channel block {int(cb[at])} with weights for input channel "
-                f"block {int(ib[at])} into acc row {int(acc[at])}"
+                f"block {int(want[at])} into acc row {int(acc[at])}"
             )
         tap = (ib * self.low.kernel[0] + kh) * self.low.kernel[1] + kw
         taken = self.acc[acc, tap] != NO_TAP
@@ -210,7 +213,8 @@ class _Flow:
         iw = ow[:, None] * sw - pw + kj[None, :]
         inside = (ih >= 0) & (ih < low.h) & (iw >= 0) & (iw < low.w)
         h, w = low.h, low.w
-        need = ((nb[:, None] * low.icb + ib[None, :]) * h + ih) * w + iw
+        block = ib[None, :] + (ob[:, None] if low.grouped else 0)
+        need = ((nb[:, None] * low.input_blocks + block) * h + ih) * w + iw
         held = self.acc[rows]
         wrong = np.where(inside, held != need, (held != NO_TAP) & (held != PAD))
         if not wrong.any():

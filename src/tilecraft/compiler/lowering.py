@@ -235,7 +235,8 @@ class _ConvEmitter:
             padding_only = self._window(tile).padding_only
             for i, (ic0, tic) in enumerate(steps):
                 if not padding_only:
-                    key = (tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow)
+                    block = ic0 + (tile.oc0 if low.grouped else 0)
+                    key = (tile.nb, block, tile.oh0, tile.toh, tile.ow0, tile.tow)
                     islot, ihit = inp_cache.get(key)
                     if not ihit:
                         self._load_window(tile, ic0, tic, islot)
@@ -314,7 +315,9 @@ class _ConvEmitter:
         low, w = self.low, self._window(tile)
         wr, wc = window(low, tile.toh, tile.tow)
         pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1)
-        first = self.dram.input + ((tile.nb * low.icb + ic0) * low.h + w.row) * low.w + w.col
+        block = ic0 + (tile.oc0 if low.grouped else 0)  # a depthwise block reads its own
+        first = self.dram.input + ((tile.nb * low.input_blocks + block) * low.h + w.row) * low.w
+        first += w.col
         base = self.slots.inp[slot]
         if not (low.row_skip or w.y_pad0 or w.y_pad1) and w.rows == low.h:
             # whole planes: the channel blocks are contiguous, one LOAD for all of them

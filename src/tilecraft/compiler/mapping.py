@@ -6,21 +6,25 @@ are folded into the reduction instead: the input is stored im2col-style (runtime
 `Im2col`) and the layer becomes a 1x1 convolution over C*KH*KW channels, filling 147 of 160
 lanes for a 7x7 kernel on RGB instead of 3 of 16. A dense layer runs as a 1x1 convolution over
 BATCH images of ceil(M/BATCH) rows each (runtime.layout `Rows`), so every batch lane is used
-whatever M is.
+whatever M is. A depthwise layer runs as the convolution whose weights are diagonal blocks:
+each output channel block reduces over the input block of the same channels only (`grouped`),
+one diagonal (BLOCK_OUT x BLOCK_IN) weight block per tap.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
-from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
+from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d, Epilogue, Multiplier
 from tilecraft.runtime.layout import (
     Activation,
     Channels,
     DenseWeight,
+    DepthwiseWeight,
     Im2col,
     Lanes,
     Layout,
@@ -38,7 +42,7 @@ class MappedConv:
     """An operator as the accelerator runs it: a convolution (after any tap folding) over
     channel blocks, and the layouts its tensors are stored in."""
 
-    source: Conv2d | Dense  # the operator as the user wrote it
+    source: Conv2d | DepthwiseConv2d | Dense  # the operator as the user wrote it
     op: Conv2d  # the convolution it runs as (a dense layer's 1x1 convolution)
     epilogue: Epilogue
     folded: bool
@@ -56,12 +60,25 @@ class MappedConv:
     round_row: bool  # the rounding constant 2**(shift-1) does not fit an ALU immediate
 
     @property
+    def grouped(self) -> bool:
+        """Each output channel block reduces over the input block of its own channels only
+        (a depthwise layer: `icb` is 1, and the block read is the output block's)."""
+        return isinstance(self.source, DepthwiseConv2d)
+
+    @property
+    def input_blocks(self) -> int:
+        """Channel blocks of the input tensor in DRAM."""
+        return self.ocb if self.grouped else self.icb
+
+    @property
     def row_skip(self) -> bool:
         """1-row kernels with a row stride and no row padding load only the rows they use."""
         return self.kernel[0] == 1 and self.stride[0] > 1 and self.pad[0] == 0
 
     def lane_efficiency(self, cfg: HwConfig) -> float:
         """Fraction of the GEMM's reduction lanes that carry real input channels."""
+        if self.grouped:  # one lane of each diagonal weight block's row
+            return 1 / cfg.block_in
         return self.ic / (self.icb * cfg.block_in)
 
     # ---- the tensors' layouts ----------------------------------------------------------------
@@ -79,6 +96,8 @@ class MappedConv:
         src = self.source
         if isinstance(src, Dense):
             return DenseWeight(src.weight_shape)
+        if self.grouped:
+            return DepthwiseWeight(src.weight_shape)
         return Weight(src.weight_shape, folded=self.folded)
 
     @property
@@ -178,6 +197,17 @@ def map_conv2d(
     if fold is None:
         fold = kk > 1 and folded_eff > direct + 0.25
     return _mapped(cfg, op, op, epilogue, fold)
+
+
+def map_depthwise(cfg: HwConfig, op: DepthwiseConv2d, epilogue: Epilogue) -> MappedConv:
+    """A depthwise layer as its block-diagonal convolution, one channel block at a time."""
+    if cfg.block_in != cfg.block_out:
+        raise ScheduleError(
+            f"a depthwise conv needs BLOCK_IN == BLOCK_OUT (diagonal weight blocks); "
+            f"{cfg.tag} has {cfg.block_in} and {cfg.block_out}"
+        )
+    mapped = _mapped(cfg, op, op.dense, epilogue, False)
+    return replace(mapped, icb=1, ic=cfg.block_in)
 
 
 def map_dense(cfg: HwConfig, op: Dense, epilogue: Epilogue) -> MappedConv:

@@ -17,13 +17,13 @@ from tilecraft.compiler import schedule as S
 from tilecraft.compiler.builder import MAX_INSNS
 from tilecraft.compiler.heuristic import Ranked, rank
 from tilecraft.compiler.lowering import lower_conv
-from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense
+from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense, map_depthwise
 from tilecraft.compiler.params import check_params
 from tilecraft.compiler.tokens import insert_tokens
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import Computation, Conv2d, ConvSchedule, Dense, Epilogue
+from tilecraft.ops import Computation, Conv2d, ConvSchedule, Dense, DepthwiseConv2d, Epilogue
 from tilecraft.runtime.program import MAX_DRAM_BYTES, Program
 from tilecraft.sim.simulator import model_report
 
@@ -120,6 +120,10 @@ def plan_operator(
             if fold:
                 raise ScheduleError("a dense layer has no kernel taps to fold")
             low = map_dense(cfg, op, epilogue)
+        elif isinstance(op, DepthwiseConv2d):
+            if fold:
+                raise ScheduleError("a depthwise layer's taps are not folded")
+            low = map_depthwise(cfg, op, epilogue)
         else:
             low = map_conv2d(cfg, op, epilogue, fold)
     tensors = low.tensor_bytes()

@@ -104,7 +104,7 @@ def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     out = []
     spec = isa_for(cfg)
     for name, value, top in (
-        ("tile_oc", s.tile_oc, low.ocb),
+        ("tile_oc", s.tile_oc, 1 if low.grouped else low.ocb),  # depthwise: a block a tile
         ("tile_ic", s.tile_ic, low.icb),
         ("tile_oh", s.tile_oh, low.oh),
         ("tile_ow", s.tile_ow, low.ow),
@@ -182,7 +182,7 @@ def candidate_sizes(cfg: HwConfig, low: MappedConv) -> list[list[int]]:
     combinations would exceed MAX_SPACE (only for dimensions with very many divisors)."""
     acc, inp = cfg.depth("acc"), cfg.depth("inp")
     lists = [
-        [d for d in divisors(low.ocb) if d <= acc],
+        [1] if low.grouped else [d for d in divisors(low.ocb) if d <= acc],
         [d for d in divisors(low.icb) if d <= inp],
         [d for d in divisors(low.oh) if d <= acc],
         [d for d in divisors(low.ow) if d <= acc],

@@ -101,6 +101,75 @@ class Conv2d:
 
 
 @dataclass(frozen=True)
+class DepthwiseConv2d:
+    """Depthwise conv2d: each of C channels of an (N, C, H, W) int8 input convolved with its own
+    (KH, KW) kernel; weights (C, 1, KH, KW). On the GEMM core each channel block is multiplied
+    by a diagonal weight block: 1 / BLOCK_OUT of the array's products are the layer's."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+    kind: ClassVar[str] = "depthwise_conv2d"
+
+    def __post_init__(self) -> None:
+        for name in ("kernel", "stride", "pad"):
+            object.__setattr__(self, name, _pair(getattr(self, name), name))
+        _ = self.dense  # the same checks as the convolution it is read as
+
+    @property
+    def dense(self) -> Conv2d:
+        """The (block-diagonal) dense convolution with the same input and output."""
+        return Conv2d(self.n, self.c, self.h, self.w, self.c, self.kernel, self.stride, self.pad)
+
+    @property
+    def oh(self) -> int:
+        return self.dense.oh
+
+    @property
+    def ow(self) -> int:
+        return self.dense.ow
+
+    @property
+    def ic(self) -> int:
+        return self.c
+
+    @property
+    def oc(self) -> int:
+        return self.c
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.c * self.oh * self.ow * self.kernel[0] * self.kernel[1]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.h, self.w)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.c, 1, *self.kernel)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.c, self.oh, self.ow)
+
+    @property
+    def channels(self) -> int:
+        return self.c
+
+    def describe(self) -> str:
+        k, s, p = self.kernel, self.stride, self.pad
+        return (
+            f"depthwise conv2d N={self.n} C={self.c} H={self.h} W={self.w} "
+            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}"
+        )
+
+
+@dataclass(frozen=True)
 class Dense:
     """x (M, K) int8 @ weight (K, N) int8 -> (M, N); the epilogue's channels are N."""
 
@@ -349,7 +418,7 @@ class Computation:
     per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
     program's outputs from this and its inputs and constants."""
 
-    op: Conv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d
+    op: Conv2d | DepthwiseConv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d
     epilogue: Epilogue | None = None
     multiplier: int | None = None
 

@@ -30,6 +30,7 @@ from tilecraft.ops.operators import (
     Computation,
     Conv2d,
     Dense,
+    DepthwiseConv2d,
     Epilogue,
     Gemm,
     GlobalAvgPool2d,
@@ -99,6 +100,22 @@ def conv2d(op: Conv2d, ep: Epilogue, x, w, **params) -> np.ndarray:
     return epilogue(ep, conv2d_acc(op, x, w), **params)
 
 
+def depthwise_acc(op: DepthwiseConv2d, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The int32 accumulators of a depthwise conv2d: one single-channel conv per channel."""
+    _check(x, op.input_shape, "input")
+    _check(w, op.weight_shape, "weight")
+    (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.pad
+    padded = np.zeros((op.n, op.c, op.h + 2 * ph, op.w + 2 * pw), np.int64)
+    padded[:, :, ph : ph + op.h, pw : pw + op.w] = x
+    acc = np.zeros(op.output_shape, np.int64)
+    w64 = w.astype(np.int64)[:, 0]
+    for i in range(kh):
+        for j in range(kw):
+            tap = padded[:, :, i : i + sh * op.oh : sh, j : j + sw * op.ow : sw]
+            acc += tap * w64[None, :, i, j, None, None]
+    return wrap32(acc)
+
+
 def dense(ep: Epilogue, x: np.ndarray, w: np.ndarray, **params) -> np.ndarray:
     """x (M, K) int8 @ w (K, N) int8 -> (M, N) int8 through the epilogue (channels = N)."""
     acc = wrap32(x.astype(np.int64) @ w.astype(np.int64))
@@ -115,10 +132,11 @@ def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # the tensors each operator reads, by the names programs give them
-OPERANDS = {Conv2d: ("input", "weight"), Dense: ("input", "weight"), Gemm: ("a", "b"),
+OPERANDS = {Conv2d: ("input", "weight"), DepthwiseConv2d: ("input", "weight"),
+            Dense: ("input", "weight"), Gemm: ("a", "b"),
             MaxPool2d: ("input",), GlobalAvgPool2d: ("input",)}  # fmt: skip
-RESULT = {Conv2d: "output", Dense: "output", Gemm: "c", MaxPool2d: "output",
-          GlobalAvgPool2d: "output"}  # fmt: skip
+RESULT = {Conv2d: "output", DepthwiseConv2d: "output", Dense: "output", Gemm: "c",
+          MaxPool2d: "output", GlobalAvgPool2d: "output"}  # fmt: skip
 
 
 def global_avgpool2d(op: GlobalAvgPool2d, x: np.ndarray) -> np.ndarray:
@@ -177,6 +195,8 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
     x, w = tensors["input"], tensors["weight"]
     if isinstance(op, Conv2d):
         return {"output": conv2d(op, ep, x, w, **params)}
+    if isinstance(op, DepthwiseConv2d):
+        return {"output": epilogue(ep, depthwise_acc(op, x, w), **params)}
     _check(x, op.input_shape, "input")
     _check(w, op.weight_shape, "weight")
     return {"output": dense(ep, x, w, **params)}

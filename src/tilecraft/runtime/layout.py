@@ -9,6 +9,8 @@ DRAM; `pack` and `unpack` follow it. Every layout is a frozen record (JSON throu
 - `Weight`: OIHW -> (O/Bo, I/Bi, KH, KW, Bo, Bi), O and I zero-padded; `folded` stores it as
   (O, I*KH*KW, 1, 1) first (the taps folded into the channels, see `Im2col`).
 - `DenseWeight`: a dense layer's (K, N) matrix as an (N, K, 1, 1) `Weight`.
+- `DepthwiseWeight`: a depthwise layer's (C, 1, KH, KW) kernels as (C/B, 1, KH, KW, B, B), the
+  channels of block b on the diagonal of its (B x B) blocks (BLOCK_OUT = BLOCK_IN = B).
 - `Im2col`: the NCHW input of a convolution with its taps folded into the channels: channel
   r = c*KH*KW + kh*KW + kw of output pixel (oh, ow) holds x[n, c, oh*SH + kh - PH,
   ow*SW + kw - PW] (zero outside), packed as an `Activation` of shape (N, C*KH*KW, OH, OW).
@@ -134,6 +136,42 @@ class DenseWeight(_Layout):
 
 
 @dataclass(frozen=True)
+class DepthwiseWeight(_Layout):
+    logical: tuple[int, ...]  # (C, 1, KH, KW)
+    kind: ClassVar[str] = "depthwise_weight"
+    rank: ClassVar[int] = 4
+
+    def _block(self, cfg: HwConfig) -> int:
+        if cfg.block_out != cfg.block_in:
+            raise ProgramError(f"a depthwise weight needs BLOCK_OUT == BLOCK_IN, not "
+                               f"{cfg.block_out} and {cfg.block_in}")  # fmt: skip
+        return cfg.block_out
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        c, _, kh, kw = self.logical
+        b = self._block(cfg)
+        return (_ceil(c, b), 1, kh, kw, b, b)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        c, _, kh, kw = self.logical
+        b = self._block(cfg)
+        w = np.zeros((_ceil(c, b) * b, kh, kw), self.check(x).dtype)
+        w[:c] = x[:, 0]
+        blocks = w.reshape(-1, b, kh, kw).transpose(0, 2, 3, 1)  # (C/B, KH, KW, B)
+        out = np.zeros((blocks.shape[0], 1, kh, kw, b, b), w.dtype)
+        lane = np.arange(b)
+        out[:, 0, :, :, lane, lane] = blocks.transpose(3, 0, 1, 2)
+        return out
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        c = self.logical[0]
+        lane = np.arange(self._block(cfg))
+        diag = p[:, 0, :, :, lane, lane]  # (B, C/B, KH, KW)
+        w = diag.transpose(1, 0, 2, 3).reshape(-1, *diag.shape[2:])[:c]
+        return np.ascontiguousarray(w[:, None])
+
+
+@dataclass(frozen=True)
 class Im2col(_Layout):
     logical: tuple[int, ...]
     kernel: tuple[int, int]
@@ -235,7 +273,8 @@ class TransposedMatrix(_Layout):
         return np.ascontiguousarray(_unpack_tiles(p, self.logical[::-1]).T)
 
 
-Layout = Activation | Weight | DenseWeight | Im2col | Rows | Channels | Matrix | TransposedMatrix
+Layout = (Activation | Weight | DenseWeight | DepthwiseWeight | Im2col | Rows | Channels | Matrix
+          | TransposedMatrix)
 
 
 # ---- the array transforms ------------------------------------------------------------------

@@ -22,13 +22,12 @@ def test_resnet18_all_macs_on_the_accelerator():
     assert set(host.values()) == {Reason.VIEW}  # pooling runs on the ALU; flatten is a view
 
 
-def test_mobilenet_depthwise_goes_to_the_host_and_says_why():
+def test_mobilenet_depthwise_goes_to_the_accelerator():
     placements = partition(import_model(mobilenet_v2()))
     depthwise = [p for p in placements if p.reason is Reason.DEPTHWISE]
-    assert len(depthwise) == 17 and all(p.place is Place.HOST for p in depthwise)
-    share = accelerator_mac_share(placements)
-    assert 0.9 < share < 0.95  # the depthwise convs hold ~7% of MobileNetV2's MACs
-    assert "depthwise conv: no accelerator mapping yet" in report(placements)
+    assert len(depthwise) == 17 and all(p.place is Place.ACCELERATOR for p in depthwise)
+    assert accelerator_mac_share(placements) == 1.0  # the depthwise convs: ~7% of the MACs
+    assert "accelerator MAC share 100.00%" in report(placements)
 
 
 def test_cli_partition(tmp_path, capsys):

@@ -13,6 +13,7 @@ from tilecraft.compiler.quant.observers import Observer
 from tilecraft.compiler.quant.quantize import AccelLayer, quantize
 from tilecraft.errors import ModelError, UnsupportedOperatorError
 from tilecraft.hw.config import preset
+from tilecraft.ops import DepthwiseConv2d
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
 
@@ -48,7 +49,8 @@ def test_int8_network_tracks_the_float_one(compiled):
         got = run_model(compiled.model, {"input": x}).outputs[graph.outputs[0]]
         assert _sqnr(want, got) > 18  # random weights, random calibration: ~25 dB here
     accel = [layer for layer in net.layers if isinstance(layer, AccelLayer)]
-    assert len(accel) == 7 and sum(layer.residual is not None for layer in accel) == 2
+    assert len(accel) == 8 and sum(layer.residual is not None for layer in accel) == 2
+    assert sum(isinstance(layer.op, DepthwiseConv2d) for layer in accel) == 1
     for layer in accel:  # residuals are at the output's scale, as the epilogue adds them
         if layer.residual:
             assert net.tensors[layer.residual].scale == net.tensors[layer.output].scale

@@ -31,7 +31,7 @@ from tilecraft.compiler.quant.quantize import (
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import ConvSchedule, MaxPool2d
+from tilecraft.ops import ConvSchedule, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
 from tilecraft.progress import track
 from tilecraft.runtime.model import (
@@ -78,6 +78,17 @@ def _host_pool(layer: PoolLayer) -> HostLayer:
     return HostLayer(layer.name, host, (layer.input,), layer.output)
 
 
+def _host_depthwise(layer: AccelLayer) -> HostLayer:
+    """A depthwise layer on a config without square blocks (no diagonal weight blocks) runs on
+    the host, with the same integers."""
+    op = layer.op
+    (ph, pw) = op.pad
+    host = host_ops.DepthwiseConv(op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue)
+    consts = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
+              **layer.vectors}  # fmt: skip
+    return HostLayer(layer.name, host, (layer.input,), layer.output, consts)
+
+
 def _runs(layers: list) -> list[list]:
     """The layers as maximal runs of consecutive accelerator layers, and host layers alone."""
     runs: list[list] = []
@@ -114,6 +125,9 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
              if isinstance(layer, PoolLayer)}  # fmt: skip
     layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and pools[layer.name] is None
               else layer for layer in net.layers]  # fmt: skip
+    if cfg.block_in != cfg.block_out:
+        layers = [_host_depthwise(layer) if isinstance(getattr(layer, "op", None),
+                  DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
     for k, run in enumerate(track(runs, f"compiling {net.name}")):

@@ -23,7 +23,9 @@ class Reason(str, Enum):
     POOL_SIGNED = "max pool with padding over inputs that may be negative (host kernel)"
     POOL_AVG = "global average pool: GEMM row sums and requantization on the ALU"
     VIEW = "a view of the data: nothing moves"
-    DEPTHWISE = "depthwise conv: no accelerator mapping yet (host kernel)"
+    DEPTHWISE = ("depthwise conv: a diagonal weight block per channel block on the GEMM core "
+                 "(1/BLOCK_OUT of its products are the layer's)")  # fmt: skip
+    DEPTHWISE_HOST = "depthwise conv with dilation or asymmetric padding (host kernel)"
     GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
     DILATED = "dilated conv: not offloaded"
     ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
@@ -75,8 +77,12 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     if op is OpType.CONV:
         a = node.attrs
         ic = graph.shape(node.inputs[0])[1]
+        if a.groups != 1 and (a.groups != ic or graph.shape(node.inputs[1])[0] != ic):
+            return Place.HOST, Reason.GROUPED  # (a depthwise conv has one output per input)
         if a.groups != 1:
-            return Place.HOST, Reason.DEPTHWISE if a.groups == ic else Reason.GROUPED
+            if a.dilation != (1, 1) or a.symmetric_pad is None:
+                return Place.HOST, Reason.DEPTHWISE_HOST
+            return Place.ACCELERATOR, Reason.DEPTHWISE
         if a.dilation != (1, 1):
             return Place.HOST, Reason.DILATED
         if a.symmetric_pad is None:

@@ -27,7 +27,15 @@ from tilecraft.compiler.graph.partition import Place, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
 from tilecraft.errors import ModelError, ScheduleError, UnsupportedOperatorError
-from tilecraft.ops import Conv2d, Dense, Epilogue, GlobalAvgPool2d, MaxPool2d, Multiplier
+from tilecraft.ops import (
+    Conv2d,
+    Dense,
+    DepthwiseConv2d,
+    Epilogue,
+    GlobalAvgPool2d,
+    MaxPool2d,
+    Multiplier,
+)
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.operators import INT8
 from tilecraft.ops.reference import requant_bounds, requant_params
@@ -38,10 +46,10 @@ QMAX = 127
 
 @dataclass(frozen=True)
 class AccelLayer:
-    """A conv or dense on the accelerator, with its integer parameters."""
+    """A conv, depthwise conv or dense on the accelerator, with its integer parameters."""
 
     name: str
-    op: Conv2d | Dense
+    op: Conv2d | DepthwiseConv2d | Dense
     epilogue: Epilogue
     weight: np.ndarray
     bias: np.ndarray
@@ -235,11 +243,14 @@ def _conv_layer(graph: Graph, node: Node, scales, name_of, exact: bool):
     ep, vectors = _requant(node, qw, qb, scale, 0 if conv else 1, _clip(a.clip, s_y), residual,
                            exact)  # fmt: skip
     out = name_of(node.output)
-    if conv and a.groups > 1:  # depthwise, on the host
+    if conv and a.groups > 1 and place(graph, node)[0] is Place.HOST:
         op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep)
         consts = {"weight": qw, "bias": qb.astype(np.int32), **vectors}
         return HostLayer(node.name, op, (name_of(x),), out, consts)
-    if conv:
+    if conv and a.groups > 1:
+        n, c, h, wd = graph.shape(x)
+        op = DepthwiseConv2d(n, c, h, wd, a.kernel, a.stride, a.symmetric_pad)
+    elif conv:
         n, ic, h, wd = graph.shape(x)
         op = Conv2d(n, ic, h, wd, qw.shape[0], a.kernel, a.stride, a.symmetric_pad)
     else:
