@@ -49,16 +49,22 @@ def conv2d_acc(op: Conv2d, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The int32 accumulators (wrapping) of conv2d, as int64 values: (N, OC, OH, OW)."""
     _check(x, op.input_shape, "input")
     _check(w, op.weight_shape, "weight")
-    (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.pad
-    padded = np.zeros((op.n, op.ic, op.h + 2 * ph, op.w + 2 * pw), np.int64)
-    padded[:, :, ph : ph + op.h, pw : pw + op.w] = x
     acc = np.zeros(op.output_shape, np.int64)
     w64 = w.astype(np.int64)
+    for i, j, tap in _taps(op, x):
+        acc += np.einsum("nchw,oc->nohw", tap, w64[:, :, i, j])
+    return wrap32(acc)
+
+
+def _taps(op: Conv2d | DepthwiseConv2d, x: np.ndarray):
+    """(i, j, the zero-padded input under kernel tap (i, j) at every output position)."""
+    (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.pad
+    n, c, h, w = x.shape
+    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), np.int64)
+    padded[:, :, ph : ph + h, pw : pw + w] = x
     for i in range(kh):
         for j in range(kw):
-            tap = padded[:, :, i : i + sh * op.oh : sh, j : j + sw * op.ow : sw]
-            acc += np.einsum("nchw,oc->nohw", tap, w64[:, :, i, j])
-    return wrap32(acc)
+            yield i, j, padded[:, :, i : i + sh * op.oh : sh, j : j + sw * op.ow : sw]
 
 
 def epilogue(
@@ -104,15 +110,10 @@ def depthwise_acc(op: DepthwiseConv2d, x: np.ndarray, w: np.ndarray) -> np.ndarr
     """The int32 accumulators of a depthwise conv2d: one single-channel conv per channel."""
     _check(x, op.input_shape, "input")
     _check(w, op.weight_shape, "weight")
-    (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.pad
-    padded = np.zeros((op.n, op.c, op.h + 2 * ph, op.w + 2 * pw), np.int64)
-    padded[:, :, ph : ph + op.h, pw : pw + op.w] = x
     acc = np.zeros(op.output_shape, np.int64)
     w64 = w.astype(np.int64)[:, 0]
-    for i in range(kh):
-        for j in range(kw):
-            tap = padded[:, :, i : i + sh * op.oh : sh, j : j + sw * op.ow : sw]
-            acc += tap * w64[None, :, i, j, None, None]
+    for i, j, tap in _taps(op, x):
+        acc += tap * w64[None, :, i, j, None, None]
     return wrap32(acc)
 
 
