@@ -34,7 +34,8 @@ from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, queue_betwe
 
 class RowHistory:
     """Per scratchpad row, and per lane (a stage, or one of the compute stage's units or its
-    barriers): the stage-local index of the latest instruction that read it and that wrote it."""
+    barriers): the stage-local index of the latest instruction that read it and that wrote it.
+    The lanes are the rows of one array per buffer, so one gather answers for all of them."""
 
     LANES = (
         (Stage.LOAD, LOAD_LANE),
@@ -46,41 +47,59 @@ class RowHistory:
 
     def __init__(self, cfg: HwConfig):
         def rows():
-            return {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}
+            return {b: np.full((len(self.LANES), cfg.depth(b)), -1) for b in SCRATCHPADS}
 
-        self.writer = {key: rows() for key in self.LANES}
-        self.reader = {key: rows() for key in self.LANES}
+        self.writer = rows()
+        self.reader = rows()
+        self.index = {key: i for i, key in enumerate(self.LANES)}
+        self.others = {
+            s: [i for i, (stage, _) in enumerate(self.LANES) if stage != s] for s in Stage
+        }
 
     def needs(self, access) -> dict[Stage, list[tuple[int, int]]]:
         """Per other stage, the (lane, stage-local index) of the latest instruction on each of
         its lanes that wrote a row this access touches or read a row it writes. Only the latest
         matters: older ones on the same lane are complete before it (see `insert_tokens`)."""
+        latest = np.full(len(self.LANES), -1)
+        for table, touched in ((self.writer, access.reads), (self.writer, access.writes),
+                               (self.reader, access.writes)):  # fmt: skip
+            for buf, rows in touched.items():
+                if rows.size:
+                    np.maximum(latest, _lanes(table[buf], rows).max(axis=1), out=latest)
         need: dict[Stage, list[tuple[int, int]]] = {}
-        for key in self.LANES:
-            stage, lane = key
-            if stage == access.stage:
-                continue
-            latest = -1
-            for buf, rows in access.reads.items():
-                if rows.size:
-                    latest = max(latest, int(self.writer[key][buf][rows].max()))
-            for buf, rows in access.writes.items():
-                if rows.size:
-                    latest = max(
-                        latest,
-                        int(self.writer[key][buf][rows].max()),
-                        int(self.reader[key][buf][rows].max()),
-                    )
-            if latest >= 0:
-                need.setdefault(stage, []).append((lane, latest))
+        for i in self.others[access.stage]:
+            if latest[i] >= 0:
+                stage, lane = self.LANES[i]
+                need.setdefault(stage, []).append((lane, int(latest[i])))
         return need
 
     def record(self, access, lane: int, local: int) -> None:
-        key = (access.stage, lane)
+        i = self.index[(access.stage, lane)]
         for buf, rows in access.reads.items():
-            self.reader[key][buf][rows] = local
+            _lanes(self.reader[buf], rows, i)[...] = local
         for buf, rows in access.writes.items():
-            self.writer[key][buf][rows] = local
+            _lanes(self.writer[buf], rows, i)[...] = local
+
+
+def _lanes(table: np.ndarray, rows: np.ndarray, lane=slice(None)) -> np.ndarray:
+    """`table[lane, rows]` for ascending distinct `rows`: a view when they are one range (the
+    common case), so that it can be assigned to."""
+    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size:
+        return table[lane, int(rows[0]) : int(rows[-1]) + 1]
+    return _Scatter(table, lane, rows)
+
+
+class _Scatter:
+    """`table[lane, rows]` for rows that are not one range: reads gather, `[...] = v` writes."""
+
+    def __init__(self, table, lane, rows):
+        self.table, self.lane, self.rows = table, lane, rows
+
+    def max(self, axis):
+        return self.table[self.lane][..., self.rows].max(axis=axis)
+
+    def __setitem__(self, key, value) -> None:
+        self.table[self.lane, self.rows] = value
 
 
 def compute_nop():
@@ -106,8 +125,8 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     history = RowHistory(cfg)
     completion = Completion(cfg)
 
-    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int]):
-        local, lane, clock = completion.start(stage, opcode, first_dst)
+    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int], started=None):
+        local, lane, clock = started or completion.start(stage, opcode, first_dst)
         k = len(out)
         out.append(insn)
         flags.append({})
@@ -129,7 +148,8 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         need = history.needs(a)
         if opcode == Opcode.FINISH and global_of[Stage.STORE]:
             need[Stage.STORE] = [(STORE_LANE, len(global_of[Stage.STORE]) - 1)]
-        clock = completion.start(s, opcode, a.first_dst)[2]
+        started = completion.start(s, opcode, a.first_dst)
+        clock = started[2]
         producers = []
         for other in sorted(need):
             missing = [w for w in need[other] if not covers(clock, *w)]
@@ -146,7 +166,8 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
                 # compute stage, so the no-op changes nothing it inherits
                 emit(compute_nop(), Stage.COMPUTE, int(Opcode.LOAD), None, [])
                 p = len(out) - 1
+                started = None  # the no-op moved the compute stage on
             producers.append(p)
             clock = np.maximum(clock, done_of[p])
-        history.record(a, *emit(plain[k], s, opcode, a.first_dst, producers))
+        history.record(a, *emit(plain[k], s, opcode, a.first_dst, producers, started))
     return [i.with_flags(**f) if f else i for i, f in zip(out, flags)]

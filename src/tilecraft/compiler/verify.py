@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler.completion import Completion, covers
+from tilecraft.compiler.completion import ALU_LANE, GEMM_LANE, Completion, covers
 from tilecraft.compiler.dataflow import dataflow_problem
 from tilecraft.compiler.dram_order import dram_order_problem
 from tilecraft.compiler.footprint import accesses
@@ -265,52 +265,66 @@ def _stage_local(acc) -> list[int]:
 
 def _check_hazards(cfg, table, acc, clocks, lanes, local) -> None:
     stages = [a.stage for a in acc]
+    order = _Order(stages, lanes, local)
     writer = {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}  # global index, program order
     reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
     writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
     for a in acc:
         k, s, clock = a.index, a.stage, clocks[a.index]
+        earlier = []
         for buf, rows in a.reads.items():
             w = writer[buf][rows]
             if rows.size and w.min() < 0:
                 row = int(rows[np.argmin(w)])
                 _fail("raw", f"reads {buf} row {row} before any instruction writes it", table, k)
-            _ordered(
-                table, k, clock, stages, lanes, local, w, "raw", f"reads {buf} rows written by"
-            )
-        for buf, rows in a.writes.items():
-            for other in Stage:
-                if other == s:
-                    continue
-                r = reader[other][buf][rows]
-                _ordered(
-                    table,
-                    k,
-                    clock,
-                    stages,
-                    lanes,
-                    local,
-                    r,
-                    "war",
-                    f"overwrites {buf} rows still to be read by",
-                )
-                w = writer_by[other][buf][rows]
-                _ordered(
-                    table,
-                    k,
-                    clock,
-                    stages,
-                    lanes,
-                    local,
-                    w,
-                    "waw",
-                    f"overwrites {buf} rows also written by",
-                )
+            earlier.append(w)
+        earlier += [table_[s_][buf][rows] for buf, rows in a.writes.items()
+                    for table_ in (reader, writer_by) for s_ in Stage if s_ != s]  # fmt: skip
+        if earlier and order.unordered(k, clock, np.concatenate(earlier)):
+            _name_hazard(table, a, clock, order, writer, reader, writer_by)
         for buf, rows in a.reads.items():
             reader[s][buf][rows] = k
         for buf, rows in a.writes.items():
             writer[buf][rows] = k
             writer_by[s][buf][rows] = k
+
+
+class _Order:
+    """Whether a program's instructions (global indices) are certainly complete when another
+    starts, for many at once: one numpy pass per instruction checked."""
+
+    def __init__(self, stages, lanes, local):
+        self.stages, self.lanes, self.local = stages, lanes, local
+        self.stage_arr = np.array([int(s) for s in stages])
+        self.lane_arr = np.array(lanes)  # BARRIER (-1) picks the clock's last entry, below
+        self.local_arr = np.array(local)
+
+    def unordered(self, k: int, clock: np.ndarray, others: np.ndarray) -> bool:
+        """Whether any of `others` (-1: none) on another stage than k may still run."""
+        g = others[others >= 0]
+        g = g[self.stage_arr[g] != self.stage_arr[k]]
+        if not g.size:
+            return False
+        limit = np.append(clock, max(clock[GEMM_LANE], clock[ALU_LANE]))  # [-1]: a barrier
+        return bool((self.local_arr[g] > limit[self.lane_arr[g]]).any())
+
+
+def _name_hazard(table, a, clock, order: _Order, writer, reader, writer_by) -> None:
+    """The rule access `a` breaks and the instruction it is not ordered after (the slow path,
+    taken once the fast check found something)."""
+    k, s = a.index, a.stage
+    args = (table, k, clock, order.stages, order.lanes, order.local)
+    for buf, rows in a.reads.items():
+        _ordered(*args, writer[buf][rows], "raw", f"reads {buf} rows written by")
+    for buf, rows in a.writes.items():
+        for other in Stage:
+            if other == s:
+                continue
+            _ordered(*args, reader[other][buf][rows], "war",
+                     f"overwrites {buf} rows still to be read by")  # fmt: skip
+            _ordered(*args, writer_by[other][buf][rows], "waw",
+                     f"overwrites {buf} rows also written by")  # fmt: skip
+    raise AssertionError(f"instruction {k}: the hazard check found a race it cannot name")
 
 
 def _check_unit_overlap(cfg, table, acc, clocks, lanes, local) -> None:

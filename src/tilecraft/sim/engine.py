@@ -87,22 +87,26 @@ class Engine:
 
     # ---- one event per call: pick the earliest actor that can move -------------------------
     def run(self) -> None:
-        # the DRAM port goes last in a cycle, so that it sees every request made in it
-        actors = (FETCH, Stage.COMPUTE, Stage.LOAD, Stage.STORE, PORT)
+        # the DRAM port goes last in a cycle, so that it sees every request made in it; a burst
+        # acceptance that completes no transfer changes nothing the other actors wait on, so the
+        # port takes every acceptance due before their next step in one go
+        actors = (FETCH, Stage.COMPUTE, Stage.LOAD, Stage.STORE)
         while True:
             best, best_t = None, math.inf
             for a in actors:
                 t = self._ready(a)
                 if t is not None and t < best_t:
                     best, best_t = a, t
+            port_t = self.port.next_time()
+            if port_t is not None and port_t < best_t:
+                self._accept(best_t)
+                continue
             if best is None:
                 if all(self.pos[s] == len(self.queues[s]) and not self.pending[s] for s in Stage):
                     return
                 self._deadlock()
             if best == FETCH:
                 self.fetch.step(best_t)
-            elif best == PORT:
-                self._accept()
             elif self.pending[best]:
                 self._push(best, best_t)
             else:
@@ -112,8 +116,6 @@ class Engine:
         """Time actor `a` can take its next step, or None while it is blocked."""
         if a == FETCH:
             return self.fetch.ready(self.starts)
-        if a == PORT:
-            return self.port.next_time()
         if self.in_flight[a]:  # its transfer is not yet through the DRAM port
             return None
         if self.pending[a]:
@@ -193,9 +195,10 @@ class Engine:
             return
         self._complete(s, k, t, t + self.plan.busy[k], overlaps)
 
-    def _accept(self) -> None:
-        """The DRAM port accepts a burst; the transfer it completes finishes its instruction."""
-        done = self.port.step()
+    def _accept(self, limit: float) -> None:
+        """The DRAM port accepts the bursts due before `limit`, up to one that completes a
+        transfer, which finishes its instruction."""
+        done = self.port.advance(limit)
         if done is None:
             return
         if done.key == FETCH_KEY:

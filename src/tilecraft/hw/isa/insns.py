@@ -7,6 +7,8 @@ of them into a numpy structured array (one int64 column per field), which `codec
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -68,7 +70,11 @@ class _Insn:
         bad = sorted(set(flags) - set(FLAG_NAMES))
         if bad:
             raise EncodingError(f"unknown dependence flag(s) {bad}; valid: {list(FLAG_NAMES)}")
-        return dataclasses.replace(self, **flags)
+        if all(getattr(self, name) == value for name, value in flags.items()):
+            return self
+        new = object.__new__(type(self))  # a copy with new flags: the fields need no checks
+        new.__dict__.update(self.__dict__, **{k: bool(v) for k, v in flags.items()})
+        return new
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,15 +170,31 @@ Insn = Load | Store | Gemm | Alu | Finish
 
 def insn_table(insns: Iterable[_Insn]) -> np.ndarray:
     """Pack instructions into a structured array with one int64 column per field."""
-    rows = []
+    insns = list(insns)
+    by_kind: dict[type, list[int]] = {}
     for i, insn in enumerate(insns):
         if not isinstance(insn, _Insn):
             raise EncodingError(f"instruction {i} is a {type(insn).__name__}, not an instruction")
-        rows.append(insn.row())
-    table = np.zeros(len(rows), dtype=TABLE_DTYPE)
-    for name in FIELD_NAMES:
-        table[name] = [row.get(name, 0) for row in rows]
+        by_kind.setdefault(type(insn), []).append(i)
+    table = np.zeros(len(insns), dtype=TABLE_DTYPE)
+    for kind, where in by_kind.items():
+        names = _field_names(kind)
+        get = operator.attrgetter(*(FIELD_OF.get(name, name) for name in names))
+        values = np.array([get(insns[i]) for i in where], dtype=np.int64).reshape(len(where), -1)
+        table["opcode"][where] = int(kind.opcode)
+        for col, name in enumerate(names):
+            table[name][where] = values[:, col]
     return table
+
+
+FIELD_OF = {"alu_op": "op"}  # a table column whose dataclass field is named otherwise
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """The table columns a kind of instruction fills (besides its opcode)."""
+    column = {field: col for col, field in FIELD_OF.items()}
+    return tuple(column.get(f.name, f.name) for f in dataclasses.fields(kind))
 
 
 def uop_table(uops: Sequence[Uop] | np.ndarray) -> np.ndarray:
