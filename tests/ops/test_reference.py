@@ -115,19 +115,27 @@ def test_accumulator_bounds_give_the_exact_clipped_result_for_every_input(seed, 
     np.testing.assert_array_equal(got, np.clip(want + (res if residual else 0), lo, hi))
 
 
-def test_two_stage_multiply_is_closer_to_the_real_product():
+@pytest.mark.parametrize("clip", [(-128, 127), (0, 127), (0, 15), (0, 6)])
+def test_two_stage_multiply_is_closer_to_the_real_product(clip):
+    """Also for a narrow clip (ReLU6, a 4-bit activation), whose bounds would allow a large
+    first factor: the second must stay near 2**pre_shift, not become coarse."""
     rng = np.random.default_rng(3)
-    scale, bias = 10 ** rng.uniform(-3.5, -1.5, 16), np.zeros(16, np.int64)
+    scale, bias = 10 ** rng.uniform(-3.5, -1.5, 64), rng.integers(-100, 100, 64)
     errors = []
     for pre_shift in (0, 10):
-        req = R.requant_bounds(scale, bias, pre_shift=pre_shift)
+        req = R.requant_bounds(scale, bias, clip, pre_shift=pre_shift)
+        real = req.multiplier * (req.multiplier2 if pre_shift else 1) / 2.0 ** (req.shift +
+                                                                               pre_shift)
+        assert np.all(np.abs(real - scale) <= 2.0 ** -(req.shift + 1)), pre_shift
         ep = Epilogue(bias=True, multiplier="channel", shift=req.shift, acc_bounds=True,
                       pre_shift=pre_shift)  # fmt: skip
-        acc = (rng.uniform(-120, 120, (2000, 16)) / scale).astype(np.int64)
+        acc = (rng.uniform(clip[0] - 8, clip[1] + 8, (2000, 64)) / scale).astype(np.int64)
         y = R.epilogue(ep, acc, bias=bias, multiplier=req.multiplier, acc_lo=req.acc_lo,
                        acc_hi=req.acc_hi, multiplier2=req.multiplier2)  # fmt: skip
-        errors.append(np.mean(y != np.rint(acc * scale)))
-    assert errors[1] < errors[0] / 4, errors
+        errors.append(np.mean(y != np.clip(np.rint((acc + bias) * scale), *clip)))
+    assert errors[1] <= 1e-4, errors
+    if clip[1] - clip[0] > 100:  # a narrow range leaves both too few misses to compare
+        assert errors[1] < errors[0] / 4, errors
 
 
 def test_accumulator_bounds_refuse_scales_of_one_or_more():

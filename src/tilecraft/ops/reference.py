@@ -301,8 +301,10 @@ def requant_bounds(scale, bias, clip: tuple[int, int] = INT8_RANGE, residual: bo
     reach = (max(-lo, hi + 1) + 2) / scale + np.abs(bias)  # |acc + bias| within the bounds
     for _ in range(8):
         if pre_shift:
-            top = np.floor((2**31 - 1) / reach).astype(np.int64)
-            m, m2 = _two_factors(scale * 2.0 ** (s + pre_shift), top)
+            # m1 as large as the bounds allow, but not so large that m2 falls below 2**p (a
+            # narrow clip allows a large m1; a small m2 would be a coarse second factor)
+            top = np.minimum(np.floor((2**31 - 1) / reach), np.maximum(np.floor(scale * 2.0**s), 1))
+            m, m2 = _two_factors(scale * 2.0 ** (s + pre_shift), top.astype(np.int64))
         else:
             m, m2 = np.round(scale * (1 << s)).astype(np.int64), None
         if m.min() == 0:

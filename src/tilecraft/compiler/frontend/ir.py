@@ -167,6 +167,8 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     name: str = "model"
     scales: dict[str, float] = field(default_factory=dict)  # from a quantized model (QDQ)
+    # a quantized model's weight constants: their own scale, one per output channel or one
+    weight_scales: dict[str, np.ndarray] = field(default_factory=dict)
 
     def type_of(self, tensor: str) -> TensorType:
         if tensor in self.constants:

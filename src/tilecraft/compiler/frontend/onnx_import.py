@@ -1,6 +1,7 @@
 """ONNX in: a file (or a ModelProto) becomes a `Graph` with every tensor's static shape.
 
-onnxruntime's QOperator nodes are first rewritten in their QDQ form (`qoperator`). Checks come
+onnxruntime's QOperator nodes and QONNX's Quant nodes are first rewritten in their QDQ form
+(`qoperator`, `qonnx`). Checks come
 before anything is built, each a `ModelError` naming the thing: a file that is not
 ONNX (or is truncated), an opset below 13, a dynamic dimension with no `input_shapes` entry, and
 every unsupported operator at once (`UnsupportedOperatorError`).
@@ -26,6 +27,7 @@ from tilecraft.compiler.frontend.ir import (
     ReshapeAttrs,
     TensorType,
 )
+from tilecraft.compiler.frontend.qonnx import expand_quant, has_quant_nodes
 from tilecraft.compiler.frontend.qoperator import expand_qoperators, has_qoperators
 from tilecraft.errors import ModelError, UnsupportedOperatorError
 
@@ -51,6 +53,8 @@ def load_onnx(source, input_shapes: dict[str, tuple[int, ...]] | None = None) ->
     where = str(source) if isinstance(source, (str, Path)) else "the model"
     if has_qoperators(model):  # onnxruntime's QOperator form, read as its QDQ form
         model = expand_qoperators(model)
+    if has_quant_nodes(model):  # QONNX's Quant nodes, read as QDQ
+        model = expand_quant(model)
     _check_opset(model, where)
     _check_operators(model, where)
     _fix_input_shapes(onnx, model, input_shapes or {}, where)
@@ -171,7 +175,8 @@ def _graph(onnx, model, where: str) -> Graph:
         op = KNOWN[n.op_type]
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
         inputs = tuple(n.input)
-        node = Node(name, op, inputs, tuple(n.output), _attrs(op, attrs, name, inputs, constants))
+        node_attrs = _attrs(op, attrs, name, inputs, constants, types)
+        node = Node(name, op, inputs, tuple(n.output), node_attrs)
         nodes.append(node)
     for node in nodes:
         for out in node.outputs:
@@ -208,14 +213,21 @@ def _pads(values) -> tuple[int, int, int, int]:
     return (p[0], p[1], p[2], p[3]) if len(p) == 4 else (p[0], p[0], p[0], p[0])
 
 
-def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: dict):
+def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: dict,
+           types: dict):  # fmt: skip
     if "auto_pad" in a and a["auto_pad"] not in (b"NOTSET", "NOTSET"):
         raise ModelError(f"node {name}: auto_pad {a['auto_pad']!r} is not supported; "
                          "export with explicit pads")  # fmt: skip
     if op is OpType.CONV:
         kernel = a.get("kernel_shape")
-        if kernel is None and inputs[1] in constants:  # optional in ONNX: the weight's
-            kernel = constants[inputs[1]].shape[2:]
+        if kernel is None:  # optional in ONNX: the weight's (a constant, or a DequantizeLinear's)
+            weight = constants.get(inputs[1])
+            shape = weight.shape if weight is not None else getattr(types.get(inputs[1]), "shape",
+                                                                     None)  # fmt: skip
+            if shape is None or len(shape) != 4:
+                raise ModelError(f"node {name}: no kernel_shape, and its weight {inputs[1]!r} "
+                                 f"has no static 4-D shape to take it from")  # fmt: skip
+            kernel = shape[2:]
         return ConvAttrs(
             kernel=_pair(kernel, 1), stride=_pair(a.get("strides"), 1),
             pads=_pads(a.get("pads")), groups=int(a.get("group", 1)),

@@ -87,10 +87,13 @@ def fold_batchnorm(graph: Graph) -> Graph:
 def dense_from_gemm(graph: Graph) -> Graph:
     """Gemm (constant B and C) and MatMul (constant B) + Add (constant) become Dense."""
     constants, consumers = dict(graph.constants), graph.consumers()
+    weight_scales = dict(graph.weight_scales)  # a quantized model's, kept by the Dense weight
     nodes, drop = [], set()
     for node in graph.nodes:
         if node.name in drop:
             continue
+        if node.inputs[1:] and node.inputs[1] in weight_scales:
+            weight_scales[f"{node.name}.weight"] = weight_scales[node.inputs[1]]
         if node.op is OpType.GEMM and node.inputs[1] in constants and not node.attrs.trans_a:
             a = node.attrs
             w = constants[node.inputs[1]].astype(np.float64)
@@ -124,7 +127,8 @@ def dense_from_gemm(graph: Graph) -> Graph:
             nodes.append(_dense(node, node.outputs, w, np.zeros(w.shape[1]), constants))
             continue
         nodes.append(node)
-    return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants))
+    return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants,
+                                          weight_scales=weight_scales))  # fmt: skip
 
 
 def _bias_row(b, n: int):
@@ -199,9 +203,9 @@ def fuse_residual(graph: Graph) -> Graph:
 
 
 def fuse_activation(graph: Graph) -> Graph:
-    """Relu / Clip after a conv, dense or unfused Add with one use becomes the producer's clip
-    bounds (where a quantized model states both sides' scales, only if they are equal: a
-    different scale would be a second rounding)."""
+    """Relu / Clip after a conv, dense or unfused Add with one use (or after one fused so)
+    becomes the producer's clip bounds (where a quantized model states both sides' scales,
+    only if they are equal: a different scale would be a second rounding)."""
     producer = graph.producer()
     changed, drop = {}, set()
     for act in graph.nodes:
@@ -222,6 +226,7 @@ def fuse_activation(graph: Graph) -> Graph:
         kind = AddAttrs if src.op is OpType.ADD else type(src.attrs)
         attrs = kind(**{**getattr(src.attrs, "__dict__", {}), "clip": clip})
         changed[src.name] = src.with_(outputs=act.outputs, attrs=attrs)
+        producer[act.output] = src  # a second activation (Relu, then Clip) fuses too
         drop.add(act.name)
     nodes = [changed.get(n.name, n) for n in graph.nodes if n.name not in drop]
     return graph.replace(nodes=tuple(nodes))
@@ -241,7 +246,8 @@ def _prune_constants(graph: Graph) -> Graph:
     types = {k: v for k, v in graph.types.items() if k in used or k in graph.outputs
              or k in graph.inputs or any(k in n.outputs for n in graph.nodes)}  # fmt: skip
     constants = {k: v for k, v in graph.constants.items() if k in used}
-    return graph.replace(constants=constants, types=types)
+    weight_scales = {k: v for k, v in graph.weight_scales.items() if k in constants}
+    return graph.replace(constants=constants, types=types, weight_scales=weight_scales)
 
 
 Pass = Callable[[Graph], Graph]

@@ -5,9 +5,9 @@ int32 biases behind a DequantizeLinear.
 `absorb_qdq` turns such a graph into the float graph the passes expect plus what the quantizer
 needs from the model: each activation's scale (`Graph.scales`), carried through float Relu,
 MaxPool and Flatten nodes the model leaves between quantized tensors. Weights and biases become
-float constants equal to their dequantized values, so the quantizer's symmetric per-channel
-rounding gives back the model's own integers (its scale is max|w| / 127, as onnxruntime's symmetric
-weights are). Zero points must be 0 (symmetric); an asymmetric tensor is an error naming it.
+float constants equal to their dequantized values, and each keeps its own scale
+(`Graph.weight_scales`), so the quantizer gives back the model's own integers. Zero points must
+be 0 (symmetric); an asymmetric tensor is an error naming it.
 """
 
 from __future__ import annotations
@@ -72,12 +72,16 @@ def absorb_qdq(graph: Graph) -> Graph:
     if not any(n.op in (OpType.QUANTIZE, OpType.DEQUANTIZE) for n in graph.nodes):
         return graph
     constants, scales = dict(graph.constants), dict(graph.scales)
+    weight_scales = dict(graph.weight_scales)
     rename: dict[str, str] = {}
     consumers = graph.consumers()
     drop = set()
     for node in graph.nodes:
         if node.op is OpType.DEQUANTIZE and node.inputs[0] in graph.constants:
             constants[node.output] = _dequantized(graph, node)
+            scale, zero = _scale_and_zero(graph, node)
+            if not np.any(zero):
+                weight_scales[node.output] = scale.reshape(-1)
             drop.add(node.name)
     for q in graph.nodes:
         if q.op is not OpType.QUANTIZE:
@@ -119,5 +123,7 @@ def absorb_qdq(graph: Graph) -> Graph:
     types = dict(graph.types)
     used = {x for n in nodes for x in n.inputs}
     constants = {k: v for k, v in constants.items() if k in used}
+    weight_scales = {k: v for k, v in weight_scales.items() if k in constants}
     return graph.replace(nodes=tuple(nodes), inputs=inputs, outputs=tuple(outputs),
-                         constants=constants, scales=scales, types=types)  # fmt: skip
+                         constants=constants, scales=scales, types=types,
+                         weight_scales=weight_scales)  # fmt: skip

@@ -181,6 +181,22 @@ def _weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+def _model_weights(graph: Graph, name: str, w: np.ndarray, axis: int):
+    """A quantized model's weights at its own scale (its integers, -128 included), when the
+    constant still is those integers times that scale; else None."""
+    scale = graph.weight_scales.get(name)
+    if scale is None or scale.size not in (1, w.shape[axis]) or np.any(scale <= 0):
+        return None
+    scale = np.broadcast_to(scale.astype(np.float64), (w.shape[axis],))
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    ratio = w / scale.reshape(shape)
+    q = np.rint(ratio)
+    if np.abs(ratio - q).max(initial=0) > 1e-3 or q.min(initial=0) < -128 or q.max(initial=0) > 127:
+        return None  # a pass changed the weights (BatchNorm folded): quantize them afresh
+    return q.astype(np.int8), scale
+
+
 def _clip(bounds, s_y: float) -> tuple[int, int]:
     if bounds is None:
         return (-128, 127)
@@ -233,7 +249,8 @@ def _conv_layer(graph: Graph, node: Node, scales, name_of, exact: bool):
     w = graph.constants[w_name].astype(np.float64)
     b = graph.constants[b_name].astype(np.float64)
     conv = node.op is OpType.CONV
-    qw, s_w = _weights(w, 0 if conv else 1)
+    axis = 0 if conv else 1
+    qw, s_w = _model_weights(graph, w_name, w, axis) or _weights(w, axis)
     qb = np.rint(b / (s_x * s_w)).astype(np.int64)
     if np.abs(qb).max(initial=0) >= 1 << 31:
         raise ModelError(f"node {node.name}: a bias does not fit int32 at scale {s_x:.3g}")
