@@ -34,7 +34,7 @@ def instructions(draw, spec):
     if kind == Opcode.LOAD:
         return Load(mem=draw(st.sampled_from(LOAD_MEMS)), **values)
     if kind == Opcode.STORE:
-        for pad in ("y_pad0", "y_pad1", "x_pad0", "x_pad1"):
+        for pad in ("y_pad0", "y_pad1", "x_pad0", "x_pad1", "pad_value"):
             values.pop(pad)
         return Store(**values)
     if kind == Opcode.GEMM:

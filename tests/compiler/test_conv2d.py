@@ -21,6 +21,7 @@ def random_case(seed: int):
     """A random conv2d: odd channel counts, strides 1-2, kernels 1-7, padding 0-3, batch 1-2,
     and a random subset of the epilogue steps."""
     rng = np.random.default_rng(seed)
+    zeros = np.random.default_rng(seed + 1000)  # zero points: padding value, output offset
     k = int(rng.choice([1, 1, 3, 3, 5, 7]))
     kh, kw = (k, k) if rng.random() < 0.8 else (k, int(rng.integers(1, 4)))
     pad = int(rng.integers(0, min(3, kh - 1) + 1)) if kh > 1 else int(rng.integers(0, 2))
@@ -35,6 +36,7 @@ def random_case(seed: int):
         kernel=(kh, kw),
         stride=stride,
         pad=pad,
+        pad_value=int(zeros.integers(-128, 128)) if zeros.random() < 0.5 else 0,
     )
     residual, bounds = bool(rng.random() < 0.4), bool(rng.random() < 0.25)
     multiplier = str(rng.choice(["none", "tensor", "channel"]))
@@ -46,6 +48,7 @@ def random_case(seed: int):
         residual=residual,
         relu=bool(rng.random() < 0.5) and (residual or not bounds),
         acc_bounds=bounds,
+        offset=int(zeros.integers(-255, 256)) if zeros.random() < 0.5 else 0,
     )
     return op, ep, rng
 
@@ -203,6 +206,7 @@ NAMED_SHAPES = {
     "pad 0": Conv2d(1, 16, 7, 7, 16, kernel=3),
     "pad 2": Conv2d(1, 16, 6, 6, 16, kernel=5, pad=2),
     "batch 2": Conv2d(2, 16, 6, 6, 32, kernel=3, pad=1),
+    "padded with a zero point": Conv2d(1, 19, 7, 7, 16, kernel=3, stride=2, pad=1, pad_value=-90),
 }
 EPILOGUES = {
     "none": Epilogue(),
@@ -217,6 +221,8 @@ EPILOGUES = {
                                       acc_bounds=True),  # fmt: skip
     "two-stage multiply": Epilogue(bias=True, multiplier="channel", shift=18, acc_bounds=True,
                                    pre_shift=6),  # fmt: skip
+    "zero point offset": Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True,
+                                  offset=-77),  # fmt: skip
 }
 
 

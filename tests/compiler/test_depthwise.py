@@ -30,7 +30,8 @@ def _case(seed: int):
     k = int(rng.choice([1, 3, 3, 5]))
     op = DepthwiseConv2d(int(rng.integers(1, 3)), int(rng.integers(1, 50)),
                          int(rng.integers(k, 12)), int(rng.integers(k, 12)), k,
-                         int(rng.choice([1, 2])), int(rng.integers(0, k // 2 + 1)))  # fmt: skip
+                         int(rng.choice([1, 2])), int(rng.integers(0, k // 2 + 1)),
+                         pad_value=(0, -128, 57)[seed % 3])  # fmt: skip
     return op, EPILOGUES[seed % len(EPILOGUES)], rng
 
 
@@ -48,7 +49,8 @@ def test_random_depthwise_is_bit_exact(config, seed):
     if not ep.residual:  # the host kernel: windows and a per-channel einsum
         pads = (op.pad[0], op.pad[1], op.pad[0], op.pad[1])
         params = {k: v for k, v in inputs.items() if k not in ("input", "weight")}
-        want = H.run(H.DepthwiseConv(op.kernel, op.stride, pads, ep), [inputs["input"]],
+        want = H.run(H.DepthwiseConv(op.kernel, op.stride, pads, ep, op.pad_value),
+                     [inputs["input"]],
                      {"weight": w, **params})  # fmt: skip
         np.testing.assert_array_equal(outputs["output"], want)
 

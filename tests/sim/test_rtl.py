@@ -12,9 +12,17 @@ import pytest
 from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.pipeline import compile_operator
+from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
-from tilecraft.ops import Conv2d, ConvSchedule, DepthwiseConv2d, Epilogue
+from tilecraft.ops import (
+    Conv2d,
+    ConvSchedule,
+    DepthwiseConv2d,
+    Epilogue,
+    GlobalAvgPool2d,
+    MaxPool2d,
+)
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -72,6 +80,17 @@ def _programs(cfg):
     op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
     p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
     jobs.append(("padding-only tiles", p, pack_inputs(p, random_inputs(p, rng))))
+    # zero points: the input's padding holds its zero point, the output's is added
+    op = Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1, pad_value=-37)
+    ep = Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True, offset=-100)
+    p = conv2d(cfg, op, ep)
+    jobs.append(("zero points", p, pack_inputs(p, random_inputs(p, rng))))
+    if cfg.block_in == cfg.block_out:  # the pools widen rows through an identity GEMM
+        c = 2 * cfg.block_in
+        p = compile_maxpool(cfg, MaxPool2d(1, c, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1), -128))
+        jobs.append(("max pool padded with -128", p, pack_inputs(p, random_inputs(p, rng))))
+        p = compile_global_avgpool(cfg, GlobalAvgPool2d(1, c, 4, 4, 19660, 15, -128, -20, 2, 15))
+        jobs.append(("average pool, zero points", p, pack_inputs(p, random_inputs(p, rng))))
     return jobs
 
 

@@ -182,6 +182,8 @@ class EpilogueEmitter:
             out.append(Alu(op=AluOp.SHR, use_imm=True, imm=ep.shift, **imm))
         if ep.residual:
             out += self._residual(tile, a)
+        if ep.offset:
+            out.append(Alu(op=AluOp.ADD, use_imm=True, imm=ep.offset, **imm))
         if ep.final_clip:
             out.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
             out.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))

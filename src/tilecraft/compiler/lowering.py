@@ -314,7 +314,8 @@ class _ConvEmitter:
     def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
         low, w = self.low, self._window(tile)
         wr, wc = window(low, tile.toh, tile.tow)
-        pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1)
+        pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1,
+                    pad_value=low.pad_value if w.y_pad0 + w.y_pad1 + w.x_pad0 + w.x_pad1 else 0)
         block = ic0 + (tile.oc0 if low.grouped else 0)  # a depthwise block reads its own
         first = self.dram.input + ((tile.nb * low.input_blocks + block) * low.h + w.row) * low.w
         first += w.col

@@ -71,6 +71,11 @@ class MappedConv:
         return self.ocb if self.grouped else self.icb
 
     @property
+    def pad_value(self) -> int:
+        """What the input's padding holds (its zero point): the input LOADs write it."""
+        return getattr(self.source, "pad_value", 0)
+
+    @property
     def row_skip(self) -> bool:
         """1-row kernels with a row stride and no row padding load only the rows they use."""
         return self.kernel[0] == 1 and self.stride[0] > 1 and self.pad[0] == 0
@@ -88,7 +93,7 @@ class MappedConv:
         if isinstance(src, Dense):
             return Rows(src.input_shape)
         if self.folded:
-            return Im2col(src.input_shape, src.kernel, src.stride, src.pad)
+            return Im2col(src.input_shape, src.kernel, src.stride, src.pad, src.pad_value)
         return Activation(src.input_shape)
 
     @property

@@ -1,8 +1,8 @@
 """Max pooling on the accelerator: the window maximum on the vector ALU.
 
 Per tile of output rows (one batch block, one channel block, `toh` rows, every column): LOAD
-the input rows the windows cover (zero padding, so a padded position is 0: the op says so with
-`pad_value` 0), widen them into the accumulator with the GEMM core (an identity weight matrix),
+the input rows the windows cover (padded with the op's `pad_value`: -128 stands for ONNX's
+-inf), widen them into the accumulator with the GEMM core (an identity weight matrix),
 copy the first tap into the output rows the same way, then one ALU MAX per remaining tap over
 the whole tile (a two-level loop: rows x columns with the stride in the source), and STORE.
 Tiles alternate between the two accumulator banks and two input slots, so the next tile's load
@@ -52,15 +52,16 @@ def _tile_rows(cfg: HwConfig, op: MaxPool2d) -> int:
     return best
 
 
-def _buffers(cfg: HwConfig, op, name: str):
+def _buffers(cfg: HwConfig, op, name: str, diagonal: int = 1):
     """A pooling program's builder and buffers: input and output activations, and the
-    identity weight tile that widens int8 rows into the accumulator."""
+    diagonal weight tile (the identity, or `diagonal` times it) that widens int8 rows into the
+    accumulator."""
     pb = ProgramBuilder(cfg, name)
     lay_in = Activation(op.input_shape, Lanes.INP)
     lay_out = Activation(op.output_shape, Lanes.OUT)
     x = pb.buffer("input", Role.INPUT, lay_in.stored_shape(cfg), np.int8, layout=lay_in)
     y = pb.buffer("output", Role.OUTPUT, lay_out.stored_shape(cfg), np.int8, layout=lay_out)
-    eye = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+    eye = (np.eye(cfg.block_out, cfg.block_in, dtype=np.int8) * np.int8(diagonal))[None]
     ident = pb.buffer("identity", Role.CONSTANT, eye.shape, np.int8, data=eye)
     return pb, x, y, ident
 
@@ -81,13 +82,10 @@ def _program(cfg: HwConfig, op, pb: ProgramBuilder, ident, kernels: UopKernels, 
 
 
 def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Program:
-    """A verified program computing `op` (its `pad_value` must be 0: the LOAD pads zeros)."""
+    """A verified program computing `op` (the LOADs pad with its `pad_value`)."""
     if cfg.block_in != cfg.block_out:
         raise ScheduleError("max pooling widens rows through an identity GEMM: it needs "
                             f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}")
-    if op.pad_value != 0 and any(op.pads):
-        raise ScheduleError(f"the accelerator pads with zeros: pad_value must be 0, not "
-                            f"{op.pad_value}")  # fmt: skip
     pad = isa_for(cfg).field("y_pad0")
     if max(op.pads) > pad.hi:
         raise ScheduleError(f"maxpool pads {list(op.pads)} exceed the LOAD's {pad.hi}")
@@ -115,7 +113,9 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         plane = x0 + (nb * cbs + cb) * op.h * op.w
         body.append(Load(mem=MemId.INP, sram_base=inp, dram_base=plane + max(ih0, 0) * op.w,
                          y_size=height - top - bottom, x_size=op.w, x_stride=op.w,
-                         y_pad0=top, y_pad1=bottom, x_pad0=l_pad, x_pad1=r_pad))  # fmt: skip
+                         y_pad0=top, y_pad1=bottom, x_pad0=l_pad, x_pad1=r_pad,
+                         pad_value=op.pad_value if top + bottom + l_pad + r_pad else 0),
+                    )  # fmt: skip
         everything = kernels.loop(("rows", acc_in, inp), [Uop(acc_in, inp, 0)],
                                   outer=(height, width, width, 0),
                                   inner=(width, 1, 1, 0))  # fmt: skip
@@ -144,9 +144,12 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         raise ScheduleError("global average pooling sums rows through an identity GEMM: it "
                             f"needs block_in == block_out, not {cfg.block_in}, {cfg.block_out}")
     imm = isa_for(cfg).field("imm")
-    if op.multiplier > imm.hi or (op.shift and 1 << (op.shift - 1) > imm.hi):
-        raise ScheduleError(f"{op.describe()}: the multiplier and 2**(shift-1) must fit the "
-                            f"ALU immediate (<= {imm.hi})")  # fmt: skip
+    offset_in = -op.h * op.w * op.input_zero * op.weight
+    if op.multiplier > imm.hi or (op.shift and 1 << (op.shift - 1) > imm.hi) or \
+            not imm.lo <= offset_in <= imm.hi:  # fmt: skip
+        raise ScheduleError(f"{op.describe()}: the multiplier, 2**(shift-1) and H*W times the "
+                            f"input zero point must fit the ALU immediate (<= {imm.hi})",
+                            )  # fmt: skip
     plane = op.h * op.w
     slot_rows = cfg.depth("inp") // SLOTS
     if plane > slot_rows:
@@ -154,7 +157,7 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
                             f"({slot_rows} rows)")  # fmt: skip
     group = min(slot_rows // plane, cfg.acc_bank_rows)
     nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
-    pb, x, y, ident = _buffers(cfg, op, name)
+    pb, x, y, ident = _buffers(cfg, op, name, op.weight)
     kernels = UopKernels()
     x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
     planes = nbs * cbs  # consecutive in DRAM, input and output alike
@@ -171,10 +174,16 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         body += [Gemm(reset=True, **kernels.loop(("rows", acc), [Uop(acc, acc)],
                                                  outer=(count, 1, 1, 0))), Gemm(**sums)]
         rows = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
+        if offset_in:
+            body.append(Alu(op=AluOp.ADD, use_imm=True, imm=offset_in, **rows))
         body.append(Alu(op=AluOp.MUL, use_imm=True, imm=op.multiplier, **rows))
+        if op.pre_shift:
+            body.append(Alu(op=AluOp.SHR, use_imm=True, imm=op.pre_shift, **rows))
         if op.shift:
             body.append(Alu(op=AluOp.ADD, use_imm=True, imm=1 << (op.shift - 1), **rows))
             body.append(Alu(op=AluOp.SHR, use_imm=True, imm=op.shift, **rows))
+        if op.output_zero:
+            body.append(Alu(op=AluOp.ADD, use_imm=True, imm=op.output_zero, **rows))
         body.append(Alu(op=AluOp.MAX, use_imm=True, imm=-128, **rows))
         body.append(Alu(op=AluOp.MIN, use_imm=True, imm=127, **rows))
         body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,

@@ -72,6 +72,8 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                 Load(mem=mem, sram_base=base, dram_base=dram, y_size=1, x_size=ROWS, x_stride=ROWS)
             )
     out_next = 0
+    # INP padding values from a stream of their own (the rest draws as it always did)
+    pad_values = rng.spawn(1)[0].integers(-128, 128, length).tolist()
     for _ in range(length):
         kind = rng.choice(["inp", "wgt", "acc", "gemm", "reset", "alu", "alu", "store"])
         if kind in ("inp", "wgt", "acc"):
@@ -96,6 +98,7 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                     y_pad1=pads[1],
                     x_pad0=pads[2],
                     x_pad1=pads[3],
+                    pad_value=pad_values.pop() if kind == "inp" else 0,
                 )
             )
         elif kind in ("gemm", "reset", "alu"):

@@ -20,6 +20,7 @@ def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
     ep = low.epilogue
     imm = 1 + 2 * int(ep.final_clip) + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+    imm += int(bool(ep.offset))  # the zero points' ADD
     tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias) + 2 * int(ep.acc_bounds)
     imm, tensor = imm + int(bool(ep.pre_shift)), tensor + int(bool(ep.pre_shift))  # >>p, x m2
     if (ep.pre_shift or not ep.bias) and ep.shift:  # the rounding is a pass of its own

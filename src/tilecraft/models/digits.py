@@ -35,16 +35,21 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool = True,
-                              images: int = 64, form: str = "qdq") -> Path:  # fmt: skip
-    """The digits CNN quantized by onnxruntime's own quantizer (per-channel int8 weights, int8
-    activations, calibrated on the first `images` training images; `form` "qdq" or
-    "qoperator"), written to `out`: the model a user brings that tilecraft must run as
-    onnxruntime does. Needs onnxruntime."""
+                              images: int = 64, form: str = "qdq",
+                              activations: str = "int8") -> Path:  # fmt: skip
+    """The digits CNN quantized by onnxruntime's own quantizer (per-channel int8 weights,
+    `activations` "int8" or "uint8" (onnxruntime's default, asymmetric), symmetric or not,
+    calibrated on the first `images` training images; `form` "qdq" or "qoperator"), written to
+    `out`: the model a user brings that tilecraft must run as onnxruntime does. Needs
+    onnxruntime."""
     from onnxruntime import quantization as q
 
     formats = {"qdq": q.QuantFormat.QDQ, "qoperator": q.QuantFormat.QOperator}
     if form not in formats:
         raise ValueError(f"form must be one of {sorted(formats)}, not {form!r}")
+    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
+    if activations not in types:
+        raise ValueError(f"activations must be one of {sorted(types)}, not {activations!r}")
 
     batches = iter([{"input": x_train[i : i + 1]} for i in range(images)])
 
@@ -53,7 +58,7 @@ def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool
             return next(batches, None)
 
     q.quantize_static(str(ONNX_PATH), str(out), Reader(), quant_format=formats[form],
-                      per_channel=True, activation_type=q.QuantType.QInt8,
+                      per_channel=True, activation_type=types[activations],
                       weight_type=q.QuantType.QInt8,
                       extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
     return out  # fmt: skip

@@ -23,6 +23,11 @@ def _finite_positive(owner: str, value: float) -> None:
         raise ScheduleError(f"{owner} scale must be a positive finite float, not {value!r}")
 
 
+def _int8(what: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not INT8[0] <= value <= INT8[1]:
+        raise ScheduleError(f"{what} must be an int8 (-128..127), not {value!r}")
+
+
 def _shift(owner: str, shift: int) -> None:
     if not 0 <= shift <= 62:
         raise ScheduleError(f"{owner} shift must be in 0..62, not {shift}")
@@ -30,24 +35,29 @@ def _shift(owner: str, shift: int) -> None:
 
 @dataclass(frozen=True)
 class Quantize:
-    """float -> int8: round-half-even(x / scale), saturated (ONNX QuantizeLinear, zero point 0)."""
+    """float -> int8: round-half-even(x / scale) + zero, saturated (ONNX QuantizeLinear; a
+    uint8 model's zero point is stored less 128, as its values are)."""
 
     scale: float
+    zero: int = 0
     kind: ClassVar[str] = "quantize"
 
     def __post_init__(self) -> None:
         _finite_positive("quantize", self.scale)
+        _int8("quantize zero", self.zero)
 
 
 @dataclass(frozen=True)
 class Dequantize:
-    """int8 -> float32: x * scale."""
+    """int8 -> float32: (x - zero) * scale."""
 
     scale: float
+    zero: int = 0
     kind: ClassVar[str] = "dequantize"
 
     def __post_init__(self) -> None:
         _finite_positive("dequantize", self.scale)
+        _int8("dequantize zero", self.zero)
 
 
 @dataclass(frozen=True)
@@ -62,26 +72,35 @@ class MaxPool:
 
 @dataclass(frozen=True)
 class GlobalAvgPool:
-    """int8 (N, C, H, W) -> (N, C, 1, 1): requantize(sum over H, W; multiplier, shift)."""
+    """int8 (N, C, H, W) -> (N, C, 1, 1): ((sum over H, W less H*W*input_zero) * multiplier +
+    2**(shift-1)) >> shift, plus output_zero, saturated (in 64 bits: nothing wraps)."""
 
     multiplier: int
     shift: int
+    input_zero: int = 0
+    output_zero: int = 0
     kind: ClassVar[str] = "globalavgpool"
 
     def __post_init__(self) -> None:
         _shift("globalavgpool", self.shift)
+        for name in ("input_zero", "output_zero"):
+            _int8(f"globalavgpool {name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
 class Add:
-    """int8 a + b, each at its own scale, to the output's scale: y = clip(rint(a * ratio_a +
-    b * ratio_b)) computed in float32 in that order, rounding half to even, with ratio = the
-    side's scale over the output's (as float32). It is onnxruntime's QLinearAdd on x86 (MLAS),
-    so a model quantized by onnxruntime adds exactly as there."""
+    """int8 a + b, each at its own scale, to the output's scale: y = clip(rint((a - zero_a) *
+    ratio_a + (b - zero_b) * ratio_b) + zero_y) computed in float32 in that order, rounding
+    half to even, with ratio = the side's scale over the output's (as float32). It is
+    onnxruntime's QLinearAdd on x86 (MLAS), so a model quantized by onnxruntime adds exactly as
+    there."""
 
     ratio_a: float
     ratio_b: float
     clip: tuple[int, int] = INT8
+    zero_a: int = 0
+    zero_b: int = 0
+    zero_y: int = 0
     kind: ClassVar[str] = "add"
 
     def __post_init__(self) -> None:
@@ -94,6 +113,8 @@ class Add:
         object.__setattr__(self, "ratio_a", float(np.float32(self.ratio_a)))
         object.__setattr__(self, "ratio_b", float(np.float32(self.ratio_b)))
         object.__setattr__(self, "clip", tuple(self.clip))
+        for name in ("zero_a", "zero_b", "zero_y"):
+            _int8(f"add {name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -112,17 +133,11 @@ class DepthwiseConv:
     stride: tuple[int, int]
     pads: tuple[int, int, int, int]
     epilogue: Epilogue
+    pad_value: int = 0  # what the padding holds: the input's zero point
     kind: ClassVar[str] = "depthwiseconv"
 
 
 HostOp = Union[Quantize, Dequantize, MaxPool, GlobalAvgPool, Add, Flatten, DepthwiseConv]
-
-
-def requantize(x: np.ndarray, m: int | np.ndarray, shift: int, clip=INT8) -> np.ndarray:
-    x = np.asarray(x, np.int64) * np.asarray(m, np.int64)
-    if shift:
-        x = (x + (1 << (shift - 1))) >> shift
-    return np.clip(x, clip[0], clip[1]).astype(np.int8)
 
 
 def _windows(x: np.ndarray, kernel, stride, pads, fill: int) -> np.ndarray:
@@ -146,23 +161,30 @@ def _maxpool(x: np.ndarray, op: MaxPool) -> np.ndarray:
 def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) -> np.ndarray:
     """The integer (or float, at the boundaries) result of one host operator."""
     if isinstance(op, Quantize):  # in float32, as ONNX (and onnxruntime) compute it
-        q = np.rint(np.asarray(inputs[0], np.float32) / np.float32(op.scale))
+        q = np.rint(np.asarray(inputs[0], np.float32) / np.float32(op.scale)) + op.zero
         return np.clip(q, *INT8).astype(np.int8)
     if isinstance(op, Dequantize):
-        return np.asarray(inputs[0], np.float32) * np.float32(op.scale)
+        x = np.asarray(inputs[0], np.int32) - op.zero if op.zero else inputs[0]
+        return np.asarray(x, np.float32) * np.float32(op.scale)
     if isinstance(op, MaxPool):
         return _maxpool(np.asarray(inputs[0]), op)
     if isinstance(op, GlobalAvgPool):
-        total = np.asarray(inputs[0], np.int64).sum(axis=(2, 3), keepdims=True)
-        return requantize(total, op.multiplier, op.shift)
+        x = np.asarray(inputs[0], np.int64)
+        total = x.sum(axis=(2, 3), keepdims=True) - x.shape[2] * x.shape[3] * op.input_zero
+        y = total * op.multiplier
+        if op.shift:
+            y = (y + (1 << (op.shift - 1))) >> op.shift
+        return np.clip(y + op.output_zero, *INT8).astype(np.int8)
     if isinstance(op, Add):
-        a, b = (np.asarray(x, np.float32) for x in inputs)
-        y = a * np.float32(op.ratio_a) + b * np.float32(op.ratio_b)
-        return np.clip(np.rint(y), op.clip[0], op.clip[1]).astype(np.int8)
+        a, b = (np.asarray(x, np.int32) - z for x, z in zip(inputs, (op.zero_a, op.zero_b)))
+        y = a.astype(np.float32) * np.float32(op.ratio_a) + \
+            b.astype(np.float32) * np.float32(op.ratio_b)  # fmt: skip
+        return np.clip(np.rint(y) + op.zero_y, op.clip[0], op.clip[1]).astype(np.int8)
     if isinstance(op, Flatten):
         return inputs[0].reshape(inputs[0].shape[0], -1)
     if isinstance(op, DepthwiseConv):
-        win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads, 0)
+        win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads,
+                       op.pad_value)  # fmt: skip
         w = np.asarray(constants["weight"], np.int64)[:, 0]  # (C, KH, KW)
         acc = np.einsum("nchwij,cij->nchw", win, w)
         vectors = {k: v for k, v in constants.items() if k != "weight"}

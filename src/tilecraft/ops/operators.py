@@ -36,6 +36,16 @@ def _positive(owner: str, **values) -> None:
             raise ScheduleError(f"{owner} {name} must be a positive int, not {value!r}")
 
 
+def _int8_pad(owner: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not -128 <= value <= 127:
+        what = owner if owner.endswith(":") else f"{owner} pad_value"
+        raise ScheduleError(f"{what.rstrip(':')} must be an int8 (-128..127), not {value!r}")
+
+
+def _pad_text(op) -> str:
+    return f" pad value {op.pad_value}" if op.pad_value and any(op.pad) else ""
+
+
 @dataclass(frozen=True)
 class Conv2d:
     """conv2d of an (N, IC, H, W) int8 input with (OC, IC, KH, KW) int8 weights, groups = 1."""
@@ -48,12 +58,14 @@ class Conv2d:
     kernel: tuple[int, int]
     stride: tuple[int, int] = (1, 1)
     pad: tuple[int, int] = (0, 0)
+    pad_value: int = 0  # what the padding holds: the input's zero point (the real value 0)
     kind: ClassVar[str] = "conv2d"
 
     def __post_init__(self) -> None:
         for name in ("kernel", "stride", "pad"):
             object.__setattr__(self, name, _pair(getattr(self, name), name))
         _positive("conv2d", n=self.n, ic=self.ic, h=self.h, w=self.w, oc=self.oc)
+        _int8_pad(self.kind, self.pad_value)
         for name, lo in (("kernel", 1), ("stride", 1), ("pad", 0)):
             if min(getattr(self, name)) < lo:
                 raise ScheduleError(f"conv2d {name} {getattr(self, name)} must be >= {lo}")
@@ -96,7 +108,7 @@ class Conv2d:
         k, s, p = self.kernel, self.stride, self.pad
         return (
             f"conv2d N={self.n} IC={self.ic} H={self.h} W={self.w} OC={self.oc} "
-            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}"
+            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}{_pad_text(self)}"
         )
 
 
@@ -113,6 +125,7 @@ class DepthwiseConv2d:
     kernel: tuple[int, int]
     stride: tuple[int, int] = (1, 1)
     pad: tuple[int, int] = (0, 0)
+    pad_value: int = 0  # what the padding holds: the input's zero point (the real value 0)
     kind: ClassVar[str] = "depthwise_conv2d"
 
     def __post_init__(self) -> None:
@@ -123,7 +136,8 @@ class DepthwiseConv2d:
     @property
     def dense(self) -> Conv2d:
         """The (block-diagonal) dense convolution with the same input and output."""
-        return Conv2d(self.n, self.c, self.h, self.w, self.c, self.kernel, self.stride, self.pad)
+        return Conv2d(self.n, self.c, self.h, self.w, self.c, self.kernel, self.stride, self.pad,
+                      self.pad_value)  # fmt: skip
 
     @property
     def oh(self) -> int:
@@ -165,7 +179,7 @@ class DepthwiseConv2d:
         k, s, p = self.kernel, self.stride, self.pad
         return (
             f"depthwise conv2d N={self.n} C={self.c} H={self.h} W={self.w} "
-            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}"
+            f"K={k[0]}x{k[1]} S={s[0]}x{s[1]} P={p[0]}x{p[1]}{_pad_text(self)}"
         )
 
 
@@ -251,8 +265,8 @@ class _Planes:
 @dataclass(frozen=True)
 class MaxPool2d(_Planes):
     """int8 max pooling of an (N, C, H, W) input, same scale in and out; `pads` are (top, left,
-    bottom, right) and padded positions hold `pad_value` (the accelerator pads with zeros,
-    which is the true -inf padding whenever the input is known non-negative, after a ReLU)."""
+    bottom, right) and padded positions hold `pad_value` (-128 is ONNX's -inf padding: it
+    never wins over an int8 value)."""
 
     n: int
     c: int
@@ -301,8 +315,12 @@ class MaxPool2d(_Planes):
 
 @dataclass(frozen=True)
 class GlobalAvgPool2d(_Planes):
-    """int8 (N, C, H, W) -> (N, C, 1, 1): the sum over H x W requantized, (sum * multiplier +
-    2**(shift-1)) >> shift, saturated to int8 (the average, at the output's scale)."""
+    """int8 (N, C, H, W) -> (N, C, 1, 1): the sum over H x W requantized, ((((sum - H*W *
+    input_zero) * weight * multiplier) >> pre_shift) + 2**(shift-1)) >> shift, plus
+    output_zero, saturated to int8: the average at the output's scale. The zero points are 0 for
+    symmetric tensors; `weight` (the GEMM's diagonal that sums the rows, 1..127) and the 15-bit
+    `multiplier` make a multiplier of up to 22 bits, and `pre_shift`, a floor shift, lets the
+    total shift pass 15 while the rounding constant fits an ALU immediate."""
 
     n: int
     c: int
@@ -310,21 +328,36 @@ class GlobalAvgPool2d(_Planes):
     w: int
     multiplier: int
     shift: int
+    input_zero: int = 0
+    output_zero: int = 0
+    pre_shift: int = 0
+    weight: int = 1
     kind: ClassVar[str] = "globalavgpool2d"
 
     def __post_init__(self) -> None:
         _positive("global average pool", n=self.n, c=self.c, h=self.h, w=self.w,
                   multiplier=self.multiplier)  # fmt: skip
-        if not 0 <= self.shift <= 31:
-            raise ScheduleError(f"global average pool shift must be in 0..31, not {self.shift}")
+        for name in ("shift", "pre_shift"):
+            if not 0 <= getattr(self, name) <= 31:
+                raise ScheduleError(f"global average pool {name} must be in 0..31, not "
+                                    f"{getattr(self, name)}")  # fmt: skip
+        for name in ("input_zero", "output_zero"):
+            _int8_pad(f"global average pool {name}:", getattr(self, name))
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or \
+                not 1 <= self.weight <= 127:  # fmt: skip
+            raise ScheduleError(f"global average pool weight must be in 1..127, not "
+                                f"{self.weight!r}")  # fmt: skip
 
     @property
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, 1, 1)
 
     def describe(self) -> str:
+        zeros = (f" zero points {self.input_zero} -> {self.output_zero}"
+                 if self.input_zero or self.output_zero else "")  # fmt: skip
+        m, s = self.weight * self.multiplier, self.pre_shift + self.shift
         return (f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} "
-                f"x{self.multiplier} >>{self.shift}")  # fmt: skip
+                f"x{m} >>{s}{zeros}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -332,7 +365,8 @@ class Epilogue:
     """What happens to the int32 accumulators before the int8 output (`ops.reference.epilogue`
     is the exact definition): per-channel accumulator bounds (`acc_bounds`), bias add,
     multiply by a per-tensor or per-channel multiplier, rounding right shift, residual add,
-    then clip (ReLU raises the low bound to 0).
+    `offset` (zero points: the output's less the residual's), then clip (ReLU raises the low
+    bound to 0; with zero points the quantizer states the clip itself).
 
     With `acc_bounds` and no residual the bounds are the clip: the output is the shifted value
     narrowed to int8, and the compiler's quantizer picks bounds that keep it in range (so the
@@ -353,6 +387,8 @@ class Epilogue:
     clip: tuple[int, int] = INT8
     acc_bounds: bool = False
     pre_shift: int = 0
+    offset: int = 0  # added after the shift and residual: the output's zero point, less the
+    # residual's (0 for symmetric tensors)
 
     def __post_init__(self) -> None:
         multiplier = enum_member(Multiplier, self.multiplier, "multiplier", ScheduleError)
@@ -373,6 +409,10 @@ class Epilogue:
                 f"a two-stage multiply (pre_shift {self.pre_shift}) needs per-channel "
                 f"multipliers, not multiplier {self.multiplier.value!r}"
             )
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or \
+                not -255 <= self.offset <= 255:  # fmt: skip
+            raise ScheduleError(f"epilogue offset must be an int in -255..255, not "
+                                f"{self.offset!r}")  # fmt: skip
         clip = tuple(self.clip)
         object.__setattr__(self, "clip", clip)
         if len(clip) != 2 or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:
@@ -407,6 +447,8 @@ class Epilogue:
             parts.append(f">>{self.shift} (rounding)")
         if self.residual:
             parts.append("+residual")
+        if self.offset:
+            parts.append(f"{self.offset:+d}")
         if self.final_clip:
             parts.append(f"clip[{self.low}, {self.high}]")
         return ", ".join(parts)

@@ -10,6 +10,8 @@ Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
     x = (x >> p) * m2[c]                     (if p = pre_shift > 0: floor shift, 2nd multiplier)
     x = (x + 2**(s-1)) >> s                  (if s = shift > 0: round half up, arithmetic shift)
     x = x + residual                         (if residual: an int8 tensor shaped like the output)
+    x = x + offset                           (if offset: the output's zero point, less the
+                                              residual's)
     y = int8(clip(x, lo, hi))                (lo raised to 0 by ReLU; with acc_bounds and no
                                               residual, y = the low 8 bits of x instead)
 
@@ -57,10 +59,11 @@ def conv2d_acc(op: Conv2d, x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _taps(op: Conv2d | DepthwiseConv2d, x: np.ndarray):
-    """(i, j, the zero-padded input under kernel tap (i, j) at every output position)."""
+    """(i, j, the input, padded with `op.pad_value`, under kernel tap (i, j) at every output
+    position)."""
     (kh, kw), (sh, sw), (ph, pw) = op.kernel, op.stride, op.pad
     n, c, h, w = x.shape
-    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), np.int64)
+    padded = np.full((n, c, h + 2 * ph, w + 2 * pw), op.pad_value, np.int64)
     padded[:, :, ph : ph + h, pw : pw + w] = x
     for i in range(kh):
         for j in range(kw):
@@ -97,6 +100,8 @@ def epilogue(
         x = wrap32(x + (1 << (ep.shift - 1))) >> ep.shift
     if ep.residual:
         x = wrap32(x + np.asarray(residual, np.int64))
+    if ep.offset:
+        x = wrap32(x + ep.offset)
     if not ep.final_clip:
         return x.astype(np.int8)  # the store's narrowing: the low 8 bits
     return np.clip(x, ep.low, ep.high).astype(np.int8)
@@ -144,9 +149,15 @@ def global_avgpool2d(op: GlobalAvgPool2d, x: np.ndarray) -> np.ndarray:
     """The requantized sum over each plane, in the accelerator's 32-bit wrapping steps."""
     _check(x, op.input_shape, "input")
     total = wrap32(np.asarray(x, np.int64).sum(axis=(2, 3), keepdims=True))
-    y = wrap32(total * op.multiplier)
+    if op.input_zero:
+        total = wrap32(total - op.h * op.w * op.input_zero)
+    y = wrap32(wrap32(total * op.weight) * op.multiplier)
+    if op.pre_shift:
+        y = y >> op.pre_shift
     if op.shift:
         y = wrap32(y + (1 << (op.shift - 1))) >> op.shift
+    if op.output_zero:
+        y = wrap32(y + op.output_zero)
     return np.clip(y, INT8_RANGE[0], INT8_RANGE[1]).astype(np.int8)
 
 
@@ -264,12 +275,14 @@ def _least_reaching(bias, req: BoundedRequant, target: int) -> np.ndarray:
 
 
 def _two_factors(target: np.ndarray, top: np.ndarray, tries: int = 1024):
-    """Per channel, m1 <= top and m2 with m1 * m2 closest to `target`, m1 from the `tries`
-    values just under `top` but not below top / 2 (so m2, which scales the first shift's
-    rounding error, stays under twice its least value)."""
-    m1 = top[None, :] - np.arange(tries)[:, None]
-    m1 = np.maximum(m1, np.maximum(top // 2, 1)[None, :])
-    m2 = np.maximum(np.round(target[None, :] / m1), 1)
+    """Per channel, m1 <= top and m2 with m1 * m2 closest to `target`: for each m2 from the
+    least that lets m1 stay under `top` up to twice that (so m2, which scales the first shift's
+    rounding error, stays near its least value), m1 = round(target / m2); the best of them
+    errs by at most m2 / 2."""
+    least = np.maximum(np.ceil(target / top), 1)
+    m2 = least[None, :] + np.arange(tries)[:, None]
+    m2 = np.minimum(m2, 2 * least[None, :])
+    m1 = np.clip(np.round(target[None, :] / m2), 1, top[None, :])
     best = np.argmin(np.abs(m1 * m2 - target[None, :]), axis=0)
     cols = np.arange(target.size)
     return m1[best, cols].astype(np.int64), m2[best, cols].astype(np.int64)

@@ -177,6 +177,7 @@ class Im2col(_Layout):
     kernel: tuple[int, int]
     stride: tuple[int, int]
     pad: tuple[int, int]
+    pad_value: int = 0  # what the padding holds (the input's zero point)
     kind: ClassVar[str] = "im2col"
     rank: ClassVar[int] = 4
 
@@ -189,7 +190,7 @@ class Im2col(_Layout):
         return Activation(self._columns()).stored_shape(cfg)
 
     def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
-        cols = im2col(self.check(x), self.kernel, self.stride, self.pad)
+        cols = im2col(self.check(x), self.kernel, self.stride, self.pad, self.pad_value)
         return pack_activation(cols, cfg.batch, cfg.block_in)
 
     def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
@@ -308,12 +309,13 @@ def unpack_weight(p: np.ndarray, o: int, i: int) -> np.ndarray:
     return np.ascontiguousarray(full[:o, :i])
 
 
-def im2col(x: np.ndarray, kernel, stride, pad) -> np.ndarray:
-    """(N, C, H, W) -> (N, C*KH*KW, OH, OW) with the taps folded into the channels."""
+def im2col(x: np.ndarray, kernel, stride, pad, pad_value: int = 0) -> np.ndarray:
+    """(N, C, H, W) -> (N, C*KH*KW, OH, OW) with the taps folded into the channels, the
+    padding holding `pad_value`."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), x.dtype)
+    padded = np.full((n, c, h + 2 * ph, w + 2 * pw), pad_value, x.dtype)
     padded[:, :, ph : ph + h, pw : pw + w] = x
     cols = np.empty((n, c, kh, kw, oh, ow), x.dtype)
     for i in range(kh):

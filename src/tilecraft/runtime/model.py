@@ -25,12 +25,14 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor between steps: int8 values q stand for q * scale (float tensors: scale 1)."""
+    """A tensor between steps: int8 values q stand for (q - zero) * scale (float tensors: scale
+    1, zero 0)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     scale: float = 1.0
+    zero: int = 0
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Rules beyond ARCHITECTURE.md's "ISA semantics":
   lanes the amount is in [-32, 31], and a left shift by 32 gives 0);
 - STORE narrows each lane by truncation to its low out_bits (VTA's rule; saturate with MIN/MAX);
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
+- a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
   whose micro-ops read a row an earlier micro-op of the same instruction wrote sees the new value.
 """
@@ -56,7 +57,8 @@ def load(m: Machine, r) -> Footprint:
         .view(sram.dtype.newbyteorder("<"))
         .reshape((r["y_size"], r["x_size"]) + sram.shape[1:])
     )
-    block = np.zeros((height, width) + sram.shape[1:], sram.dtype)
+    pad = int(r["pad_value"]) if mem == MemId.INP else 0  # other memories pad with zeros
+    block = np.full((height, width) + sram.shape[1:], pad, sram.dtype)
     block[r["y_pad0"] : r["y_pad0"] + r["y_size"], r["x_pad0"] : r["x_pad0"] + r["x_size"]] = data
     sram[base : base + count] = block.reshape((count,) + sram.shape[1:])
     if mem == MemId.UOP:

@@ -60,8 +60,43 @@ def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form)
     assert (steps == 0).mean() >= 0.99, (steps == 0).mean()
 
 
-def test_asymmetric_activations_are_named(tmp_path):
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_asymmetric_activations_give_onnxruntimes_outputs(tmp_path, activations):
+    """onnxruntime's default: uint8 activations with zero points (stored less 128 in int8).
+    The padding holds the input's zero point, the bias takes its part, the output's is added."""
+    x_train, _, x, y = digits_split()
+    path = quantize_with_onnxruntime(tmp_path / "asym.onnx", x_train, symmetric=False,
+                                     activations=activations)  # fmt: skip
+    graph = import_model(path, {"input": (len(x), 1, 8, 8)})
+    assert len(graph.zero_points) >= 5, graph.zero_points
+    comp = compile_network(graph, preset("default"), None)
+    conv1 = next(la for la in comp.network.layers if la.name.startswith("conv1"))
+    assert conv1.op.pad_value == graph.zero_points["input"] != 0
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(str(path), so).run(None, {"input": x})[0]
+    ours = run_model(comp.model, {"input": x}, get_device("sim")).outputs["logits"]
+    assert (ours.argmax(1) == y).mean() >= (theirs.argmax(1) == y).mean() - 0.01
+    scale = graph.scales["logits"]
+    steps = np.abs(np.rint(ours / scale) - np.rint(theirs / scale))
+    assert steps.max() <= 1, steps.max()
+    assert (steps == 0).mean() >= 0.99, (steps == 0).mean()
+
+
+def test_per_channel_activation_scales_are_named(tmp_path):
+    from onnx import helper, load, numpy_helper
+
     x_train, *_ = digits_split()
-    path = _quantize(tmp_path, x_train, symmetric=False)
-    with pytest.raises(ModelError, match="tensor 'input' is quantized with zero point"):
-        import_model(path, {"input": (1, 1, 8, 8)})
+    model = load(str(quantize_with_onnxruntime(tmp_path / "q.onnx", x_train, images=4)))
+    q = next(n for n in model.graph.node
+             if n.op_type == "QuantizeLinear" and n.input[0] == "a1")  # fmt: skip
+    inits = {t.name: t for t in model.graph.initializer}
+    for name, value in ((q.input[1], np.full(16, 0.05, np.float32)),
+                        (q.input[2], np.zeros(16, np.int8))):  # fmt: skip
+        inits[name].CopyFrom(numpy_helper.from_array(value, name))
+    q.attribute.append(helper.make_attribute("axis", 1))
+    for dq in model.graph.node:  # its DequantizeLinear shares the scale: per channel too
+        if dq.op_type == "DequantizeLinear" and dq.input[1] == q.input[1]:
+            dq.attribute.append(helper.make_attribute("axis", 1))
+    with pytest.raises(ModelError, match="tensor 'a1' is quantized with 16 scales"):
+        import_model(model, {"input": (1, 1, 8, 8)})

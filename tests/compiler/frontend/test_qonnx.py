@@ -33,7 +33,8 @@ def _quant(name, x, y, scale, bits, signed=1, narrow=0, zeropt=0.0, mode="ROUND"
     return node, inits
 
 
-def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037):
+def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037,
+           weight_zeropt=0.0):  # fmt: skip
     """x -> Quant(int8) -> Conv(4-bit narrow per-channel weights, 32-bit bias) -> Relu ->
     Quant(unsigned 4-bit) -> Conv(8-bit weights) -> Quant(int8) -> GlobalAveragePool ->
     Flatten -> Quant(int8) -> Gemm(transB, 8-bit per-channel) -> Quant(int8)."""
@@ -52,7 +53,7 @@ def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037)
         _quant("qb1", "b1", "b1q", 0.0291 * s1.reshape(8), 32),
         _quant("qa1", "r1", "a1", act_scale, act_bits, signed=act_signed, zeropt=zeropt,
                mode=mode),
-        _quant("qw2", "w2", "w2q", 0.00153, 8, narrow=1),
+        _quant("qw2", "w2", "w2q", 0.00153, 8, narrow=1, zeropt=weight_zeropt),
         _quant("qa2", "c2", "a2", 0.0517, 8),
         _quant("qf", "f", "fq", 0.0307, 8),
         _quant("qw3", "w3", "w3q", s3, 8),
@@ -81,8 +82,8 @@ def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037)
 
 
 def _reference(model):
-    """QONNX's Quant spelled in standard ops: clip(x / scale, lo, hi), Round (half to even),
-    times scale (zero point 0)."""
+    """QONNX's Quant spelled in standard ops: (Round(clip(x / scale + zeropt, lo, hi)) -
+    zeropt) * scale, Round rounding half to even."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -98,10 +99,12 @@ def _reference(model):
                               numpy_helper.from_array(np.float32(hi), f"{n.name}_hi")])  # fmt: skip
         nodes += [
             helper.make_node("Div", [n.input[0], n.input[1]], [f"{n.name}_d"]),
-            helper.make_node("Clip", [f"{n.name}_d", f"{n.name}_lo", f"{n.name}_hi"],
+            helper.make_node("Add", [f"{n.name}_d", n.input[2]], [f"{n.name}_plus"]),
+            helper.make_node("Clip", [f"{n.name}_plus", f"{n.name}_lo", f"{n.name}_hi"],
                              [f"{n.name}_c"]),
             helper.make_node("Round", [f"{n.name}_c"], [f"{n.name}_r"]),
-            helper.make_node("Mul", [f"{n.name}_r", n.input[1]], [n.output[0]]),
+            helper.make_node("Sub", [f"{n.name}_r", n.input[2]], [f"{n.name}_u"]),
+            helper.make_node("Mul", [f"{n.name}_u", n.input[1]], [n.output[0]]),
         ]  # fmt: skip
     del g.node[:]
     g.node.extend(nodes)
@@ -133,12 +136,19 @@ def test_the_rewritten_model_computes_what_qonnx_defines():
     assert len(np.unique(np.rint(want / 0.0213))) > 5  # not a constant output
 
 
-def test_tilecraft_runs_it_with_the_models_integers_to_the_same_int8_outputs():
-    model = _model()
+@pytest.mark.parametrize("bits, signed, zeropt", [
+    (4, 0, 0.0),  # unsigned 4-bit after the ReLU: fits int8 as it is
+    (8, 0, 0.0),  # unsigned 8-bit: stored as uint8 less 128
+    (8, 1, 9.0),  # int8 with a zero point
+])  # fmt: skip
+def test_tilecraft_runs_it_with_the_models_integers_to_the_same_int8_outputs(bits, signed, zeropt):
+    model = _model(act_bits=bits, act_signed=signed, zeropt=zeropt, act_scale=0.1037 * 16 / 2**bits)
     graph = import_model(model)
-    conv1 = graph.node("conv1")  # Relu and the 4-bit range's Clip fused: 15 steps
-    assert conv1.attrs.clip == pytest.approx((0.0, 15 * 0.1037))
-    assert graph.scales[conv1.output] == pytest.approx(0.1037)
+    conv1 = graph.node("conv1")
+    if bits == 4:  # Relu and the 4-bit range's Clip fused: 15 steps
+        assert conv1.attrs.clip == pytest.approx((0.0, 15 * 0.1037))
+    stored = zeropt - 128 * (not signed and bits == 8)
+    assert graph.zero_points.get(conv1.output, 0) == stored
     assert graph.scales["y"] == pytest.approx(0.0213)
     comp = compile_network(graph, preset("default"), None)  # the model's own scales
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -160,8 +170,10 @@ def test_tilecraft_runs_it_with_the_models_integers_to_the_same_int8_outputs():
     "change, message",
     [
         ({"mode": "FLOOR"}, "node qa1: rounding_mode 'FLOOR' is not read"),
-        ({"zeropt": 3.0}, r"node qa1: zero point \[3.0\] is not read"),
-        ({"act_bits": 8}, r"node qa1: activation 'r1' is quantized to \[0, 255\]"),
+        ({"zeropt": 2.5}, r"node qa1: zero point \[2.5\] is not read"),
+        ({"act_bits": 9}, r"node qa1: activation 'r1' is quantized to \[0, 511\] with zero "
+                          r"point 0, which neither int8 nor uint8 holds"),
+        ({"weight_zeropt": 1.0}, "node qw2: weights with zero point 1 are not read"),
         ({"act_scale": [0.1] * 8}, "node qa1: activation 'r1' has 8 scales"),
     ],
 )

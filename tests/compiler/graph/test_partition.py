@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 from tilecraft.cli import main
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.partition import (
@@ -43,14 +45,31 @@ def test_cli_partition(tmp_path, capsys):
     assert "is not a file" in capsys.readouterr().err
 
 
-def test_a_padded_max_pool_over_signed_values_stays_on_the_host():
+def test_a_padded_max_pool_over_signed_values_runs_on_the_accelerator_padding_with_128():
+    """Its LOADs pad with -128 (ONNX's -inf): bit-exact with the host kernel's -inf padding."""
+    from tilecraft.compiler.graph.network import compile_network
+    from tilecraft.compiler.quant.calibrate import random_calibration
+    from tilecraft.hw.config import preset
     from tilecraft.models.onnx_builder import Builder
+    from tilecraft.ops import host as host_ops
+    from tilecraft.runtime import get_device
+    from tilecraft.runtime.executor import NumpyKernels, run_model
 
     b = Builder("signed", 0)
     y = b.conv_bn("input", 3, 16, 3, act=None)  # no ReLU: values may be negative
-    y = b.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    z = b.node("MaxPool", [b.conv_bn(y, 16, 16, 3, act=None)], kernel_shape=[2, 2], strides=[2, 2])
-    placements = {p.node: p for p in partition(import_model(b.model("input", (1, 3, 8, 8), z,
-                                                                     (1, 16, 2, 2))))}  # fmt: skip
-    pools = [p for p in placements.values() if p.op == "MaxPool"]
-    assert [p.reason for p in pools] == [Reason.POOL_SIGNED, Reason.POOL_ALU]  # padding decides
+    pooled = b.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    z = b.node("MaxPool", [b.conv_bn(pooled, 16, 16, 3, act=None)], kernel_shape=[2, 2],
+               strides=[2, 2])  # fmt: skip
+    graph = import_model(b.model("input", (1, 3, 8, 8), z, (1, 16, 2, 2)))
+    pools = [p for p in partition(graph) if p.op == "MaxPool"]
+    assert [p.reason for p in pools] == [Reason.POOL_ALU, Reason.POOL_ALU]
+    comp = compile_network(graph, preset("default"), random_calibration(graph, 2, seed=0),
+                           chain=False)  # each layer alone: the pool's input is kept
+    x = {"input": np.random.default_rng(1).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
+    run = run_model(comp.model, x, get_device("sim"), keep=True)
+    (first,) = [la for la in comp.network.layers if la.name == pools[0].node]
+    assert first.op.pad_value == -128
+    want = NumpyKernels().run(host_ops.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)),
+                              [run.tensors[first.input]], {})  # fmt: skip
+    assert (run.tensors[first.input] < 0).any()  # signed values under the padding
+    np.testing.assert_array_equal(run.tensors[first.output], want)

@@ -96,13 +96,18 @@ def test_loads_with_padding_and_strides(config):
             y_pad1=2,
             x_pad0=2,
             x_pad1=1,
+            pad_value=-7,  # an input's zero point, in every lane of the padding
         ),
-        Load(mem=MemId.WGT, sram_base=2, dram_base=3, y_size=2, x_size=2, x_stride=5),
+        Load(mem=MemId.WGT, sram_base=2, dram_base=3, y_size=2, x_size=2, x_stride=5,
+             x_pad0=1, pad_value=5),  # weights pad with zeros whatever pad_value says
+        Load(mem=MemId.INP, sram_base=60, dram_base=2, y_size=2, x_size=3, x_stride=3,
+             y_pad0=1, pad_value=127),
         Load(mem=MemId.INP, sram_base=100, dram_base=0, y_size=1, x_size=40, x_stride=40),
     ]
     srams, errors = run_loads(cfg, (MemId.INP, MemId.WGT), loads, dram)
-    assert errors == [0, 0, 0]
+    assert errors == [0, 0, 0, 0]
     want = expected(cfg, loads, dram)
+    assert np.all(want.inp[5:5 + 9] == -7) and np.all(want.wgt[2] == 0)  # the padding
     for name in ("inp", "wgt"):
         arr = want.sram(name)
         eb = cfg.elem_bytes(name)

@@ -169,6 +169,9 @@ class Graph:
     scales: dict[str, float] = field(default_factory=dict)  # from a quantized model (QDQ)
     # a quantized model's weight constants: their own scale, one per output channel or one
     weight_scales: dict[str, np.ndarray] = field(default_factory=dict)
+    # a quantized model's asymmetric activations: their zero point as stored in int8 (a uint8
+    # model's less 128, as its values are); tensors not named here have zero point 0
+    zero_points: dict[str, int] = field(default_factory=dict)
 
     def type_of(self, tensor: str) -> TensorType:
         if tensor in self.constants:

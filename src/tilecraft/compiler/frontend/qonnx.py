@@ -9,13 +9,15 @@ the front end reads:
   defines them, as an int8 initializer behind a DequantizeLinear at the model's scale (per
   tensor, or per channel along the one axis the scale varies on);
 - on a wider constant (a bias on a 32-bit grid): its fake-quantized float value, folded;
-- on an activation: QuantizeLinear -> DequantizeLinear at its scale, after a Clip to
-  [lo * scale, hi * scale] where the range is narrower than int8 (fewer bits, narrow range).
+- on an activation: QuantizeLinear -> DequantizeLinear at its scale and zero point, int8 (or
+  uint8 for an unsigned range), after a Clip to [(lo - zeropt) * scale, (hi - zeropt) * scale]
+  where the range is narrower than the container (fewer bits, narrow range).
 
-Read: rounding ROUND (half to even), zero point 0, an integer range inside int8 for weights and
-activations (signed up to 8 bits, unsigned up to 7), per-tensor activation scales. Anything
-else is an error naming the node and what would be read. BipolarQuant, Trunc and FloatQuant are
-left as they are, for the unsupported-operator report.
+Read: rounding ROUND (half to even; QuantizeLinear rounds x / scale before adding the zero point,
+QONNX after: the two differ only on exact ties with an odd zero point), weights with zero point 0
+and a range inside int8, activations with one scale and an integer zero point, signed up to 8
+bits or unsigned up to 8. Anything else is an error naming the node and what would be read.
+BipolarQuant, Trunc and FloatQuant are left as they are, for the unsupported-operator report.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tilecraft.errors import ModelError
 DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 QUANT_OPS = ("Quant", "IntQuant")
 INT8 = (-128, 127)
+UINT8 = (0, 255)
 
 
 def has_quant_nodes(model) -> bool:
@@ -68,6 +71,9 @@ def expand_quant(model):
         x, scale, zeropt, lo, hi = _read(numpy_helper, node, name, inits)
         y = node.output[0]
         if x in inits:
+            if zeropt:
+                raise ModelError(f"node {name}: weights with zero point {zeropt} are not read; "
+                                 f"tilecraft reads symmetric weights (zero point 0)")  # fmt: skip
             value = numpy_helper.to_array(inits[x])
             if (lo, hi) == _within_int8(lo, hi):
                 nodes.append(_weight(helper, numpy_helper, g, name, value, scale, lo, hi, y))
@@ -75,7 +81,7 @@ def expand_quant(model):
                 folded = fake_quantize(value, scale, lo, hi)
                 g.initializer.append(numpy_helper.from_array(folded, y))
             continue
-        nodes += _activation(helper, numpy_helper, g, name, x, scale, lo, hi, y)
+        nodes += _activation(helper, numpy_helper, g, name, x, scale, zeropt, (lo, hi), y)
     del g.node[:]
     g.node.extend(nodes)
     if not any(n.domain in DOMAINS for n in g.node):  # no QONNX op left: drop its opsets
@@ -109,9 +115,10 @@ def _read(numpy_helper, node, name: str, inits: dict):
     if mode != "ROUND":
         raise ModelError(f"node {name}: rounding_mode {mode!r} is not read; tilecraft reads "
                          f"'ROUND' (half to even, as QuantizeLinear rounds)")  # fmt: skip
-    if np.any(zeropt != 0):
-        raise ModelError(f"node {name}: zero point {np.unique(zeropt).tolist()} is not read; "
-                         f"tilecraft reads symmetric quantization (zero point 0)")  # fmt: skip
+    zero = np.asarray(zeropt, np.float64)
+    if zero.size != 1 or float(zero.reshape(())) != int(zero.reshape(())):
+        raise ModelError(f"node {name}: zero point {zero.reshape(-1).tolist()} is not read; "
+                         f"tilecraft reads one whole-number zero point")  # fmt: skip
     if np.any(scale <= 0) or not np.all(np.isfinite(scale)):
         raise ModelError(f"node {name}: scales must be positive and finite")
     b = float(np.asarray(bits).reshape(-1)[0]) if np.asarray(bits).size == 1 else -1.0
@@ -120,7 +127,7 @@ def _read(numpy_helper, node, name: str, inits: dict):
                          f"number of bits, 2..32")  # fmt: skip
     signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
     lo, hi = int_range(int(b), signed, narrow)
-    return node.input[0], np.asarray(scale, np.float32), zeropt, lo, hi
+    return node.input[0], np.asarray(scale, np.float32), int(zero.reshape(())), lo, hi
 
 
 def _axis(scale: np.ndarray, value_shape: tuple[int, ...], name: str) -> int | None:
@@ -146,24 +153,29 @@ def _weight(helper, numpy_helper, g, name: str, value, scale, lo: int, hi: int, 
     return helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [y], name, **extra)
 
 
-def _activation(helper, numpy_helper, g, name: str, x: str, scale, lo: int, hi: int, y: str):
-    """Clip (where the range is narrower than int8), QuantizeLinear, DequantizeLinear."""
+def _activation(helper, numpy_helper, g, name: str, x: str, scale, zero: int,
+                bounds: tuple[int, int], y: str):  # fmt: skip
+    """Clip (where the range is narrower than its container), QuantizeLinear, DequantizeLinear,
+    in int8, or uint8 for an unsigned range."""
+    lo, hi = bounds
     if scale.size != 1:
         raise ModelError(f"node {name}: activation {x!r} has {scale.size} scales; tilecraft "
                          f"reads one scale per activation tensor")  # fmt: skip
-    if (lo, hi) != _within_int8(lo, hi):
-        raise ModelError(f"node {name}: activation {x!r} is quantized to [{lo}, {hi}], which "
-                         f"int8 does not hold; tilecraft reads signed activations of up to 8 "
-                         f"bits and unsigned ones of up to 7")  # fmt: skip
+    box, dtype = (UINT8, np.uint8) if lo >= 0 and hi > INT8[1] else (INT8, np.int8)
+    if not (box[0] <= lo and hi <= box[1] and box[0] <= zero <= box[1]):
+        raise ModelError(f"node {name}: activation {x!r} is quantized to [{lo}, {hi}] with zero "
+                         f"point {zero}, which neither int8 nor uint8 holds; tilecraft reads "
+                         f"activations of up to 8 bits")  # fmt: skip
     s = scale.reshape(())
     s_name, z_name = f"{name}:scale", f"{name}:zero"
     g.initializer.extend([numpy_helper.from_array(s, s_name),
-                          numpy_helper.from_array(np.int8(0), z_name)])  # fmt: skip
+                          numpy_helper.from_array(np.asarray(zero, dtype), z_name)])  # fmt: skip
     nodes, src = [], x
-    if (lo, hi) != INT8:
+    if (lo, hi) != box:
         lo_name, hi_name = f"{name}:lo", f"{name}:hi"
-        g.initializer.extend([numpy_helper.from_array(np.float32(lo * s), lo_name),
-                              numpy_helper.from_array(np.float32(hi * s), hi_name)])  # fmt: skip
+        g.initializer.extend([numpy_helper.from_array(np.float32((lo - zero) * s), lo_name),
+                              numpy_helper.from_array(np.float32((hi - zero) * s), hi_name),
+                              ])  # fmt: skip
         src = f"{name}:clipped"
         nodes.append(helper.make_node("Clip", [x, lo_name, hi_name], [src], f"{name}:clip"))
     q = f"{name}:q"

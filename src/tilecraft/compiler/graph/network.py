@@ -83,7 +83,8 @@ def _host_depthwise(layer: AccelLayer) -> HostLayer:
     the host, with the same integers."""
     op = layer.op
     (ph, pw) = op.pad
-    host = host_ops.DepthwiseConv(op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue)
+    host = host_ops.DepthwiseConv(op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue,
+                                  op.pad_value)  # fmt: skip
     consts = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               **layer.vectors}  # fmt: skip
     return HostLayer(layer.name, host, (layer.input,), layer.output, consts)

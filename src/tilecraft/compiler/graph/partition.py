@@ -20,7 +20,6 @@ class Reason(str, Enum):
 
     GEMM = "conv/dense: GEMM core with a fused epilogue"
     POOL_ALU = "max pool: window maximum on the vector ALU"
-    POOL_SIGNED = "max pool with padding over inputs that may be negative (host kernel)"
     POOL_AVG = "global average pool: GEMM row sums and requantization on the ALU"
     VIEW = "a view of the data: nothing moves"
     DEPTHWISE = ("depthwise conv: a diagonal weight block per channel block on the GEMM core "
@@ -61,17 +60,6 @@ def node_macs(graph: Graph, node: Node) -> int:
     return 0
 
 
-def pool_on_accelerator(graph: Graph, node: Node) -> bool:
-    """The accelerator pads with zeros: right for a max pool without padding, or over inputs a
-    fused ReLU (clip low >= 0) made non-negative."""
-    if not any(node.attrs.pads):
-        return True
-    producer = graph.producer().get(node.inputs[0])
-    clip = getattr(producer.attrs, "clip", None) if producer is not None else None
-    return producer is not None and producer.op in (OpType.CONV, OpType.DENSE) and \
-        clip is not None and clip[0] >= 0  # fmt: skip
-
-
 def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     op = node.op
     if op is OpType.CONV:
@@ -93,8 +81,7 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     if op is OpType.GLOBALAVGPOOL:
         return Place.ACCELERATOR, Reason.POOL_AVG
     if op is OpType.MAXPOOL:
-        return (Place.ACCELERATOR, Reason.POOL_ALU) if pool_on_accelerator(graph, node) else \
-            (Place.HOST, Reason.POOL_SIGNED)  # fmt: skip
+        return Place.ACCELERATOR, Reason.POOL_ALU  # its LOADs pad with -128: ONNX's -inf
     if op is OpType.ADD and any(i in graph.scales for i in node.inputs):
         return Place.HOST, Reason.ADD_ROUNDED
     host = {

@@ -26,7 +26,7 @@ from tilecraft.compiler.frontend.ir import Graph, Node, OpType
 from tilecraft.compiler.graph.partition import Place, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
-from tilecraft.errors import ModelError, ScheduleError, UnsupportedOperatorError
+from tilecraft.errors import ModelError, UnsupportedOperatorError
 from tilecraft.ops import (
     Conv2d,
     Dense,
@@ -197,11 +197,13 @@ def _model_weights(graph: Graph, name: str, w: np.ndarray, axis: int):
     return q.astype(np.int8), scale
 
 
-def _clip(bounds, s_y: float) -> tuple[int, int]:
+def _clip(bounds, s_y: float, zero: int = 0) -> tuple[int, int]:
+    """Float clip bounds (a fused ReLU/Clip) as stored int8 values at scale s_y, zero point
+    `zero`."""
     if bounds is None:
         return (-128, 127)
-    lo = -128 if not np.isfinite(bounds[0]) else int(np.clip(np.rint(bounds[0] / s_y), -128, 127))
-    hi = 127 if not np.isfinite(bounds[1]) else int(np.clip(np.rint(bounds[1] / s_y), -128, 127))
+    lo, hi = (int(np.clip(zero + np.rint(b / s_y), -128, 127)) if np.isfinite(b) else d
+              for b, d in zip(bounds, (-128, 127)))  # fmt: skip
     return lo, max(lo, hi)
 
 
@@ -209,40 +211,44 @@ PRE_SHIFT = 10  # the two-stage multiply's first shift (requant_bounds)
 
 
 def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis: int,
-             clip: tuple[int, int], residual: bool, exact: bool):
+             clip: tuple[int, int], residual: bool, exact: bool, offset: int = 0):
     """The epilogue's requantization and its per-channel vectors by parameter name. `exact`:
     accumulator bounds and a two-stage multiply (`requant_bounds`), within ~2**-14 of an
-    output step of the real product, where every scale is below 1. Otherwise (or failing
+    output step of the real product, where every scale is below 1. `offset` (zero points) is
+    added after the shift, so the bounds stand for the clip less it. Otherwise (or failing
     that) one multiplier bounded by the weights (`requant_params`) and the ALU's clip: within
     ~2**-8 to 2**-4 of a step, which calibrated quantization cannot tell apart (ResNet-18's
     output SQNR 27.2 dB either way) and which costs four fewer ALU passes per tile."""
     found = None
     if exact:
         try:
-            found = requant_bounds(scale, qb, clip, residual, PRE_SHIFT)
+            shifted = (clip[0] - offset, clip[1] - offset)
+            found = requant_bounds(scale, qb, shifted, residual, PRE_SHIFT)
         except Exception as e:
             raise ModelError(f"node {node.name}: cannot requantize: {e}") from None
     if found is not None:
         ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=found.shift,
                       residual=residual, clip=clip if residual else INT8, acc_bounds=True,
-                      pre_shift=found.pre_shift)  # fmt: skip
+                      pre_shift=found.pre_shift, offset=offset)  # fmt: skip
         vectors = {"multiplier": found.multiplier.astype(np.int32), "acc_lo": found.acc_lo,
                    "acc_hi": found.acc_hi}  # fmt: skip
         if found.pre_shift:
             vectors["multiplier2"] = found.multiplier2.astype(np.int32)
         return ep, vectors
     other = tuple(i for i in range(qw.ndim) if i != axis)
-    bound = int((np.abs(qw.astype(np.int64)).sum(axis=other) * 128 + np.abs(qb)).max()) or 1
+    # |x - zero point| <= 255 with zero points, else 128
+    reach = 256 if offset else 128
+    bound = int((np.abs(qw.astype(np.int64)).sum(axis=other) * reach + np.abs(qb)).max()) or 1
     try:
         m, s = requant_params(scale, bound)
     except Exception as e:
         raise ModelError(f"node {node.name}: cannot requantize: {e}") from None
     ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=int(s), residual=residual,
-                  clip=clip)  # fmt: skip
+                  clip=clip, offset=offset)  # fmt: skip
     return ep, {"multiplier": m.astype(np.int32)}
 
 
-def _conv_layer(graph: Graph, node: Node, scales, name_of, exact: bool):
+def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool):
     x, w_name, b_name = node.inputs[:3]
     a = node.attrs
     s_x, s_y = scales[x], scales[node.output]
@@ -252,24 +258,28 @@ def _conv_layer(graph: Graph, node: Node, scales, name_of, exact: bool):
     axis = 0 if conv else 1
     qw, s_w = _model_weights(graph, w_name, w, axis) or _weights(w, axis)
     qb = np.rint(b / (s_x * s_w)).astype(np.int64)
+    z_x, z_y = zeros.get(x, 0), zeros.get(node.output, 0)
+    if z_x:  # sum w * (x - z_x): the zero point's part folded into the bias (padding holds z_x)
+        qb = qb - z_x * qw.astype(np.int64).sum(axis=tuple(i for i in range(qw.ndim) if i != axis))
     if np.abs(qb).max(initial=0) >= 1 << 31:
         raise ModelError(f"node {node.name}: a bias does not fit int32 at scale {s_x:.3g}")
     # the scale as onnxruntime's QLinearConv computes it, in float32
     scale = (np.float32(s_x) * s_w.astype(np.float32) / np.float32(s_y)).astype(np.float64)
     residual = bool(conv and a.residual)
-    ep, vectors = _requant(node, qw, qb, scale, 0 if conv else 1, _clip(a.clip, s_y), residual,
-                           exact)  # fmt: skip
+    offset = z_y - (zeros.get(node.inputs[3], 0) if residual else 0)
+    ep, vectors = _requant(node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact,
+                           offset)  # fmt: skip
     out = name_of(node.output)
     if conv and a.groups > 1 and place(graph, node)[0] is Place.HOST:
-        op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep)
+        op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep, z_x)
         consts = {"weight": qw, "bias": qb.astype(np.int32), **vectors}
         return HostLayer(node.name, op, (name_of(x),), out, consts)
     if conv and a.groups > 1:
         n, c, h, wd = graph.shape(x)
-        op = DepthwiseConv2d(n, c, h, wd, a.kernel, a.stride, a.symmetric_pad)
+        op = DepthwiseConv2d(n, c, h, wd, a.kernel, a.stride, a.symmetric_pad, z_x)
     elif conv:
         n, ic, h, wd = graph.shape(x)
-        op = Conv2d(n, ic, h, wd, qw.shape[0], a.kernel, a.stride, a.symmetric_pad)
+        op = Conv2d(n, ic, h, wd, qw.shape[0], a.kernel, a.stride, a.symmetric_pad, z_x)
     else:
         (mm, k), nn = graph.shape(x), qw.shape[1]
         op = Dense(mm, k, nn)
@@ -278,20 +288,42 @@ def _conv_layer(graph: Graph, node: Node, scales, name_of, exact: bool):
                       name_of(x), res, out, vectors)  # fmt: skip
 
 
-def _gap_layer(graph: Graph, node: Node, scales, name_of) -> PoolLayer | HostLayer:
+def _gap_layer(graph: Graph, node: Node, scales, zeros, name_of) -> PoolLayer | HostLayer:
     """The global average pool on the accelerator when its requantization fits the ALU's
     immediates (shift <= 15), else on the host."""
     n, c, h, w = graph.shape(node.inputs[0])
     scale = scales[node.inputs[0]] / (h * w * scales[node.output])
-    try:
-        m, s = requant_params(scale, h * w * 128, max_shift=15)
-    except ScheduleError:
-        return _host_layer(graph, node, scales, name_of)
-    op = GlobalAvgPool2d(n, c, h, w, int(m), s)
+    z_x, z_y = zeros.get(node.inputs[0], 0), zeros.get(node.output, 0)
+    found = gap_requant(scale, h * w, z_x)
+    if found is None:
+        return _host_layer(graph, node, scales, zeros, name_of)
+    weight, m, s = found  # past a shift of 15 (the rounding constant's immediate), the rest is
+    # a floor shift before the rounding one: within 2**-15 of a step
+    op = GlobalAvgPool2d(n, c, h, w, m, min(s, 15), z_x, z_y, max(s - 15, 0), weight)
     return PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output))
 
 
-def _host_layer(graph: Graph, node: Node, scales, name_of) -> HostLayer:
+def gap_requant(scale: float, count: int, zero: int) -> tuple[int, int, int] | None:
+    """(weight, multiplier, shift) with weight * multiplier / 2**shift closest to `scale`: the
+    GEMM's diagonal weight (1..127) times a 15-bit multiplier, their product on a sum of
+    `count` int8 values less `count` zero points within 32 bits, and `count * zero * weight`
+    within the ALU immediate; None if no shift of 30 or less serves."""
+    reach = count * (256 if zero else 128)
+    best = None
+    for weight in range(1, 128):
+        if count * abs(zero) * weight > 32767:
+            break
+        for s in range(30, -1, -1):
+            m = round(scale * 2**s / weight)
+            if 0 < m < 1 << 15 and reach * weight * m < 1 << 31:
+                error = abs(weight * m / 2**s - scale)
+                if best is None or error < best[0]:
+                    best = (error, weight, m, s)
+                break
+    return None if best is None else best[1:]
+
+
+def _host_layer(graph: Graph, node: Node, scales, zeros, name_of) -> HostLayer:
     ins = tuple(name_of(i) for i in node.inputs)
     out = name_of(node.output)
     if node.op is OpType.MAXPOOL:
@@ -301,13 +333,31 @@ def _host_layer(graph: Graph, node: Node, scales, name_of) -> HostLayer:
         return HostLayer(node.name, host_ops.Flatten(), ins, out)
     if node.op is OpType.GLOBALAVGPOOL:
         n, c, h, w = graph.shape(node.inputs[0])
-        m, s = requant_params(scales[node.inputs[0]] / (h * w * scales[node.output]), h * w * 128)
-        return HostLayer(node.name, host_ops.GlobalAvgPool(int(m), s), ins, out)
+        m, s = requant_params(scales[node.inputs[0]] / (h * w * scales[node.output]), h * w * 256)
+        zx, zy = zeros.get(node.inputs[0], 0), zeros.get(node.output, 0)
+        return HostLayer(node.name, host_ops.GlobalAvgPool(int(m), s, zx, zy), ins, out)
     # ADD: each side at its own scale, to the output's (float32 ratios, as onnxruntime)
     s_o = np.float32(scales[node.output])
     ratio_a, ratio_b = (float(np.float32(scales[i]) / s_o) for i in node.inputs)
-    clip = _clip(getattr(node.attrs, "clip", None), scales[node.output])
-    return HostLayer(node.name, host_ops.Add(ratio_a, ratio_b, clip), ins, out)
+    z_a, z_b, z_y = (zeros.get(t, 0) for t in (*node.inputs, node.output))
+    clip = _clip(getattr(node.attrs, "clip", None), scales[node.output], z_y)
+    return HostLayer(node.name, host_ops.Add(ratio_a, ratio_b, clip, z_a, z_b, z_y), ins, out)
+
+
+def model_zero_points(graph: Graph, ranges: Ranges) -> dict[str, int]:
+    """A quantized model's zero points (calibrated scales are symmetric: none). A max pool's or
+    a flatten's two sides must share one, as they share a scale: else an error naming both."""
+    if ranges.observer is not Observer.MODEL:
+        return {}
+    zeros = dict(graph.zero_points)
+    for node in graph.nodes:
+        if node.op in (OpType.MAXPOOL, OpType.FLATTEN):
+            a, b = node.inputs[0], node.output
+            if zeros.get(a, 0) != zeros.get(b, 0):
+                raise ModelError(f"tensors {a!r} (zero point {zeros.get(a, 0)}) and {b!r} (zero "
+                                 f"point {zeros.get(b, 0)}) must share a zero point here",
+                                 )  # fmt: skip
+    return zeros
 
 
 def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> QuantizedNetwork:
@@ -318,6 +368,7 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> Quantiz
     exact = ranges.observer is Observer.MODEL if exact is None else exact
     check_supported(graph)
     scales = activation_scales(graph, ranges)
+    zeros = model_zero_points(graph, ranges)
 
     users = graph.consumers()
     views = {n.output: n.inputs[0] for n in graph.nodes  # (N, C, 1, 1) -> (N, C): same bytes
@@ -331,28 +382,30 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> Quantiz
 
     layers: list = []
     for x in graph.inputs:
-        layers.append(HostLayer(f"quantize:{x}", host_ops.Quantize(scales[x]), (x,), name_of(x)))
+        quant = host_ops.Quantize(scales[x], zeros.get(x, 0))
+        layers.append(HostLayer(f"quantize:{x}", quant, (x,), name_of(x)))
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
-            layers.append(_conv_layer(graph, node, scales, name_of, exact))
+            layers.append(_conv_layer(graph, node, scales, zeros, name_of, exact))
         elif node.op is OpType.MAXPOOL and place(graph, node)[0] is Place.ACCELERATOR:
             n, c, h, w = graph.shape(node.inputs[0])
             a = node.attrs
-            op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=0)
+            op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=INT8[0])  # -inf
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         elif node.op is OpType.GLOBALAVGPOOL:
-            layers.append(_gap_layer(graph, node, scales, name_of))
+            layers.append(_gap_layer(graph, node, scales, zeros, name_of))
         elif node.output in views:
             continue
         else:
-            layers.append(_host_layer(graph, node, scales, name_of))
+            layers.append(_host_layer(graph, node, scales, zeros, name_of))
     for y in graph.outputs:
-        dequantize = host_ops.Dequantize(scales[y])
+        dequantize = host_ops.Dequantize(scales[y], zeros.get(y, 0))
         layers.append(HostLayer(f"dequantize:{y}", dequantize, (name_of(y),), y))
     tensors = {}
     for t, s in scales.items():
         if t not in views:
-            tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s))
+            tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s),
+                                             zeros.get(t, 0))  # fmt: skip
     for t in (*graph.inputs, *graph.outputs):
         tensors[t] = TensorSpec(t, graph.shape(t), "float32", 1.0)
     float_names = {name_of(t): t for t in scales if t not in views}

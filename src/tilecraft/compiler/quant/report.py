@@ -45,7 +45,7 @@ def error_report(graph: Graph, model: CompiledModel, inputs: list[dict[str, np.n
             if spec.dtype != "int8" or ref not in producer or ref not in want:
                 continue
             f = want[ref]
-            err = q.astype(np.float64) * spec.scale - f.reshape(q.shape)
+            err = (q.astype(np.float64) - spec.zero) * spec.scale - f.reshape(q.shape)
             signal[name] = signal.get(name, 0.0) + float((f**2).sum())
             noise[name] = noise.get(name, 0.0) + float((err**2).sum())
             worst[name] = max(worst.get(name, 0.0), float(np.abs(err).max()))

@@ -23,6 +23,8 @@ def format_row(row) -> str:
         pads = [int(get(k)) for k in ("y_pad0", "y_pad1", "x_pad0", "x_pad1")]
         if any(pads):
             text += " pad(y0,y1,x0,x1)=({},{},{},{})".format(*pads)
+            if op == Opcode.LOAD and int(get("pad_value")):
+                text += f" value {int(get('pad_value'))}"
         if op == Opcode.LOAD and get("x_size") == 0:
             text += " (sync only)"
         return text + tail

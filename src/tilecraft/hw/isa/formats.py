@@ -24,7 +24,8 @@ def insns_per_burst(burst_bytes: int) -> int:
 
 DRAM_ADDR_BITS = 32  # DRAM addresses count elements of the target buffer
 SIZE_BITS = 16  # y_size, x_size, x_stride
-PAD_BITS = 4  # each of the four zero-padding amounts
+PAD_BITS = 4  # each of the four padding amounts
+PAD_VALUE_BITS = 8  # LOAD INP's padding value (signed, sign-extended to every lane)
 ITER_BITS = 14  # GEMM/ALU loop extents
 IMM_BITS = 16  # ALU immediate (signed)
 
@@ -118,6 +119,7 @@ class IsaSpec:
             ("y_pad1", PAD_BITS, False),
             ("x_pad0", PAD_BITS, False),
             ("x_pad1", PAD_BITS, False),
+            ("pad_value", PAD_VALUE_BITS, True),
         ]
         gemm = [
             ("reset", 1, False),

@@ -31,6 +31,7 @@ FIELD_NAMES = (
     "y_pad1",
     "x_pad0",
     "x_pad1",
+    "pad_value",
     "uop_bgn",
     "uop_end",
     "iter_out",
@@ -79,7 +80,9 @@ class _Insn:
 
 @dataclass(frozen=True, kw_only=True)
 class Load(_Insn):
-    """2-D DMA from DRAM into a scratchpad, zero-padding on four sides.
+    """2-D DMA from DRAM into a scratchpad, padding on four sides: with zeros, except that an
+    INP load writes `pad_value` into every lane of its padding (an input's zero point, which
+    stands for the real value 0; int8, sign-extended to the lane).
 
     Addresses count elements of `mem` (an INP element is BATCH x BLOCK_IN values, ...).
     """
@@ -94,6 +97,7 @@ class Load(_Insn):
     y_pad1: int = 0
     x_pad0: int = 0
     x_pad1: int = 0
+    pad_value: int = 0
     opcode = Opcode.LOAD
 
 
@@ -220,7 +224,7 @@ def row_insn(row) -> _Insn:
     op = int(get("opcode"))
     if op == Opcode.LOAD:
         mem_fields = ("sram_base", "dram_base", "y_size", "x_size", "x_stride")
-        pads = ("y_pad0", "y_pad1", "x_pad0", "x_pad1")
+        pads = ("y_pad0", "y_pad1", "x_pad0", "x_pad1", "pad_value")
         return Load(
             mem=_enum(MemId, get("mem")), **{k: int(get(k)) for k in mem_fields + pads}, **flags
         )

@@ -1,12 +1,13 @@
 """The LOAD engine shared by the load stage (INP, WGT) and the compute stage (UOP, ACC):
 checks the instruction's ranges, runs the 2-D DMA read, and writes the scratchpad row by row,
-making the zero padding itself (y_pad0 rows, then x_pad0 zeros / x_size elements / x_pad1 zeros
-per row, then y_pad1 rows), one element per cycle. It has one write port, for whichever of its
-targets the instruction names (`mem`); the stage routes it to that scratchpad."""
+making the padding itself (y_pad0 rows, then x_pad0 pads / x_size elements / x_pad1 pads per
+row, then y_pad1 rows; a pad is zeros, or for INP `pad_value` in every lane), one element per
+cycle. It has one write port, for whichever of its targets the instruction names (`mem`); the
+stage routes it to that scratchpad."""
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -95,10 +96,17 @@ class LoadEngine(wiring.Component):
         for mem_id, es in streams.items():
             with m.If(mem == mem_id):
                 m.d.comb += [elem_valid.eq(es.elems.valid), elem.eq(es.elems.payload)]
+        pad = Signal.like(self.write.data)  # INP: pad_value in every lane; others: zeros
+        if MemId.INP in self.targets:
+            lanes = cfg.batch * cfg.block_in
+            lane = Signal(signed(cfg.inp_bits))
+            m.d.comb += lane.eq(insn.pad_value)  # sign-extended
+            with m.If(mem == MemId.INP):
+                m.d.comb += pad.eq(Cat(*([lane] * lanes)))
         write = Signal()
         m.d.comb += [
             self.write.addr.eq(addr),
-            self.write.data.eq(Mux(is_data, elem, 0)),
+            self.write.data.eq(Mux(is_data, elem, pad)),
             self.write.en.eq(write),
         ]
         for mem_id, es in streams.items():
