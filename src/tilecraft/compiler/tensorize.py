@@ -9,9 +9,9 @@ hardware loops; the rest are enumerated into its micro-op kernel, output-channel
 
 from __future__ import annotations
 
+import functools
 import itertools
-
-import numpy as np
+import math
 
 from tilecraft.compiler.mapping import MappedConv
 
@@ -53,7 +53,7 @@ def gemm_loops(dims: list[Dim]) -> tuple[list[Dim], list[Dim]]:
         return [d for d in dims if d[0] not in (pair[0][0], pair[1][0])]
 
     def count(pair):
-        return int(np.prod([d[1] for d in rest_of(pair)], dtype=np.int64))
+        return math.prod(d[1] for d in rest_of(pair))
 
     pair = preferred
     if count(preferred) > PREFERRED_UOPS:
@@ -63,10 +63,11 @@ def gemm_loops(dims: list[Dim]) -> tuple[list[Dim], list[Dim]]:
     return list(pair), rest_of(pair)
 
 
+@functools.lru_cache(maxsize=8192)  # the schedule search asks for each tile shape many times
 def kernel_size(low: MappedConv, toc: int, tic: int, toh: int, tow: int) -> int:
     """Micro-ops in the GEMM kernel of a full step."""
     _, rest = gemm_loops(step_dims(low, toc, tic, toh, tow))
-    return int(np.prod([d[1] for d in rest], dtype=np.int64))
+    return math.prod(d[1] for d in rest)
 
 
 def kernel_uops(rest: list[Dim], base: tuple[int, int, int]) -> list[tuple[int, int, int]]:
