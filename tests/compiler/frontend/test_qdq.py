@@ -60,13 +60,14 @@ def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form)
     assert (steps == 0).mean() >= 0.99, (steps == 0).mean()
 
 
-@pytest.mark.parametrize("activations", ["uint8", "int8"])
-def test_asymmetric_activations_give_onnxruntimes_outputs(tmp_path, activations):
+@pytest.mark.parametrize("activations, form", [("uint8", "qdq"), ("int8", "qdq"),
+                                               ("uint8", "qoperator")])  # fmt: skip
+def test_asymmetric_activations_give_onnxruntimes_outputs(tmp_path, activations, form):
     """onnxruntime's default: uint8 activations with zero points (stored less 128 in int8).
     The padding holds the input's zero point, the bias takes its part, the output's is added."""
     x_train, _, x, y = digits_split()
     path = quantize_with_onnxruntime(tmp_path / "asym.onnx", x_train, symmetric=False,
-                                     activations=activations)  # fmt: skip
+                                     activations=activations, form=form)  # fmt: skip
     graph = import_model(path, {"input": (len(x), 1, 8, 8)})
     assert len(graph.zero_points) >= 5, graph.zero_points
     comp = compile_network(graph, preset("default"), None)
