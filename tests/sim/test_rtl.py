@@ -11,6 +11,7 @@ import pytest
 
 from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.eltwise import compile_scaled_add
 from tilecraft.compiler.pipeline import compile_operator
 from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.errors import AccessError, IllegalInstructionError
@@ -22,6 +23,7 @@ from tilecraft.ops import (
     Epilogue,
     GlobalAvgPool2d,
     MaxPool2d,
+    ScaledAdd,
 )
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
@@ -91,6 +93,9 @@ def _programs(cfg):
         jobs.append(("max pool padded with -128", p, pack_inputs(p, random_inputs(p, rng))))
         p = compile_global_avgpool(cfg, GlobalAvgPool2d(1, c, 4, 4, 19660, 15, -128, -20, 2, 15))
         jobs.append(("average pool, zero points", p, pack_inputs(p, random_inputs(p, rng))))
+        op = ScaledAdd(1, c, 5, 5, 29205, 21815, 15, 21, 3, 3, 27, -128, -5, (-100, 127))
+        p = compile_scaled_add(cfg, op)
+        jobs.append(("scaled add", p, pack_inputs(p, random_inputs(p, rng))))
     return jobs
 
 

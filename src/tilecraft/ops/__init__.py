@@ -12,6 +12,7 @@ from tilecraft.ops.operators import (
     GlobalAvgPool2d,
     MaxPool2d,
     Multiplier,
+    ScaledAdd,
 )
 from tilecraft.ops.schedules import ConvSchedule, GemmTiles, LoopOrder
 
@@ -28,4 +29,5 @@ __all__ = [
     "LoopOrder",
     "MaxPool2d",
     "Multiplier",
+    "ScaledAdd",
 ]

@@ -361,6 +361,58 @@ class GlobalAvgPool2d(_Planes):
 
 
 @dataclass(frozen=True)
+class ScaledAdd(_Planes):
+    """int8 a + b (both (N, C, H, W)), each at its own scale and zero point, to the output's:
+    y = clip((((a - zero_a) * weight_a * multiplier_a + (b - zero_b) * weight_b * multiplier_b)
+    >> pre_shift + 2**(shift-1)) >> shift + zero_y), in 32-bit wrapping steps. A weight (1..127)
+    is the GEMM diagonal that widens its rows, a multiplier (15 bits) an ALU immediate: each
+    side's ratio to the output's scale carries up to 22 bits: onnxruntime's QLinearAdd (float32)
+    within about 2**-18 of a step, but an exact half rounds up here and to even there."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    multiplier_a: int
+    multiplier_b: int
+    shift: int
+    weight_a: int = 1
+    weight_b: int = 1
+    pre_shift: int = 0
+    zero_a: int = 0
+    zero_b: int = 0
+    zero_y: int = 0
+    clip: tuple[int, int] = INT8
+    kind: ClassVar[str] = "scaled_add"
+
+    def __post_init__(self) -> None:
+        _positive("scaled add", n=self.n, c=self.c, h=self.h, w=self.w,
+                  multiplier_a=self.multiplier_a, multiplier_b=self.multiplier_b)  # fmt: skip
+        for name, lo, hi in (("shift", 0, 15), ("pre_shift", 0, 31), ("weight_a", 1, 127),
+                             ("weight_b", 1, 127), ("multiplier_a", 1, 32767),
+                             ("multiplier_b", 1, 32767)):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ScheduleError(f"scaled add {name} must be in {lo}..{hi}, not {value!r}")
+        for name in ("zero_a", "zero_b", "zero_y"):
+            _int8_pad(f"scaled add {name}:", getattr(self, name))
+        clip = tuple(self.clip)
+        object.__setattr__(self, "clip", clip)
+        if len(clip) != 2 or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:
+            raise ScheduleError(f"scaled add clip {clip} must satisfy -128 <= lo <= hi <= 127")
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return self.input_shape
+
+    def describe(self) -> str:
+        s = self.pre_shift + self.shift
+        return (f"scaled add N={self.n} C={self.c} H={self.h} W={self.w} "
+                f"(a x{self.weight_a * self.multiplier_a} + b x"
+                f"{self.weight_b * self.multiplier_b}) >>{s}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """What happens to the int32 accumulators before the int8 output (`ops.reference.epilogue`
     is the exact definition): per-channel accumulator bounds (`acc_bounds`), bias add,
@@ -460,12 +512,14 @@ class Computation:
     per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
     program's outputs from this and its inputs and constants."""
 
-    op: Conv2d | DepthwiseConv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d
+    op: Conv2d | DepthwiseConv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d | ScaledAdd
     epilogue: Epilogue | None = None
     multiplier: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.op, (Gemm, MaxPool2d, GlobalAvgPool2d)) != (self.epilogue is None):
+        if isinstance(self.op, (Gemm, MaxPool2d, GlobalAvgPool2d, ScaledAdd)) != (
+            self.epilogue is None
+        ):
             raise ScheduleError(
                 "a gemm or maxpool computation has no epilogue (a gemm's shift is part of it); "
                 "conv2d and dense have one"

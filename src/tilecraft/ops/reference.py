@@ -38,6 +38,7 @@ from tilecraft.ops.operators import (
     GlobalAvgPool2d,
     MaxPool2d,
     Multiplier,
+    ScaledAdd,
 )
 
 MULTIPLIER_BITS = 15  # m < 2**15 keeps |acc * m| < 2**31 for |acc| < 2**16
@@ -140,9 +141,24 @@ def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # the tensors each operator reads, by the names programs give them
 OPERANDS = {Conv2d: ("input", "weight"), DepthwiseConv2d: ("input", "weight"),
             Dense: ("input", "weight"), Gemm: ("a", "b"),
-            MaxPool2d: ("input",), GlobalAvgPool2d: ("input",)}  # fmt: skip
+            MaxPool2d: ("input",), GlobalAvgPool2d: ("input",),
+            ScaledAdd: ("input", "residual")}  # fmt: skip
 RESULT = {Conv2d: "output", DepthwiseConv2d: "output", Dense: "output", Gemm: "c",
-          MaxPool2d: "output", GlobalAvgPool2d: "output"}  # fmt: skip
+          MaxPool2d: "output", GlobalAvgPool2d: "output", ScaledAdd: "output"}  # fmt: skip
+
+
+def scaled_add(op: ScaledAdd, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each side less its zero point, times its weight and multiplier, summed, shifted (floor,
+    then rounding), plus the output's zero point, clipped: the accelerator's 32-bit steps."""
+    _check(a, op.input_shape, "input")
+    _check(b, op.input_shape, "residual")
+    sides = [wrap32(wrap32((np.asarray(x, np.int64) - z) * w) * m) for x, z, w, m in
+             ((a, op.zero_a, op.weight_a, op.multiplier_a),
+              (b, op.zero_b, op.weight_b, op.multiplier_b))]  # fmt: skip
+    y = wrap32(sides[0] + sides[1]) >> op.pre_shift
+    if op.shift:
+        y = wrap32(y + (1 << (op.shift - 1))) >> op.shift
+    return np.clip(wrap32(y + op.zero_y), op.clip[0], op.clip[1]).astype(np.int8)
 
 
 def global_avgpool2d(op: GlobalAvgPool2d, x: np.ndarray) -> np.ndarray:
@@ -186,6 +202,8 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
         return {"output": maxpool2d(op, tensors["input"])}
     if isinstance(op, GlobalAvgPool2d):
         return {"output": global_avgpool2d(op, tensors["input"])}
+    if isinstance(op, ScaledAdd):
+        return {"output": scaled_add(op, tensors["input"], tensors["residual"])}
     params = {
         "bias": tensors.get("bias"),
         "multiplier": comp.multiplier if comp.multiplier is not None else tensors.get("multiplier"),

@@ -36,7 +36,7 @@ def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form)
     # the model rounds conv3's output before the add: the Add stays, with the ReLU fused
     (add,) = [n for n in graph.nodes if n.op is OpType.ADD]
     assert add.inputs[1] == "pool" and add.attrs.clip == (0.0, float("inf"))
-    assert place(graph, add) == (Place.HOST, Reason.ADD_ROUNDED)
+    assert place(graph, add) == (Place.ACCELERATOR, Reason.ADD_SCALED)
     comp = compile_network(graph, preset("default"), None)  # the model's scales, no calibration
     ints = {t.name: numpy_helper.to_array(t) for t in load(str(path)).graph.initializer}
     keys = {"conv1": "1", "conv2": "2", "conv3": "3", "fc": "d"}

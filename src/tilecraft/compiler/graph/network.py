@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from tilecraft.compiler.conv2d import compile_operator
+from tilecraft.compiler.eltwise import compile_scaled_add
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
@@ -22,6 +23,7 @@ from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
 from tilecraft.compiler.quant.quantize import (
     AccelLayer,
+    AddLayer,
     HostLayer,
     PoolLayer,
     QuantizedNetwork,
@@ -54,13 +56,16 @@ class NetworkCompilation:
     layer_programs: dict[str, Program]  # each accelerator layer's own program, by layer name
 
 
-ON_ACCELERATOR = (AccelLayer, PoolLayer)
+ON_ACCELERATOR = (AccelLayer, PoolLayer, AddLayer)
+FIXED = (PoolLayer, AddLayer)  # layers with one program whatever the schedule
 
 
-def _pool_program(cfg: HwConfig, layer: PoolLayer) -> Program | None:
-    """The pooling layer's program, or None when the accelerator cannot hold it (the host
-    pools then)."""
+def _pool_program(cfg: HwConfig, layer: PoolLayer | AddLayer) -> Program | None:
+    """The pooling (or scaled add) layer's program, or None when the accelerator cannot hold
+    it (the host runs it then)."""
     try:
+        if isinstance(layer, AddLayer):
+            return compile_scaled_add(cfg, layer.op, layer.name)
         if isinstance(layer.op, MaxPool2d):
             return compile_maxpool(cfg, layer.op, layer.name)
         return compile_global_avgpool(cfg, layer.op, layer.name)
@@ -68,9 +73,16 @@ def _pool_program(cfg: HwConfig, layer: PoolLayer) -> Program | None:
         return None
 
 
-def _host_pool(layer: PoolLayer) -> HostLayer:
-    """A pool the accelerator cannot widen (block_in != block_out) runs on the host."""
+def _host_pool(layer: PoolLayer | AddLayer) -> HostLayer:
+    """A pool (or scaled add) the accelerator cannot widen (block_in != block_out) runs on the
+    host, with the same integers (an add as onnxruntime's QLinearAdd)."""
     op = layer.op
+    if isinstance(layer, AddLayer):
+        unit = 2.0 ** (op.pre_shift + op.shift)
+        ratio_a, ratio_b = (op.weight_a * op.multiplier_a / unit,
+                            op.weight_b * op.multiplier_b / unit)  # fmt: skip
+        host = host_ops.Add(ratio_a, ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
+        return HostLayer(layer.name, host, (layer.input, layer.residual), layer.output)
     if isinstance(op, MaxPool2d):
         host = host_ops.MaxPool(op.kernel, op.stride, op.pads)
     else:
@@ -123,8 +135,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
     pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
-             if isinstance(layer, PoolLayer)}  # fmt: skip
-    layers = [_host_pool(layer) if isinstance(layer, PoolLayer) and pools[layer.name] is None
+             if isinstance(layer, FIXED)}  # fmt: skip
+    layers = [_host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None
               else layer for layer in net.layers]  # fmt: skip
     if cfg.block_in != cfg.block_out:
         layers = [_host_depthwise(layer) if isinstance(getattr(layer, "op", None),
@@ -140,7 +152,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                 host_constants[layer.name] = dict(layer.constants)
             continue
         made = {layer.output for layer in run}
-        compiled = [pools[layer.name] if isinstance(layer, PoolLayer) else
+        compiled = [pools[layer.name] if isinstance(layer, FIXED) else
                     _compile(cfg, layer, chosen, measure,
                              fold=None if layer.input not in made else False, check=not chain)
                     for layer in run]  # fmt: skip
@@ -155,7 +167,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                                        for t in _reads(run[i])}  # fmt: skip
             made = {layer.output for layer in part_layers}
             if len(group) == 1:
-                if chain and not isinstance(part_layers[0], PoolLayer):
+                if chain and not isinstance(part_layers[0], FIXED):
                     verify(part_programs[0])  # compiled unchecked, for a chain
                 steps.append(_step(part_layers[0], len(programs)))
                 programs.append(part_programs[0])

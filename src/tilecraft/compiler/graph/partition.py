@@ -30,8 +30,10 @@ class Reason(str, Enum):
     ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
     POOLING = "pooling: ALU pooling not implemented yet (host kernel)"
     ADD = "elementwise Add not fused into a conv epilogue (host kernel)"
-    ADD_ROUNDED = ("Add of two int8 tensors at their own scales (the model rounds the conv's "
-                   "output before it): host kernel, as onnxruntime's QLinearAdd")  # fmt: skip
+    ADD_SCALED = ("Add of two int8 tensors at their own scales (the model rounds the conv's "
+                  "output before it): GEMM widening, requantized on the ALU")  # fmt: skip
+    ADD_ROUNDED = ("Add of two int8 tensors at their own scales, not of one (N, C, H, W) shape: "
+                   "host kernel, as onnxruntime's QLinearAdd")  # fmt: skip
     ACTIVATION = "activation not fused into a conv/dense epilogue (host kernel)"
     SOFTMAX = "softmax needs exp: not in the accelerator's ISA"
     UNFUSED = "BatchNorm/Mul not folded into a conv (host kernel)"
@@ -83,6 +85,9 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
     if op is OpType.MAXPOOL:
         return Place.ACCELERATOR, Reason.POOL_ALU  # its LOADs pad with -128: ONNX's -inf
     if op is OpType.ADD and any(i in graph.scales for i in node.inputs):
+        shapes = {graph.shape(i) for i in node.inputs}
+        if len(shapes) == 1 and len(next(iter(shapes))) == 4:
+            return Place.ACCELERATOR, Reason.ADD_SCALED
         return Place.HOST, Reason.ADD_ROUNDED
     host = {
         OpType.AVGPOOL: Reason.POOLING,

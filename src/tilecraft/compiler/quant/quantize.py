@@ -12,8 +12,9 @@ as onnxruntime's float32 requantization does on all but a few elements in 10**4.
 Tensors that must share a scale are grouped first (a residual and the output it is added to,
 the two sides of a max pool or a flatten); a group takes the largest threshold of its
 members, which is how residual branches meet at a common scale. A model's own scales are kept
-as stated (an Add that the model rounds on both sides stays an Add, run as onnxruntime's
-QLinearAdd).
+as stated (an Add that the model rounds on both sides stays an Add: `ops.ScaledAdd` on the
+accelerator, each side's ratio to the output's scale in up to 22 bits, or on the host as
+onnxruntime's QLinearAdd). Zero points, where the model brings them, are kept (see `_conv_layer`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tilecraft.ops import (
     GlobalAvgPool2d,
     MaxPool2d,
     Multiplier,
+    ScaledAdd,
 )
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.operators import INT8
@@ -72,6 +74,17 @@ class PoolLayer:
 
 
 @dataclass(frozen=True)
+class AddLayer:
+    """An Add of two int8 tensors at their own scales on the accelerator (`ops.ScaledAdd`)."""
+
+    name: str
+    op: ScaledAdd
+    input: str
+    residual: str
+    output: str
+
+
+@dataclass(frozen=True)
 class HostLayer:
     name: str
     op: host_ops.HostOp
@@ -83,7 +96,7 @@ class HostLayer:
 @dataclass
 class QuantizedNetwork:
     name: str
-    layers: list[AccelLayer | PoolLayer | HostLayer]
+    layers: list[AccelLayer | PoolLayer | AddLayer | HostLayer]
     tensors: dict[str, TensorSpec]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -323,6 +336,50 @@ def gap_requant(scale: float, count: int, zero: int) -> tuple[int, int, int] | N
     return None if best is None else best[1:]
 
 
+def add_requant(ratio_a: float, ratio_b: float) -> tuple[int, int, int, int, int] | None:
+    """(weight_a, multiplier_a, weight_b, multiplier_b, shift): weight x multiplier / 2**shift
+    closest to each ratio (a 1..127 GEMM diagonal times a 15-bit ALU immediate), with both
+    products on an int8 difference (|x| <= 255) and their sum within 32 bits; the shift that
+    makes the larger of the two errors (in output steps) least. None if no shift serves."""
+    weights = np.arange(1, 128)
+    best = None
+    for s in range(0, 41):
+        pairs = []
+        for ratio in (ratio_a, ratio_b):
+            m = np.rint(ratio * 2.0**s / weights)
+            ok = (m >= 1) & (m < 1 << 15)
+            if not ok.any():
+                break
+            err = np.where(ok, np.abs(weights * m - ratio * 2.0**s), np.inf)
+            k = int(np.argmin(err))
+            pairs.append((int(weights[k]), int(m[k]), float(err[k]) * 255 / 2.0**s))
+        if len(pairs) < 2:
+            continue
+        (wa, ma, ea), (wb, mb, eb) = pairs
+        if 255 * (wa * ma + wb * mb) + (1 << 14) >= 1 << 31:
+            break
+        if best is None or max(ea, eb) < best[0]:
+            best = (max(ea, eb), wa, ma, wb, mb, s)
+    return None if best is None else best[1:]
+
+
+def _add_layer(graph: Graph, node: Node, scales, zeros, name_of) -> AddLayer | HostLayer:
+    """The Add on the accelerator (its ratios as onnxruntime computes them, float32), or on
+    the host when they cannot be requantized there."""
+    s_o = np.float32(scales[node.output])
+    ratio_a, ratio_b = (float(np.float32(scales[i]) / s_o) for i in node.inputs)
+    found = add_requant(ratio_a, ratio_b)
+    if found is None:
+        return _host_layer(graph, node, scales, zeros, name_of)
+    wa, ma, wb, mb, s = found
+    z_a, z_b, z_y = (zeros.get(t, 0) for t in (*node.inputs, node.output))
+    clip = _clip(getattr(node.attrs, "clip", None), scales[node.output], z_y)
+    n, c, h, w = graph.shape(node.output)
+    op = ScaledAdd(n, c, h, w, ma, mb, min(s, 15), wa, wb, max(s - 15, 0), z_a, z_b, z_y, clip)
+    a, b = (name_of(i) for i in node.inputs)
+    return AddLayer(node.name, op, a, b, name_of(node.output))
+
+
 def _host_layer(graph: Graph, node: Node, scales, zeros, name_of) -> HostLayer:
     ins = tuple(name_of(i) for i in node.inputs)
     out = name_of(node.output)
@@ -394,6 +451,8 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> Quantiz
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         elif node.op is OpType.GLOBALAVGPOOL:
             layers.append(_gap_layer(graph, node, scales, zeros, name_of))
+        elif node.op is OpType.ADD and place(graph, node)[0] is Place.ACCELERATOR:
+            layers.append(_add_layer(graph, node, scales, zeros, name_of))
         elif node.output in views:
             continue
         else:
