@@ -32,3 +32,20 @@ def test_mobilenet_v2_suite():
     depthwise = [x for x in r["layers"] if x["utilization"] and x["utilization"] < 1 / 16]
     assert len(depthwise) >= 17  # the diagonal blocks: at most one product in 16 is the layer's
     assert "MobileNetV2 on" in mobilenet_v2.format_table(r)
+
+
+@pytest.mark.slow
+def test_resnet18_quantized_by_onnxruntime_is_one_program():
+    """onnxruntime's own QDQ ResNet-18 (int8, and uint8 with zero points): its scales,
+    integers and residual Adds kept, one program; the first conv's int8 output equal to
+    onnxruntime's but for near-halves, the logits within two steps (~45 s)."""
+    pytest.importorskip("onnxruntime")
+    from tilecraft.benchmarks import onnxruntime_resnet18 as suite
+
+    r = suite.run(resolve_config(suite.PRESET))
+    for name, v in r["variants"].items():
+        layers = list(v["layer_equal_fraction"].values())
+        assert v["programs"] == 1 and len(layers) >= 30, name  # every quantized tensor
+        assert layers[0] > 0.999 and v["max_steps"] <= 2, (name, layers[0], v["max_steps"])
+        assert v["modeled_latency_ms"] > 79, name  # exact requantization: more ALU passes
+    assert "int8" in suite.format_table(r)

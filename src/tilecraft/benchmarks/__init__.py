@@ -13,6 +13,7 @@ SUITES = {
     "mobilenet-v2": "mobilenet_v2",
     "resnet18-layers": "resnet18_layers",
     "onnxruntime": "onnxruntime_check",
+    "onnxruntime-resnet18": "onnxruntime_resnet18",
     "sim-speed": "sim_speed",
     "rtl-speed": "rtl_speed",
     "resources": "resources",
