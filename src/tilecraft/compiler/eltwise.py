@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler.builder import MAX_INSNS, ProgramBuilder
+from tilecraft.compiler.builder import ProgramBuilder
 from tilecraft.compiler.kernels import UopKernels
-from tilecraft.compiler.tokens import insert_tokens
-from tilecraft.compiler.verify import verify
+from tilecraft.compiler.pool import finish_program
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import ACC_BANKS, HwConfig
-from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
-from tilecraft.ops import Computation, ScaledAdd
+from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
+from tilecraft.ops import ScaledAdd
 from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import Activation, Lanes
 from tilecraft.runtime.program import Program
@@ -67,18 +66,7 @@ def compile_scaled_add(cfg: HwConfig, op: ScaledAdd, name: str = "add") -> Progr
         body += _requantize(op, kernels, acc, count)
         body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
                           x_stride=count))  # fmt: skip
-    region = pb.place_uops(kernels.uops)
-    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0,
-                                     dram_base=pb.elem(weights, "wgt"), y_size=1, x_size=2,
-                                     x_stride=2)]  # fmt: skip
-    insns = prologue + body + [Finish()]
-    if len(insns) > MAX_INSNS:
-        raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
-                            f"{MAX_INSNS:,}")  # fmt: skip
-    insns = insert_tokens(cfg, insns, list(kernels.uops), region)
-    program = pb.build(insns, computation=Computation(op))
-    verify(program)
-    return program
+    return finish_program(cfg, op, pb, weights, kernels, body, tiles=2)
 
 
 def _requantize(op: ScaledAdd, kernels: UopKernels, acc: int, count: int) -> list:

@@ -66,11 +66,15 @@ def _buffers(cfg: HwConfig, op, name: str, diagonal: int = 1):
     return pb, x, y, ident
 
 
-def _program(cfg: HwConfig, op, pb: ProgramBuilder, ident, kernels: UopKernels, body: list):
-    """The verified program: micro-ops and the identity loaded first, tokens inserted."""
+def finish_program(cfg: HwConfig, op, pb: ProgramBuilder, weights, kernels: UopKernels,
+                   body: list, tiles: int = 1) -> Program:  # fmt: skip
+    """The verified program of a fixed operator (a pool, a scaled add): micro-ops and its
+    `tiles` weight tiles (`weights`, into weight rows 0..) loaded first, then `body`, tokens
+    inserted."""
     region = pb.place_uops(kernels.uops)
-    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0, dram_base=pb.elem(ident, "wgt"),
-                                     y_size=1, x_size=1, x_stride=1)]  # fmt: skip
+    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0,
+                                     dram_base=pb.elem(weights, "wgt"), y_size=1, x_size=tiles,
+                                     x_stride=tiles)]  # fmt: skip
     insns = prologue + body + [Finish()]
     if len(insns) > MAX_INSNS:
         raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
@@ -133,7 +137,7 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         dst = y0 + ((nb * cbs + cb) * op.oh + oh0) * op.ow
         body.append(Store(sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow,
                           x_stride=rows * op.ow))  # fmt: skip
-    return _program(cfg, op, pb, ident, kernels, body)
+    return finish_program(cfg, op, pb, ident, kernels, body)
 
 
 def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap") -> Program:
@@ -188,4 +192,4 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         body.append(Alu(op=AluOp.MIN, use_imm=True, imm=127, **rows))
         body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
                           x_stride=count))  # fmt: skip
-    return _program(cfg, op, pb, ident, kernels, body)
+    return finish_program(cfg, op, pb, ident, kernels, body)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.compiler.frontend.rewrite import copy_model, finish
 from tilecraft.errors import ModelError
 
 DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
@@ -58,10 +59,8 @@ def expand_quant(model):
     """A copy of `model` with every Quant/IntQuant node in its QDQ form (see the module)."""
     from onnx import helper, numpy_helper
 
-    out = type(model)()
-    out.CopyFrom(model)
+    out, inits = copy_model(model)
     g = out.graph
-    inits = {t.name: t for t in g.initializer}
     nodes = []
     for i, node in enumerate(g.node):
         if not _is_quant(node):
@@ -82,13 +81,7 @@ def expand_quant(model):
                 g.initializer.append(numpy_helper.from_array(folded, y))
             continue
         nodes += _activation(helper, numpy_helper, g, name, x, scale, zeropt, (lo, hi), y)
-    del g.node[:]
-    g.node.extend(nodes)
-    if not any(n.domain in DOMAINS for n in g.node):  # no QONNX op left: drop its opsets
-        kept = [o for o in out.opset_import if o.domain not in DOMAINS]
-        del out.opset_import[:]
-        out.opset_import.extend(kept)
-    return out
+    return finish(out, nodes, DOMAINS)
 
 
 def _within_int8(lo: int, hi: int) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecraft.compiler.frontend.rewrite import copy_model, finish
 from tilecraft.errors import ModelError
 
 MS = "com.microsoft"
@@ -46,10 +47,8 @@ def expand_qoperators(model):
     """A copy of `model` with every QOperator node in its QDQ form (see the module)."""
     from onnx import helper, numpy_helper
 
-    out = type(model)()
-    out.CopyFrom(model)
+    out, inits = copy_model(model)
     g = out.graph
-    inits = {t.name: t for t in g.initializer}
     nodes = []
     quantized: dict[str, list[str]] = {}  # int8 tensor -> its [scale, zero point] names
     for i, node in enumerate(g.node):
@@ -86,13 +85,7 @@ def expand_qoperators(model):
             q_in = [result, ins[ys]] + ([ins[yz]] if at(yz) else [])
             nodes.append(helper.make_node("QuantizeLinear", q_in, [node.output[0]], f"{name}:q"))
             quantized[node.output[0]] = q_in[1:]
-    del g.node[:]
-    g.node.extend(nodes)
-    if not any(n.domain == MS for n in g.node):  # no contrib op left: drop its opset
-        kept = [o for o in out.opset_import if o.domain != MS]
-        del out.opset_import[:]
-        out.opset_import.extend(kept)
-    return out
+    return finish(out, nodes, (MS,))
 
 
 def _given(ins: list[str]):
