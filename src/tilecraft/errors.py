@@ -108,3 +108,8 @@ class UnsupportedOperatorError(ModelError):
     def __init__(self, message: str, nodes: list[tuple[str, str, bool]]):
         super().__init__(message)
         self.nodes = nodes
+
+
+class ModelWarning(UserWarning):
+    """A network compiles, but not exactly as it states: e.g. a quantized model rounds where
+    tilecraft's passes fuse (a BatchNormalization after a conv whose output it rounds)."""

@@ -105,3 +105,31 @@ def test_per_channel_activation_scales_are_named(tmp_path):
             dq.attribute.append(helper.make_attribute("axis", 1))
     with pytest.raises(ModelError, match="tensor 'a1' is quantized with 16 scales"):
         import_model(model, {"input": (1, 1, 8, 8)})
+
+
+def test_a_batchnorm_the_model_rounds_before_is_folded_with_a_warning(tmp_path):
+    """onnxruntime quantizes an un-preprocessed model with a Q/DQ pair between each conv and
+    its BatchNorm: folding the BatchNorm drops that rounding, and the import says so."""
+    import onnx
+    from onnxruntime import quantization as q
+
+    from tilecraft.errors import ModelWarning
+    from tilecraft.models.onnx_builder import Builder
+
+    b = Builder("bn", 0)
+    y = b.conv_bn("input", 3, 8, 3)
+    model = b.model("input", (1, 3, 8, 8), y, (1, 8, 8, 8))
+    src, out = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, str(src))
+    data = iter([{"input": np.random.default_rng(i).normal(size=(1, 3, 8, 8)).astype(np.float32)}
+                 for i in range(2)])  # fmt: skip
+
+    class Reader(q.CalibrationDataReader):
+        def get_next(self):
+            return next(data, None)
+
+    q.quantize_static(str(src), str(out), Reader(), quant_format=q.QuantFormat.QDQ)
+    assert any(n.op_type == "BatchNormalization" for n in onnx.load(str(out)).graph.node)
+    with pytest.warns(ModelWarning, match="1 BatchNormalization node.*quant_pre_process"):
+        graph = import_model(out)
+    assert not any(n.op is OpType.BATCHNORM for n in graph.nodes)

@@ -8,6 +8,7 @@ fused into the producer's epilogue, dead nodes dropped. Every convolution leaves
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -23,7 +24,7 @@ from tilecraft.compiler.frontend.ir import (
     TensorType,
 )
 from tilecraft.compiler.frontend.qdq import absorb_qdq
-from tilecraft.errors import ModelError
+from tilecraft.errors import ModelError, ModelWarning
 
 
 def _single_use(graph: Graph, tensor: str) -> bool:
@@ -59,9 +60,10 @@ def conv_biases(graph: Graph) -> Graph:
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
-    """conv -> BatchNormalization becomes one conv with scaled weights and a shifted bias."""
+    """conv -> BatchNormalization becomes one conv with scaled weights and a shifted bias (a
+    `ModelWarning` where a quantized model rounds the conv's output before the BatchNorm)."""
     producer, constants = graph.producer(), dict(graph.constants)
-    drop, changed = set(), {}
+    drop, changed, rounded = set(), {}, []
     for bn in graph.nodes:
         if bn.op is not OpType.BATCHNORM:
             continue
@@ -80,6 +82,15 @@ def fold_batchnorm(graph: Graph) -> Graph:
         inputs = (conv.inputs[0], f"{conv.name}.weight", f"{conv.name}.bias")
         changed[conv.name] = conv.with_(inputs=inputs, outputs=bn.outputs)
         drop.add(bn.name)
+        if conv.output in graph.scales:
+            rounded.append(bn.name)
+    if rounded:
+        warnings.warn(ModelWarning(
+            f"{len(rounded)} BatchNormalization node(s) ({', '.join(rounded[:3])}"
+            f"{', ...' if len(rounded) > 3 else ''}) follow a conv whose output the model "
+            "rounds at a scale of its own: folded into the conv, which rounds once, so results "
+            "differ from the model's by up to a step where it rounds twice (quantize after "
+            "onnxruntime's quant_pre_process, which folds them first)"), stacklevel=2)  # fmt: skip
     nodes = [changed.get(n.name, n) for n in graph.nodes if n.name not in drop]
     return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants))
 
