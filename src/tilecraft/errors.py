@@ -113,3 +113,8 @@ class UnsupportedOperatorError(ModelError):
 class ModelWarning(UserWarning):
     """A network compiles, but not exactly as it states: e.g. a quantized model rounds where
     tilecraft's passes fuse (a BatchNormalization after a conv whose output it rounds)."""
+
+
+class KernelError(TilecraftError, ValueError):
+    """A host kernel cannot be built or loaded: an unsupported dtype or shape, an unknown
+    target, or a shared object built for another target than the one loading it."""

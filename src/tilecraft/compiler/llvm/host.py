@@ -1,0 +1,89 @@
+"""The host operators of a compiled network (`ops.host`) on generated kernels: each record and
+its input shapes become a kernel record (`host_kernel`), compiled once and cached.
+`LlvmKernels` is the graph executor's `HostKernels` on this machine (JIT); the same records,
+built ahead of time for a board, are what `runtime.cpu.LibraryKernels` calls there."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tilecraft.compiler.llvm.kernels import elementwise as EW
+from tilecraft.compiler.llvm.kernels import window as W
+from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
+from tilecraft.compiler.llvm.spec import Spec
+from tilecraft.errors import KernelError
+from tilecraft.ops import host as H
+from tilecraft.runtime.cpu import call_host, host_key
+
+Bind = list  # per input buffer of the kernel: an input's position, or a constant's name
+
+
+def host_kernel(op: H.HostOp, shapes: Sequence[tuple[int, ...]]) -> tuple[Spec, Bind] | None:
+    """The kernel record for `op` on inputs of `shapes`, and where each of its inputs comes
+    from; None for an operator that needs no kernel (Flatten is a view)."""
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    x = shapes[0]
+    if isinstance(op, H.Flatten):
+        return None
+    if isinstance(op, H.Quantize):
+        return EW.Quantize(x, op.scale, op.zero), [0]
+    if isinstance(op, H.Dequantize):
+        return EW.Dequantize(x, op.scale, op.zero), [0]
+    if isinstance(op, H.Add):
+        if shapes[1] != x:
+            raise KernelError(f"the add kernel takes equal shapes, not {x} and {shapes[1]} "
+                              f"(broadcasting has no kernel)")  # fmt: skip
+        spec = EW.ScaledAdd(x, op.ratio_a, op.ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
+        return spec, [0, 1]
+    if isinstance(op, H.MaxPool):
+        return W.MaxPool(x, op.kernel, op.stride, op.pads, "int8"), [0]
+    if isinstance(op, H.GlobalAvgPool):
+        return W.GlobalAvgPool(x, "int8", op.multiplier, op.shift, op.input_zero,
+                               op.output_zero), [0]  # fmt: skip
+    if isinstance(op, H.DepthwiseConv):
+        spec = W.DepthwiseConv(x, op.kernel, op.stride, op.pads, op.epilogue, op.pad_value)
+        names = [b.name for b in vector_buffers(op.epilogue, x[1])]
+        return spec, [0, "weight", *names]
+    raise KernelError(f"no host kernel for {type(op).__name__}")
+
+
+class LlvmKernels:
+    """`HostKernels` on this machine: kernels JIT-compiled on first use (`jit.Jit`, cached on
+    disk), bit-exact with `ops.host.run`."""
+
+    name = "llvm"
+
+    def __init__(self, jit=None):
+        from tilecraft.compiler.llvm.jit import Jit
+
+        self.jit = jit or Jit()
+        self._kernels: dict[str, tuple] = {}
+
+    def run(self, op, inputs, constants):
+        if isinstance(op, H.Flatten):
+            return H.run(op, inputs, constants)
+        key = host_key(op, [np.shape(x) for x in inputs])
+        found = self._kernels.get(key)
+        if found is None:
+            spec, bind = host_kernel(op, [np.shape(x) for x in inputs])
+            found = self._kernels[key] = (self.jit.kernel(spec), bind)
+        kernel, bind = found
+        return call_host(kernel, op, bind, inputs, constants)
+
+
+def host_entries(steps) -> list[tuple[Spec, dict]]:
+    """The kernel records of a model's host steps, each with the manifest entry that lets a
+    board find it (`runtime.cpu.LibraryKernels`): the step's key and its binding. `steps` are
+    (op, input shapes) pairs."""
+    out = []
+    for op, shapes in steps:
+        made = host_kernel(op, shapes)
+        if made is not None:
+            spec, bind = made
+            out.append((spec, {"key": host_key(op, shapes), "symbol": spec.symbol,
+                               "bind": bind}))  # fmt: skip
+    return out
+
+

@@ -1,0 +1,171 @@
+"""A thin layer over llvmlite's IR builder for writing kernels: the calling convention (one
+argument, an array of buffer pointers in the signature's order), counted loops with constant
+bounds, scalars and vectors of the kernels' types, and the intrinsics they use.
+
+Kernels keep loop-carried values (accumulators, register tiles) in `alloca`s; LLVM's SROA
+turns them into registers. Shapes are constants, so LLVM sees every trip count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.targets import Target
+
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+DTYPES = {"int8": I8, "uint8": I8, "int16": I16, "int32": I32, "int64": I64, "float32": F32}
+
+
+def vec(t: ir.Type, n: int) -> ir.VectorType:
+    return ir.VectorType(t, n)
+
+
+class Kernel:
+    """One kernel function `void name(ptr *args)` in `module`; `self.arg[name]` is the
+    pointer to each buffer, loaded from the argument array in `buffers` order."""
+
+    def __init__(self, module: ir.Module, target: Target, name: str, buffers: list[str]):
+        self.module, self.target = module, target
+        self.idx = ir.IntType(8 * target.pointer_bytes)  # index arithmetic in pointer width
+        self.fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
+        self.fn.args[0].name = "args"
+        self.fn.args[0].add_attribute("noalias")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self._entry = self.b.block
+        self.arg = {}
+        for i, buf in enumerate(buffers):
+            slot = self.b.gep(self.fn.args[0], [self.i(i)], source_etype=PTR)
+            self.arg[buf] = self.b.load(slot, name=buf, typ=PTR)
+
+    # ---- constants and memory --------------------------------------------------------------
+    def i(self, value: int) -> ir.Constant:
+        """An index constant."""
+        return ir.Constant(self.idx, int(value))
+
+    def const(self, t: ir.Type, value) -> ir.Constant:
+        return ir.Constant(t, value)
+
+    def splat(self, value: ir.Value, n: int) -> ir.Value:
+        """A vector of `n` copies of the scalar `value`."""
+        b = self.b
+        undef = ir.Constant(vec(value.type, n), ir.Undefined)
+        one = b.insert_element(undef, value, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(vec(I32, n), [0] * n))
+
+    def at(self, base: ir.Value, t: ir.Type, index: ir.Value | int) -> ir.Value:
+        """The address of element `index` of a `t` array at `base`."""
+        index = self.i(index) if isinstance(index, int) else index
+        return self.b.gep(base, [index], source_etype=t, inbounds=True)
+
+    def load(self, base, t: ir.Type, index, align: int | None = None) -> ir.Value:
+        """Element `index` of the `t` array at `base` (a vector type loads whole lanes at
+        `index` counted in scalars)."""
+        scalar = t.element if isinstance(t, ir.VectorType) else t
+        return self.b.load(self.at(base, scalar, index), typ=t,
+                           align=align or _size(scalar))  # fmt: skip
+
+    def store(self, value: ir.Value, base, index) -> None:
+        t = value.type
+        scalar = t.element if isinstance(t, ir.VectorType) else t
+        self.b.store(value, self.at(base, scalar, index), align=_size(scalar))
+
+    def local(self, t: ir.Type, count: int = 1, name: str = "") -> ir.Value:
+        """Stack space in the entry block (so SROA can promote it to registers)."""
+        with self.b.goto_block(self._entry):
+            self.b.position_at_start(self._entry)
+            return self.b.alloca(t, size=count if count > 1 else None, name=name)
+
+    # ---- control flow ----------------------------------------------------------------------
+    @contextmanager
+    def loop(self, stop: int, start: int = 0, step: int = 1, name: str = "i") -> Iterator:
+        """`for i in range(start, stop, step)`, the body written inside the `with`; yields
+        the index (pointer-width integer)."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block(f"{name}.head")
+        body = self.fn.append_basic_block(f"{name}.body")
+        done = self.fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(self.idx, name=name)
+        i.add_incoming(self.i(start), pre)
+        b.cbranch(b.icmp_signed("<", i, self.i(stop)), body, done)
+        b.position_at_end(body)
+        yield i
+        i.add_incoming(b.add(i, self.i(step)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def finish(self) -> None:
+        self.b.ret_void()
+
+    # ---- arithmetic ------------------------------------------------------------------------
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """Call `llvm.<name>.<type suffix>` (declared on first use; by hand, since llvmlite
+        cannot declare vector intrinsics)."""
+        full = f"llvm.{name}.{_suffix(ret if name not in ('fptosi.sat',) else args[0].type)}"
+        if name == "fptosi.sat":
+            full = f"llvm.fptosi.sat.{_suffix(ret)}.{_suffix(args[0].type)}"
+        fn = self.module.globals.get(full)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, [a.type for a in args]), full)
+        return self.b.call(fn, args)
+
+    def smin(self, a, c):
+        return self.intrinsic("smin", a.type, [a, c])
+
+    def smax(self, a, c):
+        return self.intrinsic("smax", a.type, [a, c])
+
+    def clamp(self, a, lo, hi):
+        return self.smin(self.smax(a, lo), hi)
+
+    def fmuladd(self, a, c, d):
+        """a * c + d, fused where the target has it (never a libcall: `llvm.fma` would be one
+        on the Cortex-A9)."""
+        return self.intrinsic("fmuladd", a.type, [a, c, d])
+
+    def roundeven(self, a):
+        """Round half to even, without a libcall on any target (the Cortex-A9 has no
+        rounding instruction): adding and subtracting 1.5 * 2**23 rounds in the FPU's
+        default mode. Exact for |a| < 2**22; larger values come back as they are (within
+        one half; every kernel that rounds saturates to int8 afterwards)."""
+        b = self.b
+        magic, limit = self.fconst(a.type, 12582912.0), self.fconst(a.type, 4194304.0)
+        rounded = b.fsub(b.fadd(a, magic), magic)
+        small = b.fcmp_ordered("<", self.intrinsic("fabs", a.type, [a]), limit)
+        return b.select(small, rounded, a)
+
+    def fmax(self, a, c):
+        """max(a, c) by compare and select (`llvm.maxnum` is a libcall on ARMv7)."""
+        return self.b.select(self.b.fcmp_ordered(">", a, c), a, c)
+
+    def fmin(self, a, c):
+        return self.b.select(self.b.fcmp_ordered("<", a, c), a, c)
+
+    def fconst(self, t: ir.Type, value: float) -> ir.Constant:
+        """A float constant of type `t`, splatted when `t` is a vector type."""
+        if isinstance(t, ir.VectorType):
+            return ir.Constant(t, [float(value)] * t.count)
+        return ir.Constant(t, float(value))
+
+
+def _size(t: ir.Type) -> int:
+    return {F32: 4, F64: 8, I8: 1, I16: 2, I32: 4, I64: 8}.get(t, 8)
+
+
+def _suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
+    if t == F32:
+        return "f32"
+    if t == F64:
+        return "f64"
+    return f"i{t.width}"

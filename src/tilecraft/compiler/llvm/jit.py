@@ -1,0 +1,43 @@
+"""x86-64 (this machine's CPU): kernels JIT-compiled through llvmlite's MCJIT, their objects
+cached on disk (`cache.KernelCache`), each returned as a `runtime.kernels.NativeKernel`."""
+
+from __future__ import annotations
+
+from tilecraft.compiler.llvm.build import object_code
+from tilecraft.compiler.llvm.cache import KernelCache
+from tilecraft.compiler.llvm.spec import Spec
+from tilecraft.compiler.llvm.targets import host, llvm, machine
+from tilecraft.runtime.kernels import NativeKernel
+
+
+class Jit:
+    """Compiles kernel records for this machine and keeps them loaded; `kernel(spec)` is
+    memoised per record. `cache` None uses the default folder; False turns it off."""
+
+    def __init__(self, cache: KernelCache | None | bool = None):
+        b = llvm()
+        b.initialize_native_target()
+        b.initialize_native_asmprinter()
+        self.target = host()
+        self.cache = KernelCache() if cache is None else cache or None
+        self._engine = b.create_mcjit_compiler(b.parse_assembly(""), machine(self.target))
+        self._loaded: dict[str, NativeKernel] = {}
+        self.built = 0  # kernels compiled by this instance (not found in the cache)
+
+    def kernel(self, spec: Spec) -> NativeKernel:
+        found = self._loaded.get(spec.symbol)
+        if found is not None:
+            return found
+        obj = self.cache.get(spec, self.target) if self.cache else None
+        if obj is None:
+            obj = object_code([spec], self.target)
+            self.built += 1
+            if self.cache:
+                self.cache.put(spec, self.target, obj)
+        b = llvm()
+        self._engine.add_object_file(b.ObjectFileRef.from_data(obj))
+        self._engine.finalize_object()
+        address = self._engine.get_function_address(spec.symbol)
+        kernel = NativeKernel(spec.signature(), address, owner=self._engine)
+        self._loaded[spec.symbol] = kernel
+        return kernel

@@ -1,0 +1,1 @@
+"""The kernel records (`spec.Spec`), one module per family."""

@@ -1,0 +1,262 @@
+"""Convolution (NCHW, groups = 1), float32 and int8, as a direct convolution on a register
+tile: MR output channels x 2 vectors of output pixels (MR from the target's register count:
+6 x 16 on AVX2, 8 x 32 on AVX-512, 6 x 8 on ARMv7 NEON), accumulated with `llvm.fmuladd` over
+input channels and kernel taps; weights are broadcast one scalar per row.
+
+The input is first copied into a padded scratch copy split into stride phases (for stride s,
+plane (a, b) holds padded rows a, a+s, ... and columns b, b+s, ...), each row `pitch` wide.
+Output pixels are numbered q = oy * pitch + ox over the same pitch, so every tap's operand for
+NR consecutive q is one contiguous vector load, whatever the stride and across row ends; the
+few columns past the output's width are computed and dropped when the result is copied out.
+No bounds checks in the tile loop.
+
+int8 runs on the same float datapath, exactly: products of int8 values are integers of at
+most 2**14, and a float32 sum of up to 1,024 of them is exact (below 2**24), so the reduction
+is done in chunks of at most 1,024 terms, each chunk converted to int32 and added: the int32
+accumulator (wrapping) of `ops.reference.conv2d_acc`, bit for bit, then the accelerator's
+epilogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.irgen import F32, I8, I32, Kernel, vec
+from tilecraft.compiler.llvm.kernels import epilogue as E
+from tilecraft.compiler.llvm.spec import Buffer, Spec, dtype_of, positive_shape
+from tilecraft.errors import KernelError
+from tilecraft.ops.operators import Epilogue
+
+MAX_NR = 32  # output pixels per register tile, at most (2 vectors of 16 lanes: AVX-512)
+EXACT_TERMS = 1024  # int8 products a float32 sum holds exactly
+
+
+def rows_per_tile(registers: int) -> int:
+    """Output channels per register tile: 2 accumulators each, leaving 4 registers for the
+    operands (6 with 16 registers, 8 with 32)."""
+    return min(8, (registers - 4) // 2)
+
+
+@dataclass(frozen=True)
+class Conv2d(Spec):
+    """`shape` the input (N, C, H, W), `out_channels`, `kernel`, `stride`, `pads` (top, left,
+    bottom, right). float32: weight (OC, C, KH, KW) float32, optional bias (OC,), optional
+    ReLU. int8: weight int8, the accelerator's `epilogue` (its vectors and residual as
+    inputs), the padding holding `pad_value` (the input's zero point)."""
+
+    shape: tuple[int, int, int, int]
+    out_channels: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    dtype: str = "float32"
+    bias: bool = False  # float32 only
+    relu: bool = False  # float32 only
+    epilogue: Epilogue = Epilogue()  # int8 only
+    pad_value: int = 0  # int8 only
+    kind: ClassVar[str] = "conv2d"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("conv2d", self.shape, 4))
+        object.__setattr__(self, "kernel", positive_shape("conv2d kernel", self.kernel, 2))
+        object.__setattr__(self, "stride", positive_shape("conv2d stride", self.stride, 2))
+        object.__setattr__(self, "dtype", dtype_of("conv2d", self.dtype, ("float32", "int8")))
+        pads = tuple(int(p) for p in self.pads)
+        if len(pads) != 4 or min(pads) < 0:
+            raise KernelError(f"conv2d pads must be 4 ints >= 0, not {self.pads}")
+        object.__setattr__(self, "pads", pads)
+        if isinstance(self.out_channels, bool) or int(self.out_channels) < 1:
+            raise KernelError(f"conv2d out_channels must be >= 1, not {self.out_channels!r}")
+        if min(self.out_hw) < 1:
+            raise KernelError(f"conv2d kernel {self.kernel} is larger than the padded input "
+                              f"{self.shape[2:]} with pads {pads}")  # fmt: skip
+        if self.dtype == "float32" and (self.epilogue != Epilogue() or self.pad_value):
+            raise KernelError("a float32 conv2d takes bias and relu, not an int8 epilogue")
+        if self.dtype == "int8" and (self.bias or self.relu):
+            raise KernelError("an int8 conv2d states bias and ReLU in its epilogue")
+        if self.dtype == "int8" and self.kernel[0] * self.kernel[1] > EXACT_TERMS:
+            raise KernelError(f"an int8 conv2d kernel has at most {EXACT_TERMS} taps, not "
+                              f"{self.kernel[0] * self.kernel[1]}")  # fmt: skip
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        (h, w), (kh, kw), (sh, sw) = self.shape[2:], self.kernel, self.stride
+        t, left, bottom, r = self.pads
+        return (h + t + bottom - kh) // sh + 1, (w + left + r - kw) // sw + 1
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.shape[0], self.out_channels, *self.out_hw)
+
+    @property
+    def pitch(self) -> int:
+        """Row pitch of the phase planes and of the output's q numbering."""
+        return self.out_hw[1] + (self.kernel[1] - 1) // self.stride[1]
+
+    @property
+    def q_count(self) -> int:
+        """Output positions computed per channel: whole tiles over OH rows of `pitch`."""
+        return -(-self.out_hw[0] * self.pitch // MAX_NR) * MAX_NR
+
+    @property
+    def plane_size(self) -> int:
+        """Elements of one phase plane: every position a tile's taps may read."""
+        reach = (self.kernel[0] - 1) // self.stride[0] * self.pitch + self.pitch
+        return self.q_count + reach
+
+    @property
+    def phases(self) -> list[tuple[int, int]]:
+        """The stride phases (a, b) some tap reads (a 1x1 kernel with stride 2 needs one)."""
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        rows = sorted({i % sh for i in range(kh)})
+        cols = sorted({j % sw for j in range(kw)})
+        return [(a, b) for a in rows for b in cols]
+
+    @property
+    def chunk(self) -> int:
+        """Input channels per exactly-summed chunk (int8); all of them for float32."""
+        c, taps = self.shape[1], self.kernel[0] * self.kernel[1]
+        if self.dtype == "float32":
+            return c
+        return max(d for d in range(1, c + 1) if c % d == 0 and d * taps <= EXACT_TERMS)
+
+    def buffers(self):
+        c, oc, (kh, kw) = self.shape[1], self.out_channels, self.kernel
+        ins = [Buffer("x", self.shape, self.dtype), Buffer("weight", (oc, c, kh, kw), self.dtype)]
+        if self.dtype == "float32":
+            ins += [Buffer("bias", (oc,), "float32")] if self.bias else []
+        else:
+            ins += E.vector_buffers(self.epilogue, oc)
+            ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
+        work = [Buffer("xq", (len(self.phases), c, self.plane_size), "float32", "work"),
+                Buffer("yq", (oc, self.q_count), self.dtype, "work")]  # fmt: skip
+        if self.dtype == "int8":
+            work.append(Buffer("wq", (oc, c, kh, kw), "float32", "work"))
+            if self.epilogue.residual:
+                work.append(Buffer("rq", (oc, self.q_count), "int8", "work"))
+        return (*ins, Buffer("y", self.out_shape, self.dtype, "out"), *work)
+
+    # ---- the body ----------------------------------------------------------------------------
+    def emit(self, k: Kernel) -> None:
+        weights = k.arg["weight"]
+        if self.dtype == "int8":
+            size = self.out_channels * self.shape[1] * self.kernel[0] * self.kernel[1]
+            with k.loop(size, name="wq") as i:
+                k.store(k.b.sitofp(k.load(weights, I8, i), F32), k.arg["wq"], i)
+            weights = k.arg["wq"]
+        nr = 2 * k.target.vector_width
+        mr = rows_per_tile(k.target.registers)
+        oc = self.out_channels
+        with k.loop(self.shape[0], name="n") as n:
+            self._phases(k, n)
+            if self.epilogue.residual:
+                self._q_space(k, n, to_q=True)
+            with k.loop(self.q_count, step=nr, name="q") as q0:
+                if oc // mr:
+                    with k.loop(oc // mr * mr, step=mr, name="oc") as oc0:
+                        self._tile(k, weights, q0, oc0, mr)
+                if oc % mr:
+                    self._tile(k, weights, q0, k.i(oc // mr * mr), oc % mr)
+            self._q_space(k, n, to_q=False)
+
+    def _phases(self, k: Kernel, n) -> None:
+        """Fill the padded, stride-split float copy of image `n` (padding: `pad_value`)."""
+        b = k.b
+        c_count, h, w = self.shape[1:]
+        (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
+        t = I8 if self.dtype == "int8" else F32
+        pad = ir.Constant(F32, float(self.pad_value))
+        for p, (a, bb) in enumerate(self.phases):
+            with k.loop(c_count, name="pc") as c, k.loop(self.plane_size, name="pq") as at:
+                yy, xx = b.udiv(at, k.i(pitch)), b.urem(at, k.i(pitch))
+                y = b.sub(b.add(b.mul(yy, k.i(sh)), k.i(a)), k.i(top))
+                x = b.sub(b.add(b.mul(xx, k.i(sw)), k.i(bb)), k.i(left))
+                inside = b.and_(b.and_(b.icmp_signed(">=", y, k.i(0)),
+                                       b.icmp_signed("<", y, k.i(h))),
+                                b.and_(b.icmp_signed(">=", x, k.i(0)),
+                                       b.icmp_signed("<", x, k.i(w))))  # fmt: skip
+                plane = b.add(b.mul(n, k.i(c_count)), c)
+                src = b.add(b.mul(b.add(b.mul(plane, k.i(h)), b.select(inside, y, k.i(0))),
+                                  k.i(w)), b.select(inside, x, k.i(0)))  # fmt: skip
+                v = k.load(k.arg["x"], t, src)
+                v = b.sitofp(v, F32) if t == I8 else v
+                dst = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(self.plane_size)),
+                            at)  # fmt: skip
+                k.store(b.select(inside, v, pad), k.arg["xq"], dst)
+
+    def _q_space(self, k: Kernel, n, to_q: bool) -> None:
+        """Copy between an (OC, OH, OW) image and its q numbering (OC, q): the residual in,
+        or the result out (dropping the columns past OW)."""
+        b = k.b
+        oc, (oh, ow) = self.out_channels, self.out_hw
+        t = I8 if self.dtype == "int8" else F32
+        q_buf, img = ("rq", "residual") if to_q else ("yq", "y")
+        with k.loop(oc, name="cc") as c, k.loop(oh, name="cy") as y:
+            row_q = b.add(b.mul(c, k.i(self.q_count)), b.mul(y, k.i(self.pitch)))
+            row_img = b.mul(b.add(b.mul(b.add(b.mul(n, k.i(oc)), c), k.i(oh)), y), k.i(ow))
+            with k.loop(ow, name="cx") as x:
+                qa, ia = b.add(row_q, x), b.add(row_img, x)
+                if to_q:
+                    k.store(k.load(k.arg[img], t, ia), k.arg[q_buf], qa)
+                else:
+                    k.store(k.load(k.arg[q_buf], t, qa), k.arg[img], ia)
+
+    def _tile(self, k: Kernel, weights, q0, oc0, mr: int) -> None:
+        """Output channels [oc0, oc0 + mr) x q positions [q0, q0 + NR), into yq."""
+        b, vw = k.b, k.target.vector_width
+        fv, iv = vec(F32, vw), vec(I32, vw)
+        acc = [[k.local(fv) for _ in range(2)] for _ in range(mr)]
+        total = [[k.local(iv) for _ in range(2)] for _ in range(mr)] \
+            if self.dtype == "int8" else None  # fmt: skip
+        for row in total or []:
+            for t in row:
+                b.store(ir.Constant(iv, [0] * vw), t)
+        c_count, chunk = self.shape[1], self.chunk
+        (kh, kw), (sh, sw), pitch = self.kernel, self.stride, self.pitch
+        phase = {ab: p for p, ab in enumerate(self.phases)}
+        with k.loop(c_count, step=chunk, name="chunk") as c0:
+            for row in acc:
+                for a in row:
+                    b.store(ir.Constant(fv, [0.0] * vw), a)
+            with k.loop(chunk, name="c") as dc:
+                c = b.add(c0, dc)
+                for i in range(kh):
+                    for j in range(kw):
+                        plane = b.add(b.mul(k.i(phase[i % sh, j % sw]), k.i(c_count)), c)
+                        at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
+                        at = b.add(at, k.i(i // sh * pitch + j // sw))
+                        vs = [k.load(k.arg["xq"], fv, b.add(at, k.i(v * vw)), align=4)
+                              for v in range(2)]  # fmt: skip
+                        for r in range(mr):
+                            w_at = b.add(b.mul(b.add(oc0, k.i(r)), k.i(c_count)), c)
+                            w_at = b.add(b.mul(w_at, k.i(kh * kw)), k.i(i * kw + j))
+                            a = k.splat(k.load(weights, F32, w_at), vw)
+                            for v in range(2):
+                                b.store(k.fmuladd(a, vs[v], b.load(acc[r][v])), acc[r][v])
+            for r in range(mr if total else 0):
+                for v in range(2):
+                    part = b.fptosi(b.load(acc[r][v]), iv)
+                    b.store(b.add(b.load(total[r][v]), part), total[r][v])
+        self._store(k, q0, oc0, mr, total or acc)
+
+    def _store(self, k: Kernel, q0, oc0, mr: int, values) -> None:
+        b, vw = k.b, k.target.vector_width
+        for r in range(mr):
+            ch = b.add(oc0, k.i(r))
+            base = b.add(b.mul(ch, k.i(self.q_count)), q0)
+            for v in range(2):
+                x = b.load(values[r][v])
+                at = b.add(base, k.i(v * vw))
+                if self.dtype == "float32":
+                    if self.bias:
+                        x = b.fadd(x, k.splat(k.load(k.arg["bias"], F32, ch), vw))
+                    if self.relu:
+                        x = k.fmax(x, k.fconst(x.type, 0.0))
+                else:
+                    res = k.load(k.arg["rq"], vec(I8, vw), at, align=1) \
+                        if self.epilogue.residual else None  # fmt: skip
+                    x = E.emit(k, self.epilogue, x, ch, res)
+                k.store(x, k.arg["yq"], at)

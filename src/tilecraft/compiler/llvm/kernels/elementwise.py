@@ -1,0 +1,165 @@
+"""Element-wise kernels: quantize, dequantize, the scaled int8 add, and the fp32 clip (ReLU
+is clip(0, inf)). Each is one flat loop written in scalars; LLVM's loop vectoriser widens it
+(on armv7 it keeps fp32 scalar, as NEON is not IEEE: results stay exact).
+
+The float steps are written exactly as `ops.host.run` computes them in numpy: float32
+arithmetic in the same order, without fused multiply-adds, rounding half to even."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.irgen import F32, I8, I32, Kernel
+from tilecraft.compiler.llvm.spec import Buffer, Spec, positive_shape
+from tilecraft.errors import KernelError
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape))
+
+
+def _f32(value: float) -> ir.Constant:
+    return ir.Constant(F32, float(np.float32(value)))
+
+
+def _to_int8(k: Kernel, y: ir.Value, lo: int, hi: int) -> ir.Value:
+    """A float holding an integer, clipped to [lo, hi] (NaN becomes lo), as int8."""
+    y = k.b.select(k.b.fcmp_unordered("<", y, _f32(lo)), _f32(lo), y)  # NaN too
+    y = k.fmin(y, _f32(hi))
+    return k.b.trunc(k.b.fptosi(y, I32), I8)
+
+
+def _int8(what: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not -128 <= value <= 127:  # fmt: skip
+        raise KernelError(f"{what} must be an int8 (-128..127), not {value!r}")
+    return int(value)
+
+
+def _scale(what: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or \
+            not (np.isfinite(value) and value > 0):  # fmt: skip
+        raise KernelError(f"{what} must be a positive finite number, not {value!r}")
+    return float(np.float32(value))
+
+
+@dataclass(frozen=True)
+class Quantize(Spec):
+    """float32 -> int8: rint(x / scale) + zero, saturated."""
+
+    shape: tuple[int, ...]
+    scale: float
+    zero: int = 0
+    kind: ClassVar[str] = "quantize"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("quantize", self.shape, len(self.shape)))
+        object.__setattr__(self, "scale", _scale("quantize scale", self.scale))
+        object.__setattr__(self, "zero", _int8("quantize zero", self.zero))
+
+    def buffers(self):
+        return (Buffer("x", self.shape, "float32"), Buffer("y", self.shape, "int8", "out"))
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        with k.loop(_count(self.shape)) as i:
+            q = k.roundeven(b.fdiv(k.load(k.arg["x"], F32, i), _f32(self.scale)))
+            q = b.fadd(q, _f32(self.zero))
+            k.store(_to_int8(k, q, -128, 127), k.arg["y"], i)
+
+
+@dataclass(frozen=True)
+class Dequantize(Spec):
+    """int8 -> float32: (x - zero) * scale."""
+
+    shape: tuple[int, ...]
+    scale: float
+    zero: int = 0
+    kind: ClassVar[str] = "dequantize"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape",
+                           positive_shape("dequantize", self.shape, len(self.shape)))  # fmt: skip
+        object.__setattr__(self, "scale", _scale("dequantize scale", self.scale))
+        object.__setattr__(self, "zero", _int8("dequantize zero", self.zero))
+
+    def buffers(self):
+        return (Buffer("x", self.shape, "int8"), Buffer("y", self.shape, "float32", "out"))
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        with k.loop(_count(self.shape)) as i:
+            x = b.sub(b.sext(k.load(k.arg["x"], I8, i), I32), ir.Constant(I32, self.zero))
+            k.store(b.fmul(b.sitofp(x, F32), _f32(self.scale)), k.arg["y"], i)
+
+
+@dataclass(frozen=True)
+class ScaledAdd(Spec):
+    """int8 a + b at their own scales to the output's: clip(rint((a - za) * ra + (b - zb) *
+    rb) + zy), in float32 (onnxruntime's QLinearAdd; `ops.host.Add`)."""
+
+    shape: tuple[int, ...]
+    ratio_a: float
+    ratio_b: float
+    clip: tuple[int, int] = (-128, 127)
+    zero_a: int = 0
+    zero_b: int = 0
+    zero_y: int = 0
+    kind: ClassVar[str] = "add"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
+        for name in ("ratio_a", "ratio_b"):
+            object.__setattr__(self, name, _scale(f"add {name}", getattr(self, name)))
+        for name in ("zero_a", "zero_b", "zero_y"):
+            object.__setattr__(self, name, _int8(f"add {name}", getattr(self, name)))
+        lo, hi = (_int8("add clip", v) for v in self.clip)
+        if lo > hi:
+            raise KernelError(f"add clip {self.clip} must have lo <= hi")
+        object.__setattr__(self, "clip", (lo, hi))
+
+    def buffers(self):
+        return (Buffer("a", self.shape, "int8"), Buffer("b", self.shape, "int8"),
+                Buffer("y", self.shape, "int8", "out"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+
+        def side(name, zero, ratio):
+            x = b.sub(b.sext(k.load(k.arg[name], I8, i), I32), ir.Constant(I32, zero))
+            return b.fmul(b.sitofp(x, F32), _f32(ratio))
+
+        with k.loop(_count(self.shape)) as i:
+            y = b.fadd(side("a", self.zero_a, self.ratio_a), side("b", self.zero_b, self.ratio_b))
+            y = b.fadd(k.roundeven(y), _f32(self.zero_y))
+            k.store(_to_int8(k, y, *self.clip), k.arg["y"], i)
+
+
+@dataclass(frozen=True)
+class Clip(Spec):
+    """float32 min(max(x, lo), hi); ReLU is Clip(shape, 0.0, inf)."""
+
+    shape: tuple[int, ...]
+    lo: float = 0.0
+    hi: float = float("inf")
+    kind: ClassVar[str] = "clip"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("clip", self.shape, len(self.shape)))
+        if not float(self.lo) <= float(self.hi):
+            raise KernelError(f"clip bounds must have lo <= hi, not ({self.lo}, {self.hi})")
+
+    def buffers(self):
+        return (Buffer("x", self.shape, "float32"), Buffer("y", self.shape, "float32", "out"))
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        with k.loop(_count(self.shape)) as i:
+            x = k.load(k.arg["x"], F32, i)
+            x = b.select(b.fcmp_ordered("<", x, _f32(self.lo)), _f32(self.lo), x)
+            x = b.select(b.fcmp_ordered(">", x, _f32(self.hi)), _f32(self.hi), x)
+            k.store(x, k.arg["y"], i)

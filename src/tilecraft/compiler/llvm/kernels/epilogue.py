@@ -1,0 +1,62 @@
+"""The accelerator's epilogue (`ops.reference.epilogue`) as IR: int32 accumulators, scalar or
+vector, to int8, every step wrapping at 32 bits exactly as the reference and the ALU do."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.irgen import I8, I32, Kernel, vec
+from tilecraft.compiler.llvm.spec import Buffer
+from tilecraft.ops.operators import Epilogue, Multiplier
+
+
+def vector_buffers(ep: Epilogue, channels: int) -> list[Buffer]:
+    """The per-channel int32 vectors `ep` reads, in calling order (a per-tensor multiplier is
+    one value)."""
+    names = []
+    if ep.acc_bounds:
+        names += ["acc_lo", "acc_hi"]
+    if ep.bias:
+        names.append("bias")
+    if ep.multiplier != Multiplier.NONE:
+        names.append("multiplier")
+    if ep.pre_shift:
+        names.append("multiplier2")
+    return [Buffer(n, (1 if n == "multiplier" and ep.multiplier == Multiplier.TENSOR
+                       else channels,), "int32") for n in names]  # fmt: skip
+
+
+def emit(k: Kernel, ep: Epilogue, x: ir.Value, channel: ir.Value,
+         residual: ir.Value | None = None) -> ir.Value:  # fmt: skip
+    """int8 result(s) of `ep` on int32 `x` (a scalar or a vector) of output channel `channel`;
+    `residual` is the int8 residual value(s) shaped like `x`."""
+    b = k.b
+    lanes = x.type.count if isinstance(x.type, ir.VectorType) else None
+
+    def const(v: int):
+        c = ir.Constant(I32, v)
+        return ir.Constant(vec(I32, lanes), [v] * lanes) if lanes else c
+
+    def vector(name: str, index=None):
+        v = k.load(k.arg[name], I32, channel if index is None else index)
+        return k.splat(v, lanes) if lanes else v
+
+    if ep.acc_bounds:
+        x = k.clamp(x, vector("acc_lo"), vector("acc_hi"))
+    if ep.bias:
+        x = b.add(x, vector("bias"))
+    if ep.multiplier == Multiplier.CHANNEL:
+        x = b.mul(x, vector("multiplier"))
+    elif ep.multiplier == Multiplier.TENSOR:
+        x = b.mul(x, vector("multiplier", k.i(0)))
+    if ep.pre_shift:
+        x = b.mul(b.ashr(x, const(ep.pre_shift)), vector("multiplier2"))
+    if ep.shift:
+        x = b.ashr(b.add(x, const(1 << (ep.shift - 1))), const(ep.shift))
+    if ep.residual:
+        x = b.add(x, b.sext(residual, x.type))
+    if ep.offset:
+        x = b.add(x, const(ep.offset))
+    if ep.final_clip:
+        x = k.clamp(x, const(ep.low), const(ep.high))
+    return b.trunc(x, vec(I8, lanes) if lanes else I8)

@@ -1,0 +1,245 @@
+"""Sliding-window kernels on NCHW planes: max pooling (int8, where padding is -128 and never
+wins, and float32, where it is -inf), average pooling (float32, padding not counted, as
+ONNX's default), global average pooling (int8 with the host's requantization, and float32),
+and the int8 depthwise convolution with the accelerator's epilogue.
+
+Each (n, c) plane is first copied into a padded scratch plane, so the window loops run without
+bounds checks and LLVM can unroll the taps and vectorise along the output row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.irgen import DTYPES, F32, I8, I32, I64, Kernel
+from tilecraft.compiler.llvm.kernels import epilogue as E
+from tilecraft.compiler.llvm.spec import Buffer, Spec, dtype_of, positive_shape
+from tilecraft.errors import KernelError
+from tilecraft.ops.operators import Epilogue
+
+
+@dataclass(frozen=True)
+class _Window(Spec):
+    shape: tuple[int, int, int, int]  # the input, NCHW
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+
+    def _check(self) -> None:
+        object.__setattr__(self, "shape", positive_shape(self.kind, self.shape, 4))
+        object.__setattr__(self, "kernel", positive_shape(f"{self.kind} kernel", self.kernel, 2))
+        object.__setattr__(self, "stride", positive_shape(f"{self.kind} stride", self.stride, 2))
+        pads = tuple(int(p) for p in self.pads)
+        if len(pads) != 4 or min(pads) < 0:
+            raise KernelError(f"{self.kind} pads must be 4 ints >= 0, not {self.pads}")
+        object.__setattr__(self, "pads", pads)
+        if self.out_hw[0] < 1 or self.out_hw[1] < 1:
+            raise KernelError(f"{self.kind} kernel {self.kernel} does not fit the padded input "
+                              f"{self.padded_hw}")  # fmt: skip
+
+    @property
+    def padded_hw(self) -> tuple[int, int]:
+        t, left, bottom, r = self.pads
+        return self.shape[2] + t + bottom, self.shape[3] + left + r
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        (ph, pw), (kh, kw), (sh, sw) = self.padded_hw, self.kernel, self.stride
+        return (ph - kh) // sh + 1, (pw - kw) // sw + 1
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.shape[0], self.shape[1], *self.out_hw)
+
+    def _plane(self, k: Kernel, t: ir.Type, plane, fill: ir.Constant) -> None:
+        """Copy input plane `plane` (n * C + c) into the padded scratch plane."""
+        b = k.b
+        (h, w), (ph, pw), (top, left) = self.shape[2:], self.padded_hw, self.pads[:2]
+        with k.loop(ph * pw, name="fill") as i:
+            k.store(fill, k.arg["pad"], i)
+        src = b.mul(plane, k.i(h * w))
+        with k.loop(h, name="row") as y:
+            dst = b.add(b.mul(b.add(y, k.i(top)), k.i(pw)), k.i(left))
+            row = b.add(src, b.mul(y, k.i(w)))
+            with k.loop(w, name="col") as x:
+                k.store(k.load(k.arg["x"], t, b.add(row, x)), k.arg["pad"], b.add(dst, x))
+
+    def _windows(self, k: Kernel, t: ir.Type, plane, start, step, finish) -> None:
+        """For each output of the plane: `acc = start()`, `acc = step(acc, value, i, j)` per
+        tap, then `finish(acc, out_index)`."""
+        b = k.b
+        (oh, ow), (_, pw), (kh, kw), (sh, sw) = self.out_hw, self.padded_hw, self.kernel, \
+            self.stride  # fmt: skip
+        with k.loop(oh, name="oy") as y, k.loop(ow, name="ox") as x:
+            acc = start()
+            corner = b.add(b.mul(b.mul(y, k.i(sh)), k.i(pw)), b.mul(x, k.i(sw)))
+            for i in range(kh):
+                for j in range(kw):
+                    v = k.load(k.arg["pad"], t, b.add(corner, k.i(i * pw + j)))
+                    acc = step(acc, v, i, j)
+            out = b.add(b.mul(plane, k.i(oh * ow)), b.add(b.mul(y, k.i(ow)), x))
+            finish(acc, out)
+
+    def _work(self, dtype: str) -> Buffer:
+        return Buffer("pad", self.padded_hw, dtype, "work")
+
+
+@dataclass(frozen=True)
+class MaxPool(_Window):
+    dtype: str = "int8"
+    kind: ClassVar[str] = "maxpool"
+
+    def __post_init__(self):
+        self._check()
+        object.__setattr__(self, "dtype", dtype_of("maxpool", self.dtype, ("int8", "float32")))
+
+    def buffers(self):
+        return (Buffer("x", self.shape, self.dtype), Buffer("y", self.out_shape, self.dtype,
+                "out"), self._work(self.dtype))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        t = DTYPES[self.dtype]
+        low = ir.Constant(t, -128) if t == I8 else ir.Constant(F32, float("-inf"))
+        biggest = k.smax if t == I8 else k.fmax
+        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+            self._plane(k, t, p, low)
+            self._windows(k, t, p, lambda: low, lambda acc, v, i, j: biggest(acc, v),
+                          lambda acc, out: k.store(acc, k.arg["y"], out))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AvgPool(_Window):
+    """float32 average pooling; padding is not counted (ONNX count_include_pad = 0)."""
+
+    kind: ClassVar[str] = "avgpool"
+
+    def __post_init__(self):
+        self._check()
+
+    def buffers(self):
+        return (Buffer("x", self.shape, "float32"),
+                Buffer("y", self.out_shape, "float32", "out"), self._work("float32"),
+                Buffer("count", self.padded_hw, "float32", "work"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        zero, one = ir.Constant(F32, 0.0), ir.Constant(F32, 1.0)
+        # how many real inputs each window covers: the same window over a plane of ones
+        (h, w), (_, pw), (top, left) = self.shape[2:], self.padded_hw, self.pads[:2]
+        with k.loop(self.padded_hw[0] * pw, name="zero") as i:
+            k.store(zero, k.arg["count"], i)
+        with k.loop(h, name="cy") as y, k.loop(w, name="cx") as x:
+            at = b.add(b.mul(b.add(y, k.i(top)), k.i(pw)), b.add(x, k.i(left)))
+            k.store(one, k.arg["count"], at)
+        (oh, ow), (kh, kw), (sh, sw) = self.out_hw, self.kernel, self.stride
+        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+            self._plane(k, F32, p, zero)
+            with k.loop(oh, name="oy") as y, k.loop(ow, name="ox") as x:
+                corner = b.add(b.mul(b.mul(y, k.i(sh)), k.i(pw)), b.mul(x, k.i(sw)))
+                acc, count = zero, zero
+                for i in range(kh):
+                    for j in range(kw):
+                        at = b.add(corner, k.i(i * pw + j))
+                        acc = b.fadd(acc, k.load(k.arg["pad"], F32, at))
+                        count = b.fadd(count, k.load(k.arg["count"], F32, at))
+                out = b.add(b.mul(p, k.i(oh * ow)), b.add(b.mul(y, k.i(ow)), x))
+                k.store(b.fdiv(acc, count), k.arg["y"], out)
+
+
+@dataclass(frozen=True)
+class DepthwiseConv(_Window):
+    """int8 depthwise conv (groups = channels), int32 accumulation, the accelerator's
+    epilogue (`ops.host.DepthwiseConv`); the padding holds `pad_value` (the input's zero)."""
+
+    epilogue: Epilogue = Epilogue()
+    pad_value: int = 0
+    kind: ClassVar[str] = "depthwise"
+
+    def __post_init__(self):
+        self._check()
+        if self.epilogue.residual:
+            raise KernelError("a depthwise kernel takes no residual input")
+        if not -128 <= int(self.pad_value) <= 127:
+            raise KernelError(f"depthwise pad_value must be an int8, not {self.pad_value!r}")
+
+    def buffers(self):
+        c = self.shape[1]
+        return (Buffer("x", self.shape, "int8"), Buffer("weight", (c, 1, *self.kernel), "int8"),
+                *E.vector_buffers(self.epilogue, c), Buffer("y", self.out_shape, "int8", "out"),
+                self._work("int8"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        c_count, (kh, kw) = self.shape[1], self.kernel
+        with k.loop(self.shape[0] * c_count, name="plane") as p:
+            c = b.srem(p, k.i(c_count))
+            self._plane(k, I8, p, ir.Constant(I8, int(self.pad_value)))
+            taps = [b.sext(k.load(k.arg["weight"], I8, b.add(b.mul(c, k.i(kh * kw)),
+                    k.i(t))), I32) for t in range(kh * kw)]  # fmt: skip
+            self._windows(
+                k, I8, p, lambda: ir.Constant(I32, 0),
+                lambda acc, v, i, j: b.add(acc, b.mul(b.sext(v, I32), taps[i * kw + j])),
+                lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out))
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool(Spec):
+    """(N, C, H, W) -> (N, C, 1, 1). int8: ((sum - H*W*input_zero) * multiplier rounded right
+    by shift) + output_zero, saturated, in 64 bits (`ops.host.GlobalAvgPool`); float32: the
+    mean."""
+
+    shape: tuple[int, int, int, int]
+    dtype: str = "int8"
+    multiplier: int = 1
+    shift: int = 0
+    input_zero: int = 0
+    output_zero: int = 0
+    kind: ClassVar[str] = "globalavgpool"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
+        object.__setattr__(self, "dtype",
+                           dtype_of("globalavgpool", self.dtype, ("int8", "float32")))  # fmt: skip
+        if not 0 <= self.shift <= 62:
+            raise KernelError(f"globalavgpool shift must be in 0..62, not {self.shift}")
+
+    def buffers(self):
+        n, c = self.shape[:2]
+        return (Buffer("x", self.shape, self.dtype),
+                Buffer("y", (n, c, 1, 1), self.dtype, "out"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        hw = self.shape[2] * self.shape[3]
+        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+            base = b.mul(p, k.i(hw))
+            if self.dtype == "float32":
+                self._mean(k, base, p, hw)
+            else:
+                self._requantized(k, base, p, hw)
+
+    def _mean(self, k: Kernel, base, p, hw: int) -> None:
+        b = k.b
+        total = k.local(F32)
+        b.store(ir.Constant(F32, 0.0), total)
+        with k.loop(hw) as i:
+            b.store(b.fadd(b.load(total), k.load(k.arg["x"], F32, b.add(base, i))), total)
+        k.store(b.fdiv(b.load(total), ir.Constant(F32, float(hw))), k.arg["y"], p)
+
+    def _requantized(self, k: Kernel, base, p, hw: int) -> None:
+        b = k.b
+        total = k.local(I64)
+        b.store(ir.Constant(I64, 0), total)
+        with k.loop(hw) as i:
+            v = b.sext(k.load(k.arg["x"], I8, b.add(base, i)), I64)
+            b.store(b.add(b.load(total), v), total)
+        y = b.sub(b.load(total), ir.Constant(I64, hw * self.input_zero))
+        y = b.mul(y, ir.Constant(I64, self.multiplier))
+        if self.shift:
+            y = b.ashr(b.add(y, ir.Constant(I64, 1 << (self.shift - 1))),
+                       ir.Constant(I64, self.shift))  # fmt: skip
+        y = b.add(y, ir.Constant(I64, self.output_zero))
+        y = k.clamp(y, ir.Constant(I64, -128), ir.Constant(I64, 127))
+        k.store(b.trunc(y, I8), k.arg["y"], p)

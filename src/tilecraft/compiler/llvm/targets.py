@@ -1,0 +1,82 @@
+"""The targets a kernel is built for: triple, CPU, features, the vector width the kernels'
+register tiles use, and the pointer size the calling convention passes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from tilecraft.errors import KernelError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    triple: str
+    cpu: str
+    features: str
+    vector_width: int  # fp32 lanes of one SIMD register (AVX2 8, NEON 4)
+    pointer_bytes: int
+    registers: int = 16  # SIMD registers (register tiles are sized to them)
+
+    @property
+    def is_host(self) -> bool:
+        return self.name == "host"
+
+
+ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16)
+AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32)
+X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16)  # AVX2 + FMA
+CROSS = {t.name: t for t in (ARMV7, AARCH64, X86_64)}
+ZIG = {"armv7": ("arm-linux-gnueabihf", "cortex_a9"),  # the linker's names for each target
+       "aarch64": ("aarch64-linux-gnu", "cortex_a53"), "x86_64": ("x86_64-linux-gnu", "x86_64_v3")}
+BOARDS = {"pynq-z1": ARMV7, "pynq-z2": ARMV7, "ultra96-v2": AARCH64, "zcu104": AARCH64,
+          "kv260": AARCH64}  # fmt: skip
+
+
+def llvm():
+    """llvmlite's binding, initialised once (a clear error if the `llvm` extra is missing)."""
+    return _binding()
+
+
+@cache
+def _binding():
+    try:
+        import llvmlite.binding as binding
+    except ImportError:
+        raise KernelError(
+            "the host kernels need llvmlite: pip install 'tilecraft[llvm]'"
+        ) from None
+    binding.initialize_all_targets()
+    binding.initialize_all_asmprinters()
+    return binding
+
+
+@cache
+def host() -> Target:
+    """This machine, with its own CPU name and features (AVX2 gives 8 fp32 lanes)."""
+    b = llvm()
+    features = b.get_host_cpu_features()
+    wide = bool(features.get("avx512f"))
+    width = 16 if wide else 8 if features.get("avx2") else 4
+    return Target("host", b.get_process_triple(), b.get_host_cpu_name(), features.flatten(),
+                  width, 8, 32 if wide else 16)  # fmt: skip
+
+
+def target(name: str) -> Target:
+    """A target by name: "host", "armv7", "aarch64", or a board ("pynq-z1", ...)."""
+    if name == "host":
+        return host()
+    found = CROSS.get(name) or BOARDS.get(name)
+    if found is None:
+        valid = ", ".join(["host", *CROSS, *BOARDS])
+        raise KernelError(f"unknown kernel target {name!r}; valid: {valid}")
+    return found
+
+
+def machine(t: Target):
+    """The LLVM target machine for `t`: position-independent code, full optimisation."""
+    b = llvm()
+    return b.Target.from_triple(t.triple).create_target_machine(
+        cpu=t.cpu, features=t.features, opt=3, reloc="pic", codemodel="default"
+    )

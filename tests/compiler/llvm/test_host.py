@@ -1,0 +1,70 @@
+"""The generated kernels as the graph executor's host backend (`LlvmKernels`): every host
+operator bit-exact with `ops.host.run`, and a whole network (its input quantization,
+depthwise convs on the host, output dequantization) equal tensor for tensor."""
+
+import numpy as np
+import pytest
+from network_models import tiny_resnet
+
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.network import compile_network
+from tilecraft.compiler.llvm.host import LlvmKernels, host_entries
+from tilecraft.compiler.quant.calibrate import random_calibration
+from tilecraft.errors import KernelError
+from tilecraft.hw.config import preset
+from tilecraft.ops import host as H
+from tilecraft.ops.operators import Epilogue, Multiplier
+from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.model import HostStep
+
+
+@pytest.fixture(scope="module")
+def kernels(jit):
+    return LlvmKernels(jit)
+
+
+def _ops(rng):
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=10, relu=True, clip=(-128, 90))
+    c = 6
+    dw = {"weight": rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8),
+          "bias": rng.integers(-999, 999, c).astype(np.int32),
+          "multiplier": rng.integers(1, 500, c).astype(np.int32)}  # fmt: skip
+    x8 = rng.integers(-128, 128, (1, c, 9, 7)).astype(np.int8)
+    xf = (rng.standard_normal((1, c, 9, 7)) * 4).astype(np.float32)
+    return [
+        (H.Quantize(0.05, -3), [xf], {}),
+        (H.Dequantize(0.05, 17), [x8], {}),
+        (H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [x8], {}),
+        (H.GlobalAvgPool(4321, 17, -5, 9), [x8], {}),
+        (H.Add(0.7, 1.3, (0, 127), 1, -2, 3), [x8, x8[:, ::-1].copy()], {}),
+        (H.Flatten(), [x8], {}),
+        (H.DepthwiseConv((3, 3), (1, 2), (1, 1, 1, 1), ep, -7), [x8], dw),
+    ]
+
+
+def test_every_host_operator_matches_numpy(kernels):
+    for op, inputs, consts in _ops(np.random.default_rng(0)):
+        got = kernels.run(op, inputs, consts)
+        assert np.array_equal(got, H.run(op, inputs, consts)), op
+
+
+def test_a_broadcasting_add_is_refused_by_name(kernels):
+    a = np.zeros((1, 4, 2, 2), np.int8)
+    with pytest.raises(KernelError, match=r"equal shapes, not \(1, 4, 2, 2\) and \(1, 4, 1, 1\)"):
+        kernels.run(H.Add(1.0, 1.0), [a, a[:, :, :1, :1]], {})
+
+
+def test_a_network_runs_its_host_steps_on_generated_kernels(kernels):
+    graph = import_model(tiny_resnet(seed=3, depthwise=True))
+    model = compile_network(graph, preset("1x16x8"), random_calibration(graph, 1)).model
+    kinds = {type(s.op).__name__ for s in model.steps if isinstance(s, HostStep)}
+    assert {"Quantize", "Dequantize", "DepthwiseConv"} <= kinds
+    x = {"input": np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    ours = run_model(model, x, host=kernels, keep=True)
+    ref = run_model(model, x, keep=True)
+    for name, value in ref.tensors.items():
+        np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
+    steps = [(s.op, [ref.tensors[i].shape for i in s.inputs]) for s in model.steps
+             if isinstance(s, HostStep)]  # fmt: skip
+    entries = host_entries(steps)
+    assert len(entries) == sum(not isinstance(op, H.Flatten) for op, _ in steps)

@@ -1,0 +1,127 @@
+"""Kernels built ahead of time: a shared object + manifest per target, loaded with ctypes on
+the machine it is for (x86-64 here), refused with both triples named on any other, and the
+ARM builds run under the unicorn emulator, bit-exact with the reference."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler.llvm.host import host_entries
+from tilecraft.compiler.llvm.kernels.conv import Conv2d
+from tilecraft.compiler.llvm.kernels.elementwise import Quantize
+from tilecraft.compiler.llvm.library import build_library
+from tilecraft.compiler.llvm.targets import target
+from tilecraft.errors import KernelError
+from tilecraft.ops import host as H
+from tilecraft.ops import reference as R
+from tilecraft.ops.operators import Conv2d as ConvOp
+from tilecraft.ops.operators import Epilogue, Multiplier
+from tilecraft.runtime.cpu import LibraryKernels, load_library, this_machine
+
+pytest.importorskip("ziglang", reason="linking shared objects needs ziglang (the cross extra)")
+
+EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=12, relu=True, offset=-2)
+CONV = Conv2d((1, 8, 9, 11), 13, (3, 3), (2, 2), (1, 1, 1, 1), "int8", epilogue=EP,
+              pad_value=-4)  # fmt: skip
+FLOAT_CONV = Conv2d((1, 5, 8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), bias=True)
+QUANT = H.Quantize(0.25, 1)
+
+
+def _conv_case(rng):
+    x = rng.integers(-128, 128, CONV.shape).astype(np.int8)
+    w = rng.integers(-128, 128, (13, 8, 3, 3)).astype(np.int8)
+    bias, mult = rng.integers(-3000, 3000, 13).astype(np.int32), rng.integers(1, 99, 13)
+    op = ConvOp(n=1, ic=8, h=9, w=11, oc=13, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                pad_value=-4)  # fmt: skip
+    want = R.conv2d(op, EP, x, w, bias=bias, multiplier=mult)
+    return [x, w, bias, mult.astype(np.int32)], want
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("libraries")
+    host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
+    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1)]
+    return folder, {t: build_library(specs, target(t), folder, t, host)
+                    for t in ("x86_64", "armv7", "aarch64")}  # fmt: skip
+
+
+@pytest.mark.skipif(this_machine() != "x86_64", reason="loads an x86-64 object with ctypes")
+def test_the_x86_library_loads_and_runs_with_ctypes(libraries):
+    folder, built = libraries
+    lib = load_library(built["x86_64"].manifest)
+    args, want = _conv_case(np.random.default_rng(0))
+    assert np.array_equal(lib[CONV.symbol](*args), want)
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    got = LibraryKernels(lib).run(QUANT, [x], {})  # a host step, found by op and shapes
+    assert np.array_equal(got, H.run(QUANT, [x], {}))
+    with pytest.raises(KernelError, match=r"no kernel for Quantize on inputs \[\[4, 5\]\]"):
+        LibraryKernels(lib).run(QUANT, [np.zeros((4, 5), np.float32)], {})
+
+
+def test_another_targets_library_is_refused_naming_both(libraries):
+    folder, built = libraries
+    with pytest.raises(KernelError, match=r"built for armv7a-unknown-linux-gnueabihf \(armv7\) "
+                                          r"cannot run on this x86_64 machine"):
+        from tilecraft.runtime.cpu import KernelLibrary
+
+        KernelLibrary(built["armv7"].manifest, machine="x86_64")
+
+
+def test_a_manifest_that_lies_about_its_object_is_refused(libraries, tmp_path):
+    folder, built = libraries
+    shutil.copy(built["aarch64"].shared_object, tmp_path / "k.so")
+    meta = json.loads(built["armv7"].manifest.read_text())
+    meta["shared_object"] = "k.so"
+    (tmp_path / "k.json").write_text(json.dumps(meta))
+    from tilecraft.runtime.cpu import KernelLibrary
+
+    with pytest.raises(KernelError, match="k.so is a aarch64 object; its manifest says armv7"):
+        KernelLibrary(tmp_path / "k.json", machine="armv7")
+
+
+def test_the_arm_objects_are_libc_free_and_hard_float(libraries):
+    from elftools.elf.elffile import ELFFile
+
+    _, built = libraries
+    with open(built["armv7"].shared_object, "rb") as f:
+        elf = ELFFile(f)
+        assert elf["e_machine"] == "EM_ARM" and elf["e_flags"] & 0x400  # hard-float ABI
+        dynsym = elf.get_section_by_name(".dynsym")
+        undefined = [s.name for s in dynsym.iter_symbols() if s.name and
+                     s["st_shndx"] == "SHN_UNDEF"]  # fmt: skip
+        assert undefined == []
+        assert CONV.symbol in {s.name for s in dynsym.iter_symbols()}
+
+
+@pytest.mark.parametrize("arch", ["armv7", "aarch64"])
+def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
+    from tilecraft.compiler.llvm.emulate import Emulator, available
+
+    if available():
+        pytest.skip(available())
+    _, built = libraries
+    emu = Emulator(built[arch].shared_object.read_bytes())
+    args, want = _conv_case(np.random.default_rng(2))
+    run = emu.call(CONV.signature(), args)
+    assert np.array_equal(run.outputs[0], want) and run.instructions > 10_000
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 5, 8, 8)), rng.standard_normal((6, 5, 3, 3))
+    bias = rng.standard_normal(6)
+    f32 = [a.astype(np.float32) for a in (x, w, bias)]
+    got = emu.call(FLOAT_CONV.signature(), f32).outputs[0]
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))),
+                                                   (3, 3), axis=(2, 3))  # fmt: skip
+    want = np.einsum("nchwij,ocij->nohw", win, w) + bias[None, :, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    q = rng.standard_normal((3, 5)).astype(np.float32) * 9
+    got = emu.call(Quantize((3, 5), 0.25, 1).signature(), [q]).outputs[0]
+    assert np.array_equal(got, H.run(QUANT, [q], {}))
+
+
+def test_unknown_targets_are_named():
+    with pytest.raises(KernelError, match="unknown kernel target 'mips'; valid: host, armv7"):
+        target("mips")
+    assert target("pynq-z1").name == "armv7" and target("kv260").name == "aarch64"
