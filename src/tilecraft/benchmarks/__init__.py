@@ -17,6 +17,7 @@ SUITES = {
     "sim-speed": "sim_speed",
     "rtl-speed": "rtl_speed",
     "resources": "resources",
+    "cpu-fallback": "cpu_fallback",
 }
 
 

@@ -128,9 +128,11 @@ class Kernel:
         return self.smin(self.smax(a, lo), hi)
 
     def fmuladd(self, a, c, d):
-        """a * c + d, fused where the target has it (never a libcall: `llvm.fma` would be one
-        on the Cortex-A9)."""
-        return self.intrinsic("fmuladd", a.type, [a, c, d])
+        """a * c + d as a multiply and an add that may contract: a fused multiply-add where
+        the target has one (AVX2, AArch64), NEON's multiply-accumulate on the Cortex-A9
+        (`llvm.fmuladd` became a separate multiply and add there, and `llvm.fma` a libcall)."""
+        contract = ("contract",)
+        return self.b.fadd(self.b.fmul(a, c, flags=contract), d, flags=contract)
 
     def roundeven(self, a):
         """Round half to even, without a libcall on any target (the Cortex-A9 has no

@@ -1,7 +1,7 @@
 """Convolution (NCHW, groups = 1), float32 and int8, as a direct convolution on a register
 tile: MR output channels x 2 vectors of output pixels (MR from the target's register count:
-6 x 16 on AVX2, 8 x 32 on AVX-512, 6 x 8 on ARMv7 NEON), accumulated with `llvm.fmuladd` over
-input channels and kernel taps; weights are broadcast one scalar per row.
+4 x 16 on AVX2, 8 x 32 on AVX-512, 4 x 8 on ARMv7 NEON, 8 x 8 on AArch64), accumulated by
+multiply-adds over kernel taps and input channels; weights are broadcast one scalar per row.
 
 The input is first copied into a padded scratch copy split into stride phases (for stride s,
 plane (a, b) holds padded rows a, a+s, ... and columns b, b+s, ...), each row `pitch` wide.
@@ -35,9 +35,9 @@ EXACT_TERMS = 1024  # int8 products a float32 sum holds exactly
 
 
 def rows_per_tile(registers: int) -> int:
-    """Output channels per register tile: 2 accumulators each, leaving 4 registers for the
-    operands (6 with 16 registers, 8 with 32)."""
-    return min(8, (registers - 4) // 2)
+    """Output channels per register tile: 2 accumulators each, leaving 8 registers for the
+    operands and temporaries (4 with 16 registers, 8 with 32; 6 with 16 spilled on the A9)."""
+    return min(8, (registers - 8) // 2)
 
 
 @dataclass(frozen=True)
@@ -163,29 +163,36 @@ class Conv2d(Spec):
             self._q_space(k, n, to_q=False)
 
     def _phases(self, k: Kernel, n) -> None:
-        """Fill the padded, stride-split float copy of image `n` (padding: `pad_value`)."""
+        """Fill the padded, stride-split float copy of image `n`: every plane with the
+        padding value (`pad_value`), then each phase's rectangle of real input copied in
+        (its bounds are constants, so the copy has no checks)."""
         b = k.b
         c_count, h, w = self.shape[1:]
         (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
         t = I8 if self.dtype == "int8" else F32
-        pad = ir.Constant(F32, float(self.pad_value))
+        size = self.plane_size
+        with k.loop(len(self.phases) * c_count * size, name="fill") as i:
+            k.store(ir.Constant(F32, float(self.pad_value)), k.arg["xq"], i)
         for p, (a, bb) in enumerate(self.phases):
-            with k.loop(c_count, name="pc") as c, k.loop(self.plane_size, name="pq") as at:
-                yy, xx = b.udiv(at, k.i(pitch)), b.urem(at, k.i(pitch))
-                y = b.sub(b.add(b.mul(yy, k.i(sh)), k.i(a)), k.i(top))
-                x = b.sub(b.add(b.mul(xx, k.i(sw)), k.i(bb)), k.i(left))
-                inside = b.and_(b.and_(b.icmp_signed(">=", y, k.i(0)),
-                                       b.icmp_signed("<", y, k.i(h))),
-                                b.and_(b.icmp_signed(">=", x, k.i(0)),
-                                       b.icmp_signed("<", x, k.i(w))))  # fmt: skip
-                plane = b.add(b.mul(n, k.i(c_count)), c)
-                src = b.add(b.mul(b.add(b.mul(plane, k.i(h)), b.select(inside, y, k.i(0))),
-                                  k.i(w)), b.select(inside, x, k.i(0)))  # fmt: skip
-                v = k.load(k.arg["x"], t, src)
-                v = b.sitofp(v, F32) if t == I8 else v
-                dst = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(self.plane_size)),
-                            at)  # fmt: skip
-                k.store(b.select(inside, v, pad), k.arg["xq"], dst)
+            # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
+            y0, x0 = -(-(top - a) // sh) if top > a else 0, -(-(left - bb) // sw) if left > bb \
+                else 0  # fmt: skip
+            y1 = min((h - 1 + top - a) // sh + 1, -(-size // pitch))
+            x1 = min((w - 1 + left - bb) // sw + 1, pitch)
+            if y1 <= y0 or x1 <= x0:
+                continue
+            with k.loop(c_count, name="pc") as c, k.loop(y1, start=y0, name="py") as yy:
+                src = b.add(b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
+                            b.add(b.mul(yy, k.i(sh)), k.i(a - top)))  # fmt: skip
+                src = b.add(b.mul(src, k.i(w)), k.i(bb - left))
+                dst = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(size)),
+                            b.mul(yy, k.i(pitch)))  # fmt: skip
+                end = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(size)), k.i(size))
+                with k.loop(x1, start=x0, name="px") as xx:
+                    at = b.add(dst, xx)
+                    with b.if_then(b.icmp_signed("<", at, end)):  # the plane's last row
+                        v = k.load(k.arg["x"], t, b.add(src, b.mul(xx, k.i(sw))))
+                        k.store(b.sitofp(v, F32) if t == I8 else v, k.arg["xq"], at)
 
     def _q_space(self, k: Kernel, n, to_q: bool) -> None:
         """Copy between an (OC, OH, OW) image and its q numbering (OC, q): the residual in,
@@ -215,32 +222,38 @@ class Conv2d(Spec):
             for t in row:
                 b.store(ir.Constant(iv, [0] * vw), t)
         c_count, chunk = self.shape[1], self.chunk
-        (kh, kw), (sh, sw), pitch = self.kernel, self.stride, self.pitch
+        (kh, kw), (sh, sw) = self.kernel, self.stride
         phase = {ab: p for p, ab in enumerate(self.phases)}
         with k.loop(c_count, step=chunk, name="chunk") as c0:
             for row in acc:
                 for a in row:
                     b.store(ir.Constant(fv, [0.0] * vw), a)
-            with k.loop(chunk, name="c") as dc:
-                c = b.add(c0, dc)
-                for i in range(kh):
-                    for j in range(kw):
-                        plane = b.add(b.mul(k.i(phase[i % sh, j % sw]), k.i(c_count)), c)
-                        at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
-                        at = b.add(at, k.i(i // sh * pitch + j // sw))
-                        vs = [k.load(k.arg["xq"], fv, b.add(at, k.i(v * vw)), align=4)
-                              for v in range(2)]  # fmt: skip
-                        for r in range(mr):
-                            w_at = b.add(b.mul(b.add(oc0, k.i(r)), k.i(c_count)), c)
-                            w_at = b.add(b.mul(w_at, k.i(kh * kw)), k.i(i * kw + j))
-                            a = k.splat(k.load(weights, F32, w_at), vw)
-                            for v in range(2):
-                                b.store(k.fmuladd(a, vs[v], b.load(acc[r][v])), acc[r][v])
+            for i in range(kh):  # taps outside, channels inside: small loop bodies that
+                for j in range(kw):  # the A9's 16 NEON registers hold without spilling
+                    self._taps(k, weights, acc, q0, oc0, c0, i, j, phase[i % sh, j % sw])
             for r in range(mr if total else 0):
                 for v in range(2):
                     part = b.fptosi(b.load(acc[r][v]), iv)
                     b.store(b.add(b.load(total[r][v]), part), total[r][v])
         self._store(k, q0, oc0, mr, total or acc)
+
+    def _taps(self, k: Kernel, weights, acc, q0, oc0, c0, i: int, j: int, phase: int) -> None:
+        """acc += the products of tap (i, j) over the chunk's input channels."""
+        b, vw = k.b, k.target.vector_width
+        c_count, (kh, kw), (sh, sw) = self.shape[1], self.kernel, self.stride
+        fv = vec(F32, vw)
+        with k.loop(self.chunk, name="c") as dc:
+            c = b.add(c0, dc)
+            plane = b.add(b.mul(k.i(phase), k.i(c_count)), c)
+            at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
+            at = b.add(at, k.i(i // sh * self.pitch + j // sw))
+            vs = [k.load(k.arg["xq"], fv, b.add(at, k.i(v * vw)), align=4) for v in range(2)]
+            for r, row in enumerate(acc):
+                w_at = b.add(b.mul(b.add(oc0, k.i(r)), k.i(c_count)), c)
+                w_at = b.add(b.mul(w_at, k.i(kh * kw)), k.i(i * kw + j))
+                a = k.splat(k.load(weights, F32, w_at), vw)
+                for v in range(2):
+                    b.store(k.fmuladd(a, vs[v], b.load(row[v])), row[v])
 
     def _store(self, k: Kernel, q0, oc0, mr: int, values) -> None:
         b, vw = k.b, k.target.vector_width

@@ -1,0 +1,121 @@
+"""cpu-fallback: the generated host kernels against numpy and onnxruntime, one thread each,
+same process (BENCHMARKS.md). Cases: the 3x3 64->64 conv at 56x56 and ResNet-18's 1x1
+downsampling conv (float32 and int8), dense 512->1000, ResNet-18's max pool and global average
+pool, and the NCHW <-> blocked layout transforms. Each time is the best of `repeats` warm runs;
+every result is checked against numpy's (int8 bit-exact, float32 within 1e-5 relative).
+
+numpy's int8 baseline is the fastest exact one: im2col and a float64 BLAS product (exact for
+these sums), then the integer epilogue. onnxruntime runs QLinearConv/QLinearMatMul for int8.
+
+The ARM builds (Cortex-A9 for PYNQ-Z1/Z2, Cortex-A53 for the UltraScale+ boards) are timed, and
+a smaller conv and the dense layer are run under emulation to count instructions per MAC:
+ARM time itself cannot be measured here."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecraft.benchmarks import cpu_cases
+from tilecraft.compiler.llvm.jit import Jit
+from tilecraft.hw.config import HwConfig
+from tilecraft.progress import track
+
+PRESET = "default"  # unused: the host kernels do not depend on the accelerator's config
+
+
+@dataclass
+class Timing:
+    ours_ms: float
+    numpy_ms: float
+    onnxruntime_ms: float | None
+
+
+def _best(repeats: int, fn, *args) -> float:
+    fn(*args)  # warm
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True) -> dict:
+    from tilecraft.compiler.llvm.cache import KernelCache
+
+    limits = _one_thread()
+    with tempfile.TemporaryDirectory(prefix="tilecraft-bench-") as tmp:
+        jit = Jit(KernelCache(tmp))
+        rows, specs = [], []
+        for case in track(cpu_cases.CASES, "cpu-fallback cases"):
+            made = case.make(np.random.default_rng(0))
+            start = time.perf_counter()
+            kernel = jit.kernel(made.spec)
+            build = time.perf_counter() - start
+            ours = kernel(*made.inputs)
+            ok = made.check(ours, made.numpy(*made.inputs))
+            ort = made.onnxruntime()
+            rows.append({
+                "name": case.name, "dtype": case.dtype,
+                "ours_ms": _best(repeats, kernel, *made.inputs),
+                "numpy_ms": _best(repeats, made.numpy, *made.inputs),
+                "onnxruntime_ms": _best(repeats, ort) if ort else None,
+                "build_ms": build * 1e3, "matches_numpy": ok, "macs": made.macs,
+            })  # fmt: skip
+            specs.append(made.spec)
+        arm = cpu_cases.arm_builds(specs, tmp, emulate)
+    if limits is not None:
+        limits.unregister()
+    for r in rows:
+        r["vs_numpy"] = r["ours_ms"] / r["numpy_ms"]
+        r["vs_onnxruntime"] = r["ours_ms"] / r["onnxruntime_ms"] if r["onnxruntime_ms"] else None
+    convs = [r for r in rows if r["name"].startswith("conv")]
+    return {
+        "suite": "cpu-fallback",
+        "host_cpu": jit.target.cpu,
+        "vector_width": jit.target.vector_width,
+        "threads": 1,
+        "cases": rows,
+        "conv_max_vs_numpy": max(r["vs_numpy"] for r in convs),
+        "conv_max_vs_onnxruntime": max(r["vs_onnxruntime"] for r in convs
+                                       if r["vs_onnxruntime"] is not None),  # fmt: skip
+        "arm": arm,
+        "ok": all(r["matches_numpy"] for r in rows) and all(a.get("ok", True) for a in arm),
+    }
+
+
+def _one_thread():
+    """numpy's BLAS limited to one thread for the run (threadpoolctl, if installed)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(1)
+
+
+def format_table(r: dict) -> str:
+    lines = [f"{'case':28s} {'dtype':8s} {'ours ms':>9s} {'numpy ms':>9s} {'ORT ms':>8s} "
+             f"{'/numpy':>7s} {'/ORT':>6s}"]  # fmt: skip
+    for c in r["cases"]:
+        ort = f"{c['onnxruntime_ms']:8.3f}" if c["onnxruntime_ms"] else f"{'-':>8s}"
+        vs_ort = f"{c['vs_onnxruntime']:6.2f}" if c["vs_onnxruntime"] else f"{'-':>6s}"
+        flag = "" if c["matches_numpy"] else "  MISMATCH"
+        lines.append(f"{c['name']:28s} {c['dtype']:8s} {c['ours_ms']:9.3f} {c['numpy_ms']:9.3f} "
+                     f"{ort} {c['vs_numpy']:7.2f} {vs_ort}{flag}")  # fmt: skip
+    lines.append(f"host {r['host_cpu']} ({r['vector_width']} fp32 lanes), one thread; convs at "
+                 f"most {r['conv_max_vs_numpy']:.2f}x numpy and "
+                 f"{r['conv_max_vs_onnxruntime']:.2f}x onnxruntime")  # fmt: skip
+    for a in r["arm"]:
+        if "error" in a:
+            lines.append(f"{a['target']}: {a['error']}")
+            continue
+        counts = ", ".join(f"{e['name']} {e['instructions']:,} instructions "
+                           f"({e['instructions_per_mac']:.2f}/MAC)" for e in a["emulated"])
+        lines.append(f"{a['target']} ({a['cpu']}): {a['kernels']} kernels built in "
+                     f"{a['compile_seconds']:.2f} s + linked in {a['link_seconds']:.2f} s, "
+                     f"{a['bytes']:,} B" + (f"; under emulation: {counts}" if counts else ""))
+    return "\n".join(lines)
