@@ -46,3 +46,38 @@ def test_dram_budget(tmp_path, capsys):
     assert main([*argv, "--dram-budget", "8K"]) == 1
     assert "bytes of DRAM" in capsys.readouterr().err and not (tmp_path / "m.tcm").exists()
     assert main([*argv, "--dram-budget", "1M"]) == 0
+
+
+def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypatch):
+    """`compile --host-target x86_64` writes the model's kernels beside it; `run --device cpu`
+    gives the reference's outputs, JIT-compiled or from that library."""
+    import pytest
+
+    pytest.importorskip("ziglang", reason="linking needs ziglang (the cross extra)")
+    from tilecraft.runtime.cpu import this_machine
+
+    monkeypatch.setenv("TILECRAFT_CACHE", str(tmp_path / "cache"))
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    model = tmp_path / "tiny.tcm"
+    argv = ["compile", str(onnx_file), "--calib-random", "1", "--report", "0",
+            "--host-target", "x86_64", "-o", str(model)]  # fmt: skip
+    assert main(argv) == 0
+    assert "host kernels for x86_64-unknown-linux-gnu" in capsys.readouterr().out
+    assert (tmp_path / "tiny.kernels.so").exists() and (tmp_path / "tiny.kernels.json").exists()
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32))
+    outs = {}
+    library = ["--kernels", str(tmp_path / "tiny.kernels.json")]
+    runs = {"reference": [], "cpu": [], "library": library}
+    for name, extra in runs.items():
+        device = "reference" if name == "reference" else "cpu"
+        if name == "library" and this_machine() != "x86_64":
+            continue
+        out = tmp_path / f"{name}.npz"
+        assert main(["run", str(model), "--input", str(x), "--device", device, *extra,
+                     "-o", str(out)]) == 0  # fmt: skip
+        outs[name] = np.load(out)["gemm_55_out"]
+    assert "steps on the host's generated kernels" in capsys.readouterr().out
+    for name, y in outs.items():
+        np.testing.assert_array_equal(y, outs["reference"], err_msg=name)

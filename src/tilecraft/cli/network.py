@@ -98,7 +98,23 @@ def cmd_compile_model(args) -> int:
         print(format_report(error_report(graph, model, batch), limit=args.report))
     model.save(args.output)
     print(f"compiled model written to {args.output}")
+    if args.host_target:
+        _write_kernels(model, args.host_target, args.output)
     return 0
+
+
+def _write_kernels(model, name: str, output: str) -> None:
+    """The model's host kernels for a board, beside the compiled model: NAME.kernels.so/.json."""
+    from pathlib import Path
+
+    from tilecraft.compiler.llvm.library import build_model_library
+    from tilecraft.compiler.llvm.targets import target
+
+    out = Path(output)
+    lib = build_model_library(model, target(name), out.parent, out.stem + ".kernels")
+    print(f"{lib.kernels} host kernels for {lib.target.triple} ({lib.target.cpu}) written to "
+          f"{lib.shared_object} + {lib.manifest.name} (built in "
+          f"{lib.compile_seconds + lib.link_seconds:.1f} s)")  # fmt: skip
 
 
 def cmd_run_model(args) -> int:
@@ -119,16 +135,28 @@ def cmd_run_model(args) -> int:
             raise ModelError(f"{args.input!r} is not a readable .npy: {e}") from None
     else:
         inputs = load_tensors(args.input)
-    device = None if args.device == "reference" else get_device(args.device)
-    run = run_model(model, inputs, device)
+    host, options = None, {}
+    if args.kernels:  # a prebuilt library: the host steps, and the cpu device, run from it
+        from tilecraft.runtime.cpu import LibraryKernels, load_library
+
+        host = LibraryKernels(load_library(args.kernels))
+        options = {"library": args.kernels} if args.device == "cpu" else {}
+    elif args.device == "cpu":
+        from tilecraft.compiler.llvm.host import LlvmKernels
+
+        host = LlvmKernels()
+    device = None if args.device == "reference" else get_device(args.device, **options)
+    run = run_model(model, inputs, device, host=host)
     cycles = run.accelerator_cycles
-    host = run.host_seconds
-    if device is not None:
+    if args.device == "cpu":
+        print(f"cpu: {len(run.steps)} steps on the host's generated kernels in "
+              f"{run.host_seconds * 1e3:.1f} ms here")  # fmt: skip
+    elif device is not None:
         ms = cycles / (model.config.clock_mhz * 1e3)
         print(
             f"accelerator: {cycles:,} cycles = {ms:.3f} ms at {model.config.clock_mhz:g} MHz "
             f"({sum(s.place == 'accelerator' for s in run.steps)} programs); "
-            f"host steps {host * 1e3:.1f} ms here"
+            f"host steps {run.host_seconds * 1e3:.1f} ms here"
         )
     for name, y in run.outputs.items():
         flat = y.reshape(y.shape[0], -1)
@@ -185,6 +213,9 @@ def add_parsers(sub, count) -> None:
                       "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
                       "one multiplier; auto: exact for a model with its own scales (QDQ)",
                       )  # fmt: skip
+    comp.add_argument("--host-target", metavar="TARGET", help="also build the model's host "
+                      "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
+                      "beside the output: NAME.kernels.so + NAME.kernels.json")  # fmt: skip
     _shape_option(comp)
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
     comp.set_defaults(func=cmd_compile_model)
@@ -192,7 +223,10 @@ def add_parsers(sub, count) -> None:
     run = sub.add_parser("run", help="run a compiled model on an input")
     run.add_argument("model", help="a compiled model (.tcm)")
     run.add_argument("--input", required=True, help="float input: .npy, or .npz by input name")
-    run.add_argument("--device", default="sim", help="sim, rtl, or reference (no device)")
+    run.add_argument("--device", default="sim", help="sim, rtl, cpu (every step on the host's "
+                     "generated kernels), or reference (no device)")  # fmt: skip
+    run.add_argument("--kernels", metavar="FILE.json", help="a prebuilt kernel library (tilecraft "
+                     "compile ... --host-target): host steps, and the cpu device, run from it")
     run.add_argument("--config", help="refuse a model compiled for another config")
     run.add_argument("--top-k", type=count, default=5)
     run.add_argument("-o", "--output", help="write the float outputs here (.npz)")

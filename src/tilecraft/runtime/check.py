@@ -31,6 +31,17 @@ def expected_chain_outputs(program: Program, layers, inputs: dict,
     """The reference's outputs of a chained program: each layer (`runtime.model.ChainLayer`) in
     order on the tensors the earlier ones made, `inputs` and the program's constants. With
     `every`, also each tensor the layers hand over inside the program."""
+    return chain_outputs(program, layers, inputs, reference.outputs, every)
+
+
+def chain_outputs(program: Program, layers, inputs: dict, compute,
+                  every: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+    """`expected_chain_outputs` with each computation run by `compute(computation, tensors)`
+    (the reference, or host kernels); no `layers` means the program's own computation."""
+    if not layers:
+        if program.computation is None:
+            raise ProgramError(f"program {program.name!r} does not say what it computes")
+        layers = [_Whole(program)]
     values = dict(inputs)
     for name, stored in program.constants.items():
         layout = program.buffer(name).layout
@@ -42,12 +53,25 @@ def expected_chain_outputs(program: Program, layers, inputs: dict,
         if shape is not None and x is not None and x.shape != shape and x.size == np.prod(shape):
             local["input"] = x.reshape(shape)  # a flatten left out: the same values
         names = {b.buffer: b.tensor for b in layer.buffers}
-        for buffer, value in reference.outputs(layer.computation, local).items():
+        for buffer, value in compute(layer.computation, local).items():
             values[names[buffer]] = value
     if every:
         inner = {b.name for b in program.buffers if b.role.value in ("output", "scratch")}
         return {k: v for k, v in values.items() if k in inner}
     return {b.name: values[b.name] for b in program.outputs}
+
+
+class _Whole:
+    """A program's own computation as the one layer of a chain, its buffers by their names."""
+
+    def __init__(self, program: Program):
+        self.computation = program.computation
+        self.buffers = [_Same(b.name) for b in program.buffers]
+
+
+class _Same:
+    def __init__(self, name: str):
+        self.buffer = self.tensor = name
 
 
 def check_outputs(program: Program, inputs: dict, outputs: dict) -> tuple[bool, str]:

@@ -1,20 +1,33 @@
-"""Prebuilt host kernels on the machine that runs the model (a board's ARM core, or this one):
-a shared object and its manifest (`compiler.llvm.library`), loaded with ctypes. numpy only;
-the target is checked twice before anything runs, from the manifest and from the object's own
-ELF header, against this machine."""
+"""Host kernels on the machine that runs the model, and the `cpu` device built on them.
+
+Prebuilt kernels (a board's ARM core, or this machine) are a shared object and its manifest
+(`compiler.llvm.library`), loaded with ctypes; the target is checked twice before anything
+runs, from the manifest and from the object's own ELF header. `CpuDevice` runs what the
+accelerator would (each program's computations, bit-exact with `ops.reference`) on a
+`ComputeKernels` backend: JIT-compiled here (`compiler.llvm.compute.JitCompute`) or from a
+library on a board (`LibraryCompute`). numpy only."""
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import platform
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from tilecraft.errors import KernelError
+from tilecraft.errors import DeviceError, KernelError
 from tilecraft.ops import host as host_ops
+from tilecraft.ops.reference import RESULT
+from tilecraft.runtime.check import chain_outputs
+from tilecraft.runtime.device import RunResult, check_inputs
 from tilecraft.runtime.kernels import NativeKernel
+from tilecraft.runtime.layout import pack, unpack
+from tilecraft.runtime.program import Program
 from tilecraft.serial import to_json
 
 MANIFEST_FORMAT = "tilecraft-kernels-1"
@@ -69,6 +82,7 @@ class KernelLibrary:
         self.target, self.triple = meta["target"], meta["triple"]
         self._dll = ctypes.CDLL(str(so.resolve()))
         self.host = {e["key"]: e for e in meta.get("host", [])}
+        self.compute = {e["key"]: e for e in meta.get("compute", [])}
         self.kernels = {}
         for sig in meta["kernels"]:
             address = ctypes.cast(getattr(self._dll, sig["symbol"]), ctypes.c_void_p).value
@@ -126,3 +140,112 @@ def call_host(kernel, op, bind: list, inputs: list, constants: dict) -> np.ndarr
         else:
             args.append(constants[source])
     return kernel(*args)
+
+
+# ---- accelerator computations on the CPU ----------------------------------------------------
+def computation_key(comp) -> str:
+    """How a computation's kernel is found: the computation record (shapes included)."""
+    return json.dumps(to_json(comp), sort_keys=True)
+
+
+def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
+    """A computation kernel's inputs from the program's tensors, by name (a per-tensor
+    multiplier is the computation's own value; the reshape of a flatten the compiler left out
+    is undone; epilogue vectors go in as int32)."""
+    args = []
+    for name in names:
+        if name == "multiplier" and comp.multiplier is not None:
+            args.append(np.array([comp.multiplier], np.int32))
+            continue
+        if name not in tensors:
+            raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
+        value = np.asarray(tensors[name])
+        vector = name not in ("input", "weight", "residual")
+        args.append(value.astype(np.int32) if vector else value)
+    shape = getattr(comp.op, "input_shape", None)
+    if shape is not None and args[0].shape != shape and args[0].size == np.prod(shape):
+        args[0] = args[0].reshape(shape)
+    return args
+
+
+class ComputeKernels(Protocol):
+    """Runs one accelerator computation on host kernels: `outputs` as `ops.reference.outputs`
+    (the result tensor by its program name), bit for bit."""
+
+    def outputs(self, comp, tensors: dict) -> dict[str, np.ndarray]: ...
+
+
+class LibraryCompute:
+    """`ComputeKernels` from a prebuilt library: each computation's kernel found in the
+    manifest's `compute` table."""
+
+    def __init__(self, library: KernelLibrary):
+        self.library = library
+
+    def outputs(self, comp, tensors):
+        entry = self.library.compute.get(computation_key(comp))
+        if entry is None:
+            raise KernelError(f"the kernel library has no kernel for {comp.op.describe()} "
+                              f"(rebuild it for this model)")  # fmt: skip
+        kernel = self.library[entry["symbol"]]
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, entry["operands"],
+                                                                tensors))}  # fmt: skip
+
+
+@dataclass
+class CpuReport:
+    seconds: float
+    cycles: None = None  # no accelerator cycles: the graph executor reports host time
+
+
+class CpuDevice:
+    """The `cpu` device: runs a program's computation (or a chained program's layers) on host
+    kernels, with the accelerator devices' `run` API (packed buffers in and out) and
+    `run_layers` for the graph executor (logical tensors)."""
+
+    name = "cpu"
+
+    def __init__(self, compute: ComputeKernels):
+        self.compute = compute
+
+    def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
+        if program.computation is None:
+            raise DeviceError(f"program {program.name!r} does not say what it computes; the "
+                              f"cpu device runs a program by its computation")  # fmt: skip
+        start = time.perf_counter()
+        packed = check_inputs(program, inputs)
+        logical = {}
+        for name, value in packed.items():
+            layout = program.buffer(name).layout
+            if layout is not None and layout.kind == "im2col":
+                raise DeviceError(f"the cpu device cannot take input {name!r} of program "
+                                  f"{program.name!r} packed as im2col (its taps overlap); run "
+                                  f"it through the graph executor, which passes tensors as "
+                                  f"they are")  # fmt: skip
+            logical[name] = unpack(program.config, layout, value) if layout else value
+        outs = self.run_layers(program, (), logical)
+        result = {}
+        for b in program.outputs:
+            result[b.name] = pack(program.config, b.layout, outs[b.name]) if b.layout \
+                else outs[b.name]  # fmt: skip
+        return RunResult(result, CpuReport(time.perf_counter() - start))
+
+    def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:
+        """The outputs (logical) of `program` from logical inputs: its `layers` in order
+        (`runtime.model.ChainLayer`), or its own computation when there are none."""
+        return chain_outputs(program, layers, logical, self.compute.outputs, every)
+
+
+def cpu_device(library: str | Path | None = None) -> CpuDevice:
+    """`get_device("cpu")`: kernels from a prebuilt `library` (a manifest path: a board), or
+    JIT-compiled here by the compiler's code generator (loaded by name, as every backend)."""
+    if library is not None:
+        return CpuDevice(LibraryCompute(load_library(library)))
+    try:
+        compute = importlib.import_module("tilecraft.compiler.llvm.compute")
+        return CpuDevice(compute.JitCompute())
+    except (ImportError, KernelError) as exc:
+        raise DeviceError(
+            f"the cpu device compiles its kernels with llvmlite here ({exc}); install "
+            f"tilecraft[llvm], or on a board give library=<kernels.json> built for it"
+        ) from None

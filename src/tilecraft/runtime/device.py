@@ -1,6 +1,7 @@
 """One Device API over every backend: run a Program with named numpy inputs, get named outputs
 and a report. Backends are found by name (`get_device("sim")` is the behavioral simulator,
-`"rtl"` the generated Verilog); `register_device` adds one."""
+`"rtl"` the generated Verilog, `"cpu"` the host's generated kernels); `register_device` adds
+one."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, n
 _BUILTIN = {
     "sim": "tilecraft.sim.device:SimDevice",
     "rtl": "tilecraft.sim.rtl.device:RtlDevice",
+    "cpu": "tilecraft.runtime.cpu:cpu_device",
 }
 _REGISTERED: dict[str, Callable[..., Device]] = {}
 

@@ -42,7 +42,7 @@ class NumpyKernels:
 @dataclass
 class StepReport:
     name: str
-    place: str  # "accelerator" or "host"
+    place: str  # "accelerator", "host", or "cpu" (an accelerator step on the cpu device)
     seconds: float
     cycles: int | None = None
     dram_bytes: int | None = None
@@ -61,8 +61,10 @@ class ModelRun:
 
     @property
     def host_seconds(self) -> float:
-        """Host work: host steps, and packing/unpacking around accelerator steps."""
-        return sum(s.seconds if s.place == "host" else s.pack_seconds for s in self.steps)
+        """Host work: host steps (and steps on the cpu device), and packing/unpacking around
+        accelerator steps."""
+        return sum(s.seconds if s.place in ("host", "cpu") else s.pack_seconds
+                   for s in self.steps)  # fmt: skip
 
 
 def run_model(
@@ -97,12 +99,10 @@ def run_model(
         logical = {b.buffer: _view(program, b.buffer, values[b.tensor]) for b in step.inputs}
         cycles = dram = None
         pack = 0.0
-        if device is None and step.layers:  # with keep, the tensors inside the chain too
-            outs = expected_chain_outputs(program, step.layers, logical, every=keep)
+        if device is None or hasattr(device, "run_layers"):  # on logical tensors
+            outs = _logical_outputs(program, step, logical, device, keep)
             for name in set(outs) - {b.buffer for b in step.outputs}:
-                values[name] = outs[name]
-        elif device is None:
-            outs = expected_outputs(program, logical)
+                values[name] = outs[name]  # with keep, the tensors inside the chain too
         else:
             t0 = time.perf_counter()
             packed = pack_inputs(program, logical)
@@ -116,10 +116,21 @@ def run_model(
             dram = sum(moved.values()) if isinstance(moved, dict) else None
         for b in step.outputs:
             values[b.tensor] = outs[b.buffer]
-        reports.append(StepReport(step.name, "accelerator", time.perf_counter() - start,
+        place = "cpu" if hasattr(device, "run_layers") else "accelerator"
+        reports.append(StepReport(step.name, place, time.perf_counter() - start,
                                   cycles, dram, pack))  # fmt: skip
     outputs = {name: values[name] for name in model.outputs}
     return ModelRun(outputs, reports, values if keep else {})
+
+
+def _logical_outputs(program, step, logical: dict, device, keep: bool) -> dict:
+    """A step's outputs from logical tensors: the integer reference (device None), or a
+    device that computes on them (`cpu`: host kernels)."""
+    if device is not None:
+        return device.run_layers(program, step.layers, logical, every=keep and bool(step.layers))
+    if step.layers:
+        return expected_chain_outputs(program, step.layers, logical, every=keep)
+    return expected_outputs(program, logical)
 
 
 def _view(program, buffer: str, value: np.ndarray) -> np.ndarray:

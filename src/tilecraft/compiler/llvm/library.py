@@ -39,10 +39,11 @@ class Library:
 
 
 def build_library(specs: Sequence[Spec], target: Target, folder: str | Path,
-                  name: str = "kernels", host: Sequence[dict] = ()) -> Library:  # fmt: skip
+                  name: str = "kernels", host: Sequence[dict] = (),
+                  compute: Sequence[dict] = ()) -> Library:  # fmt: skip
     """Compile `specs` for `target` and link them into `folder/name.so` + `name.json`;
-    `host` entries (`compiler.llvm.host.host_entries`) tell a board which kernel runs which
-    host step."""
+    `host` and `compute` entries (`host.host_entries`, `compute.compute_entries`) tell a
+    board which kernel runs which host step and which accelerator computation."""
     if target.name not in ZIG:
         raise KernelError(f"no linker target for {target.name!r}; valid: {', '.join(ZIG)}")
     folder = Path(folder)
@@ -61,7 +62,8 @@ def build_library(specs: Sequence[Spec], target: Target, folder: str | Path,
     so = write_atomic(folder / f"{name}.so", data)
     manifest = {"format": MANIFEST_FORMAT, "target": target.name, "triple": target.triple,
                 "cpu": target.cpu, "shared_object": so.name,
-                "kernels": [s.signature() for s in unique], "host": list(host)}  # fmt: skip
+                "kernels": [s.signature() for s in unique], "host": list(host),
+                "compute": list(compute)}  # fmt: skip
     path = write_atomic(folder / f"{name}.json", json.dumps(manifest, indent=1) + "\n")
     return Library(so, path, target, len(unique), compiled, linked, len(data))
 
@@ -84,3 +86,22 @@ def link(obj: bytes, target: Target) -> bytes:
                                   "'tilecraft[cross]'")  # fmt: skip
             raise KernelError(f"linking for {target.name} failed: {done.stderr.strip()[-2000:]}")
         return so.read_bytes()
+
+
+def build_model_library(model, target: Target, folder: str | Path, name: str) -> Library:
+    """Every kernel a compiled model needs on the host (its host steps, and each accelerator
+    computation for the `cpu` device) built for `target` into `folder/name.so` + `.json`."""
+    from tilecraft.compiler.llvm.compute import compute_entries
+    from tilecraft.compiler.llvm.host import host_entries
+    from tilecraft.runtime.model import AcceleratorStep, HostStep
+
+    comps = []
+    for step in model.steps:
+        if isinstance(step, AcceleratorStep):
+            program = model.programs[step.program]
+            comps += [layer.computation for layer in step.layers] or [program.computation]
+    hosts = [(s.op, [model.tensor(i).shape for i in s.inputs]) for s in model.steps
+             if isinstance(s, HostStep)]  # fmt: skip
+    compute, host = compute_entries(comps), host_entries(hosts)
+    return build_library([spec for spec, _ in compute + host], target, folder, name,
+                         host=[e for _, e in host], compute=[e for _, e in compute])

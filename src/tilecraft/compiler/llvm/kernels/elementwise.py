@@ -140,6 +140,56 @@ class ScaledAdd(Spec):
 
 
 @dataclass(frozen=True)
+class WrappedScaledAdd(Spec):
+    """The accelerator's int8 add (`ops.reference.scaled_add`): each side less its zero point,
+    times its weight and multiplier, summed, floor-shifted by `pre_shift`, round-shifted by
+    `shift`, plus zero_y, clipped; every step wrapping at 32 bits."""
+
+    shape: tuple[int, ...]
+    weight_a: int
+    multiplier_a: int
+    weight_b: int
+    multiplier_b: int
+    pre_shift: int = 0
+    shift: int = 0
+    zero_a: int = 0
+    zero_b: int = 0
+    zero_y: int = 0
+    clip: tuple[int, int] = (-128, 127)
+    kind: ClassVar[str] = "scaled_add32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
+        for name in ("pre_shift", "shift"):
+            if not 0 <= getattr(self, name) <= 31:
+                raise KernelError(f"add {name} must be in 0..31, not {getattr(self, name)}")
+        object.__setattr__(self, "clip", tuple(int(v) for v in self.clip))
+
+    def buffers(self):
+        return (Buffer("a", self.shape, "int8"), Buffer("b", self.shape, "int8"),
+                Buffer("y", self.shape, "int8", "out"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+
+        def i32(v: int) -> ir.Constant:
+            return ir.Constant(I32, ((int(v) + 2**31) % 2**32) - 2**31)
+
+        def side(name, zero, weight, multiplier):
+            x = b.sub(b.sext(k.load(k.arg[name], I8, i), I32), i32(zero))
+            return b.mul(b.mul(x, i32(weight)), i32(multiplier))
+
+        with k.loop(_count(self.shape)) as i:
+            y = b.add(side("a", self.zero_a, self.weight_a, self.multiplier_a),
+                      side("b", self.zero_b, self.weight_b, self.multiplier_b))  # fmt: skip
+            y = b.ashr(y, i32(self.pre_shift)) if self.pre_shift else y
+            if self.shift:
+                y = b.ashr(b.add(y, i32(1 << (self.shift - 1))), i32(self.shift))
+            y = k.clamp(b.add(y, i32(self.zero_y)), i32(self.clip[0]), i32(self.clip[1]))
+            k.store(b.trunc(y, I8), k.arg["y"], i)
+
+
+@dataclass(frozen=True)
 class Clip(Spec):
     """float32 min(max(x, lo), hi); ReLU is Clip(shape, 0.0, inf)."""
 

@@ -88,12 +88,17 @@ class _Window(Spec):
 
 @dataclass(frozen=True)
 class MaxPool(_Window):
+    """The window maximum; int8 padding holds `pad_value` (-128 never wins), float32's -inf."""
+
     dtype: str = "int8"
+    pad_value: int = -128
     kind: ClassVar[str] = "maxpool"
 
     def __post_init__(self):
         self._check()
         object.__setattr__(self, "dtype", dtype_of("maxpool", self.dtype, ("int8", "float32")))
+        if not -128 <= int(self.pad_value) <= 127:
+            raise KernelError(f"maxpool pad_value must be an int8, not {self.pad_value!r}")
 
     def buffers(self):
         return (Buffer("x", self.shape, self.dtype), Buffer("y", self.out_shape, self.dtype,
@@ -102,9 +107,10 @@ class MaxPool(_Window):
     def emit(self, k: Kernel) -> None:
         t = DTYPES[self.dtype]
         low = ir.Constant(t, -128) if t == I8 else ir.Constant(F32, float("-inf"))
+        pad = ir.Constant(I8, int(self.pad_value)) if t == I8 else low
         biggest = k.smax if t == I8 else k.fmax
         with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
-            self._plane(k, t, p, low)
+            self._plane(k, t, p, pad)
             self._windows(k, t, p, lambda: low, lambda acc, v, i, j: biggest(acc, v),
                           lambda acc, out: k.store(acc, k.arg["y"], out))  # fmt: skip
 
@@ -243,3 +249,53 @@ class GlobalAvgPool(Spec):
         y = b.add(y, ir.Constant(I64, self.output_zero))
         y = k.clamp(y, ir.Constant(I64, -128), ir.Constant(I64, 127))
         k.store(b.trunc(y, I8), k.arg["y"], p)
+
+
+@dataclass(frozen=True)
+class WrappedGlobalAvgPool(Spec):
+    """The accelerator's global average pool (`ops.reference.global_avgpool2d`): the plane's
+    sum less H*W*input_zero, times `weight` then `multiplier`, floor-shifted by `pre_shift`,
+    round-shifted by `shift`, plus output_zero, saturated; every step wrapping at 32 bits."""
+
+    shape: tuple[int, int, int, int]
+    multiplier: int
+    shift: int
+    input_zero: int = 0
+    output_zero: int = 0
+    pre_shift: int = 0
+    weight: int = 1
+    kind: ClassVar[str] = "globalavgpool32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
+        for name, top in (("shift", 31), ("pre_shift", 31)):
+            if not 0 <= getattr(self, name) <= top:
+                raise KernelError(f"globalavgpool {name} must be in 0..{top}, not "
+                                  f"{getattr(self, name)}")  # fmt: skip
+
+    def buffers(self):
+        n, c = self.shape[:2]
+        return (Buffer("x", self.shape, "int8"), Buffer("y", (n, c, 1, 1), "int8", "out"))
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        hw = self.shape[2] * self.shape[3]
+
+        def i32(v: int) -> ir.Constant:
+            return ir.Constant(I32, ((v + 2**31) % 2**32) - 2**31)
+
+        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+            total = k.local(I32)
+            b.store(i32(0), total)
+            base = b.mul(p, k.i(hw))
+            with k.loop(hw) as i:
+                v = b.sext(k.load(k.arg["x"], I8, b.add(base, i)), I32)
+                b.store(b.add(b.load(total), v), total)
+            y = b.sub(b.load(total), i32(hw * self.input_zero))
+            y = b.mul(b.mul(y, i32(self.weight)), i32(self.multiplier))
+            if self.pre_shift:
+                y = b.ashr(y, i32(self.pre_shift))
+            if self.shift:
+                y = b.ashr(b.add(y, i32(1 << (self.shift - 1))), i32(self.shift))
+            y = k.clamp(b.add(y, i32(self.output_zero)), i32(-128), i32(127))
+            k.store(b.trunc(y, I8), k.arg["y"], p)

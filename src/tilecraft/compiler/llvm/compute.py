@@ -1,0 +1,89 @@
+"""What the accelerator computes, on the host's generated kernels: each `ops.Computation`
+(conv2d, depthwise conv, dense, max pool, global average pool, scaled add, with the
+accelerator's epilogue and 32-bit steps) becomes a kernel record (`computation_kernel`), so
+the `cpu` device runs a network's accelerator steps bit-exactly as `ops.reference` defines
+them: the baseline to compare the accelerator against, and the fallback when there is none."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.compiler.llvm.kernels import conv, dense, window
+from tilecraft.compiler.llvm.kernels import elementwise as EW
+from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
+from tilecraft.compiler.llvm.spec import Spec
+from tilecraft.errors import KernelError
+from tilecraft.ops import operators as O
+from tilecraft.ops.reference import RESULT
+from tilecraft.runtime.cpu import computation_key, kernel_arguments
+
+
+def computation_kernel(comp: O.Computation) -> tuple[Spec, list[str]]:
+    """The kernel record computing `comp`, and the tensor (by its program name) each of the
+    kernel's inputs is."""
+    op, ep = comp.op, comp.epilogue or O.Epilogue()
+    if isinstance(op, O.Conv2d):
+        (ph, pw) = op.pad
+        spec = conv.Conv2d(op.input_shape, op.oc, op.kernel, op.stride, (ph, pw, ph, pw),
+                           "int8", epilogue=ep, pad_value=op.pad_value)  # fmt: skip
+        return spec, _operands(ep, op.oc)
+    if isinstance(op, O.DepthwiseConv2d):
+        (ph, pw) = op.pad
+        if ep.residual:
+            raise KernelError("a depthwise conv with a residual add has no host kernel")
+        spec = window.DepthwiseConv(op.input_shape, op.kernel, op.stride, (ph, pw, ph, pw), ep,
+                                    op.pad_value)  # fmt: skip
+        return spec, _operands(ep, op.c)
+    if isinstance(op, O.Dense):
+        return dense.Dense(op.m, op.k, op.n, "int8", epilogue=ep), _operands(ep, op.n)
+    if isinstance(op, O.MaxPool2d):
+        spec = window.MaxPool(op.input_shape, op.kernel, op.stride, op.pads, "int8",
+                              op.pad_value)  # fmt: skip
+        return spec, ["input"]
+    if isinstance(op, O.GlobalAvgPool2d):
+        spec = window.WrappedGlobalAvgPool(op.input_shape, op.multiplier, op.shift,
+                                           op.input_zero, op.output_zero, op.pre_shift,
+                                           op.weight)  # fmt: skip
+        return spec, ["input"]
+    if isinstance(op, O.ScaledAdd):
+        spec = EW.WrappedScaledAdd(op.input_shape, op.weight_a, op.multiplier_a, op.weight_b,
+                                   op.multiplier_b, op.pre_shift, op.shift, op.zero_a,
+                                   op.zero_b, op.zero_y, op.clip)  # fmt: skip
+        return spec, ["input", "residual"]
+    raise KernelError(f"no host kernel computes {op.describe()}")
+
+
+def _operands(ep: O.Epilogue, channels: int) -> list[str]:
+    return ["input", "weight", *(b.name for b in vector_buffers(ep, channels))] + \
+        (["residual"] if ep.residual else [])  # fmt: skip
+
+
+class JitCompute:
+    """`runtime.cpu.ComputeKernels` on this machine: each computation's kernel JIT-compiled on
+    first use (and cached on disk)."""
+
+    def __init__(self, jit=None):
+        from tilecraft.compiler.llvm.jit import Jit
+
+        self.jit = jit or Jit()
+        self._kernels: dict[str, tuple] = {}
+
+    def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
+        key = computation_key(comp)
+        found = self._kernels.get(key)
+        if found is None:
+            spec, names = computation_kernel(comp)
+            found = self._kernels[key] = (self.jit.kernel(spec), names)
+        kernel, names = found
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
+
+
+def compute_entries(computations) -> list[tuple[Spec, dict]]:
+    """The kernel records of a model's computations with the manifest entries a board finds
+    them by (`runtime.cpu.LibraryCompute`)."""
+    out = []
+    for comp in computations:
+        spec, names = computation_kernel(comp)
+        out.append((spec, {"key": computation_key(comp), "symbol": spec.symbol,
+                           "operands": names}))  # fmt: skip
+    return out

@@ -1,0 +1,82 @@
+"""The `cpu` device: what the accelerator computes, on generated host kernels, bit-exact with
+the integer reference: one program through the Device API, and whole networks (every tensor)
+through the graph executor, JIT-compiled here or from a prebuilt library."""
+
+import numpy as np
+import pytest
+from network_models import tiny_resnet
+
+from tilecraft.compiler.frontend import import_model
+from tilecraft.compiler.graph.network import compile_network
+from tilecraft.compiler.llvm.compute import JitCompute
+from tilecraft.compiler.llvm.host import LlvmKernels
+from tilecraft.compiler.pipeline import compile_operator
+from tilecraft.compiler.quant.calibrate import random_calibration
+from tilecraft.hw.config import preset
+from tilecraft.ops import Conv2d, Epilogue, Multiplier
+from tilecraft.runtime import get_device
+from tilecraft.runtime.check import check_outputs
+from tilecraft.runtime.cpu import CpuDevice
+from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
+
+
+@pytest.fixture(scope="module")
+def cpu(jit):
+    return CpuDevice(JitCompute(jit))
+
+
+def test_get_device_cpu_is_the_kernel_device():
+    assert get_device("cpu").name == "cpu"
+
+
+def test_one_program_through_the_device_api(cpu):
+    op = Conv2d(n=1, ic=20, h=11, w=13, oc=24, kernel=(3, 3), stride=(2, 1), pad=(1, 1))
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, residual=True)
+    rng = np.random.default_rng(0)
+    program = compile_operator(
+        preset("default"), op, ep, weight=rng.integers(-128, 128, op.weight_shape, np.int8),
+        bias=rng.integers(-999, 999, 24).astype(np.int32),
+        multiplier=rng.integers(1, 99, 24).astype(np.int32), fold=False).program  # fmt: skip
+    x = random_inputs(program, rng)
+    result = cpu.run(program, pack_inputs(program, x))
+    ok, message = check_outputs(program, x, unpack_outputs(program, result.outputs))
+    assert ok, message
+    assert result.report.seconds > 0
+    folded = compile_operator(preset("default"), op, ep, fold=True).program
+    with pytest.raises(Exception, match="cannot take input 'input' .* packed as im2col"):
+        cpu.run(folded, pack_inputs(folded, random_inputs(folded, rng)))
+
+
+def _network(config: str, depthwise: bool):
+    graph = import_model(tiny_resnet(seed=5, depthwise=depthwise))
+    model = compile_network(graph, preset(config), random_calibration(graph, 1)).model
+    x = {"input": np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    return model, x
+
+
+@pytest.mark.parametrize("config, depthwise", [("default", True), ("1x16x8", False)])
+def test_a_whole_network_on_the_cpu_device(cpu, jit, config, depthwise):
+    model, x = _network(config, depthwise)
+    ours = run_model(model, x, cpu, host=LlvmKernels(jit), keep=True)
+    ref = run_model(model, x, keep=True)
+    for name, value in ref.tensors.items():
+        np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
+    assert {s.place for s in ours.steps} <= {"cpu", "host"} and ours.host_seconds > 0
+
+
+def test_a_prebuilt_library_runs_the_same_network(tmp_path):
+    pytest.importorskip("ziglang", reason="linking needs ziglang (the cross extra)")
+    from tilecraft.compiler.llvm.library import build_model_library
+    from tilecraft.compiler.llvm.targets import target
+    from tilecraft.runtime.cpu import LibraryKernels, cpu_device, load_library, this_machine
+
+    if this_machine() != "x86_64":
+        pytest.skip("builds and loads an x86-64 library")
+    model, x = _network("default", True)
+    lib = build_model_library(model, target("x86_64"), tmp_path, "model")
+    device = cpu_device(library=lib.manifest)
+    ours = run_model(model, x, device, host=LibraryKernels(load_library(lib.manifest)))
+    ref = run_model(model, x)
+    for name in model.outputs:
+        np.testing.assert_array_equal(ours.outputs[name], ref.outputs[name])
