@@ -343,8 +343,8 @@ def test_device_runs_on_timing_only_change(program, inputs):
 
 
 def test_unknown_device():
-    assert device_names() == ["cpu", "rtl", "sim"]
-    with pytest.raises(DeviceError, match="unknown device 'nope'; available: cpu, rtl, sim"):
+    assert device_names() == ["cpu", "gpu", "rtl", "sim"]
+    with pytest.raises(DeviceError, match="unknown device 'nope'; available: cpu, gpu, rtl, sim"):
         get_device("nope")
     assert isinstance(get_device(), SimDevice)
 

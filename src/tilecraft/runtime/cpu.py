@@ -203,10 +203,9 @@ class CpuDevice:
     kernels, with the accelerator devices' `run` API (packed buffers in and out) and
     `run_layers` for the graph executor (logical tensors)."""
 
-    name = "cpu"
-
-    def __init__(self, compute: ComputeKernels):
+    def __init__(self, compute: ComputeKernels, name: str = "cpu"):
         self.compute = compute
+        self.name = name  # "gpu" for the same device on GPU kernels
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:

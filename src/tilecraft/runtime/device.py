@@ -49,6 +49,7 @@ _BUILTIN = {
     "sim": "tilecraft.sim.device:SimDevice",
     "rtl": "tilecraft.sim.rtl.device:RtlDevice",
     "cpu": "tilecraft.runtime.cpu:cpu_device",
+    "gpu": "tilecraft.runtime.gpu:gpu_device",
 }
 _REGISTERED: dict[str, Callable[..., Device]] = {}
 

@@ -11,6 +11,7 @@ from llvmlite import ir
 from tilecraft.compiler.llvm.irgen import Kernel
 from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.compiler.llvm.targets import Target, llvm, machine
+from tilecraft.errors import KernelError
 
 
 def module_ir(specs: Sequence[Spec], target: Target) -> str:
@@ -23,6 +24,9 @@ def module_ir(specs: Sequence[Spec], target: Target) -> str:
         if spec.symbol in seen:
             continue
         seen.add(spec.symbol)
+        if target.name == "nvptx" and not spec.gpu:
+            raise KernelError(f"no GPU kernel for {spec.kind} (its loops share scratch space); "
+                              f"the direct kernels (kernels.direct) run on GPUs")  # fmt: skip
         k = Kernel(mod, target, spec.symbol, [b.name for b in spec.buffers()])
         spec.emit(k)
         k.finish()

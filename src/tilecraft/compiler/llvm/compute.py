@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.llvm.kernels import conv, dense, window
+from tilecraft.compiler.llvm.kernels import direct as D
 from tilecraft.compiler.llvm.kernels import elementwise as EW
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
 from tilecraft.compiler.llvm.spec import Spec
@@ -18,10 +19,12 @@ from tilecraft.ops.reference import RESULT
 from tilecraft.runtime.cpu import computation_key, kernel_arguments
 
 
-def computation_kernel(comp: O.Computation) -> tuple[Spec, list[str]]:
+def computation_kernel(comp: O.Computation, gpu: bool = False) -> tuple[Spec, list[str]]:
     """The kernel record computing `comp`, and the tensor (by its program name) each of the
-    kernel's inputs is."""
+    kernel's inputs is; with `gpu`, one whose iterations are threads (`kernels.direct`)."""
     op, ep = comp.op, comp.epilogue or O.Epilogue()
+    if gpu and isinstance(op, (O.Conv2d, O.DepthwiseConv2d, O.Dense, O.MaxPool2d)):
+        return _direct(comp, op, ep)
     if isinstance(op, O.Conv2d):
         (ph, pw) = op.pad
         spec = conv.Conv2d(op.input_shape, op.oc, op.kernel, op.stride, (ph, pw, ph, pw),
@@ -53,6 +56,19 @@ def computation_kernel(comp: O.Computation) -> tuple[Spec, list[str]]:
     raise KernelError(f"no host kernel computes {op.describe()}")
 
 
+def _direct(comp, op, ep) -> tuple[Spec, list[str]]:
+    if isinstance(op, O.MaxPool2d):
+        return D.DirectMaxPool(op.input_shape, op.kernel, op.stride, op.pads, "int8",
+                               op.pad_value), ["input"]  # fmt: skip
+    if isinstance(op, O.Dense):
+        return D.DirectDense(op.m, op.k, op.n, "int8", epilogue=ep), _operands(ep, op.n)
+    (ph, pw), depthwise = op.pad, isinstance(op, O.DepthwiseConv2d)
+    out = op.c if depthwise else op.oc
+    spec = D.DirectConv2d(op.input_shape, out, op.kernel, op.stride, (ph, pw, ph, pw), "int8",
+                          epilogue=ep, pad_value=op.pad_value, depthwise=depthwise)  # fmt: skip
+    return spec, _operands(ep, out)
+
+
 def _operands(ep: O.Epilogue, channels: int) -> list[str]:
     return ["input", "weight", *(b.name for b in vector_buffers(ep, channels))] + \
         (["residual"] if ep.residual else [])  # fmt: skip
@@ -60,20 +76,44 @@ def _operands(ep: O.Epilogue, channels: int) -> list[str]:
 
 class JitCompute:
     """`runtime.cpu.ComputeKernels` on this machine: each computation's kernel JIT-compiled on
-    first use (and cached on disk)."""
+    first use (and cached on disk). With `direct`, the GPU's thread-per-output kernels,
+    compiled for the CPU (how their arithmetic is checked without a GPU)."""
 
-    def __init__(self, jit=None):
+    def __init__(self, jit=None, direct: bool = False):
         from tilecraft.compiler.llvm.jit import Jit
 
         self.jit = jit or Jit()
+        self.direct = direct
         self._kernels: dict[str, tuple] = {}
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
         key = computation_key(comp)
         found = self._kernels.get(key)
         if found is None:
-            spec, names = computation_kernel(comp)
+            spec, names = computation_kernel(comp, gpu=self.direct)
             found = self._kernels[key] = (self.jit.kernel(spec), names)
+        kernel, names = found
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
+
+
+class GpuCompute:
+    """`runtime.cpu.ComputeKernels` on the GPU: each computation's thread-per-output kernel
+    generated as PTX (NVPTX) on first use and launched through cuda.core."""
+
+    def __init__(self):
+        self._kernels: dict[str, tuple] = {}
+
+    def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
+        from tilecraft.compiler.llvm.build import assembly
+        from tilecraft.compiler.llvm.targets import NVPTX
+        from tilecraft.runtime.gpu import load_ptx
+
+        key = computation_key(comp)
+        found = self._kernels.get(key)
+        if found is None:
+            spec, names = computation_kernel(comp, gpu=True)
+            kernels = load_ptx(assembly([spec], NVPTX), [spec.signature()])
+            found = self._kernels[key] = (kernels[spec.symbol], names)
         kernel, names = found
         return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
 

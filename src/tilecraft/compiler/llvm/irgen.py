@@ -28,18 +28,34 @@ def vec(t: ir.Type, n: int) -> ir.VectorType:
 
 
 class Kernel:
-    """One kernel function `void name(ptr *args)` in `module`; `self.arg[name]` is the
-    pointer to each buffer, loaded from the argument array in `buffers` order."""
+    """One kernel function in `module`; `self.arg[name]` is the pointer to each buffer.
+
+    On a CPU the function is `void name(ptr *args)`, the buffers' pointers loaded from the
+    argument array in `buffers` order. On a GPU (NVPTX) it is a `ptx_kernel` taking one global
+    pointer per buffer, and `parallel` loops are spread over threads."""
 
     def __init__(self, module: ir.Module, target: Target, name: str, buffers: list[str]):
         self.module, self.target = module, target
         self.idx = ir.IntType(8 * target.pointer_bytes)  # index arithmetic in pointer width
+        self.gpu = target.name == "nvptx"
+        self.arg = {}
+        if self.gpu:
+            global_ptr = ir.PointerType(addrspace=1)
+            self.fn = ir.Function(module, ir.FunctionType(VOID, [global_ptr] * len(buffers)),
+                                  name)  # fmt: skip
+            self.fn.calling_convention = "ptx_kernel"
+            for arg, buf in zip(self.fn.args, buffers):
+                arg.name = buf
+                arg.add_attribute("noalias")
+                self.arg[buf] = arg
+            self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+            self._entry = self.b.block
+            return
         self.fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
         self.fn.args[0].name = "args"
         self.fn.args[0].add_attribute("noalias")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self._entry = self.b.block
-        self.arg = {}
         for i, buf in enumerate(buffers):
             slot = self.b.gep(self.fn.args[0], [self.i(i)], source_etype=PTR)
             self.arg[buf] = self.b.load(slot, name=buf, typ=PTR)
@@ -102,6 +118,25 @@ class Kernel:
         i.add_incoming(b.add(i, self.i(step)), b.block)
         b.branch(head)
         b.position_at_end(done)
+
+    @contextmanager
+    def parallel(self, count: int, name: str = "i") -> Iterator:
+        """`for i in range(count)` whose iterations are independent: a loop on a CPU, one
+        GPU thread per iteration (blockIdx.x * blockDim.x + threadIdx.x, guarded)."""
+        if not self.gpu:
+            with self.loop(count, name=name) as i:
+                yield i
+            return
+        b = self.b
+        sreg = {}
+        for reg in ("ctaid.x", "ntid.x", "tid.x"):
+            full = f"llvm.nvvm.read.ptx.sreg.{reg.replace('.x', '')}.x"
+            fn = self.module.globals.get(full) or ir.Function(
+                self.module, ir.FunctionType(I32, []), full)  # fmt: skip
+            sreg[reg] = b.zext(b.call(fn, []), self.idx)
+        i = b.add(b.mul(sreg["ctaid.x"], sreg["ntid.x"]), sreg["tid.x"], name=name)
+        with b.if_then(b.icmp_unsigned("<", i, self.i(count))):
+            yield i
 
     def finish(self) -> None:
         self.b.ret_void()

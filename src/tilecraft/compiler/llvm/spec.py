@@ -35,6 +35,7 @@ class Spec:
     """Base of the kernel records (frozen dataclasses): `kind`, `buffers()` and `emit(k)`."""
 
     kind: ClassVar[str]
+    gpu: ClassVar[bool] = False  # written with `parallel` loops and no shared scratch space
 
     def buffers(self) -> tuple[Buffer, ...]:
         raise NotImplementedError

@@ -27,7 +27,8 @@ class Target:
 ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16)
 AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32)
 X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16)  # AVX2 + FMA
-CROSS = {t.name: t for t in (ARMV7, AARCH64, X86_64)}
+NVPTX = Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "", 1, 8, 32)  # CUDA >= 11 drivers
+CROSS = {t.name: t for t in (ARMV7, AARCH64, X86_64, NVPTX)}
 ZIG = {"armv7": ("arm-linux-gnueabihf", "cortex_a9"),  # the linker's names for each target
        "aarch64": ("aarch64-linux-gnu", "cortex_a53"), "x86_64": ("x86_64-linux-gnu", "x86_64_v3")}
 BOARDS = {"pynq-z1": ARMV7, "pynq-z2": ARMV7, "ultra96-v2": AARCH64, "zcu104": AARCH64,

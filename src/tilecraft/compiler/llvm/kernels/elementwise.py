@@ -55,6 +55,7 @@ class Quantize(Spec):
     scale: float
     zero: int = 0
     kind: ClassVar[str] = "quantize"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("quantize", self.shape, len(self.shape)))
@@ -66,7 +67,7 @@ class Quantize(Spec):
 
     def emit(self, k: Kernel) -> None:
         b = k.b
-        with k.loop(_count(self.shape)) as i:
+        with k.parallel(_count(self.shape)) as i:
             q = k.roundeven(b.fdiv(k.load(k.arg["x"], F32, i), _f32(self.scale)))
             q = b.fadd(q, _f32(self.zero))
             k.store(_to_int8(k, q, -128, 127), k.arg["y"], i)
@@ -80,6 +81,7 @@ class Dequantize(Spec):
     scale: float
     zero: int = 0
     kind: ClassVar[str] = "dequantize"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape",
@@ -92,7 +94,7 @@ class Dequantize(Spec):
 
     def emit(self, k: Kernel) -> None:
         b = k.b
-        with k.loop(_count(self.shape)) as i:
+        with k.parallel(_count(self.shape)) as i:
             x = b.sub(b.sext(k.load(k.arg["x"], I8, i), I32), ir.Constant(I32, self.zero))
             k.store(b.fmul(b.sitofp(x, F32), _f32(self.scale)), k.arg["y"], i)
 
@@ -110,6 +112,7 @@ class ScaledAdd(Spec):
     zero_b: int = 0
     zero_y: int = 0
     kind: ClassVar[str] = "add"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
@@ -133,7 +136,7 @@ class ScaledAdd(Spec):
             x = b.sub(b.sext(k.load(k.arg[name], I8, i), I32), ir.Constant(I32, zero))
             return b.fmul(b.sitofp(x, F32), _f32(ratio))
 
-        with k.loop(_count(self.shape)) as i:
+        with k.parallel(_count(self.shape)) as i:
             y = b.fadd(side("a", self.zero_a, self.ratio_a), side("b", self.zero_b, self.ratio_b))
             y = b.fadd(k.roundeven(y), _f32(self.zero_y))
             k.store(_to_int8(k, y, *self.clip), k.arg["y"], i)
@@ -157,6 +160,7 @@ class WrappedScaledAdd(Spec):
     zero_y: int = 0
     clip: tuple[int, int] = (-128, 127)
     kind: ClassVar[str] = "scaled_add32"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
@@ -179,7 +183,7 @@ class WrappedScaledAdd(Spec):
             x = b.sub(b.sext(k.load(k.arg[name], I8, i), I32), i32(zero))
             return b.mul(b.mul(x, i32(weight)), i32(multiplier))
 
-        with k.loop(_count(self.shape)) as i:
+        with k.parallel(_count(self.shape)) as i:
             y = b.add(side("a", self.zero_a, self.weight_a, self.multiplier_a),
                       side("b", self.zero_b, self.weight_b, self.multiplier_b))  # fmt: skip
             y = b.ashr(y, i32(self.pre_shift)) if self.pre_shift else y
@@ -197,6 +201,7 @@ class Clip(Spec):
     lo: float = 0.0
     hi: float = float("inf")
     kind: ClassVar[str] = "clip"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("clip", self.shape, len(self.shape)))
@@ -208,7 +213,7 @@ class Clip(Spec):
 
     def emit(self, k: Kernel) -> None:
         b = k.b
-        with k.loop(_count(self.shape)) as i:
+        with k.parallel(_count(self.shape)) as i:
             x = k.load(k.arg["x"], F32, i)
             x = b.select(b.fcmp_ordered("<", x, _f32(self.lo)), _f32(self.lo), x)
             x = b.select(b.fcmp_ordered(">", x, _f32(self.hi)), _f32(self.hi), x)

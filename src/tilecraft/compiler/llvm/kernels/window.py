@@ -203,6 +203,7 @@ class GlobalAvgPool(Spec):
     input_zero: int = 0
     output_zero: int = 0
     kind: ClassVar[str] = "globalavgpool"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
@@ -219,7 +220,7 @@ class GlobalAvgPool(Spec):
     def emit(self, k: Kernel) -> None:
         b = k.b
         hw = self.shape[2] * self.shape[3]
-        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+        with k.parallel(self.shape[0] * self.shape[1], name="plane") as p:
             base = b.mul(p, k.i(hw))
             if self.dtype == "float32":
                 self._mean(k, base, p, hw)
@@ -265,6 +266,7 @@ class WrappedGlobalAvgPool(Spec):
     pre_shift: int = 0
     weight: int = 1
     kind: ClassVar[str] = "globalavgpool32"
+    gpu: ClassVar[bool] = True
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
@@ -284,7 +286,7 @@ class WrappedGlobalAvgPool(Spec):
         def i32(v: int) -> ir.Constant:
             return ir.Constant(I32, ((v + 2**31) % 2**32) - 2**31)
 
-        with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
+        with k.parallel(self.shape[0] * self.shape[1], name="plane") as p:
             total = k.local(I32)
             b.store(i32(0), total)
             base = b.mul(p, k.i(hw))
