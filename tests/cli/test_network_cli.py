@@ -81,3 +81,10 @@ def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypa
     assert "steps on the host's generated kernels" in capsys.readouterr().out
     for name, y in outs.items():
         np.testing.assert_array_equal(y, outs["reference"], err_msg=name)
+    floats = tmp_path / "float.npz"  # the float network itself, on the float kernels
+    assert main(["run", str(onnx_file), "--input", str(x), "--device", "cpu", "-o",
+                 str(floats)]) == 0  # fmt: skip
+    assert "nodes on the host's kernels" in capsys.readouterr().out
+    assert np.load(floats)["gemm_55_out"].shape == (1, 10)
+    assert main(["run", str(onnx_file), "--input", str(x)]) == 1
+    assert "runs in float on --device cpu, not 'sim'" in capsys.readouterr().err

@@ -126,6 +126,8 @@ def cmd_run_model(args) -> int:
     from tilecraft.runtime.model import CompiledModel
     from tilecraft.runtime.tensors import load_tensors
 
+    if args.model.endswith(".onnx"):
+        return _run_float(args)
     config = resolve_config(args.config) if args.config else None
     model = CompiledModel.load(args.model, config)
     if args.input.endswith(".npy"):
@@ -158,24 +160,71 @@ def cmd_run_model(args) -> int:
             f"({sum(s.place == 'accelerator' for s in run.steps)} programs); "
             f"host steps {run.host_seconds * 1e3:.1f} ms here"
         )
-    for name, y in run.outputs.items():
+    _print_top(run.outputs, args.top_k)
+    _save_outputs(run.outputs, args.output)
+    return 0
+
+
+def _run_float(args) -> int:
+    """`tilecraft run MODEL.onnx --device cpu`: the float network on the host's kernels."""
+    import time
+
+    import numpy as np
+
+    from tilecraft.compiler.frontend import import_model
+    from tilecraft.compiler.llvm.float_graph import FloatGraph
+    from tilecraft.runtime.tensors import load_tensors
+
+    if args.device != "cpu":
+        raise ModelError(f"an ONNX model runs in float on --device cpu, not "
+                         f"{args.device!r}; compile it (tilecraft compile MODEL.onnx) for the "
+                         f"accelerator")  # fmt: skip
+    graph = import_model(args.model)
+    if args.input.endswith(".npy"):
+        try:
+            inputs = {graph.inputs[0]: np.load(args.input, allow_pickle=False)}
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{args.input!r} is not a readable .npy: {e}") from None
+    else:
+        inputs = load_tensors(args.input)
+    net = FloatGraph(graph)
+    net.run(inputs)  # the first run pays numpy's start-up costs
+    start = time.perf_counter()
+    outputs = net.run(inputs)
+    ms = (time.perf_counter() - start) * 1e3
+    on_numpy = f"; in numpy: {', '.join(net.numpy_nodes)}" if net.numpy_nodes else ""
+    print(f"float {graph.name}: {len(graph.nodes)} nodes on the host's kernels in {ms:.1f} ms "
+          f"here, one thread{on_numpy}")  # fmt: skip
+    _print_top(outputs, args.top_k)
+    _save_outputs(outputs, args.output)
+    return 0
+
+
+def _print_top(outputs: dict, top_k: int) -> None:
+    import numpy as np
+
+    for name, y in outputs.items():
         flat = y.reshape(y.shape[0], -1)
         for row, v in enumerate(flat):
-            top = np.argsort(-v)[: args.top_k]
+            top = np.argsort(-v)[:top_k]
             e = np.exp(v - v.max())
             p = e / e.sum()
             print(f"{name}[{row}] top-{len(top)}: " +
                   ", ".join(f"{int(k)} ({p[k]:.3f})" for k in top))  # fmt: skip
-    if args.output:
+
+
+def _save_outputs(outputs: dict, path: str | None) -> None:
+    if path:
         import io
+
+        import numpy as np
 
         from tilecraft.files import write_atomic
 
         buf = io.BytesIO()
-        np.savez(buf, **run.outputs)
-        write_atomic(args.output, buf.getvalue())
-        print(f"outputs written to {args.output}")
-    return 0
+        np.savez(buf, **outputs)
+        write_atomic(path, buf.getvalue())
+        print(f"outputs written to {path}")
 
 
 def add_parsers(sub, count) -> None:
@@ -221,7 +270,8 @@ def add_parsers(sub, count) -> None:
     comp.set_defaults(func=cmd_compile_model)
 
     run = sub.add_parser("run", help="run a compiled model on an input")
-    run.add_argument("model", help="a compiled model (.tcm)")
+    run.add_argument("model", help="a compiled model (.tcm), or an ONNX model (.onnx: float, "
+                     "on --device cpu)")
     run.add_argument("--input", required=True, help="float input: .npy, or .npz by input name")
     run.add_argument("--device", default="sim", help="sim, rtl, cpu (every step on the host's "
                      "generated kernels), or reference (no device)")  # fmt: skip

@@ -90,3 +90,16 @@ def test_window_records_refuse_bad_geometry():
         W.MaxPool((1, 1, 4, 4), (3, 3), (1, 1), (0, 0, 0, 0), "int32")
     with pytest.raises(KernelError, match="no residual"):
         W.DepthwiseConv((1, 1, 4, 4), (3, 3), (1, 1), (1, 1, 1, 1), Epilogue(residual=True))
+
+
+def test_float_depthwise_with_bias_and_relu6(jit):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 9, 8)).astype(np.float32)
+    w, bias = rng.standard_normal((6, 1, 3, 3)).astype(np.float32), rng.standard_normal(6)
+    spec = W.DepthwiseConv(x.shape, (3, 3), (2, 1), (1, 1, 1, 1), dtype="float32",
+                           clip=(0.0, 6.0))  # fmt: skip
+    got = jit.kernel(spec)(x, w, bias.astype(np.float32))
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))),
+                                                   (3, 3), axis=(2, 3))[:, :, ::2]  # fmt: skip
+    want = np.einsum("nchwij,cij->nchw", win, w[:, 0]) + bias[None, :, None, None]
+    np.testing.assert_allclose(got, np.clip(want, 0, 6), rtol=1e-5, atol=1e-5)

@@ -8,13 +8,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import cache
 from pathlib import Path
 
 from tilecraft.compiler.llvm.targets import Target
 from tilecraft.files import write_atomic
 
-CODEGEN_VERSION = 1  # bump when a kernel's code changes for the same record
 MAGIC = "tilecraft-kernel"
+
+
+@cache
+def codegen_version() -> str:
+    """A digest of the code generator's own source (this package): any change to how a
+    kernel is written changes every digest, so a cache never serves code from before it."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def llvmlite_version() -> str:
@@ -25,7 +35,7 @@ def llvmlite_version() -> str:
 
 def spec_digest(spec) -> str:
     """What a kernel computes, whatever it is compiled for (its symbol's suffix)."""
-    return hashlib.sha256(f"{CODEGEN_VERSION}|{spec!r}".encode()).hexdigest()
+    return hashlib.sha256(f"{codegen_version()}|{spec!r}".encode()).hexdigest()
 
 
 def entry_digest(spec, target: Target) -> str:
@@ -70,7 +80,7 @@ class KernelCache:
     def put(self, spec, target: Target, obj: bytes) -> None:
         header = {"magic": MAGIC, "symbol": spec.symbol, "triple": target.triple,
                   "cpu": target.cpu, "llvmlite": llvmlite_version(),
-                  "codegen": CODEGEN_VERSION, "bytes": len(obj),
+                  "codegen": codegen_version(), "bytes": len(obj),
                   "sha256": hashlib.sha256(obj).hexdigest()}  # fmt: skip
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +99,7 @@ def _payload(data: bytes, spec, target: Target) -> bytes | None:
     except ValueError:
         return None
     expected = {"magic": MAGIC, "symbol": spec.symbol, "triple": target.triple,
-                "cpu": target.cpu, "llvmlite": llvmlite_version(), "codegen": CODEGEN_VERSION,
+                "cpu": target.cpu, "llvmlite": llvmlite_version(), "codegen": codegen_version(),
                 "bytes": len(obj), "sha256": hashlib.sha256(obj).hexdigest()}  # fmt: skip
     if not isinstance(header, dict) or any(header.get(k) != v for k, v in expected.items()):
         return None

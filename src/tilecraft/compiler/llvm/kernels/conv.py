@@ -154,13 +154,29 @@ class Conv2d(Spec):
             self._phases(k, n)
             if self.epilogue.residual:
                 self._q_space(k, n, to_q=True)
-            with k.loop(self.q_count, step=nr, name="q") as q0:
+            if self.weights_outer:  # each block of weights read once, the input many times
                 if oc // mr:
-                    with k.loop(oc // mr * mr, step=mr, name="oc") as oc0:
+                    with k.loop(oc // mr * mr, step=mr, name="oc") as oc0, \
+                            k.loop(self.q_count, step=nr, name="q") as q0:  # fmt: skip
                         self._tile(k, weights, q0, oc0, mr)
                 if oc % mr:
-                    self._tile(k, weights, q0, k.i(oc // mr * mr), oc % mr)
+                    with k.loop(self.q_count, step=nr, name="q") as q0:
+                        self._tile(k, weights, q0, k.i(oc // mr * mr), oc % mr)
+            else:  # each input tile read once, the weights many times
+                with k.loop(self.q_count, step=nr, name="q") as q0:
+                    if oc // mr:
+                        with k.loop(oc // mr * mr, step=mr, name="oc") as oc0:
+                            self._tile(k, weights, q0, oc0, mr)
+                    if oc % mr:
+                        self._tile(k, weights, q0, k.i(oc // mr * mr), oc % mr)
             self._q_space(k, n, to_q=False)
+
+    @property
+    def weights_outer(self) -> bool:
+        """Whether the weights are the larger operand (late layers: few pixels, many
+        channels), so that the loop over output channels goes outside the loop over pixels."""
+        c, (kh, kw) = self.shape[1], self.kernel
+        return self.out_channels * c * kh * kw > len(self.phases) * c * self.plane_size
 
     def _phases(self, k: Kernel, n) -> None:
         """Fill the padded, stride-split float copy of image `n`: every plane with the

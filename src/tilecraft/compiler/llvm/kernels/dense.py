@@ -59,17 +59,14 @@ class Dense(Spec):
         with k.loop(self.m, name="m") as m:
             with k.loop(self.n, name="z") as j:
                 k.store(zero, k.arg["acc"], j)
-            with k.loop(self.k, name="k") as kk:
-                xv = k.load(k.arg["x"], t, b.add(b.mul(m, k.i(self.k)), kk))
-                xv = b.sext(xv, I32) if integer else xv
-                row = b.mul(kk, k.i(self.n))
-                with k.loop(self.n, name="j") as j:
-                    w = k.load(k.arg["weight"], t, b.add(row, j))
-                    acc = k.load(k.arg["acc"], at, j)
-                    acc = b.add(acc, b.mul(xv, b.sext(w, I32))) if integer \
-                        else k.fmuladd(xv, w, acc)  # fmt: skip
-                    k.store(acc, k.arg["acc"], j)
-            with k.loop(self.n, name="e") as j:
+            # four rows of the weight per pass over the accumulator row (a quarter of its
+            # loads and stores), then the rest one by one
+            step = 4 if self.k >= 4 else 1
+            with k.loop(self.k // step * step, step=step, name="k") as kk:
+                self._axpy(k, m, [b.add(kk, k.i(r)) for r in range(step)], integer, t, at)
+            for r in range(self.k // step * step, self.k):
+                self._axpy(k, m, [k.i(r)], integer, t, at)
+            with k.loop(self.n, name="e") as j:  # the epilogue
                 out = b.add(b.mul(m, k.i(self.n)), j)
                 y = k.load(k.arg["acc"], at, j)
                 if integer:
@@ -81,3 +78,18 @@ class Dense(Spec):
                     if self.relu:
                         y = k.fmax(y, k.fconst(F32, 0.0))
                 k.store(y, k.arg["y"], out)
+
+    def _axpy(self, k: Kernel, m, rows: list, integer: bool, t, at) -> None:
+        """acc[:] += sum over `rows` r of x[m, r] * w[r, :]."""
+        b = k.b
+        xs = []
+        for r in rows:
+            xv = k.load(k.arg["x"], t, b.add(b.mul(m, k.i(self.k)), r))
+            xs.append(b.sext(xv, I32) if integer else xv)
+        with k.loop(self.n, name="j") as j:
+            acc = k.load(k.arg["acc"], at, j)
+            for r, xv in zip(rows, xs):
+                w = k.load(k.arg["weight"], t, b.add(b.mul(r, k.i(self.n)), j))
+                acc = b.add(acc, b.mul(xv, b.sext(w, I32))) if integer \
+                    else k.fmuladd(xv, w, acc)  # fmt: skip
+            k.store(acc, k.arg["acc"], j)

@@ -218,3 +218,83 @@ class Clip(Spec):
             x = b.select(b.fcmp_ordered("<", x, _f32(self.lo)), _f32(self.lo), x)
             x = b.select(b.fcmp_ordered(">", x, _f32(self.hi)), _f32(self.hi), x)
             k.store(x, k.arg["y"], i)
+
+
+@dataclass(frozen=True)
+class FloatAdd(Spec):
+    """float32 a + b of equal shapes, then clip(lo, hi) (a fused ReLU is (0, inf))."""
+
+    shape: tuple[int, ...]
+    lo: float = float("-inf")
+    hi: float = float("inf")
+    kind: ClassVar[str] = "float_add"
+    gpu: ClassVar[bool] = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
+
+    def buffers(self):
+        return (Buffer("a", self.shape, "float32"), Buffer("b", self.shape, "float32"),
+                Buffer("y", self.shape, "float32", "out"))  # fmt: skip
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        with k.parallel(_count(self.shape)) as i:
+            y = b.fadd(k.load(k.arg["a"], F32, i), k.load(k.arg["b"], F32, i))
+            if self.lo != float("-inf"):
+                y = k.fmax(y, _f32(self.lo))
+            if self.hi != float("inf"):
+                y = k.fmin(y, _f32(self.hi))
+            k.store(y, k.arg["y"], i)
+
+
+@dataclass(frozen=True)
+class Softmax(Spec):
+    """float32 softmax along the last axis of (rows, cols): exp(x - max) / sum, with exp
+    computed here (Cephes' polynomial after a range reduction by ln 2, about 2 ulp): no libm,
+    so the same code links libc-free for the boards."""
+
+    rows: int
+    cols: int
+    kind: ClassVar[str] = "softmax"
+    gpu: ClassVar[bool] = True
+
+    def __post_init__(self):
+        positive_shape("softmax (rows, cols)", (self.rows, self.cols), 2)
+
+    def buffers(self):
+        shape = (self.rows, self.cols)
+        return (Buffer("x", shape, "float32"), Buffer("y", shape, "float32", "out"))
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        with k.parallel(self.rows, name="row") as row:
+            base = b.mul(row, k.i(self.cols))
+            top, total = k.local(F32), k.local(F32)
+            b.store(_f32(-3.0e38), top)
+            b.store(_f32(0.0), total)
+            with k.loop(self.cols, name="m") as j:
+                b.store(k.fmax(b.load(top), k.load(k.arg["x"], F32, b.add(base, j))), top)
+            with k.loop(self.cols, name="e") as j:
+                e = exp(k, b.fsub(k.load(k.arg["x"], F32, b.add(base, j)), b.load(top)))
+                k.store(e, k.arg["y"], b.add(base, j))
+                b.store(b.fadd(b.load(total), e), total)
+            with k.loop(self.cols, name="d") as j:
+                at = b.add(base, j)
+                k.store(b.fdiv(k.load(k.arg["y"], F32, at), b.load(total)), k.arg["y"], at)
+
+
+def exp(k: Kernel, x: ir.Value) -> ir.Value:
+    """e**x in float32 without a libcall: x = n ln2 + r, |r| <= ln2 / 2, a degree-6
+    polynomial in r, times 2**n built in the exponent bits (x clamped to [-87, 88])."""
+    b = k.b
+    x = k.fmin(k.fmax(x, _f32(-87.0)), _f32(88.0))
+    n = k.roundeven(b.fmul(x, _f32(1.44269504088896341)))
+    r = b.fsub(b.fsub(x, b.fmul(n, _f32(0.693359375))), b.fmul(n, _f32(-2.12194440e-4)))
+    p = _f32(1.9875691500e-4)
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+              5.0000001201e-1):  # fmt: skip
+        p = b.fadd(b.fmul(p, r), _f32(c))
+    y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), _f32(1.0))
+    scale = b.shl(b.add(b.fptosi(n, I32), ir.Constant(I32, 127)), ir.Constant(I32, 23))
+    return b.fmul(y, b.bitcast(scale, F32))

@@ -156,38 +156,62 @@ class AvgPool(_Window):
 
 @dataclass(frozen=True)
 class DepthwiseConv(_Window):
-    """int8 depthwise conv (groups = channels), int32 accumulation, the accelerator's
-    epilogue (`ops.host.DepthwiseConv`); the padding holds `pad_value` (the input's zero)."""
+    """Depthwise conv (groups = channels). int8: int32 accumulation and the accelerator's
+    epilogue (`ops.host.DepthwiseConv`), the padding holding `pad_value` (the input's zero).
+    float32: a bias per channel and a `clip` (ReLU (0, inf), ReLU6 (0, 6)), zero padding."""
 
     epilogue: Epilogue = Epilogue()
     pad_value: int = 0
+    dtype: str = "int8"
+    clip: tuple[float, float] | None = None  # float32 only
     kind: ClassVar[str] = "depthwise"
 
     def __post_init__(self):
         self._check()
+        object.__setattr__(self, "dtype", dtype_of("depthwise", self.dtype, ("int8", "float32")))
         if self.epilogue.residual:
             raise KernelError("a depthwise kernel takes no residual input")
         if not -128 <= int(self.pad_value) <= 127:
             raise KernelError(f"depthwise pad_value must be an int8, not {self.pad_value!r}")
+        if self.dtype == "float32" and (self.epilogue != Epilogue() or self.pad_value):
+            raise KernelError("a float32 depthwise conv takes a bias and a clip, not an epilogue")
 
     def buffers(self):
-        c = self.shape[1]
-        return (Buffer("x", self.shape, "int8"), Buffer("weight", (c, 1, *self.kernel), "int8"),
-                *E.vector_buffers(self.epilogue, c), Buffer("y", self.out_shape, "int8", "out"),
-                self._work("int8"))  # fmt: skip
+        c, t = self.shape[1], self.dtype
+        vectors = E.vector_buffers(self.epilogue, c) if t == "int8" else \
+            [Buffer("bias", (c,), "float32")]  # fmt: skip
+        return (Buffer("x", self.shape, t), Buffer("weight", (c, 1, *self.kernel), t), *vectors,
+                Buffer("y", self.out_shape, t, "out"), self._work(t))  # fmt: skip
 
     def emit(self, k: Kernel) -> None:
         b = k.b
         c_count, (kh, kw) = self.shape[1], self.kernel
+        integer = self.dtype == "int8"
+        t = I8 if integer else F32
         with k.loop(self.shape[0] * c_count, name="plane") as p:
             c = b.srem(p, k.i(c_count))
-            self._plane(k, I8, p, ir.Constant(I8, int(self.pad_value)))
-            taps = [b.sext(k.load(k.arg["weight"], I8, b.add(b.mul(c, k.i(kh * kw)),
-                    k.i(t))), I32) for t in range(kh * kw)]  # fmt: skip
-            self._windows(
-                k, I8, p, lambda: ir.Constant(I32, 0),
-                lambda acc, v, i, j: b.add(acc, b.mul(b.sext(v, I32), taps[i * kw + j])),
-                lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out))
+            pad = ir.Constant(I8, int(self.pad_value)) if integer else ir.Constant(F32, 0.0)
+            self._plane(k, t, p, pad)
+            taps = [k.load(k.arg["weight"], t, b.add(b.mul(c, k.i(kh * kw)), k.i(i)))
+                    for i in range(kh * kw)]  # fmt: skip
+            if integer:
+                taps = [b.sext(w, I32) for w in taps]
+                self._windows(
+                    k, I8, p, lambda: ir.Constant(I32, 0),
+                    lambda acc, v, i, j: b.add(acc, b.mul(b.sext(v, I32), taps[i * kw + j])),
+                    lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out))
+            else:
+                bias = k.load(k.arg["bias"], F32, c)
+                self._windows(k, F32, p, lambda: bias,
+                              lambda acc, v, i, j: k.fmuladd(v, taps[i * kw + j], acc),
+                              lambda acc, out: k.store(self._clipped(k, acc), k.arg["y"], out))
+
+    def _clipped(self, k: Kernel, x):
+        if self.clip is None:
+            return x
+        lo, hi = self.clip
+        x = k.fmax(x, k.fconst(F32, lo)) if lo != float("-inf") else x
+        return k.fmin(x, k.fconst(F32, hi)) if hi != float("inf") else x
 
 
 @dataclass(frozen=True)
