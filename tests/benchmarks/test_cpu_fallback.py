@@ -9,7 +9,7 @@ pytest.importorskip("llvmlite", reason="the host kernels need llvmlite (the llvm
 def test_cpu_fallback_suite_reports_every_case():
     from tilecraft.benchmarks import cpu_fallback
 
-    r = cpu_fallback.run(repeats=1, emulate=False)
+    r = cpu_fallback.run(repeats=1, emulate=False, networks=False)
     assert r["ok"], [c["name"] for c in r["cases"] if not c["matches_numpy"]]
     names = {(c["name"], c["dtype"]) for c in r["cases"]}
     assert ("conv3x3_64to64_56x56", "float32") in names and ("dense_512to1000", "int8") in names

@@ -44,7 +44,39 @@ def _best(repeats: int, fn, *args) -> float:
     return best * 1e3
 
 
-def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True) -> dict:
+NETWORKS = ("resnet18", "mobilenet_v2")
+
+
+def _network(jit, name: str, repeats: int) -> dict:
+    """A zoo network in float on the kernels (`FloatGraph`), against onnxruntime on the ONNX
+    model and the numpy evaluator (float64, one run: it takes seconds)."""
+    from tilecraft.benchmarks.cpu_onnx import session
+    from tilecraft.compiler.frontend import import_model
+    from tilecraft.compiler.frontend.evaluate import evaluate
+    from tilecraft.compiler.llvm.float_graph import FloatGraph
+    from tilecraft.models.zoo import MODELS
+
+    model = MODELS[name](seed=0)
+    graph = import_model(model)
+    x = {graph.inputs[0]: np.random.default_rng(0).standard_normal(
+        graph.shape(graph.inputs[0])).astype(np.float32)}  # fmt: skip
+    start = time.perf_counter()
+    net = FloatGraph(graph, jit)
+    build = time.perf_counter() - start
+    ours = net.run(x)[graph.outputs[0]]
+    start = time.perf_counter()
+    want = evaluate(graph, x)[graph.outputs[0]]
+    numpy_ms = (time.perf_counter() - start) * 1e3
+    ort = session(model)
+    return {"name": f"{name}_network", "dtype": "float32",
+            "ours_ms": _best(repeats, net.run, x), "numpy_ms": numpy_ms,
+            "onnxruntime_ms": _best(repeats, ort, x) if ort else None,
+            "build_ms": build * 1e3, "matches_numpy": cpu_cases._close(ours, want),
+            "macs": 0, "numpy_nodes": net.numpy_nodes}  # fmt: skip
+
+
+def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
+        networks: bool = True) -> dict:  # fmt: skip
     from tilecraft.compiler.llvm.cache import KernelCache
 
     limits = _one_thread()
@@ -67,6 +99,9 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True) -> 
                 "build_ms": build * 1e3, "matches_numpy": ok, "macs": made.macs,
             })  # fmt: skip
             specs.append(made.spec)
+        if networks:
+            rows += [_network(jit, name, max(1, repeats // 2)) for name in
+                     track(NETWORKS, "cpu-fallback networks")]  # fmt: skip
         arm = cpu_cases.arm_builds(specs, tmp, emulate)
     if limits is not None:
         limits.unregister()
@@ -74,6 +109,7 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True) -> 
         r["vs_numpy"] = r["ours_ms"] / r["numpy_ms"]
         r["vs_onnxruntime"] = r["ours_ms"] / r["onnxruntime_ms"] if r["onnxruntime_ms"] else None
     convs = [r for r in rows if r["name"].startswith("conv")]
+    nets = [r for r in rows if r["name"].endswith("_network")]
     return {
         "suite": "cpu-fallback",
         "host_cpu": jit.target.cpu,
@@ -83,6 +119,8 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True) -> 
         "conv_max_vs_numpy": max(r["vs_numpy"] for r in convs),
         "conv_max_vs_onnxruntime": max(r["vs_onnxruntime"] for r in convs
                                        if r["vs_onnxruntime"] is not None),  # fmt: skip
+        "network_max_vs_onnxruntime": max((r["vs_onnxruntime"] for r in nets
+                                           if r["vs_onnxruntime"]), default=None),  # fmt: skip
         "arm": arm,
         "ok": all(r["matches_numpy"] for r in rows) and all(a.get("ok", True) for a in arm),
     }

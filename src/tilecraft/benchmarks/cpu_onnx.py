@@ -79,3 +79,17 @@ def _ort_one(op: str, x, **attrs):
     from onnx import helper
 
     return _session([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": x}, {}, ["y"])
+
+
+def session(model):
+    """A whole ONNX model on onnxruntime, one thread: `run(inputs)`, or None without it."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    s = ort.InferenceSession(model.SerializeToString(), options,
+                             providers=["CPUExecutionProvider"])  # fmt: skip
+    return lambda inputs: s.run(None, inputs)

@@ -244,32 +244,36 @@ class Conv2d(Spec):
             for row in acc:
                 for a in row:
                     b.store(ir.Constant(fv, [0.0] * vw), a)
-            for i in range(kh):  # taps outside, channels inside: small loop bodies that
-                for j in range(kw):  # the A9's 16 NEON registers hold without spilling
-                    self._taps(k, weights, acc, q0, oc0, c0, i, j, phase[i % sh, j % sw])
+            taps = [(i, j, phase[i % sh, j % sw]) for i in range(kh) for j in range(kw)]
+            if k.target.registers >= 32 and kh * kw <= 9:  # channels outside, taps inside:
+                with k.loop(self.chunk, name="c") as dc:  # a weight row's taps read together
+                    for i, j, p in taps:
+                        self._tap(k, weights, acc, q0, oc0, b.add(c0, dc), i, j, p)
+            else:  # taps outside, channels inside: loop bodies whose values 16 registers
+                for i, j, p in taps:  # hold (the A9 spilled the other way round)
+                    with k.loop(self.chunk, name="c") as dc:
+                        self._tap(k, weights, acc, q0, oc0, b.add(c0, dc), i, j, p)
             for r in range(mr if total else 0):
                 for v in range(2):
                     part = b.fptosi(b.load(acc[r][v]), iv)
                     b.store(b.add(b.load(total[r][v]), part), total[r][v])
         self._store(k, q0, oc0, mr, total or acc)
 
-    def _taps(self, k: Kernel, weights, acc, q0, oc0, c0, i: int, j: int, phase: int) -> None:
-        """acc += the products of tap (i, j) over the chunk's input channels."""
+    def _tap(self, k: Kernel, weights, acc, q0, oc0, c, i: int, j: int, phase: int) -> None:
+        """acc += the products of tap (i, j) of input channel `c`."""
         b, vw = k.b, k.target.vector_width
         c_count, (kh, kw), (sh, sw) = self.shape[1], self.kernel, self.stride
         fv = vec(F32, vw)
-        with k.loop(self.chunk, name="c") as dc:
-            c = b.add(c0, dc)
-            plane = b.add(b.mul(k.i(phase), k.i(c_count)), c)
-            at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
-            at = b.add(at, k.i(i // sh * self.pitch + j // sw))
-            vs = [k.load(k.arg["xq"], fv, b.add(at, k.i(v * vw)), align=4) for v in range(2)]
-            for r, row in enumerate(acc):
-                w_at = b.add(b.mul(b.add(oc0, k.i(r)), k.i(c_count)), c)
-                w_at = b.add(b.mul(w_at, k.i(kh * kw)), k.i(i * kw + j))
-                a = k.splat(k.load(weights, F32, w_at), vw)
-                for v in range(2):
-                    b.store(k.fmuladd(a, vs[v], b.load(row[v])), row[v])
+        plane = b.add(b.mul(k.i(phase), k.i(c_count)), c)
+        at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
+        at = b.add(at, k.i(i // sh * self.pitch + j // sw))
+        vs = [k.load(k.arg["xq"], fv, b.add(at, k.i(v * vw)), align=4) for v in range(2)]
+        for r, row in enumerate(acc):
+            w_at = b.add(b.mul(b.add(oc0, k.i(r)), k.i(c_count)), c)
+            w_at = b.add(b.mul(w_at, k.i(kh * kw)), k.i(i * kw + j))
+            a = k.splat(k.load(weights, F32, w_at), vw)
+            for v in range(2):
+                b.store(k.fmuladd(a, vs[v], b.load(row[v])), row[v])
 
     def _store(self, k: Kernel, q0, oc0, mr: int, values) -> None:
         b, vw = k.b, k.target.vector_width
