@@ -1,8 +1,10 @@
 """cpu-fallback: the generated host kernels against numpy and onnxruntime, one thread each,
 same process (BENCHMARKS.md). Cases: the 3x3 64->64 conv at 56x56 and ResNet-18's 1x1
 downsampling conv (float32 and int8), dense 512->1000, ResNet-18's max pool and global average
-pool, and the NCHW <-> blocked layout transforms. Each time is the best of `repeats` warm runs;
-every result is checked against numpy's (int8 bit-exact, float32 within 1e-5 relative).
+pool, the NCHW <-> blocked layout transforms, and float ResNet-18 and MobileNetV2 whole. Each
+time is the best of `repeats` warm runs; every result is checked against numpy's (int8
+bit-exact, float32 within 1e-5 relative). On an AVX-512 host the convs are also timed as an
+AVX2-only CPU would run them (x86-64-v3 code; numpy and onnxruntime keep AVX-512).
 
 numpy's int8 baseline is the fastest exact one: im2col and a float64 BLAS product (exact for
 these sums), then the integer epilogue. onnxruntime runs QLinearConv/QLinearMatMul for int8.
@@ -21,6 +23,7 @@ import numpy as np
 
 from tilecraft.benchmarks import cpu_cases
 from tilecraft.compiler.llvm.jit import Jit
+from tilecraft.compiler.llvm.targets import X86_64
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import track
 
@@ -82,6 +85,7 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
     limits = _one_thread()
     with tempfile.TemporaryDirectory(prefix="tilecraft-bench-") as tmp:
         jit = Jit(KernelCache(tmp))
+        avx2 = Jit(KernelCache(tmp), target=X86_64) if jit.target.vector_width > 8 else None
         rows, specs = [], []
         for case in track(cpu_cases.CASES, "cpu-fallback cases"):
             made = case.make(np.random.default_rng(0))
@@ -98,6 +102,11 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
                 "onnxruntime_ms": _best(repeats, ort) if ort else None,
                 "build_ms": build * 1e3, "matches_numpy": ok, "macs": made.macs,
             })  # fmt: skip
+            if avx2 is not None and case.name.startswith("conv"):  # what an AVX2 CPU runs
+                narrow = avx2.kernel(made.spec)
+                rows[-1]["matches_numpy"] &= made.check(narrow(*made.inputs), made.numpy(
+                    *made.inputs))  # fmt: skip
+                rows[-1]["ours_avx2_ms"] = _best(repeats, narrow, *made.inputs)
             specs.append(made.spec)
         if networks:
             rows += [_network(jit, name, max(1, repeats // 2)) for name in
@@ -142,6 +151,7 @@ def format_table(r: dict) -> str:
         ort = f"{c['onnxruntime_ms']:8.3f}" if c["onnxruntime_ms"] else f"{'-':>8s}"
         vs_ort = f"{c['vs_onnxruntime']:6.2f}" if c["vs_onnxruntime"] else f"{'-':>6s}"
         flag = "" if c["matches_numpy"] else "  MISMATCH"
+        flag += f"  (AVX2 code: {c['ours_avx2_ms']:.3f} ms)" if "ours_avx2_ms" in c else ""
         lines.append(f"{c['name']:28s} {c['dtype']:8s} {c['ours_ms']:9.3f} {c['numpy_ms']:9.3f} "
                      f"{ort} {c['vs_numpy']:7.2f} {vs_ort}{flag}")  # fmt: skip
     lines.append(f"host {r['host_cpu']} ({r['vector_width']} fp32 lanes), one thread; convs at "

@@ -6,7 +6,8 @@ from __future__ import annotations
 from tilecraft.compiler.llvm.build import object_code
 from tilecraft.compiler.llvm.cache import KernelCache
 from tilecraft.compiler.llvm.spec import Spec
-from tilecraft.compiler.llvm.targets import host, llvm, machine
+from tilecraft.compiler.llvm.targets import Target, host, llvm, machine
+from tilecraft.errors import KernelError
 from tilecraft.runtime.kernels import NativeKernel
 
 
@@ -14,11 +15,13 @@ class Jit:
     """Compiles kernel records for this machine and keeps them loaded; `kernel(spec)` is
     memoised per record. `cache` None uses the default folder; False turns it off."""
 
-    def __init__(self, cache: KernelCache | None | bool = None):
+    def __init__(self, cache: KernelCache | None | bool = None, target: Target | None = None):
         b = llvm()
         b.initialize_native_target()
         b.initialize_native_asmprinter()
-        self.target = host()
+        self.target = target or host()  # another x86-64 level (AVX2 on an AVX-512 host)
+        if self.target.triple.split("-")[0] != host().triple.split("-")[0]:
+            raise KernelError(f"the JIT runs {host().triple} code here, not {self.target.triple}")
         self.cache = KernelCache() if cache is None else cache or None
         self._engine = b.create_mcjit_compiler(b.parse_assembly(""), machine(self.target))
         self._loaded: dict[str, NativeKernel] = {}

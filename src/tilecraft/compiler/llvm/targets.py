@@ -18,16 +18,19 @@ class Target:
     vector_width: int  # fp32 lanes of one SIMD register (AVX2 8, NEON 4)
     pointer_bytes: int
     registers: int = 16  # SIMD registers (register tiles are sized to them)
+    tile_rows: int = 4  # output channels of a conv's register tile (two accumulators each)
 
     @property
     def is_host(self) -> bool:
         return self.name == "host"
 
 
-ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16)
-AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32)
-X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16)  # AVX2 + FMA
-NVPTX = Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "", 1, 8, 32)  # CUDA >= 11 drivers
+# The A9 spills a 6-row tile (NEON's multiply-accumulate needs temporaries); AVX2 holds 6
+ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16,
+               4)  # fmt: skip
+AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32, 8)
+X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16, 6)  # AVX2
+NVPTX = Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "", 1, 8, 32, 1)  # CUDA >= 11 drivers
 CROSS = {t.name: t for t in (ARMV7, AARCH64, X86_64, NVPTX)}
 ZIG = {"armv7": ("arm-linux-gnueabihf", "cortex_a9"),  # the linker's names for each target
        "aarch64": ("aarch64-linux-gnu", "cortex_a53"), "x86_64": ("x86_64-linux-gnu", "x86_64_v3")}
@@ -61,7 +64,7 @@ def host() -> Target:
     wide = bool(features.get("avx512f"))
     width = 16 if wide else 8 if features.get("avx2") else 4
     return Target("host", b.get_process_triple(), b.get_host_cpu_name(), features.flatten(),
-                  width, 8, 32 if wide else 16)  # fmt: skip
+                  width, 8, 32 if wide else 16, 8 if wide else 6)  # fmt: skip
 
 
 def target(name: str) -> Target:

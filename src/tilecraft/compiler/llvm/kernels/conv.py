@@ -1,6 +1,6 @@
 """Convolution (NCHW, groups = 1), float32 and int8, as a direct convolution on a register
-tile: MR output channels x 2 vectors of output pixels (MR from the target's register count:
-4 x 16 on AVX2, 8 x 32 on AVX-512, 4 x 8 on ARMv7 NEON, 8 x 8 on AArch64), accumulated by
+tile: MR output channels x 2 vectors of output pixels (MR and the width from the target:
+6 x 16 on AVX2, 8 x 32 on AVX-512, 4 x 8 on ARMv7 NEON, 8 x 8 on AArch64), accumulated by
 multiply-adds over kernel taps and input channels; weights are broadcast one scalar per row.
 
 The input is first copied into a padded scratch copy split into stride phases (for stride s,
@@ -32,12 +32,6 @@ from tilecraft.ops.operators import Epilogue
 
 MAX_NR = 32  # output pixels per register tile, at most (2 vectors of 16 lanes: AVX-512)
 EXACT_TERMS = 1024  # int8 products a float32 sum holds exactly
-
-
-def rows_per_tile(registers: int) -> int:
-    """Output channels per register tile: 2 accumulators each, leaving 8 registers for the
-    operands and temporaries (4 with 16 registers, 8 with 32; 6 with 16 spilled on the A9)."""
-    return min(8, (registers - 8) // 2)
 
 
 @dataclass(frozen=True)
@@ -148,7 +142,7 @@ class Conv2d(Spec):
                 k.store(k.b.sitofp(k.load(weights, I8, i), F32), k.arg["wq"], i)
             weights = k.arg["wq"]
         nr = 2 * k.target.vector_width
-        mr = rows_per_tile(k.target.registers)
+        mr = k.target.tile_rows
         oc = self.out_channels
         with k.loop(self.shape[0], name="n") as n:
             self._phases(k, n)
