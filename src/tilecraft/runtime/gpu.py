@@ -62,7 +62,8 @@ class CudaKernel:
             if b.role == "out":
                 outputs.append(a)
         grid = max(1, -(-self.threads // BLOCK))
-        core.launch(stream, core.LaunchConfig(grid=grid, block=BLOCK), self._kernel, *gpu)
+        pointers = [int(buf.handle) for buf in gpu]  # device addresses: ints pass as intptr_t
+        core.launch(stream, core.LaunchConfig(grid=grid, block=BLOCK), self._kernel, *pointers)
         stream.sync()
         for b, a, buf in zip(self.buffers, host, gpu):
             if b.role == "out":
