@@ -123,7 +123,8 @@ def cmd_compile(args) -> int:
         op = Conv2d(args.N, args.IC, args.H, args.W, args.OC, args.K, args.S, args.P)
     else:
         op = Dense(args.M, args.K, args.N)
-    options = {"schedule": _schedule(args.schedule), "max_insns": args.max_insns}
+    options = {"schedule": _schedule(args.schedule) or _recorded(args, cfg, op, ep),
+               "max_insns": args.max_insns}  # fmt: skip
     plan_operator(cfg, op, ep, **options)  # a layer too large fails before its weights exist
     params = random_params(
         op, ep, np.random.default_rng(args.seed), arrays=not args.params_as_inputs
@@ -238,6 +239,19 @@ def _schedule(text: str | None):
     return ConvSchedule(*tiles, order=order, double_buffer="single" not in extra)
 
 
+def _recorded(args, cfg, op, ep):
+    """The best schedule `--records` holds for the layer (None without records or a match)."""
+    if not args.records:
+        return None
+    from tilecraft.compiler.tune.records import Records
+    from tilecraft.compiler.tune.task import Task
+    from tilecraft.compiler.tune.tuner import best_schedule
+
+    best = best_schedule(Records(args.records, cfg.digest, None), Task(cfg, op, ep))
+    print(f"records: {'best schedule ' + best.describe() if best else 'nothing for this layer'}")
+    return best
+
+
 # ---- arguments -----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tilecraft", description=__doc__)
@@ -296,6 +310,8 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--relu", action="store_true")
         q.add_argument("--residual", action="store_true", help="add an int8 residual input")
         q.add_argument("--schedule", help="TILE_OC,TILE_IC,TILE_OH,TILE_OW[,ORDER][,single]")
+        q.add_argument("--records", help="tuning records (tilecraft tune): use the best "
+                       "schedule they hold for this layer")  # fmt: skip
         q.add_argument(
             "--params-as-inputs",
             action="store_true",
@@ -344,9 +360,10 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--json", help="write the figures as JSON here")
     res.set_defaults(func=cmd_hw_resources)
 
-    from tilecraft.cli.network import add_parsers
+    from tilecraft.cli import network, tune
 
-    add_parsers(sub, _count)
+    network.add_parsers(sub, _count)
+    tune.add_parsers(sub, _count)
     return p
 
 

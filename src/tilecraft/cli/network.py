@@ -80,8 +80,13 @@ def cmd_compile_model(args) -> int:
         raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N "
                          "(a model quantized to QDQ brings its own scales)")  # fmt: skip
     exact = {"auto": None, "exact": True, "fast": False}[args.requant]
+    records = None
+    if args.records:
+        from tilecraft.compiler.tune.records import Records
+
+        records = Records(args.records, cfg.digest, None)
     result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget,
-                             exact_requant=exact)  # fmt: skip
+                             exact_requant=exact, records=records)  # fmt: skip
     model = result.model
     steps = len(model.steps)
     print(
@@ -262,6 +267,8 @@ def add_parsers(sub, count) -> None:
                       "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
                       "one multiplier; auto: exact for a model with its own scales (QDQ)",
                       )  # fmt: skip
+    comp.add_argument("--records", help="tuning records (tilecraft tune): each layer they "
+                      "cover takes the best schedule found")  # fmt: skip
     comp.add_argument("--host-target", metavar="TARGET", help="also build the model's host "
                       "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
                       "beside the output: NAME.kernels.so + NAME.kernels.json")  # fmt: skip

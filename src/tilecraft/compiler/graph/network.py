@@ -30,10 +30,12 @@ from tilecraft.compiler.quant.quantize import (
     check_supported,
     quantize,
 )
+from tilecraft.compiler.tune.task import Task
+from tilecraft.compiler.tune.tuner import best_schedule
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import ConvSchedule, DepthwiseConv2d, MaxPool2d
+from tilecraft.ops import Conv2d, ConvSchedule, Dense, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
 from tilecraft.progress import track
 from tilecraft.runtime.model import (
@@ -127,11 +129,12 @@ def _step(layer, index: int) -> AcceleratorStep:
 
 def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
                 chain: bool = True, budget: int = DEFAULT_BUDGET,
-                layer_programs: dict | None = None) -> CompiledModel:  # fmt: skip
+                layer_programs: dict | None = None, records=None) -> CompiledModel:  # fmt: skip
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
     blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
-    its producer's. `layer_programs`, if given, receives each layer's own program."""
+    its producer's. `layer_programs`, if given, receives each layer's own program; `records`
+    (`tune.records.Records`), the schedules tuning found, used for each layer they cover."""
     steps, programs, host_constants = [], [], {}
     chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
     pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
@@ -154,7 +157,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         made = {layer.output for layer in run}
         compiled = [pools[layer.name] if isinstance(layer, FIXED) else
                     _compile(cfg, layer, chosen, measure,
-                             fold=None if layer.input not in made else False, check=not chain)
+                             fold=None if layer.input not in made else False, check=not chain,
+                             records=records)
                     for layer in run]  # fmt: skip
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
@@ -220,9 +224,15 @@ def _reads(layer) -> list[str]:
     return list(layer.inputs)
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bool):
-    """The layer's program; unverified without `check` (a chain verifies what it builds)."""
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bool,
+             records=None):  # fmt: skip
+    """The layer's program; unverified without `check` (a chain verifies what it builds).
+    A schedule the records hold for the layer's shape is taken as chosen."""
     key = _schedule_key(layer) + (fold,)
+    if records is not None and key not in chosen and isinstance(layer.op, (Conv2d, Dense)):
+        best = best_schedule(records, Task(cfg, layer.op, layer.epilogue, fold))
+        if best is not None:
+            chosen[key] = best
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               **layer.vectors,
               "name": layer.name, "fold": fold, "measure": measure, "check": check}  # fmt: skip
@@ -246,8 +256,8 @@ def _schedule_key(layer: AccelLayer) -> tuple:
 
 def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
                     input_shapes=None, measure: int = MEASURED, chain: bool = True,
-                    budget: int = DEFAULT_BUDGET,
-                    exact_requant: bool | None = None) -> NetworkCompilation:  # fmt: skip
+                    budget: int = DEFAULT_BUDGET, exact_requant: bool | None = None,
+                    records=None) -> NetworkCompilation:  # fmt: skip
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
     see `quantize` (default: for a model that brings its own scales)."""
@@ -268,6 +278,6 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
     model = build_model(cfg, net, measure, chain=chain, budget=budget,
-                        layer_programs=layer_programs)  # fmt: skip
+                        layer_programs=layer_programs, records=records)  # fmt: skip
     seconds["compile"] = time.perf_counter() - start
     return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs)

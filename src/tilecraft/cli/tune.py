@@ -1,0 +1,113 @@
+"""`tilecraft tune conv2d|dense ...`: tune one layer's schedule, with records."""
+
+from __future__ import annotations
+
+from tilecraft.errors import TilecraftError
+
+
+def layer_task(args):
+    """The `Task` of a `conv2d`/`dense` command's layer arguments."""
+    from tilecraft.boards import resolve_config
+    from tilecraft.compiler.tune.task import Task
+    from tilecraft.ops import Conv2d, Dense, Epilogue
+
+    ep = Epilogue(args.bias, args.multiplier, args.shift, args.residual, args.relu)
+    if args.op == "conv2d":
+        op = Conv2d(args.N, args.IC, args.H, args.W, args.OC, args.K, args.S, args.P)
+    else:
+        op = Dense(args.M, args.K, args.N)
+    return Task(resolve_config(args.config), op, ep)
+
+
+def cmd_tune(args) -> int:
+    from tilecraft.compiler.tune.measure import measurer
+    from tilecraft.compiler.tune.records import Records, tool_version
+    from tilecraft.compiler.tune.tuner import tune
+    from tilecraft.progress import enabled
+
+    task = layer_task(args)
+    meter = measurer(args.measure)
+    if args.trials < 1:
+        raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
+    records = Records(args.records, task.config.digest, tool_version(meter.name)) \
+        if args.records else None  # fmt: skip
+    print(task.describe())
+    if records is not None:
+        ignored = records.other_config + records.other_tool
+        print(f"records {args.records}: {len(records.of(task.key))} of this layer"
+              + (f"; {ignored} of other configs or tools ignored" if ignored else ""))
+    show = _progress(args.trials) if enabled() else (lambda r, s: None)
+    result = tune(task, meter, args.trials, records, strategy=args.strategy, seed=args.seed,
+                  batch=args.batch, progress=show)  # fmt: skip
+    print(f"\nbest {result.best_cycles:,} cycles: {result.best.describe()}" if result.best
+          else "\nno schedule measured successfully")  # fmt: skip
+    print(f"{result.measured} measured ({result.failed} failed), {result.resumed} from the "
+          f"records, in {result.seconds:.1f} s ({args.strategy})")  # fmt: skip
+    if args.plot:
+        random = tune(task, meter, args.trials, None, strategy="random", seed=args.seed,
+                      batch=args.batch)  # fmt: skip
+        _plot(args.plot, task, result, random)
+        print(f"plot written to {args.plot}")
+    return 0 if result.best else 1
+
+
+def _progress(trials: int):
+    def show(result, seconds: float) -> None:
+        best = f"{result.best_cycles:,}" if result.best_cycles else "-"
+        rate = result.measured / seconds if seconds else 0.0
+        print(f"\r  {result.measured}/{trials} trials, best {best} cycles, {rate:.1f} trials/s",
+              end="", flush=True)  # fmt: skip
+
+    return show
+
+
+def _plot(path: str, task, tuned, random) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise TilecraftError("--plot needs matplotlib: pip install 'tilecraft[plot]'") from None
+    from tilecraft.files import check_writable
+
+    check_writable(path, "plot")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r, label in ((tuned, "XGBoost tuner"), (random, "random search")):
+        ys = [c for c in r.curve]
+        ax.plot(range(1, len(ys) + 1), ys, label=label)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best cycles so far (cycle model)")
+    ax.set_title(task.op.describe(), fontsize=8)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def add_parsers(sub, count) -> None:
+    tune = sub.add_parser("tune", help="tune a layer's schedule (XGBoost cost model, records)")
+    ops = tune.add_subparsers(title="operator")
+    conv = ops.add_parser("conv2d", help="a conv2d layer")
+    for name, default in (("N", 1), ("IC", 64), ("H", 56), ("W", 56), ("OC", 64), ("K", 3),
+                          ("S", 1), ("P", 1)):  # fmt: skip
+        conv.add_argument(f"--{name}", type=int, default=default)
+    conv.set_defaults(func=cmd_tune, op="conv2d")
+    dense = ops.add_parser("dense", help="a dense layer")
+    for name, default in (("M", 64), ("K", 256), ("N", 128)):
+        dense.add_argument(f"--{name}", type=int, default=default)
+    dense.set_defaults(func=cmd_tune, op="dense")
+    for q in (conv, dense):
+        q.add_argument("--config", default="default", help="config name or .toml/.json")
+        q.add_argument("--bias", action="store_true")
+        q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")
+        q.add_argument("--shift", type=int, default=8)
+        q.add_argument("--relu", action="store_true")
+        q.add_argument("--residual", action="store_true")
+        q.add_argument("--trials", type=count, default=64, help="schedules to measure")
+        q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
+        q.add_argument("--measure", default="sim", help="sim (the cycle model) or rtl")
+        q.add_argument("--strategy", choices=["model", "random"], default="model")
+        q.add_argument("--batch", type=count, default=8, help="schedules per model update")
+        q.add_argument("--seed", type=count, default=0)
+        q.add_argument("--plot", help="PNG: best-so-far against random search")

@@ -1,0 +1,81 @@
+"""Measurers: how many cycles a schedule takes, behind one interface. `CycleModel` builds the
+layer's program with the schedule and runs the cycle model (the default, cheap and exact for
+the model); `Rtl` runs the program on the generated Verilog. A measurement that fails is a
+result with its error, never an exception out of the tuner."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from tilecraft.errors import TilecraftError
+
+
+@dataclass(frozen=True)
+class Result:
+    cycles: int | None
+    error: str | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.cycles is not None
+
+
+class Measurer(Protocol):
+    name: str
+
+    def measure(self, task, schedule) -> Result: ...
+
+
+class CycleModel:
+    """The cycle model (`sim.simulator.model_report`) on the program the schedule builds."""
+
+    name = "cycle-model"
+
+    def measure(self, task, schedule) -> Result:
+        from tilecraft.compiler.pipeline import compile_operator
+        from tilecraft.sim.simulator import model_report
+
+        start = time.perf_counter()
+        try:
+            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
+                                       fold=task.mapped.folded, check=False).program  # fmt: skip
+            cycles = model_report(program).cycles
+        except TilecraftError as exc:  # e.g. more micro-op kernels than fit
+            return Result(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        return Result(int(cycles), None, time.perf_counter() - start)
+
+
+class Rtl:
+    """The generated Verilog under cocotb + Verilator (the `rtl` device), random inputs."""
+
+    name = "rtl"
+
+    def measure(self, task, schedule) -> Result:
+        import numpy as np
+
+        from tilecraft.compiler.pipeline import compile_operator
+        from tilecraft.runtime import get_device
+        from tilecraft.runtime.layout import pack_inputs, random_inputs
+
+        start = time.perf_counter()
+        try:
+            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
+                                       fold=task.mapped.folded).program  # fmt: skip
+            x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
+            cycles = get_device("rtl").run(program, x).report.cycles
+        except TilecraftError as exc:
+            return Result(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        return Result(int(cycles), None, time.perf_counter() - start)
+
+
+MEASURERS = {"sim": CycleModel, "rtl": Rtl}
+
+
+def measurer(name: str) -> Measurer:
+    """A measurer by name: sim (the cycle model) or rtl; the board's comes with its device."""
+    if name not in MEASURERS:
+        raise TilecraftError(f"unknown measurer {name!r}; valid: {', '.join(MEASURERS)}")
+    return MEASURERS[name]()

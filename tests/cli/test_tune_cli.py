@@ -1,0 +1,42 @@
+"""`tilecraft tune`: a layer tuned with records, resumed, its best schedule applied by
+`tilecraft compile --records`; and its errors on bad input."""
+
+import json
+
+import pytest
+
+from tilecraft.cli import main
+
+pytest.importorskip("xgboost", reason="the cost model needs xgboost (the tune extra)")
+LAYER = ["--H", "8", "--W", "8", "--IC", "16", "--OC", "32", "--K", "3"]
+
+
+def test_tune_resume_then_compile_with_the_records(tmp_path, capsys):
+    records = tmp_path / "tune.jsonl"
+    plot = tmp_path / "curve.png"
+    assert main(["tune", "conv2d", *LAYER, "--trials", "12", "--records", str(records),
+                 "--plot", str(plot)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "best" in out and "12 measured" in out and plot.stat().st_size > 0
+    assert main(["tune", "conv2d", *LAYER, "--trials", "5", "--records", str(records)]) == 0
+    out = capsys.readouterr().out
+    assert "12 of this layer" in out and "12 from the records" in out
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(lines) == 17 and len({r["schedule"] for r in lines}) == 17
+    best = min((r for r in lines if r["cycles"]), key=lambda r: r["cycles"])
+    program = tmp_path / "p.tcp"
+    assert main(["compile", "conv2d", *LAYER, "--records", str(records), "-o",
+                 str(program)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "records: best schedule" in out
+    chosen = json.loads(best["schedule"])
+    assert f"tiles oc={chosen['tile_oc']} ic={chosen['tile_ic']}" in out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--trials", "0"], "--trials must be at least 1, not 0"),
+    (["--measure", "fpga"], "unknown measurer 'fpga'; valid: sim, rtl"),
+])  # fmt: skip
+def test_bad_tune_requests(capsys, extra, message):
+    assert main(["tune", "conv2d", *LAYER, *extra]) == 1
+    assert message in capsys.readouterr().err
