@@ -28,12 +28,19 @@ from tilecraft.sim.simulator import model_report
 EPILOGUE = Epilogue(shift=8, relu=True)
 
 
-def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True) -> dict:
+def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True,
+              records=None) -> dict:  # fmt: skip
     op = layer_op(layer)
     w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
     x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+    schedule = None
+    if records is not None:  # the best schedule tuning found for the layer
+        from tilecraft.compiler.tune.task import Task
+        from tilecraft.compiler.tune.tuner import best_schedule
+
+        schedule = best_schedule(records, Task(cfg, op, EPILOGUE))
     t0 = time.perf_counter()
-    comp = compile_conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
+    comp = compile_conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"], schedule=schedule)
     compile_s = time.perf_counter() - t0
     program = comp.program
     ideal = op.macs / cfg.macs_per_cycle
@@ -79,14 +86,22 @@ def run(
     seed: int = 0,
     check: bool = True,
     rtl: list[str] | None = None,
+    records: str | None = None,
 ) -> dict:
-    """The suite's JSON; with `rtl`, the named layers on the generated Verilog instead."""
+    """The suite's JSON; with `rtl`, the named layers on the generated Verilog instead; with
+    `records` (tilecraft tune), each layer on the best schedule they hold."""
     if rtl:
         return run_on_rtl(cfg, rtl, seed)
     cfg = cfg or HwConfig()
     layers = layers or resnet18_layers()
     rng = np.random.default_rng(seed)
-    rows = [run_layer(cfg, layer, rng, check) for layer in track(layers, "resnet18-layers")]
+    tuned = None
+    if records:
+        from tilecraft.compiler.tune.records import Records
+
+        tuned = Records(records, cfg.digest, None)
+    rows = [run_layer(cfg, layer, rng, check, tuned)
+            for layer in track(layers, "resnet18-layers")]  # fmt: skip
     macs = sum(r["macs"] for r in rows)
     result = {
         "suite": "resnet18-layers",

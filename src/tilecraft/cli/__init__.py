@@ -143,8 +143,11 @@ def cmd_bench(args) -> int:
     if args.plot and not hasattr(module, "plot"):
         raise TilecraftError(f"--plot is for resnet18-layers, not {args.suite}")
     options = {
-        "resnet18-layers": {"check": not args.no_check, "rtl": _names(args.rtl)},
+        "resnet18-layers": {"check": not args.no_check, "rtl": _names(args.rtl),
+                            "records": args.records},
         "rtl-speed": {"random": args.random},
+        "tuner": {"seeds": args.seeds, "layers": _names(args.layers),
+                  "save_tables": args.save_tables},
     }.get(args.suite, {})
     config = args.config or getattr(module, "PRESET", "default")
     result = module.run(resolve_config(config), **options)
@@ -347,6 +350,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
     )
+    bench.add_argument("--records", help="resnet18-layers: tuning records; each layer takes "
+                       "the best schedule they hold")  # fmt: skip
+    bench.add_argument("--seeds", type=_positive, default=3, help="tuner: seeds per layer")
+    bench.add_argument("--layers", metavar="C1,C2", help="tuner: only these layers")
+    bench.add_argument("--save-tables", metavar="FILE.npz", help="tuner: write the exhaustive "
+                       "tables (the package's data/tuner_tables.npz)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
 
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")

@@ -20,12 +20,32 @@ def layer_task(args):
 
 
 def cmd_tune(args) -> int:
+    if args.op == "resnet18-layers":
+        return _tune_resnet18(args)
+    return _tune_one(args, layer_task(args))
+
+
+def _tune_resnet18(args) -> int:
+    """Every ResNet-18 conv layer (C1-C11) with the resnet18-layers epilogue, in turn."""
+    from tilecraft.benchmarks.resnet18_layers import EPILOGUE
+    from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
+    from tilecraft.boards import resolve_config
+    from tilecraft.compiler.tune.task import Task
+
+    cfg = resolve_config(args.config)
+    failed = 0
+    for layer in resnet18_layers():
+        print(f"{layer['name']}: ", end="")
+        failed += _tune_one(args, Task(cfg, layer_op(layer), EPILOGUE), plot=False)
+    return 1 if failed else 0
+
+
+def _tune_one(args, task, plot: bool = True) -> int:
     from tilecraft.compiler.tune.measure import measurer
     from tilecraft.compiler.tune.records import Records, tool_version
     from tilecraft.compiler.tune.tuner import tune
     from tilecraft.progress import enabled
 
-    task = layer_task(args)
     meter = measurer(args.measure)
     if args.trials < 1:
         raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
@@ -43,7 +63,7 @@ def cmd_tune(args) -> int:
           else "\nno schedule measured successfully")  # fmt: skip
     print(f"{result.measured} measured ({result.failed} failed), {result.resumed} from the "
           f"records, in {result.seconds:.1f} s ({args.strategy})")  # fmt: skip
-    if args.plot:
+    if args.plot and plot:
         random = tune(task, meter, args.trials, None, strategy="random", seed=args.seed,
                       batch=args.batch)  # fmt: skip
         _plot(args.plot, task, result, random)
@@ -97,13 +117,11 @@ def add_parsers(sub, count) -> None:
     for name, default in (("M", 64), ("K", 256), ("N", 128)):
         dense.add_argument(f"--{name}", type=int, default=default)
     dense.set_defaults(func=cmd_tune, op="dense")
-    for q in (conv, dense):
+    every = ops.add_parser("resnet18-layers", help="ResNet-18's conv layers C1-C11 in turn "
+                           "(the resnet18-layers epilogue), into one records file")  # fmt: skip
+    every.set_defaults(func=cmd_tune, op="resnet18-layers")
+    for q in (conv, dense, every):
         q.add_argument("--config", default="default", help="config name or .toml/.json")
-        q.add_argument("--bias", action="store_true")
-        q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")
-        q.add_argument("--shift", type=int, default=8)
-        q.add_argument("--relu", action="store_true")
-        q.add_argument("--residual", action="store_true")
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")
         q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
         q.add_argument("--measure", default="sim", help="sim (the cycle model) or rtl")
@@ -111,3 +129,9 @@ def add_parsers(sub, count) -> None:
         q.add_argument("--batch", type=count, default=8, help="schedules per model update")
         q.add_argument("--seed", type=count, default=0)
         q.add_argument("--plot", help="PNG: best-so-far against random search")
+    for q in (conv, dense):
+        q.add_argument("--bias", action="store_true")
+        q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")
+        q.add_argument("--shift", type=int, default=8)
+        q.add_argument("--relu", action="store_true")
+        q.add_argument("--residual", action="store_true")

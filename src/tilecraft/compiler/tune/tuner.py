@@ -38,9 +38,12 @@ class TuneResult:
 
 def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = None, *,
          strategy: str = "model", seed: int = 0, batch: int = 8, epsilon: float = 0.1,
-         warm: list | None = None, progress: Callable | None = None) -> TuneResult:  # fmt: skip
-    """Measure up to `trials` new schedules of `task` (fewer if the space runs out) and
-    return the best one found, counting what `records` already held."""
+         warm: list | None = None, progress: Callable | None = None,
+         target: int | None = None) -> TuneResult:  # fmt: skip
+    """Measure up to `trials` new schedules of `task` (fewer if the space runs out, or once a
+    schedule of at most `target` cycles is found) and return the best one found, counting
+    what `records` already held. `warm`: (features, cycles) of other layers, to start from a
+    trained model (transfer)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TilecraftError(f"trials must be a positive whole number, not {trials!r}")
     if strategy not in STRATEGIES:
@@ -58,10 +61,16 @@ def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = 
     x = features(task) if strategy == "model" else None
     rng = np.random.default_rng(seed)
     model = CostModel(seed)
-    while result.measured < trials and len(cycles) < len(space):
+    def reached() -> bool:
+        return target is not None and result.best_cycles is not None and \
+            result.best_cycles <= target  # fmt: skip
+
+    while result.measured < trials and len(cycles) < len(space) and not reached():
         size = min(batch, trials - result.measured, len(space) - len(cycles))
         picks = _propose(x, len(space), cycles, size, strategy, model, warm, rng, epsilon)
         for i in picks:
+            if reached():
+                break
             r = measurer.measure(task, space[i])
             cycles[i] = r.cycles
             result.measured += 1

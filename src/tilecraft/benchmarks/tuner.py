@@ -1,0 +1,149 @@
+"""tuner: the XGBoost tuner against random search on ResNet-18's conv layers (BENCHMARKS.md),
+on the default config with the resnet18-layers epilogue (shift 8, ReLU).
+
+Per layer, every schedule is measured once on the cycle model (the exhaustive table; shipped
+in `data/tuner_tables.npz` for this compiler's spaces, measured again when a space changed).
+Then, for several seeds, the trials the tuner and random search need to reach a schedule
+within 95% of the exhaustive best (cycles <= best / 0.95), both replaying the table (the
+cycle model is deterministic, so replaying it is measuring it). Transfer: the tuner
+warm-started with the other layers' measurements. And the schedules a 64-trial tuning run
+finds, as resnet18-layers would report them: utilization and roofline fraction."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from tilecraft.benchmarks.resnet18_layers import EPILOGUE
+from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
+from tilecraft.compiler.tune.features import features
+from tilecraft.compiler.tune.measure import CycleModel
+from tilecraft.compiler.tune.table import Replay, measure_all, space_digest
+from tilecraft.compiler.tune.task import Task
+from tilecraft.compiler.tune.tuner import tune
+from tilecraft.hw.config import HwConfig
+from tilecraft.progress import track
+
+PRESET = "default"
+TUNED_TRIALS = 64
+WARM_SAMPLES = 96  # measurements of each other layer a warm start learns from
+
+
+def load_tables() -> dict[str, np.ndarray]:
+    path = resources.files(__package__).joinpath("data/tuner_tables.npz")
+    try:
+        with path.open("rb") as f, np.load(f, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        return {}
+
+
+def table(task: Task, name: str, tables: dict) -> tuple[np.ndarray, bool]:
+    """The layer's exhaustive cycles, and whether they were measured now (slow)."""
+    digest = space_digest(task)
+    if f"cycles_{name}" in tables and str(tables[f"digest_{name}"]) == digest:
+        return tables[f"cycles_{name}"], False
+    return measure_all(task, CycleModel()), True
+
+
+def run(cfg: HwConfig | None = None, seeds: int = 3, layers: list[str] | None = None,
+        save_tables: str | None = None) -> dict:  # fmt: skip
+    cfg = cfg or HwConfig()
+    chosen = [x for x in resnet18_layers() if layers is None or x["name"] in layers]
+    tables = load_tables()
+    tasks, cycles, measured_now = {}, {}, []
+    for layer in track(chosen, "exhaustive tables"):
+        name = layer["name"]
+        tasks[name] = Task(cfg, layer_op(layer), EPILOGUE)
+        cycles[name], fresh = table(tasks[name], name, tables)
+        if fresh:
+            measured_now.append(name)
+    if save_tables:
+        arrays = {f"cycles_{n}": c for n, c in cycles.items()}
+        arrays.update({f"digest_{n}": np.array(space_digest(tasks[n])) for n in cycles})
+        np.savez_compressed(Path(save_tables), **arrays)
+    rows = [_layer(name, tasks, cycles, seeds) for name in track(list(tasks), "tuning runs")]
+    ratios = [r["trials_ratio"] for r in rows]
+    macs = sum(r["macs"] for r in rows)
+    return {
+        "suite": "tuner",
+        "config": cfg.tag,
+        "seeds": seeds,
+        "layers": rows,
+        "median_trials_ratio": float(np.median(ratios)),
+        "median_transfer_trials_saved": float(np.median([r["transfer_saved"] for r in rows])),
+        "tuned_min_roofline_fraction": min(r["tuned_roofline_fraction"] for r in rows),
+        "tuned_mac_weighted_utilization": sum(r["macs"] * r["tuned_utilization"]
+                                              for r in rows) / macs,  # fmt: skip
+        "tables_measured_now": measured_now,
+    }
+
+
+def _layer(name: str, tasks: dict, cycles: dict, seeds: int) -> dict:
+    from tilecraft.compiler.pipeline import compile_operator
+    from tilecraft.sim.simulator import model_report
+
+    task, c = tasks[name], cycles[name]
+    replay = Replay(task, c, space_digest(task))
+    best = int(c[c >= 0].min())
+    target = int(best / 0.95)
+    cap = len(task.space)
+
+    def trials(strategy: str, seed: int, warm=None) -> int:
+        return tune(task, replay, cap, strategy=strategy, seed=seed, target=target,
+                    warm=warm).measured  # fmt: skip
+
+    tuner = [trials("model", s) for s in range(seeds)]
+    random = [trials("random", s) for s in range(seeds)]
+    warm = _warm(name, tasks, cycles)
+    transfer = [trials("model", s, warm) for s in range(seeds)]
+    found = tune(task, replay, TUNED_TRIALS, seed=0)
+    program = compile_operator(task.config, task.op, task.epilogue, schedule=found.best,
+                               check=False).program  # fmt: skip
+    report = model_report(program)
+    ideal = task.op.macs / task.config.macs_per_cycle
+    roofline = max(ideal, sum(report.dram_bytes.values()) / task.config.axi_bytes)
+    return {
+        "name": name, "schedules": cap, "failed": int((c < 0).sum()), "macs": task.op.macs,
+        "exhaustive_best": best, "target_cycles": target,
+        "tuner_trials": tuner, "random_trials": random, "transfer_trials": transfer,
+        "trials_ratio": float(np.median(random) / np.median(tuner)),
+        "transfer_saved": float(np.median(tuner) - np.median(transfer)),
+        "tuned_cycles": report.cycles, "tuned_schedule": found.best.describe(),
+        "tuned_utilization": ideal / report.cycles,
+        "tuned_roofline_fraction": roofline / report.cycles,
+    }  # fmt: skip
+
+
+def _warm(name: str, tasks: dict, cycles: dict) -> list:
+    """(features, cycles) of a seeded sample of every other layer's table."""
+    groups = []
+    rng = np.random.default_rng(7)
+    for other, task in tasks.items():
+        if other == name:
+            continue
+        c = cycles[other]
+        ok = np.flatnonzero(c >= 0)
+        pick = rng.choice(ok, size=min(WARM_SAMPLES, len(ok)), replace=False)
+        groups.append((features(task, [task.space[i] for i in pick]), c[pick]))
+    return groups
+
+
+def format_table(r: dict) -> str:
+    lines = [f"{'layer':6s} {'space':>6s} {'best':>9s} {'tuner':>14s} {'random':>16s} "
+             f"{'warm':>12s} {'ratio':>6s} {'tuned util':>10s}"]  # fmt: skip
+    for x in r["layers"]:
+        lines.append(f"{x['name']:6s} {x['schedules']:6d} {x['exhaustive_best']:9,d} "
+                     f"{str(x['tuner_trials']):>14s} {str(x['random_trials']):>16s} "
+                     f"{str(x['transfer_trials']):>12s} {x['trials_ratio']:6.1f} "
+                     f"{x['tuned_utilization']:10.3f}")  # fmt: skip
+    lines.append(f"median trials ratio (random / tuner) {r['median_trials_ratio']:.1f} "
+                 f"(goal >= 4); transfer saves {r['median_transfer_trials_saved']:.0f} trials "
+                 f"(median); tuned: min roofline fraction "
+                 f"{r['tuned_min_roofline_fraction']:.3f}, MAC-weighted utilization "
+                 f"{r['tuned_mac_weighted_utilization']:.3f}")  # fmt: skip
+    if r["tables_measured_now"]:
+        lines.append(f"exhaustive tables measured in this run: {r['tables_measured_now']}")
+    return "\n".join(lines)
