@@ -40,3 +40,13 @@ def test_tune_resume_then_compile_with_the_records(tmp_path, capsys):
 def test_bad_tune_requests(capsys, extra, message):
     assert main(["tune", "conv2d", *LAYER, *extra]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_tune_on_a_local_dask_cluster(tmp_path, capsys):
+    pytest.importorskip("distributed", reason="distributed measurement needs dask")
+    records = tmp_path / "tune.jsonl"
+    assert main(["tune", "conv2d", *LAYER, "--trials", "8", "--workers", "2", "--records",
+                 str(records)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "on 2 Dask worker(s) (a local cluster)" in out and "8 measured" in out
+    assert len(records.read_text().splitlines()) == 8

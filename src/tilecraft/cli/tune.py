@@ -42,13 +42,29 @@ def _tune_resnet18(args) -> int:
 
 def _tune_one(args, task, plot: bool = True) -> int:
     from tilecraft.compiler.tune.measure import measurer
+
+    if args.trials < 1:
+        raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
+    meter = measurer(args.measure)
+    if args.workers or args.scheduler:
+        from tilecraft.compiler.tune.distributed import DaskMeasurer
+
+        meter = DaskMeasurer(args.measure, workers=args.workers or 2, scheduler=args.scheduler,
+                             fpga=args.fpga)  # fmt: skip
+        print(f"measuring on {meter.workers} Dask worker(s)"
+              + (f" at {args.scheduler}" if args.scheduler else " (a local cluster)"))
+    try:
+        return _run(args, task, meter, plot)
+    finally:
+        if hasattr(meter, "close"):
+            meter.close()
+
+
+def _run(args, task, meter, plot: bool) -> int:
     from tilecraft.compiler.tune.records import Records, tool_version
     from tilecraft.compiler.tune.tuner import tune
     from tilecraft.progress import enabled
 
-    meter = measurer(args.measure)
-    if args.trials < 1:
-        raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
     records = Records(args.records, task.config.digest, tool_version(meter.name)) \
         if args.records else None  # fmt: skip
     print(task.describe())
@@ -129,6 +145,12 @@ def add_parsers(sub, count) -> None:
         q.add_argument("--batch", type=count, default=8, help="schedules per model update")
         q.add_argument("--seed", type=count, default=0)
         q.add_argument("--plot", help="PNG: best-so-far against random search")
+        q.add_argument("--workers", type=count, default=0, metavar="N",
+                       help="measure on a local Dask cluster of N worker processes")
+        q.add_argument("--scheduler", metavar="ADDRESS", help="measure on the Dask cluster at "
+                       "ADDRESS (tcp://host:8786)")  # fmt: skip
+        q.add_argument("--fpga", action="store_true", help="each measurement takes one FPGA "
+                       "resource (a board's worker: dask worker ... --resources FPGA=1)")
     for q in (conv, dense):
         q.add_argument("--bias", action="store_true")
         q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")

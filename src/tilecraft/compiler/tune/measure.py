@@ -17,6 +17,7 @@ class Result:
     cycles: int | None
     error: str | None
     seconds: float
+    note: str = ""  # how it was measured, when that matters (retried elsewhere)
 
     @property
     def ok(self) -> bool:

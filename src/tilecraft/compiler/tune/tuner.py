@@ -68,16 +68,19 @@ def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = 
     while result.measured < trials and len(cycles) < len(space) and not reached():
         size = min(batch, trials - result.measured, len(space) - len(cycles))
         picks = _propose(x, len(space), cycles, size, strategy, model, warm, rng, epsilon)
-        for i in picks:
-            if reached():
+        batch_results = measurer.measure_many(task, [space[i] for i in picks]) \
+            if hasattr(measurer, "measure_many") else None  # fmt: skip
+        for n, i in enumerate(picks):
+            if reached() and batch_results is None:  # measured ones are recorded all the same
                 break
-            r = measurer.measure(task, space[i])
+            r = batch_results[n] if batch_results else measurer.measure(task, space[i])
             cycles[i] = r.cycles
             result.measured += 1
             result.failed += r.cycles is None
             if records is not None:
                 records.append(Record(task.key, task.config.digest, schedule_key(space[i]),
-                                      r.cycles, r.error, records.tool, r.seconds))  # fmt: skip
+                                      r.cycles, r.error, records.tool, r.seconds,
+                                      r.note))  # fmt: skip
             _advance(result, r.cycles, space[i])
             if progress is not None:
                 progress(result, time.perf_counter() - start)
