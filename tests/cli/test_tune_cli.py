@@ -50,3 +50,18 @@ def test_tune_on_a_local_dask_cluster(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "on 2 Dask worker(s) (a local cluster)" in out and "8 measured" in out
     assert len(records.read_text().splitlines()) == 8
+
+
+def test_tune_a_model_then_compile_it_with_the_records(tmp_path, capsys):
+    from network_models import tiny_resnet
+
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    records = tmp_path / "tiny.jsonl"
+    assert main(["tune", str(onnx_file), "--calib-random", "1", "--trials", "4",
+                 "--records", str(records)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    layers = [json.loads(line)["task"] for line in records.read_text().splitlines()]
+    assert len(set(layers)) == out.count("4 measured") >= 5  # each distinct conv and dense
+    assert main(["compile", str(onnx_file), "--calib-random", "1", "--report", "0",
+                 "--records", str(records), "-o", str(tmp_path / "m.tcm")]) == 0  # fmt: skip

@@ -32,6 +32,9 @@ def _negative_values(argv: list[str]) -> list[str]:
     out = list(argv)
     if len(out) > 1 and out[0] == "compile" and out[1] not in ("conv2d", "dense", "-h", "--help"):
         out[0] = "compile-model"  # `tilecraft compile MODEL.onnx ...`
+    if len(out) > 1 and out[0] == "tune" and out[1] not in ("conv2d", "dense", "resnet18-layers",
+                                                            "model", "-h", "--help"):
+        out.insert(1, "model")  # `tilecraft tune MODEL.onnx ...`
     for i in range(len(out) - 2, -1, -1):
         value = out[i + 1]
         if out[i] == "--schedule" and value[:1] == "-" and value[1:2].isdigit():

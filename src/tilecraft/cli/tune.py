@@ -21,22 +21,66 @@ def layer_task(args):
 
 def cmd_tune(args) -> int:
     if args.op == "resnet18-layers":
-        return _tune_resnet18(args)
+        return _tune_all(args, _resnet18_tasks(args))
+    if args.op == "model":
+        return _tune_all(args, _model_tasks(args))
     return _tune_one(args, layer_task(args))
 
 
-def _tune_resnet18(args) -> int:
-    """Every ResNet-18 conv layer (C1-C11) with the resnet18-layers epilogue, in turn."""
+def _resnet18_tasks(args) -> list:
+    """ResNet-18's conv layers C1-C11 with the resnet18-layers epilogue."""
     from tilecraft.benchmarks.resnet18_layers import EPILOGUE
     from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
     from tilecraft.boards import resolve_config
     from tilecraft.compiler.tune.task import Task
 
     cfg = resolve_config(args.config)
+    return [(x["name"], Task(cfg, layer_op(x), EPILOGUE)) for x in resnet18_layers()]
+
+
+def _model_tasks(args) -> list:
+    """The distinct conv and dense layers of an ONNX model, quantized as `tilecraft compile`
+    would (same calibration options), so their records match what it compiles."""
+    from tilecraft.boards import resolve_config
+    from tilecraft.cli.network import input_shapes
+    from tilecraft.compiler.frontend import import_model
+    from tilecraft.compiler.quant.calibrate import (
+        calibrate,
+        load_calibration,
+        model_ranges,
+        random_calibration,
+    )
+    from tilecraft.compiler.quant.quantize import quantize
+    from tilecraft.compiler.tune.task import Task
+    from tilecraft.ops import Conv2d, Dense
+
+    cfg = resolve_config(args.config)
+    graph = import_model(args.model, input_shapes(args.input_shape))
+    if args.calib is not None:
+        ranges = calibrate(graph, load_calibration(graph, args.calib), args.observer)
+    elif args.calib_random is not None:
+        ranges = calibrate(graph, random_calibration(graph, args.calib_random, seed=args.seed),
+                           args.observer)  # fmt: skip
+    elif graph.scales:
+        ranges = model_ranges(graph)
+    else:
+        raise TilecraftError("give calibration data (--calib FILE.npz|.npy) or --calib-random "
+                             "N, as for tilecraft compile")  # fmt: skip
+    tasks = {}
+    for layer in quantize(graph, ranges).layers:
+        op = getattr(layer, "op", None)
+        if isinstance(op, (Conv2d, Dense)):
+            task = Task(cfg, op, layer.epilogue)
+            tasks.setdefault(task.key, (layer.name, task))
+    return list(tasks.values())
+
+
+def _tune_all(args, tasks: list) -> int:
+    """Each task in turn, into one records file."""
     failed = 0
-    for layer in resnet18_layers():
-        print(f"{layer['name']}: ", end="")
-        failed += _tune_one(args, Task(cfg, layer_op(layer), EPILOGUE), plot=False)
+    for name, task in tasks:
+        print(f"{name}: ", end="")
+        failed += _tune_one(args, task, plot=False)
     return 1 if failed else 0
 
 
@@ -136,7 +180,16 @@ def add_parsers(sub, count) -> None:
     every = ops.add_parser("resnet18-layers", help="ResNet-18's conv layers C1-C11 in turn "
                            "(the resnet18-layers epilogue), into one records file")  # fmt: skip
     every.set_defaults(func=cmd_tune, op="resnet18-layers")
-    for q in (conv, dense, every):
+    model = ops.add_parser("model", help="(tilecraft tune MODEL.onnx ...) every distinct conv "
+                           "and dense layer of a network, quantized as compile does")  # fmt: skip
+    model.add_argument("model", help="an ONNX file (opset >= 13)")
+    model.add_argument("--calib", help="calibration inputs: .npz by input name, or .npy")
+    model.add_argument("--calib-random", type=count, metavar="N", help="N random inputs")
+    model.add_argument("--observer", choices=["minmax", "percentile", "entropy"],
+                       default="minmax")  # fmt: skip
+    model.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
+    model.set_defaults(func=cmd_tune, op="model")
+    for q in (conv, dense, every, model):
         q.add_argument("--config", default="default", help="config name or .toml/.json")
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")
         q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
