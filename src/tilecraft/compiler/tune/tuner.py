@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecraft.compiler.tune.features import features
+from tilecraft.compiler.tune.features import NAMES, features
 from tilecraft.compiler.tune.measure import Measurer
 from tilecraft.compiler.tune.model import CostModel
 from tilecraft.compiler.tune.records import Record, Records
@@ -107,13 +107,28 @@ def _propose(x, n: int, cycles: dict, size: int, strategy: str, model: CostModel
     """The next `size` schedules to measure (indices into the space of `n`, none measured)."""
     todo = np.array([i for i in range(n) if i not in cycles])
     ok = [(i, c) for i, c in cycles.items() if c is not None]
-    if strategy == "random" or (len(ok) < size and not warm):  # nothing to learn from yet
+    if strategy == "random":
         return [int(i) for i in rng.choice(todo, size=size, replace=False)]
-    idx = np.array([i for i, _ in ok])
-    model.fit([(x[idx], np.array([c for _, c in ok]))] + list(warm or []))
+    if len(ok) < size and not warm:  # nothing to learn from yet: the analytic estimate's best
+        prior = x[todo, NAMES.index("log_estimate")]
+        return _explore([int(i) for i in todo[np.argsort(prior, kind="stable")[:size]]], todo,
+                        rng, epsilon)  # fmt: skip
+    own = [(x[np.array([i for i, _ in ok])], np.array([c for _, c in ok]))] if ok else []
+    model.fit(own + list(warm or []))
     scores = model.score(x)
     picks = anneal(x, scores, cycles, size, rng)
-    for slot in range(len(picks)):  # epsilon-greedy: some picks stay random
+    if len(ok) < size:  # a warm start's first batch: half the estimate's best, half the model's
+        prior = [int(i) for i in todo[np.argsort(x[todo, NAMES.index("log_estimate")],
+                                                 kind="stable")]]  # fmt: skip
+        half = [i for i in prior if i not in picks][: size // 2]
+        picks = picks[: size - len(half)] + half
+    return _explore(picks, todo, rng, epsilon)
+
+
+def _explore(picks: list[int], todo, rng, epsilon: float) -> list[int]:
+    """Epsilon-greedy: each pick is replaced by a random unmeasured schedule with
+    probability `epsilon`."""
+    for slot in range(len(picks)):
         if rng.random() < epsilon:
             left = [i for i in todo if i not in picks]
             if left:
