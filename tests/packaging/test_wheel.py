@@ -24,7 +24,7 @@ def _data_files() -> list[str]:
     return [
         str(p.relative_to(SRC))
         for p in sorted((SRC / "tilecraft").rglob("*"))
-        if p.is_file() and p.suffix in (".toml", ".json", ".v", ".md")
+        if p.is_file() and p.suffix in (".toml", ".json", ".v", ".md", ".npz")
     ]
 
 
