@@ -123,25 +123,17 @@ def _write_kernels(model, name: str, output: str) -> None:
 
 
 def cmd_run_model(args) -> int:
-    import numpy as np
 
     from tilecraft.boards import resolve_config
     from tilecraft.runtime import get_device
     from tilecraft.runtime.executor import run_model
     from tilecraft.runtime.model import CompiledModel
-    from tilecraft.runtime.tensors import load_tensors
 
     if args.model.endswith(".onnx"):
         return _run_float(args)
     config = resolve_config(args.config) if args.config else None
     model = CompiledModel.load(args.model, config)
-    if args.input.endswith(".npy"):
-        try:
-            inputs = {model.inputs[0]: np.load(args.input, allow_pickle=False)}
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{args.input!r} is not a readable .npy: {e}") from None
-    else:
-        inputs = load_tensors(args.input)
+    inputs = _inputs(args.input, model.inputs[0])
     host, options = None, {}
     if args.kernels:  # a prebuilt library: the host steps, and the cpu device, run from it
         from tilecraft.runtime.cpu import LibraryKernels, load_library
@@ -170,28 +162,33 @@ def cmd_run_model(args) -> int:
     return 0
 
 
+def _inputs(path: str, first: str) -> dict:
+    """`--input`: a .npy for the first input, or a .npz by input name."""
+    import numpy as np
+
+    from tilecraft.runtime.tensors import load_tensors
+
+    if not path.endswith(".npy"):
+        return load_tensors(path)
+    try:
+        return {first: np.load(path, allow_pickle=False)}
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path!r} is not a readable .npy: {e}") from None
+
+
 def _run_float(args) -> int:
     """`tilecraft run MODEL.onnx --device cpu`: the float network on the host's kernels."""
     import time
 
-    import numpy as np
-
     from tilecraft.compiler.frontend import import_model
     from tilecraft.compiler.llvm.float_graph import FloatGraph
-    from tilecraft.runtime.tensors import load_tensors
 
     if args.device != "cpu":
         raise ModelError(f"an ONNX model runs in float on --device cpu, not "
                          f"{args.device!r}; compile it (tilecraft compile MODEL.onnx) for the "
                          f"accelerator")  # fmt: skip
     graph = import_model(args.model)
-    if args.input.endswith(".npy"):
-        try:
-            inputs = {graph.inputs[0]: np.load(args.input, allow_pickle=False)}
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{args.input!r} is not a readable .npy: {e}") from None
-    else:
-        inputs = load_tensors(args.input)
+    inputs = _inputs(args.input, graph.inputs[0])
     net = FloatGraph(graph)
     net.run(inputs)  # the first run pays numpy's start-up costs
     start = time.perf_counter()

@@ -30,6 +30,16 @@ class Measurer(Protocol):
     def measure(self, task, schedule) -> Result: ...
 
 
+def _timed(run) -> Result:
+    """`run()`'s cycles as a result, its error (a TilecraftError) as a failed one."""
+    start = time.perf_counter()
+    try:
+        cycles = run()
+    except TilecraftError as exc:  # e.g. more micro-op kernels than fit
+        return Result(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+    return Result(int(cycles), None, time.perf_counter() - start)
+
+
 class CycleModel:
     """The cycle model (`sim.simulator.model_report`) on the program the schedule builds."""
 
@@ -39,14 +49,12 @@ class CycleModel:
         from tilecraft.compiler.pipeline import compile_operator
         from tilecraft.sim.simulator import model_report
 
-        start = time.perf_counter()
-        try:
+        def run():
             program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
                                        fold=task.mapped.folded, check=False).program  # fmt: skip
-            cycles = model_report(program).cycles
-        except TilecraftError as exc:  # e.g. more micro-op kernels than fit
-            return Result(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
-        return Result(int(cycles), None, time.perf_counter() - start)
+            return model_report(program).cycles
+
+        return _timed(run)
 
 
 class Rtl:
@@ -61,15 +69,13 @@ class Rtl:
         from tilecraft.runtime import get_device
         from tilecraft.runtime.layout import pack_inputs, random_inputs
 
-        start = time.perf_counter()
-        try:
+        def run():
             program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
                                        fold=task.mapped.folded).program  # fmt: skip
             x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
-            cycles = get_device("rtl").run(program, x).report.cycles
-        except TilecraftError as exc:
-            return Result(None, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
-        return Result(int(cycles), None, time.perf_counter() - start)
+            return get_device("rtl").run(program, x).report.cycles
+
+        return _timed(run)
 
 
 MEASURERS = {"sim": CycleModel, "rtl": Rtl}

@@ -14,9 +14,10 @@ from llvmlite import ir
 
 from tilecraft.compiler.llvm.irgen import F32, I8, I32, Kernel
 from tilecraft.compiler.llvm.kernels import epilogue as E
+from tilecraft.compiler.llvm.kernels.conv import Conv2d
+from tilecraft.compiler.llvm.kernels.dense import Dense
 from tilecraft.compiler.llvm.spec import Buffer, Spec, dtype_of, positive_shape
 from tilecraft.errors import KernelError
-from tilecraft.ops.operators import Epilogue
 
 
 def _split(k: Kernel, index, dims: tuple[int, ...]) -> list:
@@ -29,46 +30,19 @@ def _split(k: Kernel, index, dims: tuple[int, ...]) -> list:
 
 
 @dataclass(frozen=True)
-class DirectConv2d(Spec):
+class DirectConv2d(Conv2d):
     """NCHW conv2d, one output per iteration; `depthwise` for groups = channels (weight
     (C, 1, KH, KW), out_channels = C). float32 takes bias and ReLU, int8 the epilogue."""
 
-    shape: tuple[int, int, int, int]
-    out_channels: int
-    kernel: tuple[int, int]
-    stride: tuple[int, int] = (1, 1)
-    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
-    dtype: str = "float32"
-    bias: bool = False
-    relu: bool = False
-    epilogue: Epilogue = Epilogue()
-    pad_value: int = 0
     depthwise: bool = False
     kind: ClassVar[str] = "direct_conv2d"
     gpu: ClassVar[bool] = True
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", positive_shape("conv2d", self.shape, 4))
-        object.__setattr__(self, "kernel", positive_shape("conv2d kernel", self.kernel, 2))
-        object.__setattr__(self, "stride", positive_shape("conv2d stride", self.stride, 2))
-        object.__setattr__(self, "dtype", dtype_of("conv2d", self.dtype, ("float32", "int8")))
-        object.__setattr__(self, "pads", tuple(int(p) for p in self.pads))
-        if len(self.pads) != 4 or min(self.pads) < 0:
-            raise KernelError(f"conv2d pads must be 4 ints >= 0, not {self.pads}")
+        super().__post_init__()
         if self.depthwise and self.out_channels != self.shape[1]:
             raise KernelError(f"a depthwise conv has as many outputs as inputs ({self.shape[1]})"
                               f", not {self.out_channels}")  # fmt: skip
-        if min(self.out_shape[2:]) < 1:
-            raise KernelError(f"conv2d kernel {self.kernel} is larger than the padded input")
-        if self.dtype == "float32" and self.epilogue != Epilogue():
-            raise KernelError("a float32 conv2d takes bias and relu, not an int8 epilogue")
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
-        (h, w), (kh, kw), (sh, sw) = self.shape[2:], self.kernel, self.stride
-        t, left, bottom, r = self.pads
-        return (self.shape[0], self.out_channels, (h + t + bottom - kh) // sh + 1,
-                (w + left + r - kw) // sw + 1)  # fmt: skip
 
     def buffers(self):
         oc, c = self.out_channels, 1 if self.depthwise else self.shape[1]
@@ -132,34 +106,15 @@ def _finish(k: Kernel, spec, acc, channel, out) -> None:
 
 
 @dataclass(frozen=True)
-class DirectDense(Spec):
+class DirectDense(Dense):
     """x (M, K) @ w (K, N), one output per iteration; float32 (+ bias, ReLU) or int8 with the
     epilogue (channels along N)."""
 
-    m: int
-    k: int
-    n: int
-    dtype: str = "float32"
-    bias: bool = False
-    relu: bool = False
-    epilogue: Epilogue = Epilogue()
     kind: ClassVar[str] = "direct_dense"
     gpu: ClassVar[bool] = True
 
-    def __post_init__(self):
-        positive_shape("dense (m, k, n)", (self.m, self.k, self.n), 3)
-        object.__setattr__(self, "dtype", dtype_of("dense", self.dtype, ("float32", "int8")))
-
     def buffers(self):
-        t = self.dtype
-        ins = [Buffer("x", (self.m, self.k), t), Buffer("weight", (self.k, self.n), t)]
-        if t == "float32":
-            ins += [Buffer("bias", (self.n,), "float32")] if self.bias else []
-        else:
-            ins += E.vector_buffers(self.epilogue, self.n)
-            ins += [Buffer("residual", (self.m, self.n), "int8")] if self.epilogue.residual \
-                else []  # fmt: skip
-        return (*ins, Buffer("y", (self.m, self.n), t, "out"))
+        return super().buffers()[:-1]  # no accumulator row: each output sums its own
 
     def emit(self, k: Kernel) -> None:
         b = k.b
