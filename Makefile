@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# PYNQ's own code (pynq 3.1, the last release for the PYNQ-Z1/Z2) pins numpy < 2: its tests run
+# in a venv of their own, never by downgrading the main one
+PYNQ_VENV := .venv-pynq
+PYNQ_STAMP := $(PYNQ_VENV)/.installed
 BOARD_CODE := src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
 	src/tilecraft/runtime src/tilecraft/boards/__init__.py src/tilecraft/errors.py \
 	src/tilecraft/ops src/tilecraft/serial.py src/tilecraft/files.py \
@@ -15,6 +19,14 @@ quiet = out=$$($(2) 2>&1) || { echo "$$out"; echo "$(1): FAILED"; exit 1; }
 .PHONY: run test lint setup
 
 setup: $(STAMP)
+
+$(PYNQ_STAMP): pyproject.toml
+	@echo "setup: .venv-pynq with pynq 3.1 and numpy 1.x (the board's runtime, tested off-board)"
+	@$(PYTHON) -m venv $(PYNQ_VENV)
+	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq --upgrade pip)
+	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq -e '.[board]' \
+	    'pynq==3.1.2' 'pycparser<3' 'pytest>=8')
+	@touch $(PYNQ_STAMP)
 
 $(STAMP): pyproject.toml
 	@echo "setup: .venv with tilecraft[dev] (editable; pip only)"
@@ -35,6 +47,8 @@ lint: $(STAMP)
 	@echo "lint-imports: the layers of ARCHITECTURE.md"
 	@$(call quiet,lint-imports,$(BIN)/lint-imports --no-cache)
 
-test: lint
+test: lint $(PYNQ_STAMP)
 	@echo "pytest: every tier this machine can run"
 	@$(BIN)/python -m pytest -q
+	@echo "pytest (.venv-pynq): the pynq device through PYNQ's own code, numpy 1.x"
+	@$(PYNQ_VENV)/bin/python -m pytest -q tests/pynq_board

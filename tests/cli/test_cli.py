@@ -383,7 +383,9 @@ def test_resource_counting():
         "CARRY4": 9,
     }
     got = count(cells)
-    assert got == {"lut": 15 + 4 * 4, "ff": 32, "dsp": 3, "bram36": 3.5}
+    assert got == {"lut": 15 + 4 * 4, "ff": 32, "dsp": 3, "bram36": 3.5, "uram": 0}
+    ultrascale = count({"DSP48E2": 7, "RAMB36E2": 1, "RAMB18E2": 1, "URAM288": 2, "LUT3": 1})
+    assert ultrascale == {"lut": 1, "ff": 0, "dsp": 7, "bram36": 1.5, "uram": 2}
     r = Resources("cfg", "xc7z020", **got, seconds=1.0)
     assert r.fractions()["dsp"] == 3 / 220
     assert "of     220" in r.format()

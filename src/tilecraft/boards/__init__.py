@@ -1,14 +1,44 @@
-"""Board presets: the part, clocks, AXI port and register base of each supported board, plus the
-HwConfig overrides it needs. One TOML file per board in `presets/`. `resolve_config` names any
-config: a sweep preset (`hw.config.preset`), a board, or a .toml/.json file."""
+"""Board presets: the part, processing system, clocks, memory and PYNQ release of each supported
+board, plus the HwConfig overrides it needs. One TOML file per board in `presets/`.
+`resolve_config` names any config: a sweep preset (`hw.config.preset`), a board, or a
+.toml/.json file. Pure data: this module imports on a board (Python 3.10, numpy, no Amaranth)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 
 from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig, preset_names, resolve, toml_loads
+
+PS_IPS = {"zynq7000": "processing_system7", "zynqmp": "zynq_ultra_ps_e"}
+
+
+@dataclass(frozen=True)
+class ProcessingSystem:
+    """How the accelerator hangs off the board's ARM processing system."""
+
+    ip: str  # the Vivado IP: processing_system7 or zynq_ultra_ps_e
+    control_port: str  # the PS master the accelerator's registers sit behind
+    data_port: str  # the PS slave port the accelerator's AXI4 master reaches DDR through
+    register_base: int  # physical address of the registers
+    pll_mhz: float  # the PLL the fabric clock is divided from
+    interrupt: str  # the PS interrupt input the accelerator's `interrupt` drives
+
+
+@dataclass(frozen=True)
+class Memory:
+    dram_mib: int  # the PS's DDR
+    cma_mib: int  # the contiguous memory the kernel reserves (pynq.allocate's pool)
+    address_bits: int  # what the data port can address
+
+
+@dataclass(frozen=True)
+class PynqRelease:
+    release: str  # the PYNQ image this board runs
+    python: str  # its Python
+    vivado: str  # the Vivado its overlays are built with
 
 
 @dataclass(frozen=True)
@@ -16,12 +46,25 @@ class Board:
     """A board preset. `config` is the HwConfig the board's bitstream is built for."""
 
     name: str
+    description: str
     part: str
     family: str
-    axi_port: str
-    register_base: int
-    description: str
+    board_part: str
+    host: str  # the host CPU's kernel target (compiler.llvm.targets)
+    ps: ProcessingSystem
+    memory: Memory
+    pynq: PynqRelease
     config: HwConfig
+
+    @property
+    def register_base(self) -> int:
+        return self.ps.register_base
+
+    @property
+    def part_family(self) -> str:
+        """The part without package and speed grade (`xc7z020`), as resource tables name it."""
+        found = re.match(r"xc7z\d{3}|xczu\d+[a-z]{2}|xck\d+", self.part)
+        return found.group(0) if found else self.part.split("-")[0]
 
 
 def _preset_dir():
@@ -39,18 +82,36 @@ def board(name: str) -> Board:
         raise ConfigError(f"unknown board {name!r}; valid: {', '.join(names)}")
     data = toml_loads(_preset_dir().joinpath(f"{name}.toml").read_text())
     try:
-        info = data["board"]
-        return Board(
+        info, ps, memory, pynq = data["board"], data["ps"], data["memory"], data["pynq"]
+        made = Board(
             name=name,
+            description=info["description"],
             part=info["part"],
             family=info["family"],
-            axi_port=info["axi_port"],
-            register_base=int(info["register_base"]),
-            description=info.get("description", ""),
+            board_part=info.get("board_part", ""),
+            host=info["host"],
+            ps=ProcessingSystem(
+                ip=ps["ip"],
+                control_port=ps["control_port"],
+                data_port=ps["data_port"],
+                register_base=int(ps["register_base"]),
+                pll_mhz=float(ps["pll_mhz"]),
+                interrupt=ps["interrupt"],
+            ),
+            memory=Memory(
+                int(memory["dram_mib"]), int(memory["cma_mib"]), int(memory["address_bits"])
+            ),
+            pynq=PynqRelease(str(pynq["release"]), str(pynq["python"]), str(pynq["vivado"])),
             config=HwConfig.from_dict(data.get("hw", {})),
         )
     except KeyError as exc:
         raise ConfigError(f"board preset {name!r} lacks field {exc.args[0]!r}") from exc
+    if PS_IPS.get(made.family) != made.ps.ip:
+        raise ConfigError(
+            f"board preset {name!r}: family {made.family!r} needs the PS IP "
+            f"{PS_IPS.get(made.family)!r}, not {made.ps.ip!r}"
+        )
+    return made
 
 
 def config_names() -> list[str]:

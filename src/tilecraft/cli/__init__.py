@@ -175,9 +175,18 @@ def cmd_hw_resources(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.boards.flows.resources import synthesize
 
-    r = synthesize(resolve_config(args.config), args.part)
+    cfg = resolve_config(args.config)
+    r = synthesize(cfg, args.part)
     print(r.format())
     _write(args.json, lambda p: _json(p, r.to_dict()), "JSON")
+    if args.record:
+        from tilecraft.boards.fit import family, record
+
+        figure = {"config": args.config, "tag": cfg.tag, "family": family(args.part),
+                  **{k: getattr(r, k) for k in ("lut", "ff", "dsp", "bram36", "uram")},
+                  "seconds": round(r.seconds)}  # fmt: skip
+        record(figure)
+        print(f"recorded in the package's synthesis figures ({figure['family']}, {cfg.tag})")
     return 0
 
 
@@ -370,10 +379,13 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--config", default="default")
     res.add_argument("--part", default="xc7z020")
     res.add_argument("--json", help="write the figures as JSON here")
+    res.add_argument("--record", action="store_true", help="add them to boards/synthesis.json "
+                     "(what `tilecraft boards` judges fits by)")  # fmt: skip
     res.set_defaults(func=cmd_hw_resources)
 
-    from tilecraft.cli import network, tune
+    from tilecraft.cli import boards, network, tune
 
+    boards.add_parsers(sub)
     network.add_parsers(sub, _count)
     tune.add_parsers(sub, _count)
     return p

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+MODULE = "tilecraft_top"  # the top-level Verilog module: the IP a host looks for in an overlay
 MAGIC = 0x54434654  # "TCFT"
 REGISTER_SPAN = 0x40  # bytes of address space the registers take
 ADDR_BITS = 8  # the AXI4-Lite address width (offsets beyond the registers read as 0)

@@ -1,7 +1,7 @@
 """One Device API over every backend: run a Program with named numpy inputs, get named outputs
 and a report. Backends are found by name (`get_device("sim")` is the behavioral simulator,
-`"rtl"` the generated Verilog, `"cpu"` the host's generated kernels); `register_device` adds
-one."""
+`"rtl"` the generated Verilog, `"cpu"` the host's generated kernels, `"pynq"` the accelerator
+in a PYNQ overlay); `register_device` adds one."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ _BUILTIN = {
     "rtl": "tilecraft.sim.rtl.device:RtlDevice",
     "cpu": "tilecraft.runtime.cpu:cpu_device",
     "gpu": "tilecraft.runtime.gpu:gpu_device",
+    "pynq": "tilecraft.runtime.pynq:pynq_device",
 }
 _REGISTERED: dict[str, Callable[..., Device]] = {}
 

@@ -16,15 +16,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tilecraft.boards.fit import PARTS, family
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import task
-
-PARTS = {  # LUT, FF, DSP, BRAM36
-    "xc7z020": {"lut": 53200, "ff": 106400, "dsp": 220, "bram36": 140},
-    "xc7z010": {"lut": 17600, "ff": 35200, "dsp": 80, "bram36": 60},
-    "xc7z045": {"lut": 218600, "ff": 437200, "dsp": 900, "bram36": 545},
-}
 
 
 @dataclass
@@ -36,10 +31,11 @@ class Resources:
     dsp: int
     bram36: float
     seconds: float
+    uram: int = 0
 
     def fractions(self) -> dict[str, float]:
         cap = PARTS[self.part]
-        return {k: getattr(self, k) / cap[k] for k in cap}
+        return {k: getattr(self, k) / cap[k] for k in cap if cap[k]}
 
     def to_dict(self) -> dict:
         return {**asdict(self), "fractions": self.fractions()}
@@ -48,7 +44,7 @@ class Resources:
         f = self.fractions()
         cap = PARTS[self.part]
         rows = [f"{self.config} on {self.part} (yosys synth_xilinx, {self.seconds:.0f} s):"]
-        for k in cap:
+        for k in f:
             rows.append(f"  {k:7s} {getattr(self, k):>9,.0f} of {cap[k]:>7,}  ({f[k]:6.1%})")
         return "\n".join(rows)
 
@@ -63,9 +59,9 @@ def count(cells: dict[str, int]) -> dict[str, float]:
     lut = sum(v for k, v in cells.items() if k.startswith("LUT"))
     lut += sum(v * LUTRAM_LUTS.get(k, 0) for k, v in cells.items())
     ff = sum(cells.get(k, 0) for k in ("FDRE", "FDSE", "FDCE", "FDPE"))
-    dsp = cells.get("DSP48E1", 0)
-    bram = cells.get("RAMB36E1", 0) + 0.5 * cells.get("RAMB18E1", 0)
-    return {"lut": lut, "ff": ff, "dsp": dsp, "bram36": bram}
+    dsp = cells.get("DSP48E1", 0) + cells.get("DSP48E2", 0)
+    bram = sum(cells.get(f"RAMB36E{v}", 0) + 0.5 * cells.get(f"RAMB18E{v}", 0) for v in (1, 2))
+    return {"lut": lut, "ff": ff, "dsp": dsp, "bram36": bram, "uram": cells.get("URAM288", 0)}
 
 
 def synthesize(
@@ -84,11 +80,11 @@ def synthesize(
     from tilecraft.hw.rtl.top import verilog
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
-    work = Path(workdir or Path.cwd() / "build" / "synth" / cfg.tag)
+    work = Path(workdir or Path.cwd() / "build" / "synth" / f"{cfg.tag}-{family(part)}")
     work.mkdir(parents=True, exist_ok=True)
     (work / "top.v").write_text(verilog(cfg, "tilecraft_top", packed))
     script = (
-        "read_verilog top.v; synth_xilinx -family xc7 -top tilecraft_top -flatten; "
+        f"read_verilog top.v; synth_xilinx -family {family(part)} -top tilecraft_top -flatten; "
         "tee -q -o stat.json stat -json"
     )
     t0 = time.perf_counter()

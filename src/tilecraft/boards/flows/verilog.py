@@ -11,7 +11,7 @@ from tilecraft.files import write_atomic
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 
-TOP = "tilecraft_top"
+TOP = regs.MODULE
 
 
 def export_verilog(cfg: HwConfig, folder: str | Path) -> list[Path]:

@@ -16,22 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tilecraft.errors import AccessError, DeviceError, IllegalInstructionError
+from tilecraft.errors import DeviceError
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import task
 from tilecraft.runtime.device import RunResult, check_inputs, check_program
 from tilecraft.runtime.program import Program
+from tilecraft.runtime.status import raise_for_error
 
 BASE = 0x4000_0000  # where the DRAM model maps the program region
-ERRORS = {
-    regs.ErrorCode.ILLEGAL_OPCODE: IllegalInstructionError,
-    regs.ErrorCode.ILLEGAL_MEMORY: IllegalInstructionError,
-    regs.ErrorCode.ILLEGAL_FLAGS: IllegalInstructionError,
-    regs.ErrorCode.SRAM_RANGE: AccessError,
-    regs.ErrorCode.DRAM_RANGE: AccessError,
-    regs.ErrorCode.UOP_RANGE: AccessError,
-}
 
 
 @dataclass
@@ -164,12 +157,7 @@ class RtlDevice:
                         f"cycles on the RTL (a deadlock, or a limit too low)"
                     )
                 if r["status"] & regs.ERROR:
-                    code = regs.ErrorCode(r["error_code"])
-                    cls = ERRORS.get(code, DeviceError)
-                    message = f"the accelerator stopped with {code.name}"
-                    if issubclass(cls, AccessError | IllegalInstructionError):
-                        raise cls(message, index=r["error_index"])
-                    raise cls(message)
+                    raise_for_error(r["error_code"], r["error_index"])
                 dram = read_hex(tmp / f"out.{r['job']}.hex", program.dram_size, cfg.axi_bytes)
                 outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
                 outcomes.append(RunResult(outputs, report))

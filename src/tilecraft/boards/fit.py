@@ -1,0 +1,108 @@
+"""Which accelerator configs fit which board: measured synthesis figures (yosys `synth_xilinx`,
+`boards/synthesis.json`, written by `tilecraft hw resources`) against each board part's
+capacity.
+
+Figures are per config tag and yosys family (`xc7` for Zynq-7000, `xcup` for UltraScale+). An
+UltraScale+ part with no `xcup` figure for a config is judged on its `xc7` figure and says so
+(the DSP48E2 and RAMB36E2 hold at least what their 7-series forms do). These are synthesis
+estimates before placement: above `TIGHT` of any resource, routing may still fail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from tilecraft.boards import Board
+from tilecraft.hw.config import HwConfig
+
+PARTS = {  # capacities from the AMD product tables (LUT6, FF, DSP slices, RAMB36, URAM288)
+    "xc7z010": {"lut": 17600, "ff": 35200, "dsp": 80, "bram36": 60, "uram": 0},
+    "xc7z020": {"lut": 53200, "ff": 106400, "dsp": 220, "bram36": 140, "uram": 0},
+    "xc7z045": {"lut": 218600, "ff": 437200, "dsp": 900, "bram36": 545, "uram": 0},
+    "xczu3eg": {"lut": 70560, "ff": 141120, "dsp": 360, "bram36": 216, "uram": 0},
+    "xck26": {"lut": 117120, "ff": 234240, "dsp": 1248, "bram36": 144, "uram": 64},
+    "xczu7ev": {"lut": 230400, "ff": 460800, "dsp": 1728, "bram36": 312, "uram": 96},
+}
+TIGHT = 0.8  # above this share of a resource, placement and routing may fail
+
+
+def family(part: str) -> str:
+    """yosys's `synth_xilinx -family` for a part: xc7 (Zynq-7000) or xcup (UltraScale+)."""
+    return "xcup" if part.startswith(("xczu", "xck")) else "xc7"
+
+
+def measured() -> list[dict]:
+    """The committed synthesis figures (one dict per config tag and family)."""
+    text = resources.files(__package__).joinpath("synthesis.json").read_text()
+    return json.loads(text)["figures"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    config: str  # the config's name (a preset) or tag
+    part: str
+    used: dict[str, float] | None  # None: no synthesis figure for this config
+    basis: str  # which figure: "xcup", or "xc7" (a 7-series figure on an UltraScale+ part)
+
+    @property
+    def fractions(self) -> dict[str, float]:
+        cap = PARTS[self.part]
+        if self.used is None:
+            return {}
+        return {
+            k: self.used.get(k, 0) / cap[k] if cap[k] else float("inf")
+            for k in cap
+            if cap[k] or self.used.get(k, 0)
+        }
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.used is None else max(self.fractions.values()) <= 1.0
+
+    @property
+    def tight(self) -> bool:
+        return bool(self.fits) and max(self.fractions.values()) > TIGHT
+
+    def describe(self) -> str:
+        if self.used is None:
+            return f"not measured: tilecraft hw resources --config {self.config} --part {self.part}"
+        worst = max(self.fractions, key=self.fractions.get)
+        verdict = "fits" if self.fits else "does not fit"
+        note = " (tight: routing may fail)" if self.tight else ""
+        basis = f", judged on its {self.basis} synthesis" if self.basis != family(self.part) else ""
+        return f"{verdict}: {worst} {self.fractions[worst]:.0%}{note}{basis}"
+
+
+def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
+    """How `cfg` (called `name`) fits the board's part."""
+    name = name or cfg.tag
+    part = board.part_family
+    if part not in PARTS:
+        return Fit(name, part, None, "")
+    figures = {f["family"]: f for f in measured() if f["tag"] == cfg.tag}
+    want = family(part)
+    basis = want if want in figures else next(iter(figures), "")
+    if not basis:
+        return Fit(name, part, None, "")
+    used = {k: figures[basis].get(k, 0) for k in PARTS[part]}
+    return Fit(name, part, used, basis)
+
+
+def record(figure: dict) -> None:
+    """Add or replace one figure (config tag and family) in the source tree's synthesis.json
+    (`tilecraft hw resources --record`, for developers: an installed package is read-only)."""
+    from pathlib import Path
+
+    from tilecraft.files import write_atomic
+
+    path = Path(str(resources.files(__package__).joinpath("synthesis.json")))
+    data = json.loads(path.read_text())
+    key = (figure["tag"], figure["family"])
+    kept = [f for f in data["figures"] if (f["tag"], f["family"]) != key]
+    data["figures"] = sorted([*kept, figure], key=lambda f: (f["family"], f["tag"]))
+    rows = ",\n".join("    " + json.dumps(f) for f in data["figures"])
+    write_atomic(
+        path, f'{{\n  "source": {json.dumps(data["source"])},\n  "figures": [\n{rows}\n  ]\n}}\n'
+    )

@@ -1,0 +1,92 @@
+"""`tilecraft boards` (the presets and which configs fit them) and `tilecraft build --board B`
+(a PYNQ overlay's Vivado project, built where Vivado is)."""
+
+from __future__ import annotations
+
+
+def board_rows() -> list[dict]:
+    """One dict per board preset: what it is, and how each sweep preset fits its part."""
+    from tilecraft.boards import board, board_names
+    from tilecraft.boards.fit import fit
+    from tilecraft.hw.config import preset, preset_names
+
+    rows = []
+    for name in board_names():
+        b = board(name)
+        fits = {c: fit(preset(c), b, c) for c in preset_names()}
+        rows.append({
+            "board": name, "description": b.description, "part": b.part, "family": b.family,
+            "ps": b.ps.ip, "host": b.host, "clock_mhz": b.config.clock_mhz,
+            "axi_data_bits": b.config.axi_data_bits, "dram_mib": b.memory.dram_mib,
+            "cma_mib": b.memory.cma_mib, "pynq": b.pynq.release, "python": b.pynq.python,
+            "vivado": b.pynq.vivado, "config_digest": b.config.digest,
+            "fits": {c: {"fits": f.fits, "fractions": f.fractions, "basis": f.basis,
+                         "verdict": f.describe()} for c, f in fits.items()},
+        })  # fmt: skip
+    return rows
+
+
+def cmd_boards(args) -> int:
+    from tilecraft.cli import _json, _write
+
+    rows = board_rows()
+    print(f"{'board':11s} {'part':22s} {'host':8s} {'fabric':>8s} {'DDR':>6s} {'CMA':>6s}  "
+          f"PYNQ (Python, Vivado)")  # fmt: skip
+    for r in rows:
+        print(
+            f"{r['board']:11s} {r['part']:22s} {r['host']:8s} {r['clock_mhz']:5.0f} MHz "
+            f"{r['dram_mib']:>4} M {r['cma_mib']:>4} M  {r['pynq']} ({r['python']}, {r['vivado']})"
+        )
+    print("\nWhich configs fit (yosys synthesis figures; no placement):")
+    for r in rows:
+        print(f"  {r['board']}:")
+        for config, f in r["fits"].items():
+            print(f"    {config:9s} {f['verdict']}")
+    _write(args.json, lambda p: _json(p, {"boards": rows}), "JSON")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from tilecraft.boards import board, resolve_config
+    from tilecraft.boards.block_design import block_design
+    from tilecraft.boards.fit import fit
+    from tilecraft.boards.flows.vivado import build
+    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.ops import Conv2d, Epilogue
+
+    b = board(args.board)
+    cfg = resolve_config(args.config) if args.config else b.config
+    design = block_design(b, cfg, args.name)
+    verdict = fit(cfg, b, args.config or b.name)
+    print(f"{design.name}: {cfg.tag} on the {b.description}, fabric clock {design.clock.mhz:g} "
+          f"MHz ({verdict.describe()})")  # fmt: skip
+    if verdict.fits is False:
+        print("warning: the synthesis figures say this config does not fit the part")
+    example = conv2d(cfg, Conv2d(1, 64, 14, 14, 64, 3, 1, 1), Epilogue(shift=9, relu=True))
+    result = build(design, args.output, example=example.replace(name="example_conv"),
+                   any_vivado=args.any_vivado)  # fmt: skip
+    print(f"wrote the Verilog, bd.tcl, project.tcl, build.sh and the overlay package "
+          f"(package/) to {args.output}")  # fmt: skip
+    if result["ran"]:
+        print(f"Vivado {result['vivado']} built {result['overlay']}/{design.name}.bit and .hwh")
+    else:
+        print(f"{result['reason']}: build it with\n  {result['command']}\nthen, on the "
+              f"board, pip install {args.output}/package (or copy {result['overlay']}/ "
+              f"there)")  # fmt: skip
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("boards", help="the board presets and which configs fit them")
+    p.add_argument("--json", help="write the table as JSON here")
+    p.set_defaults(func=cmd_boards)
+
+    b = sub.add_parser("build", help="a board's overlay: Verilog, block design and Vivado project "
+                       "(built when Vivado is on the PATH)")  # fmt: skip
+    b.add_argument("--board", required=True, help="a board preset (`tilecraft boards`)")
+    b.add_argument("--config", help="the accelerator config (default: the board's)")
+    b.add_argument("--name", default="tilecraft", help="the overlay's name (its files' stem)")
+    b.add_argument("-o", "--output", required=True, help="folder to write the project into")
+    b.add_argument("--any-vivado", action="store_true",
+                   help="build with any Vivado on the PATH, not only the board's")  # fmt: skip
+    b.set_defaults(func=cmd_build)

@@ -1,0 +1,52 @@
+"""Which configs fit which board: the committed synthesis figures against the parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilecraft.boards import board
+from tilecraft.boards.fit import PARTS, Fit, family, fit, measured
+from tilecraft.hw.config import preset, preset_names
+
+
+def test_the_figures_are_of_current_presets():
+    tags = {preset(n).tag: n for n in preset_names()}
+    for f in measured():
+        assert tags.get(f["tag"]) == f["config"], f  # a renamed or changed preset: re-measure
+        assert f["family"] in ("xc7", "xcup") and f["lut"] > 0 and f["dsp"] > 0
+
+
+def test_2x16x16_fits_the_zcu104_and_not_the_pynq_z1():
+    zcu = fit(preset("2x16x16"), board("zcu104"), "2x16x16")
+    assert zcu.fits and zcu.basis == "xcup" and not zcu.tight
+    assert zcu.fractions["bram36"] == pytest.approx(159 / 312)
+    z1 = fit(preset("2x16x16"), board("pynq-z1"), "2x16x16")
+    assert z1.fits is False and z1.fractions["dsp"] > 1
+    assert z1.describe().startswith("does not fit: dsp 125%")
+
+
+def test_the_default_config_fits_the_pynq_z1_under_70_percent():
+    f = fit(preset("default"), board("pynq-z1"))
+    assert f.fits and max(f.fractions.values()) < 0.7 and f.basis == "xc7"
+
+
+def test_an_unmeasured_config_says_how_to_measure_it():
+    f = fit(preset("1x32x32"), board("pynq-z2"), "1x32x32")
+    assert f.fits is None and f.fractions == {}
+    assert f.describe() == "not measured: tilecraft hw resources --config 1x32x32 --part xc7z020"
+
+
+def test_an_ultrascale_part_without_its_own_figure_says_whose_it_used():
+    f = fit(preset("1x8x8"), board("kv260"), "1x8x8")
+    assert f.basis == "xc7" and f.describe().endswith("judged on its xc7 synthesis")
+
+
+def test_tight_and_uram_accounting():
+    f = Fit(
+        "x", "xczu3eg", {"lut": 0.85 * 70560, "ff": 1, "dsp": 1, "bram36": 1, "uram": 0}, "xcup"
+    )
+    assert f.fits and f.tight and "uram" not in f.fractions
+    g = Fit("x", "xczu3eg", {"lut": 1, "ff": 1, "dsp": 1, "bram36": 1, "uram": 2}, "xcup")
+    assert g.fits is False  # the ZU3EG has no URAM at all
+    assert family("xck26") == "xcup" and family("xc7z020") == "xc7"
+    assert set(PARTS["xc7z020"]) == set(PARTS["xczu7ev"])

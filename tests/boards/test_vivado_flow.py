@@ -1,0 +1,89 @@
+"""`tilecraft build --board`: the Vivado project and block-design Tcl, and the build run through
+a stand-in `vivado` on the PATH (version checks, failures, the outputs collected)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilecraft.boards import board
+from tilecraft.boards.block_design import block_design
+from tilecraft.boards.flows.vivado import build, write_project
+from tilecraft.errors import DeviceError
+from tilecraft.hw.config import HwConfig
+
+
+@pytest.mark.parametrize("name", ["pynq-z1", "zcu104"])
+def test_the_project_describes_the_block_design(tmp_path, name):
+    d = block_design(board(name))
+    write_project(d, tmp_path)
+    bd = (tmp_path / "bd.tcl").read_text()
+    project = (tmp_path / "project.tcl").read_text()
+    assert f"xilinx.com:ip:{d.board.ps.ip}:*" in bd
+    assert "create_bd_cell -type module -reference tilecraft_top tilecraft_0" in bd
+    assert f"Master /{d.ps_instance}/{d.control_port}" in bd  # registers on the GP/HPM port
+    assert f"Slave /{d.ps_instance}/{d.data_port}" in bd  # the master into DDR on HP
+    assert f"[get_bd_pins {d.ps_instance}/{d.interrupt_pin}]" in bd
+    assert f"-offset 0x{d.register_base:08X} -range 64K" in bd
+    assert "DIVISOR" not in bd  # Vivado derives the divisors from the frequency
+    assert f"create_project -force tilecraft $here/vivado -part {d.board.part}" in project
+    assert 'error "timing is not met' in project and "hw_handoff/tilecraft.hwh" in project
+    assert HwConfig.load(tmp_path / "overlay" / "tilecraft.toml") == d.config
+    assert (tmp_path / "tilecraft_top.v").read_text().count("module tilecraft_top") == 1
+    assert (tmp_path / "build.sh").stat().st_mode & 0o111
+
+
+@pytest.fixture
+def quick_verilog(monkeypatch):
+    """The runs below test the orchestration: skip generating the real Verilog (seconds)."""
+    import tilecraft.boards.flows.vivado as vivado
+
+    def export(cfg, folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        stub = "module tilecraft_top();\nendmodule\n"
+        return [vivado.write_atomic(folder / "tilecraft_top.v", stub)]
+
+    monkeypatch.setattr(vivado, "export_verilog", export)
+
+
+def _fake_vivado(folder, version, body="") -> None:
+    """A `vivado` that reports `version` and otherwise runs `body` (sh) in its folder."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "vivado"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-version" ]; then echo "vivado v{version} (64-bit)"; exit 0; fi\n'
+        f'echo "$@" > args.txt\n{body}\n'
+    )
+    script.chmod(0o755)
+
+
+def test_without_vivado_it_stops_with_the_command(tmp_path, monkeypatch, quick_verilog):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    result = build(block_design(board("pynq-z2")), tmp_path / "p")
+    assert result["ran"] is False
+    assert result["reason"] == "Vivado is not on the PATH (the pynq-z2 needs 2024.1)"
+    assert result["command"] == f"cd {tmp_path / 'p'} && ./build.sh"
+
+
+def test_the_wrong_vivado_is_refused_unless_asked(tmp_path, monkeypatch, quick_verilog):
+    made = "mkdir -p overlay && : > overlay/tilecraft.bit && : > overlay/tilecraft.hwh"
+    _fake_vivado(tmp_path / "bin", "2023.2", made)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    d = block_design(board("pynq-z1"))
+    with pytest.raises(DeviceError, match=r"Vivado 2023.2 is on the PATH, but pynq-z1 .* 2024.1"):
+        build(d, tmp_path / "p")
+    result = build(d, tmp_path / "p", any_vivado=True)
+    assert result["ran"] and result["vivado"] == "2023.2"
+    args = (tmp_path / "p" / "args.txt").read_text()
+    assert "-mode batch" in args and "-source project.tcl" in args
+
+
+def test_a_failing_or_silent_vivado_is_reported(tmp_path, monkeypatch, quick_verilog):
+    fails = "echo 'ERROR: [DRC 23-20] rule violation' > vivado.log; exit 1"
+    _fake_vivado(tmp_path / "bin", "2024.1", fails)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    d = block_design(board("pynq-z1"))
+    with pytest.raises(DeviceError, match=r"(?s)Vivado failed \(1\).*DRC 23-20"):
+        build(d, tmp_path / "p")
+    _fake_vivado(tmp_path / "bin", "2024.1", "true")
+    with pytest.raises(DeviceError, match="Vivado finished but wrote no .bit, .hwh"):
+        build(d, tmp_path / "q")
