@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -32,6 +32,21 @@ def task(description: str) -> Iterator[None]:
     with Progress(*columns, transient=True) as progress:
         progress.add_task(description, total=None)
         yield
+
+
+@contextmanager
+def status(description: str) -> Iterator[Callable[[str], None]]:
+    """Like `task`, yielding a function that appends a phase to the description (a tool's
+    current step, parsed from its log as it runs)."""
+    if not enabled():
+        yield lambda phase: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as progress:
+        handle = progress.add_task(description, total=None)
+        yield lambda phase: progress.update(handle, description=f"{description}: {phase}")
 
 
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

@@ -382,6 +382,9 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("--record", action="store_true", help="add them to boards/synthesis.json "
                      "(what `tilecraft boards` judges fits by)")  # fmt: skip
     res.set_defaults(func=cmd_hw_resources)
+    from tilecraft.cli.boards import add_hw_parsers
+
+    add_hw_parsers(hw)
 
     from tilecraft.cli import boards, network, tune
 

