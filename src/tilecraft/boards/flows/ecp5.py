@@ -32,6 +32,8 @@ PHASES = (  # nextpnr log markers -> what the progress line says
     ("Routing", "routing"),
     ("Router2", "routing"),
 )
+PRIMITIVE = re.compile(r"[_$](MULT18X18D|CCU2C|LUT4|PFUMX|L6MUX21|TRELLIS_FF|TRELLIS_RAMW|DP16KD|"
+                       r"DPR16X4C|TRELLIS_IO)")
 FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz")
 
 
@@ -83,11 +85,18 @@ class TimingReport:
                 self.worst_path[: steps // 2] + self.worst_path[-steps // 2 :]
             )  # fmt: skip
             for s in shown:
-                lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {s.cell}")
+                lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {short_cell(s.cell)}")
         for kind, use in sorted(self.resources.items()):
             if use.get("used"):
                 lines.append(f"  {kind:14s} {use['used']:>7,} of {use['available']:>7,}")
         return "\n".join(lines)
+
+
+def short_cell(cell: str) -> str:
+    """A netlist cell as its RTL name and primitive: `dut.core.load.engine.$98 (MULT18X18D)`
+    for yosys's `dut.core.load.engine.$98_MULT18X18D_P9_B9_CCU2C_S1_...`."""
+    found = PRIMITIVE.search(cell)
+    return f"{cell[: found.start()]} ({found.group(1)})" if found else cell
 
 
 def harness(cfg: HwConfig) -> str:
