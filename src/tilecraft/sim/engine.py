@@ -190,7 +190,8 @@ class Engine:
         self.pos[s] += 1
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
-            self.port.request(k, PORT_CLIENT[s], bursts, t + self.timing.dma_overhead)
+            lead = self.timing.dma_overhead + self.timing.dma_plan
+            self.port.request(k, PORT_CLIENT[s], bursts, t + lead)
             self.in_flight[s] = (k, t)
             return
         self._complete(s, k, t, t + self.plan.busy[k], overlaps)

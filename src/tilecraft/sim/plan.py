@@ -51,6 +51,8 @@ class Plan:
                 )
                 lat = timing.dram_latency if bursts else 0
                 overhead = timing.dma_overhead if bursts else timing.barrier_overhead
+                if row["x_size"] and (row["y_size"] or op == Opcode.LOAD):
+                    overhead += timing.dma_plan  # STORE skips the plan when y_size is 0 too
                 lead, trail, mid = pad_split(row) if bursts else (0, 0, 0)
                 # zeros before the data are written while the DRAM answers; after it, serially;
                 # between rows, in the gaps between elements (if an element takes several beats)

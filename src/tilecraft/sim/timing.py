@@ -24,6 +24,8 @@ class Timing:
     insn_overhead: int = 2  # decode and issue of a GEMM/ALU instruction
     barrier_overhead: int = 3  # LOAD/FINISH on the compute stage that moves no data
     dma_overhead: int = 4  # LOAD/STORE: decode, range checks, burst planning before the address
+    dma_plan: int = 2  # LOAD/STORE that move elements: the registered plan before the checks
+    # (the multiplies, then the sums: pipelined for the clock, see hw/rtl/loader.py)
     gemm_ii: int = 1  # cycles per GEMM micro-op
     gemm_depth: int = 4  # GEMM pipeline drain: micro-op, SRAM, products, sums, accumulate
     reset_depth: int = 0  # a reset writes zeros straight after the micro-op read

@@ -128,9 +128,18 @@ class LoadEngine(wiring.Component):
                 es.row_elems.eq(insn.x_size),
             ]
 
+        # The transfer's plan, in two registered steps before CHECK (Timing.dma_plan cycles): the
+        # multiplies, then the sums. In one cycle with the checks it was the design's longest
+        # path (a MULT18X18D and three carry chains: 33 MHz on an ECP5).
+        rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        area = Signal(2 * (size_bits + 1))  # scratchpad rows written, pads included
+        span_now = Signal(33)
+        m.d.comb += span_now.eq(rows_stride + insn.x_size)
+        last_now = in_bytes(insn.dram_base + span_now, 64)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        m.d.comb += span_elems.eq((insn.y_size - 1) * insn.x_stride + insn.x_size)
-        last_byte = in_bytes(insn.dram_base + span_elems, 64)
+        last_byte = Signal(64)
+        sram_end = Signal(area.shape().width + 1)
+        first_addr = Signal(ADDR_BITS)
         row_bytes, stride = in_bytes(insn.x_size, 32), in_bytes(insn.x_stride, 32)
         error = Signal(8)
         with m.FSM():
@@ -138,14 +147,32 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(0)
                 with m.If(self.start):
                     m.d.sync += insn.eq(self.insn)
-                    m.next = "CHECK"
+                    m.next = "PLAN"
+                    with m.If(self.insn.x_size == 0):  # nothing to move: no plan
+                        m.next = "CHECK"
+            with m.State("PLAN"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [
+                    rows_stride.eq((insn.y_size - 1) * insn.x_stride),
+                    area.eq(width * height),
+                ]
+                m.next = "SUMS"
+            with m.State("SUMS"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [
+                    span_elems.eq(span_now),
+                    last_byte.eq(last_now),
+                    sram_end.eq(insn.sram_base + area),
+                    first_addr.eq(row_addr0),
+                ]
+                m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0)]
                 with m.If(insn.x_size == 0):
                     m.d.sync += error.eq(0)
                     m.next = "DONE"
-                with m.Elif(insn.sram_base + width * height > depth):
+                with m.Elif(sram_end > depth):
                     m.d.sync += error.eq(regs.ErrorCode.SRAM_RANGE)
                     m.next = "DONE"
                 with m.Elif((insn.y_size != 0) & (last_byte > self.dram_size)):
@@ -156,7 +183,7 @@ class LoadEngine(wiring.Component):
                     t = client.transfer
                     m.d.comb += [
                         t.start.eq(1),
-                        t.addr.eq(row_addr0),
+                        t.addr.eq(first_addr),
                         t.rows.eq(insn.y_size),
                         t.row_bytes.eq(row_bytes),
                         t.stride.eq(stride),

@@ -139,11 +139,16 @@ class StoreStage(wiring.Component):
         insn = Signal.like(head)
         index = Signal(INDEX_BITS)
         push = Signal()
+        # The transfer's plan, in two registered steps before CHECK (Timing.dma_plan cycles), as
+        # in the LOAD engine: the multiplies, then the sums
         total = Signal(32)  # elements to send
-        m.d.comb += total.eq(insn.x_size * insn.y_size)
+        rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        span_now = Signal(33)
+        m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        m.d.comb += span_elems.eq((insn.y_size - 1) * insn.x_stride + insn.x_size)
-        last_byte = (insn.dram_base + span_elems) * eb
+        last_byte = Signal(64)
+        sram_end = Signal(33)
+        first_addr = Signal.like(run.dram_base)
         # AW from the planner; the burst's beat count goes to the W side
         burst = plan.bursts
         m.d.comb += [
@@ -206,14 +211,30 @@ class StoreStage(wiring.Component):
                         index.eq(cmd.payload.index),
                         push.eq(head.push_prev),
                     ]
-                    m.next = "CHECK"
+                    m.next = "PLAN"
+                    with m.If((head.x_size == 0) | (head.y_size == 0)):  # no plan needed
+                        m.next = "CHECK"
+            with m.State("PLAN"):
+                m.d.sync += [
+                    total.eq(insn.x_size * insn.y_size),
+                    rows_stride.eq((insn.y_size - 1) * insn.x_stride),
+                ]
+                m.next = "SUMS"
+            with m.State("SUMS"):
+                m.d.sync += [
+                    span_elems.eq(span_now),
+                    last_byte.eq((insn.dram_base + span_now) * eb),
+                    sram_end.eq(insn.sram_base + total),
+                    first_addr.eq(run.dram_base + insn.dram_base * eb),
+                ]
+                m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [read.eq(0), sent.eq(0), bursts.eq(0), responses.eq(0)]
                 with m.If((insn.x_size == 0) | (insn.y_size == 0)):  # nothing to write
                     m.next = "PUSH"
                     with m.If(~push):
                         m.next = "IDLE"
-                with m.Elif(insn.sram_base + total > cfg.depth("acc")):
+                with m.Elif(sram_end > cfg.depth("acc")):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
                 with m.Elif(last_byte > run.dram_size):
@@ -223,7 +244,7 @@ class StoreStage(wiring.Component):
                     t = plan.transfer
                     m.d.comb += [
                         t.start.eq(1),
-                        t.addr.eq(run.dram_base + insn.dram_base * eb),
+                        t.addr.eq(first_addr),
                         t.rows.eq(insn.y_size),
                         t.row_bytes.eq(insn.x_size * eb),
                         t.stride.eq(insn.x_stride * eb),
