@@ -386,9 +386,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_hw_parsers(hw)
 
-    from tilecraft.cli import boards, network, tune
+    from tilecraft.cli import boards, dse, network, tune
 
     boards.add_parsers(sub)
+    dse.add_parsers(sub, _count)
     network.add_parsers(sub, _count)
     tune.add_parsers(sub, _count)
     return p

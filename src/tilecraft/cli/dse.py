@@ -1,0 +1,60 @@
+"""`tilecraft dse --part P`: the design-space sweep, its Pareto front and plot."""
+
+from __future__ import annotations
+
+
+def cmd_dse(args) -> int:
+    from tilecraft.cli import _json, _write
+    from tilecraft.explore.sweep import run_sweep
+
+    if args.workers is not None and args.workers < 0:
+        raise SystemExit(f"--workers must be 0 or more, not {args.workers}")
+    result = run_sweep(args.part, model=args.model, limit=args.configs,
+                       workers=2 if args.workers is None else args.workers,
+                       scheduler=args.scheduler, cache=args.cache)  # fmt: skip
+    print(format_table(result))
+    _write(args.json, lambda p: _json(p, result), "JSON")
+    if args.plot:
+        from tilecraft.explore.plot import plot_fronts
+
+        plot_fronts(result, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0 if any(p["error"] is None for p in result["points"]) else 1
+
+
+def format_table(r: dict) -> str:
+    joint = set(r["fronts"].get("joint", []))
+    lines = [
+        f"design space on {r['part']} ({r['family']} synthesis), {r['model']}: "
+        f"{len(r['points'])} configs in {r['seconds']:.0f} s, {r['synthesized']} synthesized "
+        f"(the rest from the cache); * = on the joint Pareto front",
+        f"  {'config':26s} {'latency':>9s} {'LUT':>14s} {'DSP':>11s} {'BRAM36':>12s}  fits",
+    ]
+    for p in r["points"]:
+        if p["error"]:
+            lines.append(f"  {p['name']:26s} failed: {p['error'][:80]}")
+            continue
+        f = p["fractions"]
+        star = "*" if p["name"] in joint else " "
+        lines.append(
+            f"{star} {p['name']:26s} {p['latency_ms']:7.1f} ms {p['lut']:>7,} ({f['lut']:4.0%}) "
+            f"{p['dsp']:>4} ({f['dsp']:4.0%}) {p['bram36']:>5} ({f['bram36']:4.0%})  "
+            f"{', '.join(p['fits']) or 'none'}"
+        )
+    return "\n".join(lines)
+
+
+def add_parsers(sub, count) -> None:
+    p = sub.add_parser("dse", help="sweep accelerator configs: modeled network latency against "
+                       "synthesis resources, the Pareto front, which boards each fits")  # fmt: skip
+    p.add_argument("--part", default="xc7z020", help="xc7z020, xczu3eg, xck26, xczu7ev, ...")
+    p.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenet_v2"))
+    p.add_argument("--configs", type=count, help="sweep only the first N configs (smallest "
+                   "arrays first)")  # fmt: skip
+    p.add_argument("--workers", type=int, help="local Dask workers (default 2; 0: no Dask)")
+    p.add_argument("--scheduler", help="a Dask scheduler's address (its workers evaluate)")
+    p.add_argument("--cache", default="build/dse/synthesis-cache.json",
+                   help="synthesis figures by config digest (reused across sweeps)")  # fmt: skip
+    p.add_argument("--plot", help="draw the fronts (latency against LUT, DSP, BRAM) to a PNG")
+    p.add_argument("--json", help="write the points and fronts as JSON here")
+    p.set_defaults(func=cmd_dse)

@@ -1,0 +1,35 @@
+"""The sweep's fronts drawn: latency against each resource's share of the part."""
+
+from __future__ import annotations
+
+from tilecraft.explore.pareto import RESOURCES
+
+TITLES = {"lut": "LUT", "dsp": "DSP", "bram36": "BRAM (RAMB36)"}
+
+
+def plot_fronts(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    good = [p for p in result["points"] if p["error"] is None]
+    fig, axes = plt.subplots(1, len(RESOURCES), figsize=(5 * len(RESOURCES), 4.2), sharey=True)
+    for ax, r in zip(axes, RESOURCES):
+        on = set(result["fronts"].get(r, []))
+        for p in good:
+            x, y = 100 * p["fractions"][r], p["latency_ms"]
+            ax.scatter(x, y, c="tab:red" if p["name"] in on else "tab:gray", zorder=3)
+            ax.annotate(p["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        line = sorted((100 * p["fractions"][r], p["latency_ms"]) for p in good if p["name"] in on)
+        if line:
+            ax.step(*zip(*line), where="post", c="tab:red", lw=1)
+        ax.axvline(100, c="k", ls="--", lw=0.8)
+        ax.set_xlabel(f"{TITLES[r]}, % of the {result['part']}")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"{result['model']} accelerator latency (ms, cycle model)")
+    fig.suptitle(f"Design space on the {result['part']}: red = Pareto front")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

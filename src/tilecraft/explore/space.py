@@ -1,0 +1,42 @@
+"""The configs a sweep visits: the sweep presets, each also with its scratchpads halved and
+doubled and with a 128-bit AXI port. Ordered smallest array first, so `limit` keeps the cheap
+ones."""
+
+from __future__ import annotations
+
+from tilecraft.errors import ConfigError
+from tilecraft.hw.config import HwConfig, preset, preset_names
+
+BUFFERS = ("log_inp_buff", "log_wgt_buff", "log_acc_buff")
+VARIANTS = ("", "half-buffers", "double-buffers", "axi128")
+
+
+def variant(cfg: HwConfig, kind: str) -> HwConfig:
+    if kind == "":
+        return cfg
+    if kind == "axi128":
+        return cfg.replace(axi_data_bits=128)
+    step = -1 if kind == "half-buffers" else 1
+    return cfg.replace(**{f: getattr(cfg, f) + step for f in BUFFERS})
+
+
+def sweep_configs(limit: int | None = None) -> list[tuple[str, HwConfig]]:
+    """(name, config) of every valid point, smallest MAC array first; `limit` keeps the first."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"a sweep needs at least one config, not {limit}")
+    points, seen = [], set()
+    bases = sorted(preset_names(), key=lambda n: _macs(preset(n)))
+    for base in bases:
+        for kind in VARIANTS:
+            try:
+                cfg = variant(preset(base), kind)
+            except ConfigError:
+                continue  # a buffer beyond the ISA's range
+            if cfg.digest not in seen:
+                seen.add(cfg.digest)
+                points.append((f"{base}+{kind}" if kind else base, cfg))
+    return points[:limit] if limit else points
+
+
+def _macs(cfg: HwConfig) -> int:
+    return cfg.batch * cfg.block_in * cfg.block_out

@@ -1,0 +1,110 @@
+"""The sweep: every config's point evaluated as a task on Dask (a LocalCluster by default, or a
+scheduler's workers), synthesis figures cached by config digest and part family in a JSON file
+(a sweep that is stopped and run again synthesizes only what it has not), then fits and fronts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tilecraft.boards import board, board_names
+from tilecraft.boards.fit import PARTS, family
+from tilecraft.errors import ConfigError, TilecraftError
+from tilecraft.explore.evaluate import FIGURES, evaluate
+from tilecraft.explore.pareto import fronts
+from tilecraft.explore.space import sweep_configs
+from tilecraft.files import write_atomic
+from tilecraft.progress import track
+
+
+class SynthCache:
+    """Synthesis figures by `digest/family`, in one JSON file, rewritten atomically per entry."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+        except (OSError, ValueError) as exc:
+            raise TilecraftError(f"the synthesis cache {self.path} is unreadable ({exc}): "
+                                 f"delete it to synthesize again") from None  # fmt: skip
+
+    def get(self, digest: str, fam: str) -> dict | None:
+        return self.entries.get(f"{digest}/{fam}")
+
+    def put(self, digest: str, fam: str, figure: dict) -> None:
+        self.entries[f"{digest}/{fam}"] = figure
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+
+
+def fits(point: dict, part: str) -> list[str]:
+    """The boards whose part this point fits, judged on the sweep's synthesis family."""
+    fam = family(part)
+    out = []
+    for name in board_names():
+        cap = PARTS.get(board(name).part_family)
+        if cap is None or family(board(name).part_family) != fam:
+            continue
+        if all(point.get(k, 0) <= cap[k] for k in cap if k in FIGURES):
+            out.append(name)
+    return out
+
+
+def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
+              workers: int = 2, scheduler: str | None = None,
+              cache: str | Path = "build/dse/synthesis-cache.json",
+              workdir: str | Path = "build/dse") -> dict:  # fmt: skip
+    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts and seconds."""
+    if part not in PARTS or family(part) == "ecp5":
+        known = ", ".join(p for p in PARTS if family(p) != "ecp5")
+        raise ConfigError(f"unknown part {part!r} for a sweep; known: {known}")
+    start = time.perf_counter()
+    store = SynthCache(cache)
+    fam = family(part)
+    configs = sweep_configs(limit)
+    work = str(Path(workdir).resolve())
+    jobs = [(name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work)
+            for name, cfg in configs]  # fmt: skip
+    points = []
+    for point in _evaluate_all(jobs, workers, scheduler):
+        if point["error"] is None and point.get("synthesized"):
+            store.put(point["digest"], fam, {k: point[k] for k in (*FIGURES, "synth_seconds")})
+        points.append(point)
+    order = {name: i for i, (name, _) in enumerate(configs)}
+    points.sort(key=lambda p: order[p["name"]])
+    good = [p for p in points if p["error"] is None]
+    for p in good:
+        p["fits"] = fits(p, part)
+        p["fractions"] = {k: p[k] / PARTS[part][k] for k in ("lut", "ff", "dsp", "bram36")}
+    return {
+        "suite": "dse", "part": part, "family": fam, "model": model,
+        "workers": workers if scheduler is None else None, "scheduler": scheduler,
+        "seconds": time.perf_counter() - start, "points": points,
+        "fronts": fronts(good) if good else {},
+        "synthesized": sum(bool(p.get("synthesized")) for p in good),
+    }  # fmt: skip
+
+
+def _evaluate_all(jobs: list, workers: int, scheduler: str | None, function=evaluate,
+                  processes: bool = True):  # fmt: skip
+    """Each job's point as it completes: on Dask, or here in turn (`workers` 0, no scheduler)."""
+    if workers == 0 and scheduler is None:
+        yield from (function(*job) for job in track(jobs, "design points"))
+        return
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
+                               dashboard_address=None)  # fmt: skip
+    client = Client(scheduler or cluster)
+    try:
+        futures = [client.submit(function, *job, pure=False) for job in jobs]
+        for future in track(as_completed(futures), "design points", total=len(futures)):
+            yield future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,109 @@
+"""The design-space sweep: its configs, the Pareto fronts, fits, the synthesis cache and the
+Dask plumbing (synthesis and the network compile stand in here; the real sweep's figures are
+in the benchmarks README)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tilecraft.errors import ConfigError, TilecraftError
+from tilecraft.explore import evaluate as evaluation
+from tilecraft.explore import sweep
+from tilecraft.explore.pareto import dominates, front, fronts
+from tilecraft.explore.space import sweep_configs
+from tilecraft.hw.config import preset
+
+
+def test_the_sweep_visits_distinct_valid_configs_smallest_first():
+    points = sweep_configs()
+    digests = [c.digest for _, c in points]
+    assert len(digests) == len(set(digests)) >= 15
+    assert points[0][0] == "1x8x8" and points[0][1] == preset("1x8x8")
+    macs = [c.batch * c.block_in * c.block_out for _, c in points]
+    assert macs == sorted(macs)
+    assert [n for n, _ in sweep_configs(3)] == ["1x8x8", "1x8x8+half-buffers",
+                                                "1x8x8+double-buffers"]  # fmt: skip
+    with pytest.raises(ConfigError, match="at least one config, not 0"):
+        sweep_configs(0)
+
+
+def test_pareto_fronts():
+    a = {"name": "a", "latency_ms": 10, "lut": 5, "dsp": 5, "bram36": 5}
+    b = {"name": "b", "latency_ms": 20, "lut": 2, "dsp": 9, "bram36": 2}
+    c = {"name": "c", "latency_ms": 30, "lut": 6, "dsp": 9, "bram36": 6}  # worse than a on all
+    assert dominates(a, c, ("latency_ms", "lut")) and not dominates(a, b, ("latency_ms", "lut"))
+    assert [p["name"] for p in front([a, b, c], ("latency_ms", "lut"))] == ["a", "b"]
+    f = fronts([a, b, c])
+    assert f["dsp"] == ["a"] and f["joint"] == ["a", "b"]
+
+
+def _fakes(monkeypatch, calls):
+    class Synth:
+        def __init__(self, cfg):
+            n = cfg.batch * cfg.block_in * cfg.block_out
+            self.lut, self.ff, self.dsp, self.bram36, self.uram = 100 * n, 50 * n, n // 2, n, 0
+            self.seconds = 1.0
+
+    def synthesize(cfg, part, workdir):
+        calls.append(cfg.tag)
+        return Synth(cfg)
+
+    def latency(cfg, model):
+        n = cfg.batch * cfg.block_in * cfg.block_out
+        return {"accelerator_cycles": 10**7 // n, "latency_ms": 10**4 / n, "compile_seconds": 0}
+
+    import tilecraft.boards.flows.resources as resources
+
+    monkeypatch.setattr(resources, "synthesize", synthesize)
+    monkeypatch.setattr(evaluation, "network_latency", latency)
+
+
+def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
+    calls = []
+    _fakes(monkeypatch, calls)
+    cache = tmp_path / "cache.json"
+    r = sweep.run_sweep("xc7z020", limit=5, workers=0, cache=cache, workdir=tmp_path)
+    assert len(calls) == 5 and r["synthesized"] == 5
+    assert {p["name"] for p in r["points"]} >= {"1x8x8", "1x16x8"}
+    small = r["points"][0]
+    assert small["fits"] == ["pynq-z1", "pynq-z2"] and small["fractions"]["dsp"] == 32 / 220
+    assert r["fronts"]["joint"] and json.loads(cache.read_text())
+    again = sweep.run_sweep("xc7z020", limit=6, workers=0, cache=cache, workdir=tmp_path)
+    assert len(calls) == 6 and again["synthesized"] == 1  # only the new config
+    assert [p["lut"] for p in again["points"][:5]] == [p["lut"] for p in r["points"]]
+
+
+def test_a_failing_point_is_reported_not_raised(tmp_path, monkeypatch):
+    _fakes(monkeypatch, [])
+
+    def broken(cfg, model):
+        raise TilecraftError("the tiles do not fit")
+
+    monkeypatch.setattr(evaluation, "network_latency", broken)
+    r = sweep.run_sweep("xczu7ev", limit=2, workers=0, cache=tmp_path / "c.json",
+                        workdir=tmp_path)  # fmt: skip
+    assert all(p["error"] == "TilecraftError: the tiles do not fit" for p in r["points"])
+    assert r["fronts"] == {}
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(ConfigError, match="unknown part 'xc9z999' for a sweep; known: xc7z010"):
+        sweep.run_sweep("xc9z999", cache=tmp_path / "c.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(TilecraftError, match="synthesis cache .* is unreadable"):
+        sweep.SynthCache(bad)
+
+
+def _square(name, config, part, model, cached, workdir):
+    return {"name": name, "value": config * config, "error": None}
+
+
+def test_the_points_run_as_dask_tasks():
+    pytest.importorskip("distributed")
+    jobs = [(f"p{k}", k, "xc7z020", "m", None, ".") for k in range(4)]
+    got = sweep._evaluate_all(jobs, workers=2, scheduler=None, function=_square,
+                              processes=False)  # fmt: skip
+    assert sorted(p["value"] for p in got) == [0, 1, 4, 9]
