@@ -201,3 +201,14 @@ def test_bad_options_are_refused(pynq_z1, make_board, tmp_path):
         PynqDevice(bit, timeout_s=0)
     with pytest.raises(DeviceError, match="no bitstream"):
         PynqDevice(tmp_path / "missing.bit")
+
+
+def test_closing_gives_the_arena_back(pynq_z1, make_board, conv):
+    design, bit = pynq_z1
+    fake = make_board(design)
+    program, inputs = conv
+    device = PynqDevice(bit)
+    device.run(program, inputs)
+    assert len(fake.allocations) == 1 and fake.free_bytes < fake.cma_bytes
+    device.close()
+    assert fake.allocations == {} and fake.free_bytes == fake.cma_bytes

@@ -89,14 +89,18 @@ def _tune_one(args, task, plot: bool = True) -> int:
 
     if args.trials < 1:
         raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
-    meter = measurer(args.measure)
+    options = {}
+    if args.measure == "pynq":
+        options = {"bitfile": args.bitfile, "timeout_s": args.timeout or 10.0}
     if args.workers or args.scheduler:
         from tilecraft.compiler.tune.distributed import DaskMeasurer
 
         meter = DaskMeasurer(args.measure, workers=args.workers or 2, scheduler=args.scheduler,
-                             fpga=args.fpga)  # fmt: skip
+                             fpga=args.fpga, timeout_s=args.timeout, options=options)  # fmt: skip
         print(f"measuring on {meter.workers} Dask worker(s)"
               + (f" at {args.scheduler}" if args.scheduler else " (a local cluster)"))
+    else:
+        meter = measurer(args.measure, **options)
     try:
         return _run(args, task, meter, plot)
     finally:
@@ -193,7 +197,12 @@ def add_parsers(sub, count) -> None:
         q.add_argument("--config", default="default", help="config name or .toml/.json")
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")
         q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
-        q.add_argument("--measure", default="sim", help="sim (the cycle model) or rtl")
+        q.add_argument("--measure", default="sim", help="sim (the cycle model), rtl, or pynq "
+                       "(the board this runs on, or each board's Dask worker)")  # fmt: skip
+        q.add_argument("--bitfile", help="pynq: the overlay's .bit (a fleet's workers: their "
+                       "TILECRAFT_BITFILE)")  # fmt: skip
+        q.add_argument("--timeout", type=float, metavar="S", help="a measurement not back in "
+                       "S seconds is recorded as timed out (Dask; pynq: the device's limit)")
         q.add_argument("--strategy", choices=["model", "random"], default="model")
         q.add_argument("--batch", type=count, default=8, help="schedules per model update")
         q.add_argument("--seed", type=count, default=0)

@@ -27,8 +27,19 @@ from tilecraft.sim.simulator import simulate
 try:
     from pynq import Device
     from pynq.buffer import PynqBuffer
+
+    class SimBuffer(PynqBuffer):
+        """A buffer whose freeing gives its pages back to the board's pool (a view of one
+        frees nothing)."""
+
+        def freebuffer(self):
+            owner = getattr(self, "owner", None)
+            if owner is not None and not self.freed:
+                self.freed = True
+                owner.allocations.pop(self.device_address, None)
+
 except ImportError:  # this module imports anywhere; making a board needs pynq
-    Device, PynqBuffer = object, None
+    Device, PynqBuffer, SimBuffer = object, None, None
 
 PAGE = 4096
 ZYNQ_SLCR = 0xF8000000  # Zynq-7000 clock registers, PS_CLK 50 MHz
@@ -201,15 +212,12 @@ class SimulatedBoard(Device):
             raise RuntimeError(f"Allocate failed: {nbytes} bytes ({self.free_bytes} free)")
         self.allocations[address] = size
         host = np.zeros(size, np.uint8)  # the CPU's (cached) view
-        buf = PynqBuffer(
+        buf = SimBuffer(
             shape, dtype, buffer=host, device=self, device_address=address, bo=address,
             coherent=False,
         )  # fmt: skip
-        buf.memory, buf.pointer, buf.return_to = host, address, self
+        buf.owner = self
         return buf
-
-    def return_pointer(self, pointer: int) -> None:
-        self.allocations.pop(pointer, None)
 
     def flush(self, bo, offset, ptr, size):
         address = bo + offset

@@ -61,3 +61,40 @@ def test_a_dead_worker_is_retried_and_noted(cluster, tmp_path, monkeypatch):
     finally:
         cluster.measure_name = "sim"
     assert marker.exists() and results[0].ok and "retried" in results[0].note
+
+
+class Slow(M.CycleModel):
+    """Takes longer than the test's limit."""
+
+    name = "cycle-model"
+
+    def measure(self, task, s):
+        import time
+
+        time.sleep(2.0)
+        return super().measure(task, s)
+
+
+def test_a_measurement_past_its_timeout_is_recorded_and_the_run_goes_on(cluster, monkeypatch):
+    monkeypatch.setitem(M.MEASURERS, "slow", Slow)
+    cluster.client.run(lambda: M.MEASURERS.update({"slow": Slow}))
+    cluster.measure_name, cluster.timeout_s = "slow", 0.25
+    try:
+        results = cluster.measure_many(TASK, [TASK.space[0]])
+    finally:
+        cluster.measure_name, cluster.timeout_s = "sim", None
+    assert not results[0].ok and results[0].error == "timed out after 0.25 s"
+    assert cluster.measure_many(TASK, [TASK.space[1]])[0].ok  # the cluster still measures
+
+
+def test_bad_measurer_options_are_refused(monkeypatch):
+    from tilecraft.compiler.tune.distributed import DaskMeasurer
+    from tilecraft.errors import TilecraftError
+
+    with pytest.raises(TilecraftError, match="timeout must be positive, not 0"):
+        DaskMeasurer("sim", timeout_s=0)
+    with pytest.raises(TilecraftError, match="unknown measurer 'fpga'; valid: sim, rtl, pynq"):
+        DaskMeasurer("fpga")
+    monkeypatch.delenv("TILECRAFT_BITFILE", raising=False)
+    with pytest.raises(TilecraftError, match="needs the overlay's bitstream: --bitfile"):
+        M.measurer("pynq")

@@ -4,20 +4,22 @@ default, or a fleet at `scheduler` where each board's worker advertises `--resou
 split into one chunk per worker (Dask's per-task overhead is about 8 ms: cheap cycle-model
 measurements go in chunks). Work travels as plain data (the config, operator, epilogue and
 schedules as JSON) to an importable function, never as closures. A chunk whose worker dies is
-resubmitted once, and its records say so."""
+resubmitted once, and its records say so. With `timeout_s`, a chunk not back within that many
+seconds per schedule is recorded as timed out (its task cancelled), and the run goes on."""
 
 from __future__ import annotations
 
-from tilecraft.compiler.tune.measure import Result, measurer
+from tilecraft.compiler.tune.measure import MEASURERS, Result, measurer
 from tilecraft.compiler.tune.task import Task
 from tilecraft.errors import TilecraftError
 from tilecraft.serial import from_json, to_json
 
 RETRIED = "retried: the first worker died"
+TIMED_OUT = "timed out"
 
 
 def measure_chunk(measure: str, config: dict, op: dict, epilogue: dict, fold,
-                  schedules: list[dict]) -> list[tuple]:  # fmt: skip
+                  schedules: list[dict], options: dict | None = None) -> list[tuple]:  # fmt: skip
     """On a worker: (cycles, error, seconds) of each schedule (plain data in and out)."""
     from tilecraft.hw.config import HwConfig
     from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue
@@ -25,7 +27,7 @@ def measure_chunk(measure: str, config: dict, op: dict, epilogue: dict, fold,
     kind = Dense if op.get("kind") == "dense" else Conv2d
     task = Task(HwConfig.from_dict(config), from_json(kind, op), from_json(Epilogue, epilogue),
                 fold)  # fmt: skip
-    meter = measurer(measure)
+    meter = measurer(measure, **(options or {}))
     out = []
     for s in schedules:
         r = meter.measure(task, from_json(ConvSchedule, s))
@@ -37,15 +39,22 @@ class DaskMeasurer:
     """`measure_many` on a cluster; `name` is the wrapped measurer's (the records' tool)."""
 
     def __init__(self, measure: str = "sim", workers: int = 2, scheduler: str | None = None,
-                 fpga: bool = False):  # fmt: skip
+                 fpga: bool = False, timeout_s: float | None = None,
+                 options: dict | None = None):  # fmt: skip
         try:
             import dask
             from distributed import Client, LocalCluster
         except ImportError:
             raise TilecraftError("distributed measurement needs dask: pip install "
                                  "'tilecraft[tune]'") from None  # fmt: skip
+        if timeout_s is not None and not timeout_s > 0:
+            raise TilecraftError(f"a measurement timeout must be positive, not {timeout_s}")
         self.measure_name = measure
-        self.name = measurer(measure).name
+        self.options = options or {}
+        self.timeout_s = timeout_s
+        if measure not in MEASURERS:
+            raise TilecraftError(f"unknown measurer {measure!r}; valid: {', '.join(MEASURERS)}")
+        self.name = MEASURERS[measure].name  # made on the workers (a board's has its bitstream)
         self.resources = {"FPGA": 1} if fpga else None
         self._cluster = None
         if scheduler:
@@ -72,8 +81,12 @@ class DaskMeasurer:
         results = []
         for chunk, future in zip(chunks, futures):
             note = ""
+            limit = None if self.timeout_s is None else self.timeout_s * len(chunk)
             try:
-                rows = future.result()
+                rows = future.result(timeout=limit)
+            except TimeoutError:
+                future.cancel()
+                rows = [(None, f"{TIMED_OUT} after {self.timeout_s:g} s", limit)] * len(chunk)
             except Exception as exc:  # the worker died (KilledWorker), or the link did
                 if type(exc).__name__ not in ("KilledWorker", "CommClosedError", "OSError"):
                     raise
@@ -88,7 +101,7 @@ class DaskMeasurer:
 
     def _submit(self, plain, chunk):
         return self.client.submit(measure_chunk, *plain, [to_json(s) for s in chunk],
-                                  pure=False, resources=self.resources)  # fmt: skip
+                                  self.options, pure=False, resources=self.resources)  # fmt: skip
 
     def close(self) -> None:
         self.client.close()

@@ -1,7 +1,8 @@
 """Measurers: how many cycles a schedule takes, behind one interface. `CycleModel` builds the
 layer's program with the schedule and runs the cycle model (the default, cheap and exact for
-the model); `Rtl` runs the program on the generated Verilog. A measurement that fails is a
-result with its error, never an exception out of the tuner."""
+the model); `Rtl` runs the program on the generated Verilog; `Board` on the accelerator in a
+PYNQ overlay (the `pynq` device: its CYCLES register). A measurement that fails or times out is
+a result with its error, never an exception out of the tuner."""
 
 from __future__ import annotations
 
@@ -78,11 +79,49 @@ class Rtl:
         return _timed(run)
 
 
-MEASURERS = {"sim": CycleModel, "rtl": Rtl}
+class Board:
+    """The accelerator in a PYNQ overlay, on the board this runs on: the overlay's `.bit` is
+    `bitfile` or, on a fleet's worker, its TILECRAFT_BITFILE. A run longer than `timeout_s` is
+    a failed measurement (the device dumps its registers and resets itself)."""
+
+    name = "pynq"
+
+    def __init__(self, bitfile: str | None = None, timeout_s: float = 10.0):
+        import os
+
+        self.bitfile = bitfile or os.environ.get("TILECRAFT_BITFILE")
+        if not self.bitfile:
+            raise TilecraftError(
+                "the pynq measurer needs the overlay's bitstream: --bitfile FILE.bit, or "
+                "TILECRAFT_BITFILE on the board's worker"
+            )
+        self.timeout_s = timeout_s
+        self._device = None
+
+    def measure(self, task, schedule) -> Result:
+        import numpy as np
+
+        from tilecraft.compiler.pipeline import compile_operator
+        from tilecraft.runtime import get_device
+        from tilecraft.runtime.layout import pack_inputs, random_inputs
+
+        def run():
+            if self._device is None:
+                self._device = get_device("pynq", bitfile=self.bitfile, config=task.config,
+                                          timeout_s=self.timeout_s)  # fmt: skip
+            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
+                                       fold=task.mapped.folded).program  # fmt: skip
+            x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
+            return self._device.run(program, x).report.cycles
+
+        return _timed(run)
 
 
-def measurer(name: str) -> Measurer:
-    """A measurer by name: sim (the cycle model) or rtl; the board's comes with its device."""
+MEASURERS = {"sim": CycleModel, "rtl": Rtl, "pynq": Board}
+
+
+def measurer(name: str, **options) -> Measurer:
+    """A measurer by name: sim (the cycle model), rtl or pynq (`options`: Board's)."""
     if name not in MEASURERS:
         raise TilecraftError(f"unknown measurer {name!r}; valid: {', '.join(MEASURERS)}")
-    return MEASURERS[name]()
+    return MEASURERS[name](**options)
