@@ -107,3 +107,24 @@ def test_the_points_run_as_dask_tasks():
     got = sweep._evaluate_all(jobs, workers=2, scheduler=None, function=_square,
                               processes=False)  # fmt: skip
     assert sorted(p["value"] for p in got) == [0, 1, 4, 9]
+
+
+def _fails_on_two(name, config, part, model, cached, workdir):
+    if config == 2:
+        raise RuntimeError("worker lost")
+    return {"name": name, "value": config, "error": None}
+
+
+def test_a_task_that_raises_is_a_failed_point_not_a_failed_sweep():
+    pytest.importorskip("distributed")
+    jobs = [(f"p{k}", k, "xc7z020", "m", None, ".") for k in range(3)]
+    got = {p["name"]: p for p in sweep._evaluate_all(jobs, workers=1, scheduler=None,
+                                                       function=_fails_on_two, processes=False)}
+    assert got["p2"]["error"] == "RuntimeError: worker lost"
+    assert got["p0"]["error"] is None and got["p1"]["value"] == 1
+
+
+def test_the_space_leaves_out_configs_the_rtl_cannot_build():
+    for _, cfg in sweep_configs():
+        assert cfg.elem_bytes("out") % cfg.axi_bytes == 0
+    assert "1x8x8+axi128" not in [n for n, _ in sweep_configs()]

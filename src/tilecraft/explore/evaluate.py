@@ -52,6 +52,6 @@ def evaluate(name: str, config: dict, part: str, model: str, cached: dict | None
         else:
             point["synthesized"] = False
         point.update(cached)
-    except TilecraftError as exc:
+    except (TilecraftError, ValueError) as exc:  # ValueError: a config the RTL refuses
         point["error"] = f"{type(exc).__name__}: {exc}"
     return point

@@ -101,9 +101,13 @@ def _evaluate_all(jobs: list, workers: int, scheduler: str | None, function=eval
                                dashboard_address=None)  # fmt: skip
     client = Client(scheduler or cluster)
     try:
-        futures = [client.submit(function, *job, pure=False) for job in jobs]
+        futures = {client.submit(function, *job, pure=False): job for job in jobs}
         for future in track(as_completed(futures), "design points", total=len(futures)):
-            yield future.result()
+            try:
+                yield future.result()
+            except Exception as exc:  # a worker died, or the task raised: this point failed
+                name = futures[future][0]
+                yield {"name": name, "error": f"{type(exc).__name__}: {exc}"}
     finally:
         client.close()
         if cluster is not None:
