@@ -2,12 +2,14 @@
 doubled and with a 128-bit AXI port. Ordered smallest array first, so `limit` keeps the cheap
 ones. A variant the RTL cannot build is left out: the STORE stage writes whole OUT elements, so
 an OUT element must be a whole number of AXI beats (1x8x8's 8-byte element and a 16-byte bus
-do not go together)."""
+do not go together), and its ISA must exist (larger scratchpads widen the index fields past
+128-bit instructions)."""
 
 from __future__ import annotations
 
 from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig, preset, preset_names
+from tilecraft.hw.isa import isa_for
 
 BUFFERS = ("log_inp_buff", "log_wgt_buff", "log_acc_buff")
 VARIANTS = ("", "half-buffers", "double-buffers", "axi128")
@@ -32,8 +34,9 @@ def sweep_configs(limit: int | None = None) -> list[tuple[str, HwConfig]]:
         for kind in VARIANTS:
             try:
                 cfg = variant(preset(base), kind)
+                isa_for(cfg)
             except ConfigError:
-                continue  # a buffer beyond the ISA's range
+                continue  # a buffer beyond the config's range, or fields past 128 bits
             if cfg.elem_bytes("out") % cfg.axi_bytes:
                 continue
             if cfg.digest not in seen:
