@@ -88,3 +88,4 @@ def test_an_open_flow_board_has_pins_and_no_processing_system():
     assert (b.open.package, b.open.speed, b.open.oscillator_mhz) == ("CABGA381", 6, 25.0)
     assert b.open.pins == {"clk": "G2", "din": "R1", "dout": "B2"}
     assert b.part_family == "LFE5U-85F" and b.config.clock_mhz == 100.0
+    assert b.config.arch_digest == preset("1x8x8").arch_digest  # 16x16 takes every MULT18
