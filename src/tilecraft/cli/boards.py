@@ -72,15 +72,15 @@ def cmd_build(args) -> int:
     if verdict.fits is False:
         print("warning: the synthesis figures say this config does not fit the part")
     example = conv2d(cfg, Conv2d(1, 64, 14, 14, 64, 3, 1, 1), Epilogue(shift=9, relu=True))
-    result = build(design, args.output, example=example.replace(name="example_conv"),
+    result = build(design, args.folder, example=example.replace(name="example_conv"),
                    any_vivado=args.any_vivado)  # fmt: skip
     print(f"wrote the Verilog, bd.tcl, project.tcl, build.sh and the overlay package "
-          f"(package/) to {args.output}")  # fmt: skip
+          f"(package/) to {args.folder}")  # fmt: skip
     if result["ran"]:
         print(f"Vivado {result['vivado']} built {result['overlay']}/{design.name}.bit and .hwh")
     else:
         print(f"{result['reason']}: build it with\n  {result['command']}\nthen, on the "
-              f"board, pip install {args.output}/package (or copy {result['overlay']}/ "
+              f"board, pip install {args.folder}/package (or copy {result['overlay']}/ "
               f"there)")  # fmt: skip
     return 0
 
@@ -89,7 +89,7 @@ def _build_open(b, cfg, args) -> int:
     from tilecraft.boards.flows.ecp5_board import build_bitstream
 
     print(f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes)")
-    made = build_bitstream(b, args.output, cfg, route_timeout_s=args.route_timeout)
+    made = build_bitstream(b, args.folder, cfg, route_timeout_s=args.route_timeout)
     print(made.timing.format())
     print(f"wrote {made.path} ({made.path.stat().st_size:,} bytes; PLL {made.pll_mhz:g} MHz) "
           f"and {made.path.with_suffix('.json').name}")  # fmt: skip
@@ -160,7 +160,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--board", required=True, help="a board preset (`tilecraft boards`)")
     b.add_argument("--config", help="the accelerator config (default: the board's)")
     b.add_argument("--name", default="tilecraft", help="the overlay's name (its files' stem)")
-    b.add_argument("-o", "--output", required=True, help="folder to write the project into")
+    b.add_argument("-o", "--output", dest="folder", required=True,
+                   help="folder to write the project into")  # fmt: skip
     b.add_argument("--route-timeout", type=float, metavar="S",
                    help="open-flow boards: give up routing after S seconds")  # fmt: skip
     b.add_argument("--any-vivado", action="store_true",

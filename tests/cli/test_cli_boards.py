@@ -1,0 +1,61 @@
+"""`tilecraft boards`, `tilecraft build` and `tilecraft dse` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from tilecraft.cli import main
+
+
+def test_boards_lists_every_preset_and_its_fits(tmp_path, capsys):
+    out = tmp_path / "boards.json"
+    assert main(["boards", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "pynq-z1     xc7z020clg400-1" in text and "none: the open flow" in text
+    rows = {r["board"]: r for r in json.loads(out.read_text())["boards"]}
+    assert rows["zcu104"]["fits"]["2x16x16"]["fits"] is True
+    assert rows["pynq-z1"]["fits"]["2x16x16"]["fits"] is False
+    assert rows["ulx3s-85f"]["pynq"] is None and rows["kv260"]["cma_mib"] == 1000
+
+
+def test_build_writes_into_an_existing_folder_and_says_how_to_finish(tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    folder = tmp_path / "overlay-project"
+    folder.mkdir()
+    assert main(["build", "--board", "pynq-z2", "--config", "1x8x8", "-o", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "Vivado is not on the PATH (the pynq-z2 needs 2024.1)" in text
+    assert f"cd {folder} && ./build.sh" in text
+    for name in ("bd.tcl", "project.tcl", "build.sh", "tilecraft_top.v", "overlay/tilecraft.toml",
+                 "package/pyproject.toml", "package/tilecraft_overlay_pynq_z2/conv.tcp"):
+        assert (folder / name).is_file(), name
+
+
+def test_build_refuses_an_unknown_board(capsys):
+    assert main(["build", "--board", "arty", "-o", "x"]) == 1
+    assert "unknown board 'arty'; valid: kv260, pynq-z1" in capsys.readouterr().err
+
+
+def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monkeypatch):
+    import tilecraft.boards.flows.resources as resources
+    from tilecraft.explore import evaluate
+
+    class Synth:
+        def __init__(self, cfg):
+            n = cfg.batch * cfg.block_in * cfg.block_out
+            self.lut, self.ff, self.dsp, self.bram36, self.uram, self.seconds = (
+                100 * n, 10 * n, n // 2, n // 4, 0, 1.0)  # fmt: skip
+
+    monkeypatch.setattr(resources, "synthesize", lambda cfg, part, workdir: Synth(cfg))
+    monkeypatch.setattr(evaluate, "network_latency", lambda cfg, model: {
+        "accelerator_cycles": 1, "latency_ms": 1e4 / (cfg.block_in * cfg.block_out),
+        "compile_seconds": 0.0})  # fmt: skip
+    out, png = tmp_path / "dse.json", tmp_path / "dse.png"
+    argv = ["dse", "--part", "xczu3eg", "--configs", "3", "--workers", "0",
+            "--cache", str(tmp_path / "cache.json"), "--json", str(out), "--plot", str(png)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "design space on xczu3eg (xcup synthesis), resnet18: 3 configs" in text
+    assert "* 1x16x8" in text and "ultra96-v2" in text
+    assert json.loads(out.read_text())["fronts"]["joint"] and png.stat().st_size > 10_000
