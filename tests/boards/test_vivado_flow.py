@@ -20,10 +20,21 @@ def test_the_project_describes_the_block_design(tmp_path, name):
     project = (tmp_path / "project.tcl").read_text()
     assert f"xilinx.com:ip:{d.board.ps.ip}:*" in bd
     assert "create_bd_cell -type module -reference tilecraft_top tilecraft_0" in bd
-    assert f"Master /{d.ps_instance}/{d.control_port}" in bd  # registers on the GP/HPM port
+    control = f"Master /{d.ps_instance}/{d.control_port}"  # registers on the GP/HPM port
+    assert f"{control} \\\n    Slave /tilecraft_0/s_axi_control " in bd
     assert f"Slave /{d.ps_instance}/{d.data_port}" in bd  # the master into DDR on HP
-    assert f"[get_bd_pins {d.ps_instance}/{d.interrupt_pin}]" in bd
+    # the interrupt reaches the PS only through the AXI interrupt controller PYNQ needs
+    assert 'get_ipdefs "xilinx.com:ip:axi_intc:*"] end] axi_intc_0]' in bd
+    assert "CONFIG.C_IRQ_CONNECTION {1}" in bd
+    # its registers join the accelerator's interconnect rather than a second one on the master
+    assert f"{control} \\\n    Slave /axi_intc_0/s_axi {{*}}$clocks intc_ip Auto]" in bd
+    assert "[get_bd_pins tilecraft_0/interrupt] [get_bd_pins axi_intc_0/intr]\n" in bd
+    assert f"[get_bd_pins axi_intc_0/irq] [get_bd_pins {d.ps_instance}/{d.interrupt_pin}]\n" in bd
+    assert bd.count(f"{d.ps_instance}/{d.interrupt_pin}") == 1
     assert f"-offset 0x{d.register_base:08X} -range 64K" in bd
+    intc = next(c for c in bd.split("assign_bd_address ") if "axi_intc_0/S_AXI/Reg" in c)
+    assert intc.startswith(f"-offset 0x{d.intc_base:08X} -range 64K ")
+    assert d.intc_base == (0xA0010000 if d.zynqmp else 0x41800000)
     assert "DIVISOR" not in bd  # Vivado derives the divisors from the frequency
     assert f"create_project -force tilecraft $here/vivado -part {d.board.part}" in project
     assert 'error "timing is not met' in project and "hw_handoff/tilecraft.hwh" in project

@@ -23,6 +23,7 @@ from pynqmetadata.frontends import Metadata  # noqa: E402
 from tilecraft.boards import board, board_names  # noqa: E402
 from tilecraft.boards.block_design import (  # noqa: E402
     INSTANCE,
+    INTC,
     REGISTER_RANGE,
     VLNV,
     BlockDesign,
@@ -162,15 +163,28 @@ def test_the_register_map_is_hw_regs(design, overlay, device):
         register_map.MAGIC = 0  # read-only: no setter
 
 
-def test_the_interrupt_is_wired_straight_to_the_ps(design, overlay):
+def test_the_interrupt_is_listed_behind_the_interrupt_controller(design, overlay):
+    """pynq.Interrupt finds its pin in `interrupt_pins`, which holds only pins behind an AXI
+    interrupt controller on a PS interrupt input (InterruptControllersView walks from the PS
+    IRQ to axi_intc cells, InterruptPinsView from each one's `intr` to what drives it)."""
+    pin = overlay.interrupt_pins[f"{INSTANCE}/interrupt"]
+    assert (pin["controller"], pin["index"]) == (INTC, 0)
+    assert overlay.ip_dict[INSTANCE]["interrupts"]["interrupt"]["controller"] == INTC
+    controller = overlay.interrupt_controllers[INTC]
+    assert (controller["parent"], controller["index"]) == ("", 0)  # "": the PS itself
+    # IRQ_F2P[0] / pl_ps_irq0[0]: the GIC interrupt of the image's generic-uio node, which
+    # pynq.Interrupt waits on (fabric@40000000: 0x1d, fabric@A0000000: 0x59; SPIs start at 32)
+    assert controller["raw_irq"] == 32 + (0x59 if design.zynqmp else 0x1D)
+    entry = overlay.ip_dict[INTC]  # where pynq's interrupt driver reads and writes it
+    assert (entry["phys_addr"], entry["addr_range"]) == (design.intc_base, REGISTER_RANGE)
+    assert entry["type"].startswith("xilinx.com:ip:axi_intc:")
+    assert not design.register_base <= design.intc_base < design.register_base + REGISTER_RANGE
+    # the wires: the accelerator into the controller's intr, its irq into the PS
+    intr = overlay.systemgraph.blocks[INTC].ports["intr"].sig().connections().values()
+    assert {(end.parent().parent().name, end.name) for end in intr} == {(INSTANCE, "interrupt")}
     ps = overlay.systemgraph.blocks[design.ps_instance]
     ends = ps.get_irqs[design.interrupt_pin].connections().values()
-    assert {(end.parent().parent().name, end.name) for end in ends} == {(INSTANCE, "interrupt")}
-    # PYNQ lists only pins behind an AXI interrupt controller (InterruptControllersView walks
-    # from the PS IRQ to axi_intc cells), so a direct wire gives no `interrupt_pins` entry and
-    # no pynq.Interrupt: the runtime polls STATUS.
-    assert f"{INSTANCE}/interrupt" not in overlay.interrupt_pins
-    assert overlay.ip_dict[INSTANCE]["interrupts"] == {}
+    assert {(end.parent().parent().name, end.name) for end in ends} == {(INTC, "irq")}
 
 
 def test_the_accelerator_reaches_dram_through_the_data_port(design, overlay):

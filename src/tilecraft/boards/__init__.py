@@ -25,7 +25,8 @@ class ProcessingSystem:
     data_port: str  # the PS slave port the accelerator's AXI4 master reaches DDR through
     register_base: int  # physical address of the registers
     pll_mhz: float  # the PLL the fabric clock is divided from
-    interrupt: str  # the PS interrupt input the accelerator's `interrupt` drives
+    interrupt: str  # the PS interrupt input (the accelerator's `interrupt` reaches it through
+    # an AXI interrupt controller, as PYNQ's Interrupt needs)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The block design of a PYNQ overlay, described once: the Zynq processing system, the
-accelerator as a module reference, its register window, its DDR port, its interrupt and the
-fabric clock. The Vivado Tcl (`flows/vivado.py`) builds this design; the `.hwh` writer
-(`flows/hwh.py`) describes the same design the way Vivado's hardware handoff would, so the
-runtime's off-board tests open an overlay PYNQ parses exactly as it parses a real one."""
+accelerator as a module reference, its register window, its DDR port, its interrupt (through an
+AXI interrupt controller, the only way `pynq.Interrupt` can wait on it) and the fabric clock.
+The Vivado Tcl (`flows/vivado.py`) builds this design; the `.hwh` writer (`flows/hwh.py`)
+describes the same design the way Vivado's hardware handoff would, so the runtime's off-board
+tests open an overlay PYNQ parses exactly as it parses a real one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ MODULE = regs.MODULE  # the Verilog top (boards/flows/verilog.py writes it)
 INSTANCE = "tilecraft_0"
 VLNV = f"xilinx.com:module_ref:{MODULE}:1.0"  # what a module reference shows up as in a .hwh
 REGISTER_RANGE = 0x10000  # 64K: the smallest window Vivado's address editor assigns
+INTC = "axi_intc_0"  # the AXI interrupt controller between the accelerator and the PS
+ZYNQ_INTC_BASE = 0x41800000  # where PYNQ's base overlays put axi_intc_0 on Zynq-7000
 DIVISOR_MAX = 63  # each of the two 6-bit fabric clock divisors
 CLOCK_TOLERANCE = 0.01  # how far the achievable fabric clock may be from the config's
 
@@ -92,7 +95,16 @@ class BlockDesign:
 
     @property
     def interrupt_pin(self) -> str:
+        """The PS interrupt input (IRQ_F2P, pl_ps_irq0) the interrupt controller drives."""
         return self.board.ps.interrupt
+
+    @property
+    def intc_base(self) -> int:
+        """Where the interrupt controller's 64K of registers start: PYNQ's Interrupt class
+        enables and acknowledges the accelerator's line there. Zynq-7000: where PYNQ's base
+        overlays put theirs, in the GP0 range. ZynqMP: the 64K after the accelerator's, in the
+        same HPM0_FPD range."""
+        return self.register_base + REGISTER_RANGE if self.zynqmp else ZYNQ_INTC_BASE
 
     @property
     def registers(self) -> tuple[regs.Register, ...]:

@@ -17,7 +17,6 @@ again so the device is usable. Needs numpy and pynq only (Python 3.10, numpy 1.2
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import time
 from dataclasses import dataclass
@@ -104,12 +103,15 @@ class PynqDevice:
         self._arena = None
         self.check_identity()
         pin = f"{self.instance}/interrupt"
-        if wait == "interrupt" and pin not in self.overlay.interrupt_pins:
-            raise DeviceError(
-                f"{self.bitfile.name} does not list {pin} among its interrupt pins (PYNQ only "
-                f"waits on pins behind an AXI interrupt controller, and this overlay wires it "
-                f"straight to the PS): use wait='poll'"
-            )
+        self._irq = None
+        if wait == "interrupt":
+            if pin not in self.overlay.interrupt_pins:
+                raise DeviceError(
+                    f"{self.bitfile.name} does not list {pin} among its interrupt pins (PYNQ "
+                    f"waits only on pins behind an AXI interrupt controller, and this overlay "
+                    f"has none in front of it): use wait='poll'"
+                )
+            self._irq = pynq.Interrupt(pin)
 
     # ---- opening ---------------------------------------------------------------------------
     def _find_accelerator(self) -> str:
@@ -218,21 +220,21 @@ class PynqDevice:
             time.sleep(0)
 
     def _wait_interrupt(self) -> None:
-        """Wait for the PL interrupt (PYNQ's asyncio `Interrupt`), within the timeout; a
-        timeout falls through to the final STATUS check."""
-        irq = self._pynq.Interrupt(f"{self.instance}/interrupt")
+        """Wait for the PL interrupt (PYNQ's asyncio `Interrupt`) within the timeout; either
+        way the STATUS check follows. PYNQ registers its UIO reader on `get_event_loop()`'s
+        loop, so the wait runs on that loop; inside a running loop (Jupyter) blocking on it is
+        impossible, and the device polls instead."""
+        try:
+            asyncio.get_running_loop()
+            return  # a running loop (Jupyter): poll
+        except RuntimeError:
+            pass
 
         async def wait():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(irq.wait(), self.timeout_s)
+                await asyncio.wait_for(self._irq.wait(), self.timeout_s)
 
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            asyncio.run(wait())
-            return
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # inside Jupyter's loop
-            pool.submit(asyncio.run, wait()).result()
+        asyncio.get_event_loop().run_until_complete(wait())
 
     def register_dump(self) -> str:
         return ", ".join(

@@ -8,15 +8,24 @@ parses the XML and PYNQ's views read:
 * `clock_dict`: the PS clock parameters (enable, divisors, source). `Overlay.download` writes
   them into the PS clock registers. On ZynqMP it also writes the C_*AXIGP*_DATA_WIDTH port
   widths.
-* The nets (PORT/CONNECTION) from the PS clock, reset and interrupt pins to the accelerator.
+* `interrupt_controllers` and `interrupt_pins` (what `pynq.Interrupt` looks a pin up in): PYNQ
+  walks from the PS's interrupt input (IRQ_F2P, pl_ps_irq0) along its net to cells whose VLNV
+  names `axi_intc` (each a controller, numbered in order, its parent the PS), then from each
+  controller's `intr` port along its net to the pins that drive it (index 0 for the first).
+  A pin wired straight to the PS is listed nowhere, hence the `axi_intc_0` between the
+  accelerator's `interrupt` and the PS.
+* The other nets (PORT/CONNECTION): the PS clock and reset to the accelerator and controller.
 
 The file is synthetic so that off-board tests, run with a fake `pynq.Device`, can open an
 overlay before any bitstream exists. PYNQ parses it exactly as it parses Vivado's. It uses
-Vivado's element and attribute names and describes the two cells PYNQ reads, the PS and the
-accelerator, joined net by net with each side's own address and data widths. It leaves out
-what PYNQ reads nothing from: the interconnects and reset block that Vivado's automation
-inserts between the cells, and the thousands of PS parameters the design leaves at their
-defaults. One addition: Vivado writes no registers for a module reference, but this file
+Vivado's element and attribute names and describes the three cells PYNQ reads: the PS, the
+accelerator (its buses joined to the PS's net by net, with each side's own address and data
+widths) and the interrupt controller. It leaves out what PYNQ reads nothing from: the
+interconnects and reset block that Vivado's automation inserts between the cells (so the
+controller's `s_axi`, which shares the PS's control port with the accelerator through an
+interconnect, is written unconnected; the PS's memory map is what places it), the controller's
+register descriptions, and the thousands of PS and controller parameters the design leaves at
+their defaults. One addition: Vivado writes no registers for a module reference, but this file
 carries hw.regs' register map, so `register_map` works.
 """
 
@@ -27,7 +36,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from tilecraft.boards.block_design import INSTANCE, MODULE, REGISTER_RANGE, VLNV, BlockDesign
+from tilecraft.boards.block_design import (
+    INSTANCE,
+    INTC,
+    MODULE,
+    REGISTER_RANGE,
+    VLNV,
+    BlockDesign,
+)
 from tilecraft.files import write_atomic
 from tilecraft.hw import regs
 
@@ -40,6 +56,12 @@ CONTROL = "s_axi_control"  # the accelerator's AXI4-Lite slave
 MASTER = "m_axi"  # its AXI4 master into DDR
 SEGMENT = "reg0"  # the address segment Vivado gives a module reference's slave
 CONTROL_DATA_BITS = 32
+INTC_VLNV = "xilinx.com:ip:axi_intc:4.1"  # its version in the Vivado releases PYNQ builds with
+INTC_SLAVE = "s_axi"
+INTC_SEGMENT = "Reg"  # the address segment Vivado gives the controller's registers
+INTC_ADDR_BITS = 9  # its C_S_AXI_ADDR_WIDTH
+NO_NET = "__NOC__"  # what Vivado names the bus of an unconnected interface
+LEVEL_HIGH = {"SENSITIVITY": "LEVEL_HIGH", "SIGIS": "INTERRUPT"}
 MASTER_ADDR_BITS = 64  # hw/rtl/signatures.py ADDR_BITS
 ACCESS = {"rw": "read-write", "r": "read-only", "w": "write-only"}
 # The address widths of the PS ports: (master, slave) on Zynq-7000 and on ZynqMP.
@@ -58,7 +80,8 @@ ZYNQMP_HIGH_DDR = 0x8_0000_0000
 
 AxiSignal = tuple[str, int, bool]  # an AXI signal: (name, width, driven by the master)
 End = tuple[str, str]  # one end of a net: (instance, port)
-Links = dict[End, tuple[str, list[End]]]  # a port's net name and the net's other ends
+# a port's net name and the net's other ends; None for a port Vivado leaves unconnected
+Links = dict[End, tuple[str, list[End]] | None]
 
 
 @dataclass(frozen=True)
@@ -113,10 +136,12 @@ def hwh_text(design: BlockDesign) -> str:
     ET.SubElement(root, "EXTERNALPORTS")
     ET.SubElement(root, "EXTERNALINTERFACES")
     modules = ET.SubElement(root, "MODULES")
-    control, data = _control_bus(design), _data_bus(design)
+    control, data, intc = _control_bus(design), _data_bus(design), _intc_interface()
     links = _links(_nets(design, (control, data)))
-    modules.append(_ps_module(design, links, control, data))
+    links.update(dict.fromkeys(((INTC, port) for port in intc.ports), None))
+    modules.append(_ps_module(design, links, control, data, intc))
     modules.append(_accelerator_module(design, links, control, data))
+    modules.append(_intc_module(design, links, intc))
     ET.indent(root)
     text = ET.tostring(root, encoding="unicode")
     return f'<?xml version="1.0" encoding="UTF-8" standalone="no" ?>\n{text}\n'
@@ -177,6 +202,13 @@ def _accelerator_interface(name: str, master: bool, signals: tuple[AxiSignal, ..
     return Interface(INSTANCE, name, master, signals, ports)
 
 
+def _intc_interface() -> Interface:
+    """The interrupt controller's AXI4-Lite slave: s_axi_awaddr and so on."""
+    signals = _axi_lite(INTC_ADDR_BITS, CONTROL_DATA_BITS)
+    ports = tuple(f"{INTC_SLAVE}_{signal}" for signal, _, _ in signals)
+    return Interface(INTC, INTC_SLAVE, False, signals, ports)
+
+
 def _control_bus(design: BlockDesign) -> Bus:
     """The PS's master port to the accelerator's registers."""
     ps_bits = PS_ADDR_BITS[design.zynqmp][0]
@@ -203,15 +235,17 @@ def _ps_aclk(design: BlockDesign, interface: str) -> str:
 
 
 def _nets(design: BlockDesign, buses: tuple[Bus, ...]) -> list[tuple[End, list[End]]]:
-    """Every net as (driver, sinks): the clock, reset and interrupt, and each bus signal."""
+    """Every net as (driver, sinks): the clock, reset and interrupt (the accelerator's into
+    the controller, the controller's to the PS), and each bus signal."""
     ps = design.ps_instance
-    clock_sinks = [(INSTANCE, "aclk")] + [
+    clock_sinks = [(INSTANCE, "aclk"), (INTC, "s_axi_aclk")] + [
         (ps, _ps_aclk(design, port)) for port in (design.control_port, design.data_port)
     ]
     nets = [
         ((ps, design.clock_pin), clock_sinks),
-        ((ps, design.reset_pin), [(INSTANCE, "aresetn")]),
-        ((INSTANCE, "interrupt"), [(ps, design.interrupt_pin)]),
+        ((ps, design.reset_pin), [(INSTANCE, "aresetn"), (INTC, "s_axi_aresetn")]),
+        ((INSTANCE, "interrupt"), [(INTC, "intr")]),
+        ((INTC, "irq"), [(ps, design.interrupt_pin)]),
     ]
     for bus in buses:
         master, slave = bus.master, bus.slave
@@ -233,10 +267,12 @@ def _links(nets: list[tuple[End, list[End]]]) -> Links:
     return links
 
 
-# --- the two cells ---
+# --- the three cells ---
 
 
-def _ps_module(design: BlockDesign, links: Links, control: Bus, data: Bus) -> ET.Element:
+def _ps_module(
+    design: BlockDesign, links: Links, control: Bus, data: Bus, intc: Interface
+) -> ET.Element:
     ps = design.ps_instance
     module = _module(ps, PS_VLNVS[design.board.ps.ip], design.board.ps.ip, IS_PL="FALSE")
     parameters = ET.SubElement(module, "PARAMETERS")
@@ -246,13 +282,14 @@ def _ps_module(design: BlockDesign, links: Links, control: Bus, data: Bus) -> ET
     hz = _clock_hz(design)
     _port(ports, links, ps, design.clock_pin, True, SIGIS="clk", CLKFREQUENCY=hz)
     _port(ports, links, ps, design.reset_pin, True, SIGIS="rst", POLARITY="ACTIVE_LOW")
-    interrupt = {"LEFT": "0", "RIGHT": "0", "SENSITIVITY": "LEVEL_HIGH", "SIGIS": "INTERRUPT"}
-    _port(ports, links, ps, design.interrupt_pin, False, **interrupt)
+    _port(ports, links, ps, design.interrupt_pin, False, LEFT="0", RIGHT="0", **LEVEL_HIGH)
     for interface in (design.control_port, design.data_port):
         _port(ports, links, ps, _ps_aclk(design, interface), False, SIGIS="clk", CLKFREQUENCY=hz)
     _bus_interfaces(module, ports, links, ((control, control.master), (data, data.slave)))
     memory_map = ET.SubElement(module, "MEMORYMAP")
     _memrange(memory_map, control, SEGMENT, design.register_base, REGISTER_RANGE, "REGISTER")
+    to_intc = Bus(control.master, intc)
+    _memrange(memory_map, to_intc, INTC_SEGMENT, design.intc_base, REGISTER_RANGE, "REGISTER")
     return module
 
 
@@ -311,12 +348,44 @@ def _accelerator_module(design: BlockDesign, links: Links, control: Bus, data: B
     ports = ET.SubElement(module, "PORTS")
     _port(ports, links, INSTANCE, "aclk", False, SIGIS="clk", CLKFREQUENCY=_clock_hz(design))
     _port(ports, links, INSTANCE, "aresetn", False, SIGIS="rst", POLARITY="ACTIVE_LOW")
-    interrupt = {"SENSITIVITY": "LEVEL_HIGH", "SIGIS": "INTERRUPT"}
-    _port(ports, links, INSTANCE, "interrupt", True, **interrupt)
+    _port(ports, links, INSTANCE, "interrupt", True, **LEVEL_HIGH)
     _bus_interfaces(module, ports, links, ((control, control.slave), (data, data.master)))
     memory_map = ET.SubElement(module, "MEMORYMAP")
     for name, base, size in _dram_segments(design):
         _memrange(memory_map, data, name, base, size, "MEMORY")
+    return module
+
+
+def _intc_module(design: BlockDesign, links: Links, intc: Interface) -> ET.Element:
+    """The interrupt controller as Vivado configures it from the Tcl: one input (Vivado sizes
+    C_NUM_INTR_INPUTS to the net on `intr`), level-high like the accelerator's `interrupt`
+    (bit 0 of C_KIND_OF_INTR clear: level; C_KIND_OF_LVL: high), a single level-high `irq`
+    wire (the Tcl's C_IRQ_CONNECTION 1), and the SIE/CIE registers PYNQ's driver enables and
+    masks its lines with."""
+    module = _module(INTC, INTC_VLNV, "axi_intc", "INTERRUPT_CNTLR")
+    parameters = ET.SubElement(module, "PARAMETERS")
+    for name, value in (
+        ("C_S_AXI_ADDR_WIDTH", str(INTC_ADDR_BITS)),
+        ("C_S_AXI_DATA_WIDTH", str(CONTROL_DATA_BITS)),
+        ("C_NUM_INTR_INPUTS", "1"),
+        ("C_KIND_OF_INTR", "0xfffffffe"),
+        ("C_KIND_OF_EDGE", "0xffffffff"),
+        ("C_KIND_OF_LVL", "0xffffffff"),
+        ("C_HAS_SIE", "1"),
+        ("C_HAS_CIE", "1"),
+        ("C_IRQ_IS_LEVEL", "1"),
+        ("C_IRQ_ACTIVE", "0x1"),
+        ("C_IRQ_CONNECTION", "1"),
+        ("C_BASEADDR", f"0x{design.intc_base:08X}"),
+        ("C_HIGHADDR", f"0x{design.intc_base + REGISTER_RANGE - 1:08X}"),
+    ):
+        ET.SubElement(parameters, "PARAMETER", NAME=name, VALUE=value)
+    ports = ET.SubElement(module, "PORTS")
+    _port(ports, links, INTC, "s_axi_aclk", False, SIGIS="clk", CLKFREQUENCY=_clock_hz(design))
+    _port(ports, links, INTC, "s_axi_aresetn", False, SIGIS="rst", POLARITY="ACTIVE_LOW")
+    _port(ports, links, INTC, "intr", False, LEFT="0", RIGHT="0", **LEVEL_HIGH)
+    _port(ports, links, INTC, "irq", True, **LEVEL_HIGH)
+    _bus_interfaces(module, ports, links, ((None, intc),))
     return module
 
 
@@ -341,14 +410,16 @@ def _dram_segments(design: BlockDesign) -> list[tuple[str, int, int]]:
 # --- elements ---
 
 
-def _module(instance: str, vlnv: str, modtype: str, **attrs: str) -> ET.Element:
+def _module(
+    instance: str, vlnv: str, modtype: str, modclass: str = "PERIPHERAL", **attrs: str
+) -> ET.Element:
     return ET.Element(
         "MODULE",
         FULLNAME=f"/{instance}",
         INSTANCE=instance,
         IPTYPE="PERIPHERAL",
         IS_ENABLE="1",
-        MODCLASS="PERIPHERAL",
+        MODCLASS=modclass,
         MODTYPE=modtype,
         VLNV=vlnv,
         **attrs,
@@ -359,21 +430,26 @@ def _port(
     ports: ET.Element, links: Links, instance: str, name: str, output: bool, width: int = 1,
     **attrs: str,
 ) -> None:  # fmt: skip
-    """A PORT and its net; SIGIS and the like in `attrs`."""
+    """A PORT and its net, or, unconnected, neither SIGNAME nor CONNECTIONS (as Vivado writes
+    one); SIGIS and the like in `attrs`."""
     if width > 1:
         attrs.update(LEFT=str(width - 1), RIGHT="0")
     attrs.setdefault("SIGIS", "undef")
-    signame, others = links[(instance, name)]
-    port = ET.SubElement(ports, "PORT", DIR="O" if output else "I", NAME=name, SIGNAME=signame)
+    link = links[(instance, name)]
+    port = ET.SubElement(ports, "PORT", DIR="O" if output else "I", NAME=name)
+    if link is not None:
+        port.set("SIGNAME", link[0])
     for key in sorted(attrs):
         port.set(key, attrs[key])
-    connections = ET.SubElement(port, "CONNECTIONS")
-    for other_instance, other_port in others:
-        ET.SubElement(connections, "CONNECTION", INSTANCE=other_instance, PORT=other_port)
+    if link is not None:
+        connections = ET.SubElement(port, "CONNECTIONS")
+        for other_instance, other_port in link[1]:
+            ET.SubElement(connections, "CONNECTION", INSTANCE=other_instance, PORT=other_port)
 
 
 def _bus_interfaces(module: ET.Element, ports: ET.Element, links: Links, ends) -> None:
-    """The ports and BUSINTERFACE of each (bus, this cell's interface on it) in `ends`."""
+    """The ports and BUSINTERFACE of each (bus, this cell's interface on it) in `ends`; a bus
+    of None for an interface this file leaves unconnected."""
     interfaces = ET.SubElement(module, "BUSINTERFACES")
     for bus, interface in ends:
         for port, width, output in interface.physical_ports():
@@ -381,7 +457,7 @@ def _bus_interfaces(module: ET.Element, ports: ET.Element, links: Links, ends) -
         element = ET.SubElement(
             interfaces,
             "BUSINTERFACE",
-            BUSNAME=bus.name,
+            BUSNAME=NO_NET if bus is None else bus.name,
             DATAWIDTH=str(interface.data_bits),
             NAME=interface.name,
             TYPE="MASTER" if interface.master else "SLAVE",

@@ -3,11 +3,11 @@ script, and, where Vivado is on the PATH, the build itself.
 
 `write_project(design, folder)` writes `tilecraft_top.v`, `registers.json`, `bd.tcl` (the
 Zynq PS with the accelerator's `m_axi` on an HP port, `s_axi_control` on a GP port, `interrupt`
-to the PS, the fabric clock at the config's frequency and its reset), `project.tcl` (a
-part-only project, the board part when its files are installed, implementation, a timing gate
-and the outputs copied to `overlay/`) and `build.sh`. The overlay folder gets
-`<name>.bit` + `<name>.hwh` (what PYNQ loads) and `<name>.toml` (the config, which the runtime
-checks against the bitstream's ID registers).
+through an AXI interrupt controller to the PS, the fabric clock at the config's frequency and
+its reset), `project.tcl` (a part-only project, the board part when its files are installed,
+implementation, a timing gate and the outputs copied to `overlay/`) and `build.sh`. The overlay
+folder gets `<name>.bit` + `<name>.hwh` (what PYNQ loads) and `<name>.toml` (the config, which
+the runtime checks against the bitstream's ID registers).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tilecraft.boards.block_design import INSTANCE, MODULE, REGISTER_RANGE, BlockDesign
+from tilecraft.boards.block_design import INSTANCE, INTC, MODULE, REGISTER_RANGE, BlockDesign
 from tilecraft.boards.flows.overlay_package import package_name, write_package
 from tilecraft.boards.flows.verilog import export_verilog
 from tilecraft.errors import DeviceError
@@ -40,7 +40,8 @@ def bd_tcl(d: BlockDesign) -> str:
         if d.zynqmp
         else "PCW_ACT_FPGA0_PERIPHERAL_FREQMHZ"
     )
-    base = f"0x{d.register_base:08X}"
+    base, intc_base = f"0x{d.register_base:08X}", f"0x{d.intc_base:08X}"
+    window = f"{REGISTER_RANGE // 1024}K"
     return f"""\
 # The block design of the {d.name} overlay: {d.config.tag} on the {d.board.description}.
 # Written by tilecraft (boards/flows/vivado.py) from the same description as the runtime's tests.
@@ -60,19 +61,34 @@ connect_bd_net [get_bd_pins $clk] [get_bd_pins {INSTANCE}/aclk] [get_bd_pins rst
 connect_bd_net [get_bd_pins {ps}/{d.reset_pin}] [get_bd_pins rst_0/ext_reset_in]
 connect_bd_net [get_bd_pins rst_0/peripheral_aresetn] [get_bd_pins {INSTANCE}/aresetn]
 
-# registers behind the PS master, the accelerator's master into DDR, its interrupt
-set clocks [list Clk_master $clk Clk_slave $clk Clk_xbar $clk intc_ip {{New AXI Interconnect}}]
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
-    -config [list Master /{ps}/{d.control_port} Slave /{INSTANCE}/s_axi_control {{*}}$clocks] \\
-    [get_bd_intf_pins {INSTANCE}/s_axi_control]
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
-    -config [list Master /{INSTANCE}/m_axi Slave /{ps}/{d.data_port} {{*}}$clocks] \\
-    [get_bd_intf_pins {ps}/{d.data_port}]
-connect_bd_net [get_bd_pins {INSTANCE}/interrupt] [get_bd_pins {ps}/{d.interrupt_pin}]
+# the interrupt through an AXI interrupt controller, as PYNQ's base overlays wire theirs: PYNQ
+# lists (and pynq.Interrupt waits on) only pins behind one. C_IRQ_CONNECTION 1: a single irq
+# wire to the PS rather than a MicroBlaze interrupt bus.
+set intc [create_bd_cell -type ip -vlnv [lindex [get_ipdefs "xilinx.com:ip:axi_intc:*"] end] {INTC}]
+set_property -dict [list CONFIG.C_IRQ_CONNECTION {{1}}] $intc
 
-assign_bd_address -offset {base} -range {REGISTER_RANGE // 1024}K \\
+# the accelerator's and the controller's registers behind the PS master (one interconnect: the
+# first automation makes it, the second joins it), the accelerator's master into DDR, and the
+# interrupt from the accelerator through the controller to the PS
+set clocks [list Clk_master $clk Clk_slave $clk Clk_xbar $clk]
+apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /{ps}/{d.control_port} \\
+    Slave /{INSTANCE}/s_axi_control {{*}}$clocks intc_ip {{New AXI Interconnect}}] \\
+    [get_bd_intf_pins {INSTANCE}/s_axi_control]
+apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /{ps}/{d.control_port} \\
+    Slave /{INTC}/s_axi {{*}}$clocks intc_ip Auto] \\
+    [get_bd_intf_pins {INTC}/s_axi]
+apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /{INSTANCE}/m_axi \\
+    Slave /{ps}/{d.data_port} {{*}}$clocks intc_ip {{New AXI Interconnect}}] \\
+    [get_bd_intf_pins {ps}/{d.data_port}]
+connect_bd_net [get_bd_pins {INSTANCE}/interrupt] [get_bd_pins {INTC}/intr]
+connect_bd_net [get_bd_pins {INTC}/irq] [get_bd_pins {ps}/{d.interrupt_pin}]
+
+assign_bd_address -offset {base} -range {window} \\
     -target_address_space [get_bd_addr_spaces {ps}/Data] \\
     [get_bd_addr_segs {INSTANCE}/s_axi_control/reg0] -force
+assign_bd_address -offset {intc_base} -range {window} \\
+    -target_address_space [get_bd_addr_spaces {ps}/Data] \\
+    [get_bd_addr_segs {INTC}/S_AXI/Reg] -force
 assign_bd_address
 validate_bd_design
 save_bd_design
