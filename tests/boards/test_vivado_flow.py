@@ -56,8 +56,10 @@ def quick_verilog(monkeypatch):
     monkeypatch.setattr(vivado, "export_verilog", export)
 
 
-def _fake_vivado(folder, version, body="") -> None:
-    """A `vivado` that reports `version` and otherwise runs `body` (sh) in its folder."""
+def _fake_vivado(folder, version, body, monkeypatch) -> None:
+    """A `vivado` first on the PATH that reports `version` and otherwise runs `body` (sh) in
+    its folder."""
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
     folder.mkdir(exist_ok=True)
     script = folder / "vivado"
     script.write_text(
@@ -77,8 +79,7 @@ def test_without_vivado_it_stops_with_the_command(tmp_path, monkeypatch, quick_v
 
 def test_the_wrong_vivado_is_refused_unless_asked(tmp_path, monkeypatch, quick_verilog):
     made = "mkdir -p overlay && : > overlay/tilecraft.bit && : > overlay/tilecraft.hwh"
-    _fake_vivado(tmp_path / "bin", "2023.2", made)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    _fake_vivado(tmp_path / "bin", "2023.2", made, monkeypatch)
     d = block_design(board("pynq-z1"))
     with pytest.raises(DeviceError, match=r"Vivado 2023.2 is on the PATH, but pynq-z1 .* 2024.1"):
         build(d, tmp_path / "p")
@@ -90,11 +91,10 @@ def test_the_wrong_vivado_is_refused_unless_asked(tmp_path, monkeypatch, quick_v
 
 def test_a_failing_or_silent_vivado_is_reported(tmp_path, monkeypatch, quick_verilog):
     fails = "echo 'ERROR: [DRC 23-20] rule violation' > vivado.log; exit 1"
-    _fake_vivado(tmp_path / "bin", "2024.1", fails)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    _fake_vivado(tmp_path / "bin", "2024.1", fails, monkeypatch)
     d = block_design(board("pynq-z1"))
     with pytest.raises(DeviceError, match=r"(?s)Vivado failed \(1\).*DRC 23-20"):
         build(d, tmp_path / "p")
-    _fake_vivado(tmp_path / "bin", "2024.1", "true")
+    _fake_vivado(tmp_path / "bin", "2024.1", "true", monkeypatch)
     with pytest.raises(DeviceError, match="Vivado finished but wrote no .bit, .hwh"):
         build(d, tmp_path / "q")
