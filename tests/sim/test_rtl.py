@@ -166,6 +166,8 @@ def test_bad_programs_raise_the_simulators_error_class():
         pb.buffer("o", Role.OUTPUT, (4, 1, 8), np.int8)
         return pb.build(insns)
 
+    # FINISH waits for the LOAD (a token), as in a compiled program: without one the stages
+    # race, and DONE may rise before the load stage has found its error
     sram = program(
         [
             Load(
@@ -175,14 +177,16 @@ def test_bad_programs_raise_the_simulators_error_class():
                 y_size=1,
                 x_size=4,
                 x_stride=4,
+                push_next=True,
             ),
-            Finish(),
+            Finish(pop_prev=True),
         ]
     )
     dram = program(
         [
-            Load(mem=MemId.INP, sram_base=0, dram_base=1 << 20, y_size=1, x_size=4, x_stride=4),
-            Finish(),
+            Load(mem=MemId.INP, sram_base=0, dram_base=1 << 20, y_size=1, x_size=4, x_stride=4,
+                 push_next=True),  # fmt: skip
+            Finish(pop_prev=True),
         ]
     )
     device = RtlDevice(cfg)

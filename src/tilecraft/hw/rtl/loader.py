@@ -138,7 +138,7 @@ class LoadEngine(wiring.Component):
         last_now = in_bytes(insn.dram_base + span_now, 64)
         span_elems = Signal(33)  # first element of the first row to the end of the last
         last_byte = Signal(64)
-        sram_end = Signal(area.shape().width + 1)
+        sram_end = Signal(max(len(insn.sram_base), len(area)) + 1)  # no wrap: it is range-checked
         first_addr = Signal(ADDR_BITS)
         row_bytes, stride = in_bytes(insn.x_size, 32), in_bytes(insn.x_stride, 32)
         error = Signal(8)
