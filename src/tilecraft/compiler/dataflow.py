@@ -76,9 +76,10 @@ class _Flow:
         self.acc_block = np.full(cfg.depth("acc"), NONE, np.int64)  # output channel block
 
     def run(self):
-        for k in range(len(self.table)):
-            r = self.table[k]
-            op = int(r["opcode"])
+        names = self.table.dtype.names
+        for k, values in enumerate(self.table.tolist()):
+            r = dict(zip(names, values))  # plain ints: a numpy record's fields are slow to read
+            op = r["opcode"]
             problem = None
             if op == Opcode.LOAD:
                 self._load(r)
@@ -168,7 +169,8 @@ class _Flow:
         tap = (ib * self.low.kernel[0] + kh) * self.low.kernel[1] + kw
         taken = self.acc[acc, tap] != NO_TAP
         key = acc * self.taps + tap
-        if taken.any() or np.unique(key).size != key.size:
+        key.sort()
+        if taken.any() or (key[1:] == key[:-1]).any():
             row = acc[np.argmax(taken)] if taken.any() else acc[0]
             return f"adds a product for the same tap twice into acc row {int(row)}"
         blocks = self.acc_block[acc]

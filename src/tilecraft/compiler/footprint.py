@@ -34,47 +34,79 @@ def accesses(
     cfg: HwConfig, table: np.ndarray, uops: np.ndarray, uop_region: int
 ) -> Iterator[Access]:
     """`table`: decoded instructions; `uops`: the micro-op table (dst, src, wgt columns) stored
-    at DRAM element `uop_region` (in micro-op elements)."""
+    at DRAM element `uop_region` (in micro-op elements). The scratchpad rows of identical
+    loops and loads are worked out once and shared (read-only) between their accesses: a
+    program repeats a handful of shapes thousands of times."""
     depth = {b: cfg.depth(b) for b in SCRATCHPADS}
     sram_uops = {c: np.zeros(depth["uop"], np.int64) for c in ("dst", "src", "wgt")}
-    for k in range(len(table)):
-        r = table[k]
-        op, mem = int(r["opcode"]), int(r["mem"])
+    spec = isa_for(cfg)
+    names = table.dtype.names
+    shapes: dict[tuple, tuple] = {}  # footprint key -> (reads, writes, first_dst, problems)
+    generation = 0  # bumped by every LOAD UOP: loops read the micro-ops loaded since
+    for k, values in enumerate(table.tolist()):
+        r = dict(zip(names, values))
+        op, mem = r["opcode"], r["mem"]
         a = Access(k, stage_of(op, mem))
         if op == Opcode.LOAD:
-            _load(cfg, r, mem, depth, a)
-            if mem == MemId.UOP and not a.problems and int(r["x_size"]):
+            _load(cfg, r, mem, depth, a, shapes)
+            if mem == MemId.UOP and not a.problems and r["x_size"]:
                 _fill_uops(cfg, r, uops, uop_region, sram_uops, a)
+                generation += 1
         elif op == Opcode.STORE:
             _store(cfg, r, depth, a)
         elif op in (Opcode.GEMM, Opcode.ALU):
-            _loop(r, op, depth, sram_uops, a, isa_for(cfg))
+            key = (generation, op) + tuple(r[f] for f in _LOOP_FIELDS)
+            if key not in shapes:
+                _loop(r, op, depth, sram_uops, a, spec)
+                shapes[key] = _frozen(a)
+            a.reads, a.writes, a.first_dst, a.problems = _shared(shapes[key])
         yield a
 
 
-def _load(cfg, r, mem, depth, a: Access) -> None:
+_LOOP_FIELDS = ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out",
+                "src_in", "wgt_out", "wgt_in", "reset", "alu_op", "use_imm", "imm")  # fmt: skip
+
+
+def _frozen(a: Access) -> tuple:
+    for rows in (*a.reads.values(), *a.writes.values()):
+        rows.flags.writeable = False
+    return a.reads, a.writes, a.first_dst, a.problems
+
+
+def _shared(shape: tuple) -> tuple:
+    """A cached footprint for one more access: its own dicts and list, the same row arrays."""
+    reads, writes, first_dst, problems = shape
+    return dict(reads), dict(writes), first_dst, list(problems)
+
+
+def _load(cfg, r, mem, depth, a: Access, shapes: dict) -> None:
     name = BUFFER_NAMES[MemId(mem)]
-    x, y = int(r["x_size"]), int(r["y_size"])
+    x, y = r["x_size"], r["y_size"]
     if x == 0:
         return
-    width = int(r["x_pad0"]) + x + int(r["x_pad1"])
-    count = width * (int(r["y_pad0"]) + y + int(r["y_pad1"]))
-    base = int(r["sram_base"])
+    width = r["x_pad0"] + x + r["x_pad1"]
+    count = width * (r["y_pad0"] + y + r["y_pad1"])
+    base = r["sram_base"]
     if base + count > depth[name]:
         a.problems.append(
             f"writes {name} rows [{base}, {base + count}) beyond its {depth[name]} rows"
         )
         return
-    a.writes[name] = np.arange(base, base + count)
+    key = (name, base, count)
+    if key not in shapes:
+        rows = np.arange(base, base + count)
+        rows.flags.writeable = False
+        shapes[key] = rows
+    a.writes[name] = shapes[key]
     eb = cfg.elem_bytes(name)
     a.dram_reads.extend(_dram_rows(r, eb))
 
 
 def _store(cfg, r, depth, a: Access) -> None:
-    x, y = int(r["x_size"]), int(r["y_size"])
+    x, y = r["x_size"], r["y_size"]
     if x == 0 or y == 0:
         return
-    base, count = int(r["sram_base"]), x * y
+    base, count = r["sram_base"], x * y
     if base + count > depth["acc"]:
         a.problems.append(f"reads out rows [{base}, {base + count}) beyond its {depth['acc']} rows")
         return
@@ -84,10 +116,10 @@ def _store(cfg, r, depth, a: Access) -> None:
 
 def _dram_rows(r, eb: int) -> list[tuple[int, int]]:
     x, y, stride, start = (
-        int(r["x_size"]),
-        int(r["y_size"]),
-        int(r["x_stride"]),
-        int(r["dram_base"]),
+        r["x_size"],
+        r["y_size"],
+        r["x_stride"],
+        r["dram_base"],
     )
     if x == 0 or y == 0:
         return []
@@ -97,8 +129,8 @@ def _dram_rows(r, eb: int) -> list[tuple[int, int]]:
 
 
 def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
-    first = int(r["dram_base"]) - uop_region
-    x, y, stride = int(r["x_size"]), int(r["y_size"]), int(r["x_stride"])
+    first = r["dram_base"] - uop_region
+    x, y, stride = r["x_size"], r["y_size"], r["x_stride"]
     src = (first + np.arange(y)[:, None] * stride + np.arange(x)[None, :]).reshape(-1)
     if first < 0 or src.max() >= len(uops):
         a.problems.append(
@@ -107,12 +139,12 @@ def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
         )
         return
     dst = a.writes["uop"]
-    width = int(r["x_pad0"]) + x + int(r["x_pad1"])
+    width = r["x_pad0"] + x + r["x_pad1"]
     # padded micro-op rows are zero micro-ops; copy only the data rows
     rows = (
-        int(r["sram_base"])
-        + (int(r["y_pad0"]) + np.arange(y)[:, None]) * width
-        + int(r["x_pad0"])
+        r["sram_base"]
+        + (r["y_pad0"] + np.arange(y)[:, None]) * width
+        + r["x_pad0"]
         + np.arange(x)[None, :]
     ).reshape(-1)
     for col in ("dst", "src", "wgt"):
@@ -138,7 +170,7 @@ def _clears(op: int, imm: int, spec: IsaSpec) -> bool:
 
 
 def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
-    bgn, end = int(r["uop_bgn"]), int(r["uop_end"])
+    bgn, end = r["uop_bgn"], r["uop_end"]
     if not bgn < end <= depth["uop"]:
         a.problems.append(
             f"micro-op range [{bgn}, {end}) is empty or beyond the {depth['uop']}-entry buffer"
@@ -146,13 +178,13 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
         return
     a.reads["uop"] = np.arange(bgn, end)
     a.first_dst = int(sram_uops["dst"][bgn])
-    i = np.arange(int(r["iter_out"]), dtype=np.int64)[:, None, None]
-    j = np.arange(int(r["iter_in"]), dtype=np.int64)[None, :, None]
+    i = np.arange(r["iter_out"], dtype=np.int64)[:, None, None]
+    j = np.arange(r["iter_in"], dtype=np.int64)[None, :, None]
 
     def idx(col: str, out: str, inner: str) -> np.ndarray:
         """The rows the loop visits, in loop order (repeats included)."""
         base = sram_uops[col][bgn:end][None, None, :]
-        return (base + i * int(r[out]) + j * int(r[inner])).reshape(-1)
+        return (base + i * r[out] + j * r[inner]).reshape(-1)
 
     dst = idx("dst", "dst_out", "dst_in")
     if dst.size and dst.max() >= depth["acc"]:
@@ -161,7 +193,7 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
     dst = _distinct(dst, depth["acc"])
     a.writes["acc"] = dst
     if op == Opcode.GEMM:
-        if int(r["reset"]):
+        if r["reset"]:
             return
         a.reads["acc"] = dst
         for buf, col, out, inner in (
@@ -176,10 +208,10 @@ def _loop(r, op, depth, sram_uops, a: Access, spec: IsaSpec) -> None:
                 return
             a.reads[buf] = _distinct(rows, depth[buf])
         return
-    if int(r["use_imm"]) and _clears(int(r["alu_op"]), int(r["imm"]), spec):
+    if r["use_imm"] and _clears(r["alu_op"], r["imm"], spec):
         return  # the result does not depend on the row: it initializes it
     reads = [dst]
-    if not int(r["use_imm"]):
+    if not r["use_imm"]:
         src = idx("src", "src_out", "src_in")
         if src.size and src.max() >= depth["acc"]:
             a.problems.append(f"src index {int(src.max())} is beyond the {depth['acc']} acc rows")

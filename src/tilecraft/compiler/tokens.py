@@ -46,39 +46,51 @@ class RowHistory:
     )
 
     def __init__(self, cfg: HwConfig):
-        def rows():
-            return {b: np.full((len(self.LANES), cfg.depth(b)), -1) for b in SCRATCHPADS}
-
-        self.writer = rows()
-        self.reader = rows()
+        # per buffer, one table: the writers' lanes, then the readers' lanes
+        n = len(self.LANES)
+        self.n = n
+        self.rows = {b: np.full((2 * n, cfg.depth(b)), -1) for b in SCRATCHPADS}
         self.index = {key: i for i, key in enumerate(self.LANES)}
         self.others = {
-            s: [i for i, (stage, _) in enumerate(self.LANES) if stage != s] for s in Stage
+            s: [(i, *self.LANES[i]) for i, (stage, _) in enumerate(self.LANES) if stage != s]
+            for s in Stage
         }
 
     def needs(self, access) -> dict[Stage, list[tuple[int, int]]]:
         """Per other stage, the (lane, stage-local index) of the latest instruction on each of
         its lanes that wrote a row this access touches or read a row it writes. Only the latest
         matters: older ones on the same lane are complete before it (see `insert_tokens`)."""
-        latest = np.full(len(self.LANES), -1)
-        for table, touched in ((self.writer, access.reads), (self.writer, access.writes),
-                               (self.reader, access.writes)):  # fmt: skip
-            for buf, rows in touched.items():
-                if rows.size:
-                    np.maximum(latest, _lanes(table[buf], rows).max(axis=1), out=latest)
+        n, latest = self.n, None
+        writes = access.writes
+        for buf, rows in access.reads.items():
+            if rows.size and buf not in writes:
+                m = _lanes(self.rows[buf], rows, slice(0, n)).max(axis=1)
+                latest = m if latest is None else np.maximum(latest, m)
+        for buf, rows in writes.items():
+            if not rows.size:
+                continue
+            read = access.reads.get(buf)
+            if read is not None and read is not rows and read.size:
+                m = _lanes(self.rows[buf], read, slice(0, n)).max(axis=1)
+                latest = m if latest is None else np.maximum(latest, m)
+            m = _lanes(self.rows[buf], rows).max(axis=1)
+            m = np.maximum(m[:n], m[n:])
+            latest = m if latest is None else np.maximum(latest, m)
         need: dict[Stage, list[tuple[int, int]]] = {}
-        for i in self.others[access.stage]:
+        if latest is None:
+            return need
+        latest = latest.tolist()
+        for i, stage, lane in self.others[access.stage]:
             if latest[i] >= 0:
-                stage, lane = self.LANES[i]
-                need.setdefault(stage, []).append((lane, int(latest[i])))
+                need.setdefault(stage, []).append((lane, latest[i]))
         return need
 
     def record(self, access, lane: int, local: int) -> None:
         i = self.index[(access.stage, lane)]
         for buf, rows in access.reads.items():
-            _lanes(self.reader[buf], rows, i)[...] = local
+            _lanes(self.rows[buf], rows, self.n + i)[...] = local
         for buf, rows in access.writes.items():
-            _lanes(self.writer[buf], rows, i)[...] = local
+            _lanes(self.rows[buf], rows, i)[...] = local
 
 
 def _lanes(table: np.ndarray, rows: np.ndarray, lane=slice(None)) -> np.ndarray:
@@ -114,9 +126,11 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     (the older may still run on the other unit when the younger completes)."""
     plain = [
         i.with_flags(pop_prev=False, pop_next=False, push_prev=False, push_next=False)
+        if i.pop_prev or i.pop_next or i.push_prev or i.push_next else i
         for i in insns
-    ]
+    ]  # fmt: skip
     table = insn_table(plain)
+    opcodes = table["opcode"].tolist()
     out: list = []  # the instructions, no-ops included
     flags: list[dict[str, bool]] = []
     stage_of: list[Stage] = []
@@ -144,7 +158,7 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         if a.problems:
             raise ScheduleError(f"instruction {a.index}: " + "; ".join(a.problems))
         s, k = a.stage, a.index
-        opcode = int(table[k]["opcode"])
+        opcode = opcodes[k]
         need = history.needs(a)
         if opcode == Opcode.FINISH and global_of[Stage.STORE]:
             need[Stage.STORE] = [(STORE_LANE, len(global_of[Stage.STORE]) - 1)]

@@ -174,6 +174,7 @@ def _check_deadlock(cfg, table, stages, pops, pushes) -> list[int]:
     fetched = 0
     order: list[int] = []  # instructions in the order they start: a topological order
     depth, cmd = cfg.dep_queue_depth, cfg.cmd_queue_depth
+    stage_list = tuple(Stage)  # iterating the enum itself is slow
     progress = True
     while progress:
         progress = False
@@ -181,7 +182,7 @@ def _check_deadlock(cfg, table, stages, pops, pushes) -> list[int]:
             routed[stages[fetched]] += 1
             fetched += 1
             progress = True
-        for s in Stage:
+        for s in stage_list:
             if pending[s] is not None:
                 k = pending[s]
                 if all(tokens[q] < depth for q in push_of[k]):

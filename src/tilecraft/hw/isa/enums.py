@@ -65,11 +65,10 @@ class Unit(IntEnum):
 def unit_of(opcode: int) -> Unit | None:
     """The compute unit that runs `opcode`; None for the compute stage's LOAD (UOP/ACC) and
     FINISH, which wait for both units (and for LOAD/STORE, which run on their own stages)."""
-    if opcode == Opcode.GEMM:
-        return Unit.GEMM
-    if opcode == Opcode.ALU:
-        return Unit.ALU
-    return None
+    return _UNIT_OF.get(int(opcode))
+
+
+_UNIT_OF = {int(Opcode.GEMM): Unit.GEMM, int(Opcode.ALU): Unit.ALU}
 
 
 class TokenQueue(IntEnum):
@@ -120,10 +119,7 @@ QUEUE_ENDS: dict[TokenQueue, tuple[Stage, str, Stage, str]] = {
 
 def queue_between(producer: Stage, consumer: Stage) -> TokenQueue | None:
     """The queue that carries tokens from `producer` to `consumer` (None: there is none)."""
-    for q in TokenQueue:
-        if (q.producer, q.consumer) == (producer, consumer):
-            return q
-    return None
+    return _QUEUE_BETWEEN.get((producer, consumer))
 
 
 def _flags(end: int, flags: tuple[str, str]) -> dict[Stage, dict[str, TokenQueue | None]]:
@@ -134,5 +130,6 @@ def _flags(end: int, flags: tuple[str, str]) -> dict[Stage, dict[str, TokenQueue
 
 
 # Which queue each dependence flag pops from / pushes to, per stage (None: illegal there).
+_QUEUE_BETWEEN = {(ends[0], ends[2]): q for q, ends in QUEUE_ENDS.items()}
 POP_QUEUES = _flags(2, ("pop_prev", "pop_next"))
 PUSH_QUEUES = _flags(0, ("push_prev", "push_next"))
