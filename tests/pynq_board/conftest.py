@@ -2,7 +2,7 @@
 (`make test` makes `.venv-pynq`); where pynq is missing each module skips (its first line is
 `pytest.importorskip("pynq.overlay")`: this folder is not named `pynq`, so it cannot pass for
 the package). A `SimulatedBoard` stands in for the board: the overlay's
-registers are served by the simulator."""
+registers are served by the simulator, or by the Verilator model (test_pynq_rtl.py)."""
 
 from __future__ import annotations
 
@@ -61,10 +61,11 @@ def make_board():
 
 @pytest.fixture
 def overlay_of(tmp_path):
-    """`overlay_of(board_name)`: that board's overlay design and its `.bit` path."""
+    """`overlay_of(board_name, config=None)`: that board's overlay design (of the board's
+    config, or `config`) and its `.bit` path."""
 
-    def make(name):
-        design = block_design(board(name))
+    def make(name, config=None):
+        design = block_design(board(name), config)
         return design, write_overlay(design, tmp_path / name)
 
     return make

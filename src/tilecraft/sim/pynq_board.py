@@ -2,7 +2,9 @@
 
 `SimulatedBoard` is a `pynq.Device`: PYNQ's own `Overlay`, `MMIO`, `allocate` and driver code run
 unchanged over it. Register reads and writes in the accelerator's window go to `Accelerator`
-(the register file of `hw/regs.py`; START runs the program in DDR on the simulator), every other
+(the register file of `hw/regs.py`; START runs the program in DDR on the simulator), or, with
+`rtl=`, to the generated Verilog itself (`RtlAccelerator`: each access an AXI4-Lite
+transaction on the Verilator model), every other
 register is a plain word (the PS clock registers PYNQ reads and programs on download start at
 their boot values). Memory is a DDR
 model behind a non-coherent cache: a buffer's bytes reach the accelerator only when flushed and
@@ -135,6 +137,43 @@ class Accelerator:
         v.update(CYCLES_HI=report.cycles >> 32)
 
 
+class RtlAccelerator:
+    """The accelerator's registers served live by the generated Verilog (`sim.rtl.session`):
+    every read and write is an AXI4-Lite transaction on the model. A START first places the
+    region DRAM_BASE and DRAM_SIZE name (as the model's registers hold them) in the model's
+    DRAM, and the model runs until DONE or `max_cycles`; its DRAM comes back into DDR only
+    when it finished (a hung run leaves DDR alone, as a busy board does)."""
+
+    def __init__(self, config: HwConfig, ddr: np.ndarray, ddr_base: int, session,
+                 max_cycles: int = 5_000_000):  # fmt: skip
+        self.config, self.ddr, self.ddr_base = config, ddr, ddr_base
+        self.session, self.max_cycles = session, max_cycles
+        self.runs = 0
+
+    def reset(self) -> None:
+        self.session.reset()
+
+    def read(self, offset: int) -> int:
+        return self.session.read(offset)
+
+    def write(self, offset: int, value: int) -> None:
+        start = offset == regs.OFFSETS["CONTROL"] and value & regs.START
+        if not start:
+            self.session.write(offset, value)
+            return
+        o = regs.OFFSETS
+        base = self.session.read(o["DRAM_BASE_HI"]) << 32 | self.session.read(o["DRAM_BASE_LO"])
+        size = self.session.read(o["DRAM_SIZE"])
+        first = base - self.ddr_base
+        inside = first >= 0 and first + size <= self.ddr.size
+        image = self.ddr[first : first + size] if inside else np.zeros(0, np.uint8)
+        self.session.load(base, image)
+        self.session.write(offset, value)
+        self.runs += 1
+        if self.session.run(self.max_cycles) and inside:
+            self.ddr[first : first + size] = self.session.dump(size)
+
+
 class SimulatedBoard(Device):
     """A board PYNQ drives through register reads/writes and buffers (no `/dev/mem`)."""
 
@@ -148,7 +187,10 @@ class SimulatedBoard(Device):
         cma_bytes: int = 64 << 20,
         cma_base: int = 0x1000_0000,
         hang: bool = False,
+        rtl=None,
     ):
+        """`rtl`: an open `sim.rtl.session.RtlSession` on `config`'s model to serve the
+        accelerator's registers (else the simulator does)."""
         if PynqBuffer is None:
             raise DeviceError("a simulated PYNQ board needs pynq (pip install tilecraft[board])")
         super().__init__("tilecraft-simulated-board")
@@ -160,7 +202,12 @@ class SimulatedBoard(Device):
         self.register_base = register_base
         self.cma_base, self.cma_bytes = cma_base, cma_bytes
         self.ddr = np.zeros(cma_bytes, np.uint8)  # what the accelerator sees
-        self.accelerator = Accelerator(config, self.ddr, cma_base, hang=hang)
+        if rtl is None:
+            self.accelerator = Accelerator(config, self.ddr, cma_base, hang=hang)
+        else:
+            if hang:
+                raise DeviceError("hang=True is for the simulated accelerator, not the RTL")
+            self.accelerator = RtlAccelerator(config, self.ddr, cma_base, rtl)
         self.allocations: dict[int, int] = {}  # physical address -> bytes
         self.ps_registers = ps_clock_registers(zynqmp, pll_mhz)  # and what PYNQ writes there
         self.syncs: list[tuple[str, int, int]] = []  # ("flush"|"invalidate", address, bytes)

