@@ -14,11 +14,15 @@ from dataclasses import dataclass
 
 from tilecraft.compiler import schedule as S
 from tilecraft.compiler.mapping import MappedConv
+from tilecraft.compiler.tensorize import merged_blocks
 from tilecraft.compiler.tile_work import tile_work
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule, LoopOrder
 from tilecraft.sim.timing import Timing
+
+# the bus's load beyond the transfers' own beats and gaps (1.03-1.07 rank ResNet-18's layers alike)
+BUS_SLACK = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,6 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     steps = _ceil(low.icb, s.tile_ic)
     n_tiles = low.nbb * ocs * ohs * ows
     pix = s.tile_oh * s.tile_ow
-    acc = s.tile_oc * pix
     fixed = t.insn_overhead + t.dram_latency
     work = tile_work(cfg, low, s, t)
     step, gemm, alu, zero = work.step, work.gemm, work.alu, work.zero
@@ -47,11 +50,19 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
         gemm, alu = gemm + zero, alu - zero
     eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))
     wr, wc = S.window(low, s.tile_oh, s.tile_ow)
-    merged = low.pad[0] == 0 and not low.row_skip and s.tile_oh == low.oh
+    row_stride = low.stride[0] * low.w if low.row_skip else low.w
+    merged = low.pad[0] == 0 and s.tile_oh == low.oh and merged_blocks(low, wr, 0, row_stride)
+    # bus cycles (beats, and the DRAM's gap after each burst) of one transfer of each kind
+    whole_rows = wc == low.w and not low.row_skip
+    inp_bus = t.transfer(*((1, wr * wc * eb_i) if whole_rows else (wr, wc * eb_i)))
+    wgt_bus = t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
+    whole = s.tile_ow == low.ow
+    out_bus = t.transfer(*((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * s.tile_oh,
+                                                                s.tile_ow * eb_o)))  # fmt: skip
     inp_loads = (1 if merged else s.tile_ic) * fixed + s.tile_ic * (
-        t.transfer(wr, wc * eb_i) + (wr * wc - s.tile_oh * s.tile_ow) // 4
+        inp_bus + (wr * wc - s.tile_oh * s.tile_ow) // 4
     )
-    wgt_loads = fixed + t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
+    wgt_loads = fixed + wgt_bus
     inp_n = wgt_n = n_tiles * steps
     if steps == 1 and s.double_buffer:
         if s.order == LoopOrder.OC_OUTER:
@@ -59,12 +70,8 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
         else:
             inp_n = low.nbb * ohs * ows
     stores = 1 if s.tile_ow == low.ow else s.tile_oc
-    store = stores * fixed + t.transfer(s.tile_oc, pix * eb_o)
-    bus = (
-        inp_n * s.tile_ic * wr * wc * eb_i
-        + wgt_n * s.tile_oc * s.tile_ic * kk * eb_w
-        + n_tiles * acc * eb_o
-    ) / t.axi_bytes
+    store = stores * fixed + out_bus
+    bus = inp_n * s.tile_ic * inp_bus + wgt_n * wgt_bus + n_tiles * out_bus
     load = inp_n * inp_loads + wgt_n * wgt_loads
     if not s.double_buffer:
         return n_tiles * (gemm + alu + store) + load
@@ -73,7 +80,7 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     chain = max(gemm - step, alu - zero) + store + zero
     period = max(gemm, alu, chain / (s.acc_slots - 1))
     fill = inp_loads + wgt_loads + alu + store
-    return max(n_tiles * period, load, bus * 1.07) + fill
+    return max(n_tiles * period, load, bus * BUS_SLACK) + fill
 
 
 def rank(cfg: HwConfig, low: MappedConv) -> list[Ranked]:

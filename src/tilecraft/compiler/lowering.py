@@ -29,7 +29,13 @@ from tilecraft.compiler.params import (
     ConvParams,
 )
 from tilecraft.compiler.schedule import Tile, budget, ranges, tiles
-from tilecraft.compiler.tensorize import gemm_loops, kernel_uops, step_dims, window
+from tilecraft.compiler.tensorize import (
+    gemm_loops,
+    kernel_uops,
+    merged_blocks,
+    step_dims,
+    window,
+)
 from tilecraft.compiler.tile_work import tile_work
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
@@ -320,8 +326,9 @@ class _ConvEmitter:
         first = self.dram.input + ((tile.nb * low.input_blocks + block) * low.h + w.row) * low.w
         first += w.col
         base = self.slots.inp[slot]
-        if not (low.row_skip or w.y_pad0 or w.y_pad1) and w.rows == low.h:
-            # whole planes: the channel blocks are contiguous, one LOAD for all of them
+        if merged_blocks(low, w.rows, w.y_pad0 + w.y_pad1, w.row_stride) and wr == w.rows:
+            # the window's rows go on evenly from one channel block into the next (whole
+            # planes, or every row_skip row of them): one LOAD for all the blocks
             self.insns.append(
                 Load(
                     mem=MemId.INP,

@@ -27,6 +27,14 @@ def window(low: MappedConv, rows: int, cols: int) -> tuple[int, int]:
     return wr, (cols - 1) * sw + kw
 
 
+def merged_blocks(low: MappedConv, rows: int, y_pads: int, row_stride: int) -> bool:
+    """Whether a window of `rows` data rows `row_stride` apart (and `y_pads` padding rows)
+    continues evenly from one input channel block into the next, so that one 2-D LOAD moves
+    the window of every block: no padding rows, and the block stride (a plane) is `rows`
+    row strides (whole planes; with row_skip, every used row of them)."""
+    return rows > 0 and not y_pads and rows * row_stride == low.h * low.w
+
+
 def step_dims(low: MappedConv, toc: int, tic: int, toh: int, tow: int) -> list[Dim]:
     """The step's dimensions; scratchpad layouts: acc (oc, oh, ow), inp window (ic, row, col),
     weights (oc, ic, kh, kw)."""
