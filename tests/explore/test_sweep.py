@@ -49,7 +49,7 @@ def _fakes(monkeypatch, calls):
         calls.append(cfg.tag)
         return Synth(cfg)
 
-    def latency(cfg, model):
+    def latency(cfg, model, **tuning):
         n = cfg.batch * cfg.block_in * cfg.block_out
         return {"accelerator_cycles": 10**7 // n, "latency_ms": 10**4 / n, "compile_seconds": 0}
 
@@ -77,7 +77,7 @@ def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
 def test_a_failing_point_is_reported_not_raised(tmp_path, monkeypatch):
     _fakes(monkeypatch, [])
 
-    def broken(cfg, model):
+    def broken(cfg, model, **tuning):
         raise TilecraftError("the tiles do not fit")
 
     monkeypatch.setattr(evaluation, "network_latency", broken)
@@ -117,8 +117,12 @@ def _fails_on_two(name, config, part, model, cached, workdir):
 def test_a_task_that_raises_is_a_failed_point_not_a_failed_sweep():
     pytest.importorskip("distributed")
     jobs = [(f"p{k}", k, "xc7z020", "m", None, ".") for k in range(3)]
-    got = {p["name"]: p for p in sweep._evaluate_all(jobs, workers=1, scheduler=None,
-                                                       function=_fails_on_two, processes=False)}
+    got = {
+        p["name"]: p
+        for p in sweep._evaluate_all(
+            jobs, workers=1, scheduler=None, function=_fails_on_two, processes=False
+        )
+    }
     assert got["p2"]["error"] == "RuntimeError: worker lost"
     assert got["p0"]["error"] is None and got["p1"]["value"] == 1
 
@@ -131,3 +135,22 @@ def test_the_space_leaves_out_configs_the_rtl_cannot_build():
         assert isa_for(cfg).config == cfg
     names = [n for n, _ in sweep_configs()]
     assert "1x8x8+axi128" not in names and "1x8x8+double-buffers" not in names
+
+
+def test_a_point_with_tuned_schedules_tunes_each_layer_once(tmp_path):
+    pytest.importorskip("xgboost", reason="the tuner's cost model needs xgboost (tune extra)")
+    from tilecraft.compiler.tune.records import Records, tool_version
+
+    cfg = preset("1x8x8")
+    tuned = evaluation.network_latency(cfg, "digits", trials=2, records_dir=tmp_path)
+    assert tuned["schedules"] == "tuned (2 trials a layer)" and tuned["latency_ms"] > 0
+    path = tmp_path / f"{cfg.tag}-{cfg.digest}.jsonl"
+    records = Records(path, cfg.digest, tool_version("cycle-model"))
+    lines = path.read_text().splitlines()
+    layers = {r.task for r in records.records}
+    assert len(layers) >= 2 and len(lines) == 2 * len(layers)
+    again = evaluation.network_latency(cfg, "digits", trials=2, records_dir=tmp_path)
+    assert path.read_text().splitlines() == lines  # resumed: nothing measured again
+    assert again["accelerator_cycles"] == tuned["accelerator_cycles"]
+    plain = evaluation.network_latency(cfg, "digits")
+    assert plain["schedules"] == "heuristic" and plain["accelerator_cycles"] > 0

@@ -51,8 +51,7 @@ def _model_tasks(args) -> list:
         random_calibration,
     )
     from tilecraft.compiler.quant.quantize import quantize
-    from tilecraft.compiler.tune.task import Task
-    from tilecraft.ops import Conv2d, Dense
+    from tilecraft.compiler.tune.task import network_tasks
 
     cfg = resolve_config(args.config)
     graph = import_model(args.model, input_shapes(args.input_shape))
@@ -66,13 +65,7 @@ def _model_tasks(args) -> list:
     else:
         raise TilecraftError("give calibration data (--calib FILE.npz|.npy) or --calib-random "
                              "N, as for tilecraft compile")  # fmt: skip
-    tasks = {}
-    for layer in quantize(graph, ranges).layers:
-        op = getattr(layer, "op", None)
-        if isinstance(op, (Conv2d, Dense)):
-            task = Task(cfg, op, layer.epilogue)
-            tasks.setdefault(task.key, (layer.name, task))
-    return list(tasks.values())
+    return network_tasks(cfg, quantize(graph, ranges))
 
 
 def _tune_all(args, tasks: list) -> int:
@@ -97,8 +90,10 @@ def _tune_one(args, task, plot: bool = True) -> int:
 
         meter = DaskMeasurer(args.measure, workers=args.workers or 2, scheduler=args.scheduler,
                              fpga=args.fpga, timeout_s=args.timeout, options=options)  # fmt: skip
-        print(f"measuring on {meter.workers} Dask worker(s)"
-              + (f" at {args.scheduler}" if args.scheduler else " (a local cluster)"))
+        print(
+            f"measuring on {meter.workers} Dask worker(s)"
+            + (f" at {args.scheduler}" if args.scheduler else " (a local cluster)")
+        )
     else:
         meter = measurer(args.measure, **options)
     try:
@@ -118,8 +113,10 @@ def _run(args, task, meter, plot: bool) -> int:
     print(task.describe())
     if records is not None:
         ignored = records.other_config + records.other_tool
-        print(f"records {args.records}: {len(records.of(task.key))} of this layer"
-              + (f"; {ignored} of other configs or tools ignored" if ignored else ""))
+        print(
+            f"records {args.records}: {len(records.of(task.key))} of this layer"
+            + (f"; {ignored} of other configs or tools ignored" if ignored else "")
+        )
     show = _progress(args.trials) if enabled() else (lambda r, s: None)
     result = tune(task, meter, args.trials, records, strategy=args.strategy, seed=args.seed,
                   batch=args.batch, progress=show)  # fmt: skip
@@ -201,18 +198,32 @@ def add_parsers(sub, count) -> None:
                        "(the board this runs on, or each board's Dask worker)")  # fmt: skip
         q.add_argument("--bitfile", help="pynq: the overlay's .bit (a fleet's workers: their "
                        "TILECRAFT_BITFILE)")  # fmt: skip
-        q.add_argument("--timeout", type=float, metavar="S", help="a measurement not back in "
-                       "S seconds is recorded as timed out (Dask; pynq: the device's limit)")
+        q.add_argument(
+            "--timeout",
+            type=float,
+            metavar="S",
+            help="a measurement not back in "
+            "S seconds is recorded as timed out (Dask; pynq: the device's limit)",
+        )
         q.add_argument("--strategy", choices=["model", "random"], default="model")
         q.add_argument("--batch", type=count, default=8, help="schedules per model update")
         q.add_argument("--seed", type=count, default=0)
         q.add_argument("--plot", help="PNG: best-so-far against random search")
-        q.add_argument("--workers", type=count, default=0, metavar="N",
-                       help="measure on a local Dask cluster of N worker processes")
+        q.add_argument(
+            "--workers",
+            type=count,
+            default=0,
+            metavar="N",
+            help="measure on a local Dask cluster of N worker processes",
+        )
         q.add_argument("--scheduler", metavar="ADDRESS", help="measure on the Dask cluster at "
                        "ADDRESS (tcp://host:8786)")  # fmt: skip
-        q.add_argument("--fpga", action="store_true", help="each measurement takes one FPGA "
-                       "resource (a board's worker: dask worker ... --resources FPGA=1)")
+        q.add_argument(
+            "--fpga",
+            action="store_true",
+            help="each measurement takes one FPGA "
+            "resource (a board's worker: dask worker ... --resources FPGA=1)",
+        )
     for q in (conv, dense):
         q.add_argument("--bias", action="store_true")
         q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")

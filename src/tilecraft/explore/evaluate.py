@@ -13,38 +13,75 @@ from tilecraft.hw.config import HwConfig
 FIGURES = ("lut", "ff", "dsp", "bram36", "uram")
 
 
-def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0) -> dict:
-    """Accelerator cycles and milliseconds of `model` compiled for `cfg` (heuristic schedules;
-    one random calibration sample: the zoo's weights are random too)."""
+def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trials: int = 0,
+                    records_dir: str | Path | None = None) -> dict:  # fmt: skip
+    """Accelerator cycles and milliseconds of `model` (a zoo model, or "digits", the trained
+    digits CNN) compiled for `cfg` (one random calibration sample: the zoo's weights are random
+    too). The compiler's heuristic schedules,
+    or with `trials`, each distinct layer's schedule tuned on the cycle model (`trials`
+    measurements each, XGBoost cost model) into `records_dir/<tag>-<digest>.jsonl`, which a
+    later sweep resumes from."""
     from tilecraft.compiler.frontend import import_model
-    from tilecraft.compiler.graph.network import compile_network
-    from tilecraft.compiler.quant.calibrate import random_calibration
+    from tilecraft.compiler.graph.network import build_model
+    from tilecraft.compiler.quant.calibrate import calibrate, random_calibration
+    from tilecraft.compiler.quant.quantize import quantize
+    from tilecraft.models.digits import ONNX_PATH
     from tilecraft.models.zoo import MODELS
     from tilecraft.runtime.model import AcceleratorStep
     from tilecraft.sim.simulator import model_report
 
     start = time.perf_counter()
-    graph = import_model(MODELS[model](seed=seed))
-    comp = compile_network(graph, cfg, random_calibration(graph, 1, seed=seed))
-    steps = [s for s in comp.model.steps if isinstance(s, AcceleratorStep)]
-    cycles = sum(model_report(comp.model.programs[s.program]).cycles for s in steps)
-    return {
+    if model == "digits":  # one image (its batch is dynamic)
+        graph = import_model(ONNX_PATH, {"input": (1, 1, 8, 8)})
+    else:
+        graph = import_model(MODELS[model](seed=seed))
+    net = quantize(graph, calibrate(graph, random_calibration(graph, 1, seed=seed), "minmax"))
+    out = {"schedules": "heuristic"}
+    records = None
+    if trials:
+        records = _tuned(cfg, net, trials, Path(records_dir or "."))
+        out = {"schedules": f"tuned ({trials} trials a layer)",
+               "tune_seconds": time.perf_counter() - start}  # fmt: skip
+    compiled = build_model(cfg, net, records=records)
+    steps = [s for s in compiled.steps if isinstance(s, AcceleratorStep)]
+    cycles = sum(model_report(compiled.programs[s.program]).cycles for s in steps)
+    return out | {
         "accelerator_cycles": cycles,
         "latency_ms": cycles / (cfg.clock_mhz * 1e3),
         "compile_seconds": time.perf_counter() - start,
     }
 
 
+def _tuned(cfg: HwConfig, net, trials: int, folder: Path):
+    """Each distinct layer of `net` tuned (resumed from the config's records); the records."""
+    from tilecraft.compiler.tune.measure import CycleModel
+    from tilecraft.compiler.tune.records import Records, tool_version
+    from tilecraft.compiler.tune.task import network_tasks
+    from tilecraft.compiler.tune.tuner import tune
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cfg.tag}-{cfg.digest}.jsonl"
+    meter = CycleModel()
+    records = Records(path, cfg.digest, tool_version(meter.name))
+    for _, task in network_tasks(cfg, net):
+        left = trials - len(records.of(task.key))  # a resumed sweep measures only the rest
+        if left > 0:
+            tune(task, meter, left, records)
+    return Records(path, cfg.digest, tool_version(meter.name))
+
+
 def evaluate(name: str, config: dict, part: str, model: str, cached: dict | None,
-             workdir: str) -> dict:  # fmt: skip
-    """A point as a dict: name, config tag and digest, latency, resources (`synthesized`: False
-    when they came from the cache), or `error`."""
+             workdir: str, trials: int = 0) -> dict:  # fmt: skip
+    """A point as a dict: name, config tag and digest, latency (heuristic schedules, or tuned
+    with `trials`), resources (`synthesized`: False when they came from the cache), or
+    `error`."""
     from tilecraft.boards.flows.resources import synthesize
 
     cfg = HwConfig.from_dict(config)
     point = {"name": name, "config": cfg.tag, "digest": cfg.digest, "error": None}
     try:
-        point.update(network_latency(cfg, model))
+        point.update(network_latency(cfg, model, trials=trials,
+                                     records_dir=Path(workdir) / "records"))  # fmt: skip
         if cached is None:
             r = synthesize(cfg, part, workdir=Path(workdir) / f"{cfg.tag}-{cfg.digest}")
             cached = {k: getattr(r, k) for k in FIGURES} | {"synth_seconds": r.seconds}

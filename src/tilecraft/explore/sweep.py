@@ -55,8 +55,12 @@ def fits(point: dict, part: str) -> list[str]:
 def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
               workers: int = 2, scheduler: str | None = None,
               cache: str | Path = "build/dse/synthesis-cache.json",
-              workdir: str | Path = "build/dse") -> dict:  # fmt: skip
-    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts and seconds."""
+              workdir: str | Path = "build/dse", trials: int = 0) -> dict:  # fmt: skip
+    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts and seconds.
+    With `trials`, each config's layers are tuned first (`evaluate.network_latency`; their
+    records kept under `workdir`/records, so a stopped sweep resumes)."""
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise ConfigError(f"trials must be 0 (heuristic schedules) or more, not {trials!r}")
     if part not in PARTS or family(part) == "ecp5":
         known = ", ".join(p for p in PARTS if family(p) != "ecp5")
         raise ConfigError(f"unknown part {part!r} for a sweep; known: {known}")
@@ -65,7 +69,7 @@ def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
     fam = family(part)
     configs = sweep_configs(limit)
     work = str(Path(workdir).resolve())
-    jobs = [(name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work)
+    jobs = [(name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work, trials)
             for name, cfg in configs]  # fmt: skip
     points = []
     for point in _evaluate_all(jobs, workers, scheduler):
@@ -79,7 +83,7 @@ def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
         p["fits"] = fits(p, part)
         p["fractions"] = {k: p[k] / PARTS[part][k] for k in ("lut", "ff", "dsp", "bram36")}
     return {
-        "suite": "dse", "part": part, "family": fam, "model": model,
+        "suite": "dse", "part": part, "family": fam, "model": model, "trials": trials,
         "workers": workers if scheduler is None else None, "scheduler": scheduler,
         "seconds": time.perf_counter() - start, "points": points,
         "fronts": fronts(good) if good else {},

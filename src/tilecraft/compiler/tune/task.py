@@ -60,3 +60,15 @@ class Task:
 
 def schedule_key(s: ConvSchedule) -> str:
     return json.dumps(to_json(s), sort_keys=True)
+
+
+def network_tasks(config: HwConfig, net) -> list[tuple[str, Task]]:
+    """The distinct conv and dense layers of a quantized network (`quant.QuantizedNetwork`)
+    as tasks, each named by its first layer: what `tilecraft compile --records` looks up."""
+    tasks: dict[str, tuple[str, Task]] = {}
+    for layer in net.layers:
+        op = getattr(layer, "op", None)
+        if isinstance(op, (Conv2d, Dense)):
+            task = Task(config, op, layer.epilogue)
+            tasks.setdefault(task.key, (layer.name, task))
+    return list(tasks.values())
