@@ -65,6 +65,15 @@ async def _lite_read(dut, addr: int) -> int:
             return data
 
 
+async def hold_reset(dut) -> None:
+    """aresetn low for 4 cycles, the AXI4-Lite master idle (the caller releases it)."""
+    dut.aresetn.value = 0
+    for n in ("awvalid", "wvalid", "arvalid", "bready", "rready"):
+        getattr(dut, "s_axi_control_" + n).value = 0
+    for _ in range(4):
+        await RisingEdge(dut.aclk)
+
+
 @cocotb.test()
 async def run_jobs(dut):
     with open(os.environ["TILECRAFT_RTL_JOBS"]) as f:
@@ -80,11 +89,7 @@ async def run_jobs(dut):
         dut.latency.value = job["latency"]
         dut.stall_pct.value = job.get("stall_pct", 0)
         dut.seed.value = job.get("seed", 1)
-        dut.aresetn.value = 0
-        for n in ("awvalid", "wvalid", "arvalid", "bready", "rready"):
-            getattr(dut, "s_axi_control_" + n).value = 0
-        for _ in range(4):
-            await RisingEdge(dut.aclk)
+        await hold_reset(dut)
         dut.aresetn.value = 1
         dut.load.value = 1
         await RisingEdge(dut.aclk)

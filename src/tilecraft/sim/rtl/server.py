@@ -30,7 +30,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge, Timer
 
 from tilecraft.hw import regs
-from tilecraft.sim.rtl.bench import PERIOD_NS, _lite_read, _lite_write
+from tilecraft.sim.rtl.bench import PERIOD_NS, _lite_read, _lite_write, hold_reset
 
 POLL = 64  # cycles between STATUS reads while a run is under way
 
@@ -38,11 +38,7 @@ POLL = 64  # cycles between STATUS reads while a run is under way
 async def _reset(dut) -> None:
     for name in ("load", "dump"):
         getattr(dut, name).value = 0
-    dut.aresetn.value = 0
-    for n in ("awvalid", "wvalid", "arvalid", "bready", "rready"):
-        getattr(dut, "s_axi_control_" + n).value = 0
-    for _ in range(4):
-        await RisingEdge(dut.aclk)
+    await hold_reset(dut)
     dut.aresetn.value = 1
     await RisingEdge(dut.aclk)
 
