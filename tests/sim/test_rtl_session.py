@@ -70,3 +70,17 @@ def test_a_program_started_by_register_writes_runs_bit_exact():
     assert abs(cycles - want.report.cycles) / cycles <= 0.02
     with pytest.raises(DeviceError, match="session is closed"):
         rtl.read(OFFSET["MAGIC"])
+
+
+def test_a_simulator_that_never_connects_is_an_error_not_a_hang(monkeypatch, tmp_path):
+    import tilecraft.sim.rtl.session as session
+
+    class Broken:
+        def test(self, **options):
+            raise RuntimeError("the simulator binary is missing")
+
+    monkeypatch.setattr(session, "build", lambda cfg: (Broken(), tmp_path))
+    monkeypatch.setattr(session, "START_SECONDS", 5.0)
+    with pytest.raises(DeviceError, match="did not connect within .*simulator binary is missing"):
+        RtlSession(CFG).open()
+    assert not list(tmp_path.glob("session-*"))  # its scratch folder is gone with it

@@ -86,9 +86,14 @@ class RtlSession:
                     waited += 1.0
                     if not self._thread.is_alive() or waited > START_SECONDS:
                         listener.close()
+                        log = tail(self._log)
+                        shutil.rmtree(sock_dir, ignore_errors=True)
+                        shutil.rmtree(self._dir, ignore_errors=True)
+                        self._thread = None
                         raise DeviceError(
-                            f"the RTL simulator did not connect within {waited:.0f} s:\n"
-                            f"{tail(self._log)}"
+                            f"the RTL simulator did not connect within {waited:.0f} s"
+                            + (f" ({self._failure})" if self._failure else "")
+                            + f":\n{log}"
                         ) from None
         listener.close()
         conn.settimeout(REPLY_SECONDS)
