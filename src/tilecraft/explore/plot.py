@@ -29,7 +29,9 @@ def plot_fronts(result: dict, path: str) -> None:
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"{result['model']} accelerator latency (ms, cycle model)")
-    fig.suptitle(f"Design space on the {result['part']}: red = Pareto front")
+    trials = result.get("trials") or 0
+    schedules = f"schedules tuned, {trials} trials a layer" if trials else "heuristic schedules"
+    fig.suptitle(f"Design space on the {result['part']} ({schedules}): red = Pareto front")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
