@@ -51,8 +51,11 @@ def test_a_missing_barrier_is_caught():
     program = comp.model.programs[step.program]
     verify(program)
     insns = table_insns(program.table())
-    waits = [k for k, i in enumerate(insns)
-             if isinstance(i, Load) and i.mem == MemId.INP and i.x_size == 0 and i.pop_next]
+    waits = [
+        k
+        for k, i in enumerate(insns)
+        if isinstance(i, Load) and i.mem == MemId.INP and i.x_size == 0 and i.pop_next
+    ]
     assert len(waits) == 8  # one per boundary between the 9 layers
     broken = list(insns)
     for k in waits:  # the load stage no longer waits for the previous layer's stores
@@ -99,3 +102,23 @@ def test_layouts_that_do_not_line_up_stay_apart():
     out = comp.graph.outputs[0]
     np.testing.assert_array_equal(run_model(comp.model, x, get_device("sim")).outputs[out],
                                   run_model(comp.model, x).outputs[out])  # fmt: skip
+
+
+def test_relocation_refuses_what_it_cannot_move():
+    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.compiler.graph.chain import Part, _relocate, chain_programs
+    from tilecraft.errors import ScheduleError
+    from tilecraft.ops import Conv2d, Epilogue
+
+    cfg = preset("1x8x8")
+    program = conv2d(cfg, Conv2d(1, 8, 4, 4, 8, 1, 1, 0), Epilogue(shift=4))
+    part = Part(program, {})
+    where = {f"{program.name}.{b.name}": b.offset for b in program.buffers}
+    moved = _relocate(cfg, 0, part, where, program.uop_offset // cfg.uop_bytes)
+    assert np.array_equal(moved, program.table())  # nothing moves: the same table
+    shifted = dict(where, **{f"{program.name}.input": where[f"{program.name}.input"] + 3})
+    with pytest.raises(ScheduleError, match="input moves by 3 bytes, not a whole number"):
+        _relocate(cfg, 0, part, shifted, 0)
+    cut = program.replace(insns=program.insns[:-1])  # no FINISH at the end
+    with pytest.raises(ScheduleError, match="does not end with FINISH"):
+        chain_programs([Part(cut, {"output": "y"}), Part(program, {"input": "y"})], {"output"})

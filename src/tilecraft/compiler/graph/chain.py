@@ -13,7 +13,6 @@ result like any program.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,13 +24,12 @@ from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import (
     BUFFER_NAMES,
     INSN_BYTES,
-    Finish,
     Load,
     MemId,
-    Store,
+    Opcode,
     encode,
+    insn_table,
     isa_for,
-    table_insns,
 )
 from tilecraft.runtime.buffers import BufferSpec, Role
 from tilecraft.runtime.program import DRAM_PAGE, Program
@@ -116,27 +114,40 @@ def _buffers(parts: list[Part], exports: set[str], budget: int):
     return buffers, constants, arena
 
 
-def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> list:
-    """The layer's instructions with DRAM addresses moved to the chain's layout."""
+def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> np.ndarray:
+    """The layer's instruction table with DRAM addresses moved to the chain's layout (one
+    pass over the table's columns)."""
     p = part.program
-    old_uops = p.uop_offset // cfg.uop_bytes
-    out = []
-    for ins in table_insns(p.table()):
-        if isinstance(ins, (Load, Store)) and ins.x_size and ins.y_size:
-            if isinstance(ins, Load) and ins.mem == MemId.UOP:
-                base = uop_base + (ins.dram_base - old_uops)
-            else:
-                eb = cfg.elem_bytes("out" if isinstance(ins, Store) else BUFFER_NAMES[ins.mem])
-                byte = ins.dram_base * eb
-                [buf] = [b for b in p.buffers if b.offset <= byte < b.offset + b.nbytes]
-                delta = where[_global(i, part, buf)] - buf.offset
-                if delta % eb:
-                    raise ScheduleError(f"buffer {buf.name} moves by {delta} bytes, not a whole "
-                                        f"number of {eb}-byte elements")  # fmt: skip
-                base = ins.dram_base + delta // eb
-            ins = dataclasses.replace(ins, dram_base=base)
-        out.append(ins)
-    return out
+    table = p.table().copy()
+    op, mem, base = table["opcode"], table["mem"], table["dram_base"]
+    moves = ((op == Opcode.LOAD) | (op == Opcode.STORE)) & (table["x_size"] != 0)
+    moves &= table["y_size"] != 0
+    uop = moves & (op == Opcode.LOAD) & (mem == MemId.UOP)
+    base[uop] += uop_base - p.uop_offset // cfg.uop_bytes
+    rows = np.flatnonzero(moves & ~uop)
+    if not rows.size:
+        return table
+    size_of = {int(m): cfg.elem_bytes(name) for m, name in BUFFER_NAMES.items()}
+    eb = np.where(op[rows] == Opcode.STORE, cfg.elem_bytes("out"),
+                  np.vectorize(size_of.__getitem__, otypes=[np.int64])(mem[rows]))  # fmt: skip
+    byte = base[rows] * eb
+    bufs = sorted(p.buffers, key=lambda b: b.offset)
+    starts = np.array([b.offset for b in bufs])
+    ends = np.array([b.offset + b.nbytes for b in bufs])
+    k = np.searchsorted(starts, byte, side="right") - 1
+    if (k < 0).any() or (byte >= ends[np.maximum(k, 0)]).any():
+        bad = int(rows[np.flatnonzero((k < 0) | (byte >= ends[np.maximum(k, 0)]))[0]])
+        raise ScheduleError(f"instruction {bad} of {p.name} addresses DRAM byte "
+                            f"{int(base[bad]) * int(eb[np.searchsorted(rows, bad)])} outside "
+                            f"its buffers")  # fmt: skip
+    delta = np.array([where[_global(i, part, b)] - b.offset for b in bufs])[k]
+    odd = np.flatnonzero(delta % eb)
+    if odd.size:
+        buf = bufs[int(k[odd[0]])]
+        raise ScheduleError(f"buffer {buf.name} moves by {int(delta[odd[0]])} bytes, not a "
+                            f"whole number of {int(eb[odd[0]])}-byte elements")  # fmt: skip
+    base[rows] += delta // eb
+    return table
 
 
 def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
@@ -152,22 +163,24 @@ def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
     where = {b.name: b.offset for b in buffers}
     uops = np.concatenate([p.program.uops for p in parts])
     uop_offset = top
-    insns, before = [], 0
+    tables, before = [], 0
     for i, part in enumerate(parts):
         body = _relocate(cfg, i, part, where, uop_offset // cfg.uop_bytes + before)
         before += len(part.program.uops)
-        if i + 1 < len(parts):
-            finish = body.pop()
-            if not isinstance(finish, Finish):
+        if i > 0:  # the load stage waits for the previous layer's last compute instruction
+            tables.append(insn_table([Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0,
+                                           x_size=0, x_stride=0, pop_next=True)]))  # fmt: skip
+        if i + 1 < len(parts):  # FINISH becomes a no-op that hands over to the next layer
+            last = body[-1]
+            if last["opcode"] != Opcode.FINISH:
                 raise ScheduleError(f"layer {part.program.name} does not end with FINISH")
-            body.append(Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0,
-                             x_stride=0, pop_prev=finish.pop_prev, pop_next=finish.pop_next,
-                             push_prev=True))  # fmt: skip
-        if i > 0:
-            body.insert(0, Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0,
-                                x_stride=0, pop_next=True))  # fmt: skip
-        insns += body
-    words = encode(isa_for(cfg), insns)
+            body = body[:-1]
+            handover = Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0,
+                            x_stride=0, pop_prev=bool(last["pop_prev"]),
+                            pop_next=bool(last["pop_next"]), push_prev=True)  # fmt: skip
+            body = np.concatenate([body, insn_table([handover])])
+        tables.append(body)
+    words = encode(isa_for(cfg), np.concatenate(tables))
     insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
     end = insn_offset + len(words) * INSN_BYTES
     program = Program(config=cfg, insns=words, uops=uops, buffers=tuple(buffers),
