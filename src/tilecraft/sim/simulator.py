@@ -173,39 +173,56 @@ def _rows(rows) -> np.ndarray:
 
 
 def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """Stage of every instruction; IllegalInstructionError for what the hardware can't run."""
+    """Stage of every instruction; IllegalInstructionError for what the hardware can't run
+    (the whole table checked at once; the first bad instruction is then named)."""
     ops, mems = table["opcode"], table["mem"]
-    stages = np.zeros(len(table), np.int64)
-    for k in range(len(table)):
-        op = int(ops[k])
-        word = f"word 0x{int(words[k, 1]):016x}{int(words[k, 0]):016x}"
-        if op not in Opcode._value2member_map_:
-            valid = ", ".join(f"{o.name}={o.value}" for o in Opcode)
-            raise IllegalInstructionError(f"unknown opcode {op} ({word}); valid: {valid}", index=k)
-        if op == Opcode.LOAD and int(mems[k]) not in LOAD_MEMS:
-            raise IllegalInstructionError(
-                f"LOAD to memory id {int(mems[k])}; valid: UOP=0, WGT=1, INP=2, ACC=3", index=k
-            )
-        if op == Opcode.STORE and int(mems[k]) != MemId.OUT:
-            raise IllegalInstructionError(
-                f"STORE from memory id {int(mems[k])}; valid: OUT=4", index=k
-            )
-        if op == Opcode.ALU and int(table["alu_op"][k]) not in AluOp._value2member_map_:
-            raise IllegalInstructionError(
-                f"unknown ALU op {int(table['alu_op'][k])}; valid: "
-                + ", ".join(f"{a.name}={a.value}" for a in AluOp),
-                index=k,
-            )
-        s = stage_of(op, int(mems[k]))
-        stages[k] = s
+    load, store = ops == Opcode.LOAD, ops == Opcode.STORE
+    stages = np.full(len(table), int(Stage.COMPUTE), np.int64)
+    stages[load & np.isin(mems, (MemId.INP, MemId.WGT))] = Stage.LOAD
+    stages[store] = Stage.STORE
+    bad = ~np.isin(ops, list(Opcode._value2member_map_))
+    bad |= load & ~np.isin(mems, LOAD_MEMS)
+    bad |= store & (mems != MemId.OUT)
+    bad |= (ops == Opcode.ALU) & ~np.isin(table["alu_op"], list(AluOp._value2member_map_))
+    for s in Stage:  # a flag with no queue on the instruction's stage
         for flag, q in {**POP_QUEUES[s], **PUSH_QUEUES[s]}.items():
-            if q is None and table[flag][k]:
-                raise IllegalInstructionError(
-                    f"flag {flag} has no token queue on the {s.name.lower()} stage",
-                    index=k,
-                    insn=format_row(table[k]),
-                )
+            if q is None:
+                bad |= (stages == s) & (table[flag] != 0)
+    if bad.any():
+        _name_invalid(table, words, int(np.argmax(bad)))
     return stages
+
+
+def _name_invalid(table: np.ndarray, words: np.ndarray, first: int) -> None:
+    """Raise the IllegalInstructionError of the first bad instruction."""
+    ops, mems = table["opcode"], table["mem"]
+    k = first
+    op = int(ops[k])
+    word = f"word 0x{int(words[k, 1]):016x}{int(words[k, 0]):016x}"
+    if op not in Opcode._value2member_map_:
+        valid = ", ".join(f"{o.name}={o.value}" for o in Opcode)
+        raise IllegalInstructionError(f"unknown opcode {op} ({word}); valid: {valid}", index=k)
+    if op == Opcode.LOAD and int(mems[k]) not in LOAD_MEMS:
+        raise IllegalInstructionError(
+            f"LOAD to memory id {int(mems[k])}; valid: UOP=0, WGT=1, INP=2, ACC=3", index=k
+        )
+    if op == Opcode.STORE and int(mems[k]) != MemId.OUT:
+        raise IllegalInstructionError(f"STORE from memory id {int(mems[k])}; valid: OUT=4", index=k)
+    if op == Opcode.ALU and int(table["alu_op"][k]) not in AluOp._value2member_map_:
+        raise IllegalInstructionError(
+            f"unknown ALU op {int(table['alu_op'][k])}; valid: "
+            + ", ".join(f"{a.name}={a.value}" for a in AluOp),
+            index=k,
+        )
+    s = stage_of(op, int(mems[k]))
+    for flag, q in {**POP_QUEUES[s], **PUSH_QUEUES[s]}.items():
+        if q is None and table[flag][k]:
+            raise IllegalInstructionError(
+                f"flag {flag} has no token queue on the {s.name.lower()} stage",
+                index=k,
+                insn=format_row(table[k]),
+            )
+    raise AssertionError(f"instruction {first} was found invalid but breaks no rule")
 
 
 def _report(cfg, table, plan, engine, cycles, counts, events) -> SimReport:

@@ -9,6 +9,7 @@ dram_port.py for the order bursts take it in).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
@@ -87,18 +88,26 @@ class Timing:
             return []
         if stride == row_bytes:
             rows, row_bytes = 1, rows * row_bytes
-        page = 4096 // self.axi_bytes
-        out = []
-        for r in range(rows):
-            start = addr + r * stride
-            cur, end = start // self.axi_bytes, -(-(start + row_bytes) // self.axi_bytes)
-            delay = 2
-            while cur < end:
-                beats = min(end - cur, self.burst_len, page - cur % page)
-                out.append((beats, delay))
-                cur += beats
-                delay = 1
-        return out
+        # the cut depends on the address only through its place in a 4 KiB page
+        return _cut(addr % 4096, rows, row_bytes, stride, self.axi_bytes, self.burst_len)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cut(addr: int, rows: int, row_bytes: int, stride: int, axi_bytes: int,
+         burst_len: int) -> list[tuple[int, int]]:  # fmt: skip
+    """`Timing.bursts` for an address within the first page (shared: callers only read it)."""
+    page = 4096 // axi_bytes
+    out = []
+    for r in range(rows):
+        start = addr + r * stride
+        cur, end = start // axi_bytes, -(-(start + row_bytes) // axi_bytes)
+        delay = 2
+        while cur < end:
+            beats = min(end - cur, burst_len, page - cur % page)
+            out.append((beats, delay))
+            cur += beats
+            delay = 1
+    return out
 
 
 def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:
