@@ -80,7 +80,7 @@ def _shared(shape: tuple) -> tuple:
 
 
 def _load(cfg, r, mem, depth, a: Access, shapes: dict) -> None:
-    name = BUFFER_NAMES[MemId(mem)]
+    name = BUFFER_NAMES[mem]  # an IntEnum key: a plain int finds it
     x, y = r["x_size"], r["y_size"]
     if x == 0:
         return

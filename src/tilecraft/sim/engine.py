@@ -26,6 +26,7 @@ from collections.abc import Callable
 from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
+    STAGE_OF,
     Opcode,
     Stage,
     TokenQueue,
@@ -206,7 +207,7 @@ class Engine:
             self.fetch.arrived(done.first)
             return
         k = done.key
-        s = Stage(self.plan.stage[k])
+        s = STAGE_OF[self.plan.stage[k]]
         _, t = self.in_flight[s]
         self.in_flight[s] = None
         tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1

@@ -11,7 +11,7 @@ from tilecraft.hw.isa import (
     BUFFER_NAMES,
     POP_QUEUES,
     PUSH_QUEUES,
-    MemId,
+    STAGE_OF,
     Opcode,
     Stage,
     Unit,
@@ -35,7 +35,7 @@ class Plan:
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
-            s = Stage(self.stage[k])
+            s = STAGE_OF[self.stage[k]]
             pops = tuple(q for f, q in POP_QUEUES[s].items() if q is not None and row[f])
             pushes = tuple(q for f, q in PUSH_QUEUES[s].items() if q is not None and row[f])
             self.pops.append(pops)
@@ -44,7 +44,7 @@ class Plan:
             self.unit.append(unit_of(op) if s == Stage.COMPUTE else None)
             if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
                 runs, _, _, nbytes = dma_shape(cfg, row)
-                name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
+                name = "out" if op == Opcode.STORE else BUFFER_NAMES[row["mem"]]
                 eb = cfg.elem_bytes(name)
                 bursts = timing.bursts(
                     row["dram_base"] * eb, row["y_size"], row["x_size"] * eb, row["x_stride"] * eb

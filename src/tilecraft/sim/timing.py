@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
-from tilecraft.hw.isa import BUFFER_NAMES, AluOp, MemId, Opcode, insns_per_burst
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, Opcode, insns_per_burst
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _cut(addr: int, rows: int, row_bytes: int, stride: int, axi_bytes: int,
 def dma_shape(cfg: HwConfig, row) -> tuple[int, int, int, int]:
     """(runs, run_bytes, pad_elements, bytes) of a LOAD or STORE row of the instruction table."""
     op = row["opcode"]
-    name = "out" if op == Opcode.STORE else BUFFER_NAMES[MemId(row["mem"])]
+    name = "out" if op == Opcode.STORE else BUFFER_NAMES[row["mem"]]
     eb = cfg.elem_bytes(name)
     x, y, stride = row["x_size"], row["y_size"], row["x_stride"]
     if x == 0 or y == 0:

@@ -55,6 +55,9 @@ class Stage(IntEnum):
     STORE = 2
 
 
+STAGE_OF = {int(s): s for s in Stage}  # a stage by its number, without an enum call
+
+
 class Unit(IntEnum):
     """The compute stage's two execution units."""
 
