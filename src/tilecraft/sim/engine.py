@@ -63,6 +63,7 @@ class Engine:
         half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap);
         `insn_offset`: the program's byte offset in DRAM (where fetch's bursts fall)."""
         self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
+        self.queue_latency = timing.queue_latency
         self.half = half if timing.dual_issue else None
         self.unit_free = dict.fromkeys(Unit, 0)
         self.unit_last: dict[Unit, int | None] = dict.fromkeys(Unit)
@@ -127,12 +128,16 @@ class Engine:
         k = self.queues[a][self.pos[a]]
         if k >= len(self.dispatch_t):
             return None
-        t = max(self._free(a, k), self.dispatch_t[k] + self.timing.queue_latency)
-        for q in self.plan.pops[k]:
-            m = len(self.pop_t[q])
-            if m >= len(self.push_t[q]):
+        t = self._free(a, k)
+        routed = self.dispatch_t[k] + self.queue_latency
+        if routed > t:
+            t = routed
+        for q in self.plan.pops[k]:  # the hot loop: plain comparisons, no max() calls
+            m, pushed = len(self.pop_t[q]), self.push_t[q]
+            if m >= len(pushed):
                 return None
-            t = max(t, self.push_t[q][m])
+            if pushed[m] > t:
+                t = pushed[m]
         if a == Stage.COMPUTE:
             t, _ = self._unit_ready(k, t)
         return t
