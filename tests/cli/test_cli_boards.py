@@ -27,8 +27,15 @@ def test_build_writes_into_an_existing_folder_and_says_how_to_finish(tmp_path, c
     text = capsys.readouterr().out
     assert "Vivado is not on the PATH (the pynq-z2 needs 2024.1)" in text
     assert f"cd {folder} && ./build.sh" in text
-    for name in ("bd.tcl", "project.tcl", "build.sh", "tilecraft_top.v", "overlay/tilecraft.toml",
-                 "package/pyproject.toml", "package/tilecraft_overlay_pynq_z2/conv.tcp"):
+    for name in (
+        "bd.tcl",
+        "project.tcl",
+        "build.sh",
+        "tilecraft_top.v",
+        "overlay/tilecraft.toml",
+        "package/pyproject.toml",
+        "package/tilecraft_overlay_pynq_z2/conv.tcp",
+    ):
         assert (folder / name).is_file(), name
 
 
@@ -48,14 +55,32 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
                 100 * n, 10 * n, n // 2, n // 4, 0, 1.0)  # fmt: skip
 
     monkeypatch.setattr(resources, "synthesize", lambda cfg, part, workdir: Synth(cfg))
-    monkeypatch.setattr(evaluate, "network_latency", lambda cfg, model: {
+    monkeypatch.setattr(evaluate, "network_latency", lambda cfg, model, **tuning: {
         "accelerator_cycles": 1, "latency_ms": 1e4 / (cfg.block_in * cfg.block_out),
         "compile_seconds": 0.0})  # fmt: skip
     out, png = tmp_path / "dse.json", tmp_path / "dse.png"
-    argv = ["dse", "--part", "xczu3eg", "--configs", "3", "--workers", "0",
-            "--cache", str(tmp_path / "cache.json"), "--json", str(out), "--plot", str(png)]
+    argv = [
+        "dse",
+        "--part",
+        "xczu3eg",
+        "--configs",
+        "3",
+        "--workers",
+        "0",
+        "--cache",
+        str(tmp_path / "cache.json"),
+        "--json",
+        str(out),
+        "--plot",
+        str(png),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "design space on xczu3eg (xcup synthesis), resnet18: 3 configs" in text
+    assert (
+        "design space on xczu3eg (xcup synthesis), resnet18 (heuristic schedules): 3 configs"
+        in text
+    )
     assert "* 1x16x8" in text and "ultra96-v2" in text
     assert json.loads(out.read_text())["fronts"]["joint"] and png.stat().st_size > 10_000
+    assert main(["dse", "--part", "xczu3eg", "--trials", "-1"]) == 1
+    assert "trials must be 0 (heuristic schedules) or more, not -1" in capsys.readouterr().err
