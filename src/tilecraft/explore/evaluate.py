@@ -30,6 +30,8 @@ def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trial
     from tilecraft.runtime.model import AcceleratorStep
     from tilecraft.sim.simulator import model_report
 
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise TilecraftError(f"trials must be 0 (heuristic schedules) or more, not {trials!r}")
     start = time.perf_counter()
     if model == "digits":  # one image (its batch is dynamic)
         graph = import_model(ONNX_PATH, {"input": (1, 1, 8, 8)})
@@ -39,9 +41,10 @@ def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trial
     out = {"schedules": "heuristic"}
     records = None
     if trials:
+        tuning = time.perf_counter()
         records = _tuned(cfg, net, trials, Path(records_dir or "."))
         out = {"schedules": f"tuned ({trials} trials a layer)",
-               "tune_seconds": time.perf_counter() - start}  # fmt: skip
+               "tune_seconds": time.perf_counter() - tuning}  # fmt: skip
     compiled = build_model(cfg, net, records=records)
     steps = [s for s in compiled.steps if isinstance(s, AcceleratorStep)]
     cycles = sum(model_report(compiled.programs[s.program]).cycles for s in steps)

@@ -165,12 +165,15 @@ class RtlAccelerator:
         base = self.session.read(o["DRAM_BASE_HI"]) << 32 | self.session.read(o["DRAM_BASE_LO"])
         size = self.session.read(o["DRAM_SIZE"])
         first = base - self.ddr_base
-        inside = first >= 0 and first + size <= self.ddr.size
-        image = self.ddr[first : first + size] if inside else np.zeros(0, np.uint8)
-        self.session.load(base, image)
+        if first < 0 or first + size > self.ddr.size:  # a host bug: say so, loudly
+            raise AccessError(
+                f"START with DRAM_BASE 0x{base:x} and DRAM_SIZE {size}: the region lies outside "
+                f"the board's DDR [0x{self.ddr_base:x}, 0x{self.ddr_base + self.ddr.size:x})"
+            )
+        self.session.load(base, self.ddr[first : first + size])
         self.session.write(offset, value)
         self.runs += 1
-        if self.session.run(self.max_cycles) and inside:
+        if self.session.run(self.max_cycles):
             self.ddr[first : first + size] = self.session.dump(size)
 
 

@@ -100,4 +100,5 @@ async def serve(dut):
             stream.write(json.dumps(reply) + "\n")
             stream.flush()
     finally:
+        stream.close()
         conn.close()

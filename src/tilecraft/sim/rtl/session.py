@@ -26,6 +26,7 @@ from tilecraft.sim.rtl.device import read_hex, write_hex
 
 START_SECONDS = 120.0  # for the simulator process to start and connect
 REPLY_SECONDS = 600.0  # for one command (a run of millions of cycles included)
+JOB_NUMBERS = (1 << 16) - 1  # hex files are numbered 1.. on the DRAM model's 16-bit job port
 
 
 class RtlSession:
@@ -84,17 +85,17 @@ class RtlSession:
                     break
                 except TimeoutError:
                     waited += 1.0
-                    if not self._thread.is_alive() or waited > START_SECONDS:
+                    died = not self._thread.is_alive()
+                    if died or waited > START_SECONDS:
                         listener.close()
                         log = tail(self._log)
                         shutil.rmtree(sock_dir, ignore_errors=True)
                         shutil.rmtree(self._dir, ignore_errors=True)
                         self._thread = None
-                        raise DeviceError(
-                            f"the RTL simulator did not connect within {waited:.0f} s"
-                            + (f" ({self._failure})" if self._failure else "")
-                            + f":\n{log}"
-                        ) from None
+                        why = (f"exited before it connected ({self._failure})" if died else
+                               f"did not connect within {START_SECONDS:.0f} s (it may still "
+                               f"be starting: is the machine overloaded?)")  # fmt: skip
+                        raise DeviceError(f"the RTL simulator {why}:\n{log}") from None
         listener.close()
         conn.settimeout(REPLY_SECONDS)
         self._conn = conn
@@ -109,6 +110,7 @@ class RtlSession:
         except DeviceError:
             pass
         finally:
+            self._stream.close()  # the socket closes only once its stream has
             self._conn.close()
             self._thread.join(timeout=30)
             self._thread = None
@@ -156,9 +158,11 @@ class RtlSession:
                 f"{image.size:,} bytes of DRAM do not fit the RTL bench's {DRAM_BYTES:,}-byte "
                 f"DRAM model"
             )
-        self._jobs += 1
-        write_hex(self._dir / f"in.{self._jobs}.hex", image, self.config.axi_bytes)
+        self._jobs = self._jobs % JOB_NUMBERS + 1  # the DRAM model's job port is 16 bits
+        path = self._dir / f"in.{self._jobs}.hex"
+        write_hex(path, image, self.config.axi_bytes)
         self._command({"op": "load", "base": base, "job": self._jobs})
+        path.unlink()
 
     def run(self, max_cycles: int) -> bool:
         """Clock the model until STATUS says DONE (True) or `max_cycles` pass (False)."""
