@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tilecraft.hw.config import preset
 from tilecraft.sim.dram_port import (
     COMPUTE_CLIENT,
@@ -29,10 +31,13 @@ def _drain(port):
 
 def test_bursts_follow_the_planner():
     # rows back to back are one run, split at burst_len beats and at 4 KiB
-    assert T.bursts(0, 4, 64, 64) == [(16, 2), (16, 1)]
-    assert T.bursts(4096 - 16, 1, 64, 64) == [(2, 2), (6, 1)]
-    # strided rows are runs of their own, each presented 2 cycles after the previous burst
-    assert T.bursts(0, 3, 24, 100) == [(3, 2), (4, 2), (3, 2)]  # row 1 starts mid-beat
+    assert T.bursts(0, 4, 64, 64) == [(16, 1), (16, 1)]
+    assert T.bursts(4096 - 16, 1, 64, 64) == [(2, 1), (6, 1)]
+    # strided rows are runs of their own, each presented `row_delay` cycles after the previous
+    # burst (the planner works a row out a cycle ahead)
+    assert T.bursts(0, 3, 24, 100) == [(3, 1), (4, 1), (3, 1)]  # row 1 starts mid-beat
+    slow = dataclasses.replace(T, row_delay=2)
+    assert slow.bursts(0, 3, 24, 100) == [(3, 2), (4, 2), (3, 2)]
     assert T.bursts(0, 0, 24, 24) == []
 
 

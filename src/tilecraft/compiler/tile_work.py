@@ -56,7 +56,7 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     acc = s.tile_oc * pix
     imm, tensor = alu_passes(low)
     multiplies = int(low.epilogue.multiplier != Multiplier.NONE) + int(bool(low.epilogue.pre_shift))
-    mul_extra = multiplies * (t.alu_mul_groups + 1)
+    mul_extra = multiplies * (t.alu_mul_groups + t.alu_mul_tail)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
     gemm = steps * step
     zero = acc * t.alu_ii_imm + 6

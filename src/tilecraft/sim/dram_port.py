@@ -4,9 +4,9 @@
   (`hw/rtl/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
   its last one's; among transfers waiting for it the lower client wins a tie (fetch, compute,
   load). Within a transfer the next burst is presented one cycle after the previous one is
-  accepted, two when it starts a new row (`Timing.bursts`).
+  accepted (`Timing.bursts`, `Timing.row_delay` at a new row).
 - The store's bursts go on AW and are accepted only in a cycle where no read is presented, so
-  they slip into the row gaps of a read transfer.
+  they wait for a gap between read bursts.
 - The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
   `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
   the previous burst's last beat.

@@ -24,31 +24,36 @@ class Timing:
     # Calibrated against the RTL (hw/, under cocotb + Verilator; see tests/sim/test_rtl.py):
     insn_overhead: int = 2  # decode and issue of a GEMM/ALU instruction
     barrier_overhead: int = 3  # LOAD/FINISH on the compute stage that moves no data
-    dma_overhead: int = 4  # LOAD/STORE: decode, range checks, burst planning before the address
+    dma_overhead: int = 7  # LOAD/STORE: decode, range checks, burst planning before the address
     dma_plan: int = 2  # LOAD/STORE that move elements: the registered plan before the checks
     # (the multiplies, then the sums: pipelined for the clock, see hw/rtl/loader.py)
     gemm_ii: int = 1  # cycles per GEMM micro-op
-    gemm_depth: int = 4  # GEMM pipeline drain: micro-op, SRAM, products, sums, accumulate
-    reset_depth: int = 0  # a reset writes zeros straight after the micro-op read
+    gemm_depth: int = 8  # GEMM pipeline drain: micro-op (2), indices, SRAM (2), products,
+    # the adder trees (2), accumulate (hw/rtl/units.py: every SRAM read is registered)
+    reset_depth: int = 2  # a reset writes zeros once its indices are summed
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port)
-    alu_depth: int = 1  # read, then operate and write
+    alu_depth: int = 6  # micro-op (2), indices, read (2), operate, write
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
+    alu_mul_tail: int = 3  # MUL: from the last lane group's operands to its products
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
+    row_delay: int = 1  # a new row's first burst follows the last one's acceptance (the burst
+    # planner works out each row a cycle ahead, see hw/rtl/dma.py)
     pad_ii: int = 1  # cycles per zero-padding element written
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
-    queue_latency: int = 1  # a routed instruction reaches its stage (block-RAM command queue)
+    queue_latency: int = 2  # a routed instruction reaches its stage (block-RAM command queue)
     store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
-    issue_ii: int = 4  # compute-stage cycles between issuing two GEMM/ALU instructions
+    issue_ii: int = 5  # compute-stage cycles between issuing two GEMM/ALU instructions
     barrier_issue: int = 2  # from issuing a GEMM/ALU to a LOAD/FINISH (once the units are idle)
-    unit_handoff: int = 1  # a unit's next instruction reads its first micro-op once it is idle
+    unit_handoff: int = 2  # a unit's next instruction reads its first micro-op once it is idle
     push_hold: int = 1  # an instruction that pushes a token frees its unit or stage a cycle late
     barrier_restart: int = 1  # from a compute-stage LOAD's completion to the next LOAD's start
     fetch_streams: bool = True  # dispatch an instruction as soon as its own beats arrive
     fetch_start: int = 1  # from START to fetch's first request (it checks the program's range)
-    fetch_request: int = 3  # from a request (the cycle after the previous burst's last dispatch)
-    # to the burst's address: fetch enters its REQUEST state, the burst planner takes 2 cycles
+    fetch_request: int = 6  # from a request (the cycle after the previous burst's last dispatch)
+    # to the burst's address: fetch enters its REQUEST state, the burst planner takes 4 cycles,
+    # the skid buffer on AR one more
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
 
     @classmethod
@@ -83,25 +88,27 @@ class Timing:
         to back are one run, a run is split at `burst_len` beats and at 4 KiB boundaries (`addr`
         is relative to the DRAM region, whose base is 4 KiB aligned). Each burst is (beats,
         cycles from the previous burst's acceptance to this one being presented): 1 within a
-        run, 2 at the start of a new run (the planner computes its addresses)."""
+        run, `row_delay` at the start of a new run."""
         if rows == 0 or row_bytes == 0:
             return []
         if stride == row_bytes:
             rows, row_bytes = 1, rows * row_bytes
         # the cut depends on the address only through its place in a 4 KiB page
-        return _cut(addr % 4096, rows, row_bytes, stride, self.axi_bytes, self.burst_len)
+        return _cut(
+            addr % 4096, rows, row_bytes, stride, self.axi_bytes, self.burst_len, self.row_delay
+        )
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _cut(addr: int, rows: int, row_bytes: int, stride: int, axi_bytes: int,
-         burst_len: int) -> list[tuple[int, int]]:  # fmt: skip
+         burst_len: int, row_delay: int) -> list[tuple[int, int]]:  # fmt: skip
     """`Timing.bursts` for an address within the first page (shared: callers only read it)."""
     page = 4096 // axi_bytes
     out = []
     for r in range(rows):
         start = addr + r * stride
         cur, end = start // axi_bytes, -(-(start + row_bytes) // axi_bytes)
-        delay = 2
+        delay = row_delay
         while cur < end:
             beats = min(end - cur, burst_len, page - cur % page)
             out.append((beats, delay))
@@ -154,6 +161,6 @@ def busy_cycles(t: Timing, row) -> int:
         depth = t.reset_depth if row["reset"] else t.gemm_depth
         return t.insn_overhead + steps * t.gemm_ii + depth
     ii = t.alu_ii_imm if row["use_imm"] else t.alu_ii_tensor
-    if row["alu_op"] == AluOp.MUL:  # then one cycle per lane group, one to write
-        ii += t.alu_mul_groups + 1
+    if row["alu_op"] == AluOp.MUL:  # then one cycle per lane group, the multiplier's tail
+        ii += t.alu_mul_groups + t.alu_mul_tail
     return t.insn_overhead + steps * ii + t.alu_depth

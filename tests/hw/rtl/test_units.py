@@ -4,12 +4,13 @@ instruction, range errors)."""
 
 import numpy as np
 import pytest
-from amaranth import Module, unsigned
+from amaranth import Module, Signal, unsigned
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Uop, insn_table, isa_for, uop_table
+from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY
 from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
@@ -30,6 +31,15 @@ def insn_word(cfg, insn) -> int:
     return value
 
 
+def registered(m, data, port_data):
+    """Read data as the accelerator's scratchpads give it: a register past the block RAM."""
+    for _ in range(SRAM_READ_LATENCY - 1):
+        held = Signal.like(data)
+        m.d.sync += held.eq(data)
+        data = held
+    m.d.comb += port_data.eq(data)
+
+
 def run_unit(cfg, unit_cls, machine, insns):
     """Run `insns` on the unit over memories holding `machine`'s scratchpads; returns the
     final accumulator rows and the error flags."""
@@ -43,18 +53,18 @@ def run_unit(cfg, unit_cls, machine, insns):
         mems[name] = Memory(shape=unsigned(shape_bits), depth=len(init), init=init)
         m.submodules[name] = mems[name]
     acc_w = mems["acc"].write_port()
-    acc_r = mems["acc"].read_port(transparent_for=(acc_w,))
+    acc_r = mems["acc"].read_port()  # not transparent: the units forward their own writes
     uop_r = mems["uop"].read_port()
     m.d.comb += [
         uop_r.addr.eq(unit.uop.addr),
-        unit.uop.data.eq(uop_r.data),
         acc_r.addr.eq(unit.acc_read.addr),
         acc_r.en.eq(1),
-        unit.acc_read.data.eq(acc_r.data),
         acc_w.addr.eq(unit.acc_write.addr),
         acc_w.data.eq(unit.acc_write.data),
         acc_w.en.eq(unit.acc_write.en),
     ]
+    registered(m, uop_r.data, unit.uop.data)
+    registered(m, acc_r.data, unit.acc_read.data)
     if unit_cls is GemmUnit:
         for name, port in (("inp", unit.inp), ("wgt", unit.wgt)):
             mem = Memory(
@@ -64,7 +74,8 @@ def run_unit(cfg, unit_cls, machine, insns):
             )
             m.submodules[name] = mem
             rp = mem.read_port()
-            m.d.comb += [rp.addr.eq(port.addr), port.data.eq(rp.data)]
+            m.d.comb += rp.addr.eq(port.addr)
+            registered(m, rp.data, port.data)
     errors = []
     final = {}
 

@@ -9,7 +9,7 @@ by the full width gives 0).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 
 from tilecraft.hw.isa import AluOp, IsaSpec
 
@@ -19,12 +19,14 @@ def alu_lane(m: Module, spec: IsaSpec, op, a, b, with_mul: bool = True):
     `with_mul`, MUL is left to a shared multiplier (see units.AluUnit)."""
     bits = spec.config.acc_bits
     amount_bits = spec.shr_amount_bits  # 6 for 32-bit lanes: [-32, 31]
-    amount = Signal(signed(amount_bits))
-    m.d.comb += amount.eq(b[:amount_bits].as_signed())
-    right = a >> amount.as_unsigned()[: amount_bits - 1]
-    left_by = Signal(unsigned(amount_bits))
-    m.d.comb += left_by.eq(-amount)
-    left = Mux(left_by >= bits, 0, (a << left_by[: amount_bits - 1])[:bits].as_signed())
+    assert 1 << (amount_bits - 1) == bits, (amount_bits, bits)
+    # One right shifter does both directions: (a << bits) >> (amount + bits), low half. For
+    # amount >= 0 that is a >> amount (arithmetic); for amount < 0, a << -amount (and 0 for a
+    # shift left by the full width). amount + bits is amount with its sign bit flipped: no adder.
+    by = Cat(b[: amount_bits - 1], ~b[amount_bits - 1])
+    wide = Signal(signed(2 * bits))
+    m.d.comb += wide.eq(Cat(Const(0, bits), a))
+    shifted = (wide >> by)[:bits].as_signed()
     result = Signal(signed(bits))
     with m.Switch(op):
         with m.Case(AluOp.MIN):
@@ -37,5 +39,5 @@ def alu_lane(m: Module, spec: IsaSpec, op, a, b, with_mul: bool = True):
             with m.Case(AluOp.MUL):
                 m.d.comb += result.eq((a * b)[:bits])
         with m.Default():  # SHR
-            m.d.comb += result.eq(Mux(amount >= 0, right, left))
+            m.d.comb += result.eq(shifted)
     return result

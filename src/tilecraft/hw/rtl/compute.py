@@ -27,6 +27,7 @@ from tilecraft.hw.rtl.layouts import insn_union, uop_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.signatures import (
     INDEX_BITS,
+    SRAM_READ_LATENCY,
     ErrorReport,
     ReadAddress,
     ReadPort,
@@ -35,6 +36,15 @@ from tilecraft.hw.rtl.signatures import (
     token,
 )
 from tilecraft.hw.rtl.units import AluUnit, GemmUnit
+
+
+def delayed(m: Module, value, name: str):
+    """`value` SRAM_READ_LATENCY cycles later: which bank a read's data comes from."""
+    for k in range(SRAM_READ_LATENCY):
+        held = Signal(name=f"{name}_{k + 1}")
+        m.d.sync += held.eq(value)
+        value = held
+    return value
 
 
 def narrow(cfg: HwConfig, acc_row):
@@ -106,16 +116,18 @@ class Compute(wiring.Component):
         for n, unit in units.items():
             rp = uop_mem.read_port()
             addr = Signal(uop_w.addr.shape(), name=f"uop_{n}_addr")
+            word = Signal.like(rp.data, name=f"uop_{n}_q")  # registered: SRAM_READ_LATENCY
+            m.d.sync += word.eq(rp.data)
             m.d.comb += [
                 rp.addr.eq(addr),
                 addr.eq(Mux(peeking[n], peek_addr, unit.uop.addr)),
-                unit.uop.data.eq(rp.data),
+                unit.uop.data.eq(word),
             ]
             if n == "gemm":
                 with m.If(uop_en):
                     m.d.comb += addr.eq(loads.addr)
                 m.d.comb += [uop_w.addr.eq(addr), uop_w.data.eq(loads.data), uop_w.en.eq(uop_en)]
-            uop_data[n] = uop_layout(spec)(rp.data)
+            uop_data[n] = uop_layout(spec)(word)
 
         # ---- accumulator and OUT banks ----------------------------------------------------
         bb = self.bank_bits
@@ -125,8 +137,11 @@ class Compute(wiring.Component):
             out = Memory(shape=unsigned(out_w_bits), depth=cfg.acc_bank_rows, init=[])
             m.submodules[f"acc{b}"], m.submodules[f"out{b}"] = acc, out
             aw, ow = acc.write_port(), out.write_port()
-            ar = acc.read_port(transparent_for=(aw,))
-            orp = out.read_port(transparent_for=(ow,))
+            # not transparent: each unit forwards its own recent writes (units.WriteHistory)
+            ar, orp = acc.read_port(), out.read_port()
+            ar_q = Signal(acc_w_bits, name=f"acc{b}_q")
+            orp_q = Signal(out_w_bits, name=f"out{b}_q")
+            m.d.sync += [ar_q.eq(ar.data), orp_q.eq(orp.data)]
             # writes: the GEMM unit, else the ALU unit, else LOAD ACC (when both are idle)
             writers = (
                 (loads.addr, loads.data, acc_en),
@@ -148,15 +163,11 @@ class Compute(wiring.Component):
             with m.If(alu.acc_read.en & (alu.acc_read.addr[bb] == b)):
                 m.d.comb += ar.addr.eq(alu.acc_read.addr[:bb])
             for n, unit in units.items():
-                sel = Signal(name=f"{n}_bank{b}_sel")
-                m.d.sync += sel.eq(unit.acc_read.addr[bb] == b)
-                with m.If(sel):
-                    m.d.comb += unit.acc_read.data.eq(ar.data)
+                with m.If(delayed(m, unit.acc_read.addr[bb] == b, f"{n}_bank{b}_sel")):
+                    m.d.comb += unit.acc_read.data.eq(ar_q)
             m.d.comb += orp.addr.eq(self.out.addr[:bb])
-            out_sel = Signal(name=f"out_bank{b}_sel")
-            m.d.sync += out_sel.eq(self.out.addr[bb] == b)
-            with m.If(out_sel):
-                m.d.comb += self.out.data.eq(orp.data)
+            with m.If(delayed(m, self.out.addr[bb] == b, f"out_bank{b}_sel")):
+                m.d.comb += self.out.data.eq(orp_q)
 
         # ---- issue ------------------------------------------------------------------------
         cmd = self.cmd
@@ -166,19 +177,27 @@ class Compute(wiring.Component):
         cur = Signal(INSN_BITS)
         cur_view = insn_union(spec)(cur)
         cur_index = Signal(INDEX_BITS)
-        seq = Signal(INDEX_BITS)  # issue order, for push ordering
         # per-unit in-flight bookkeeping: half written, pushes owed, issue order, index
         inflight = {
             n: {
                 "half": Signal(name=f"{n}_half"),
                 "push_prev": Signal(name=f"{n}_push_prev"),
                 "push_next": Signal(name=f"{n}_push_next"),
-                "seq": Signal(INDEX_BITS, name=f"{n}_seq"),
                 "index": Signal(INDEX_BITS, name=f"{n}_index"),
                 "owed": Signal(name=f"{n}_owed"),  # completed, push not yet done
             }
             for n in ("gemm", "alu", "load")
         }
+        # issue order, for push ordering: before[o, n] while o was issued before n (set at n's
+        # issue: issue is in order, so n is then the youngest)
+        pairs = [(o, n) for o in inflight for n in inflight if o != n]
+        before = {(o, n): Signal(name=f"{o}_before_{n}") for o, n in pairs}
+
+        def issued(n):
+            return [before[o, n].eq(1) for o in inflight if o != n] + [
+                before[n, o].eq(0) for o in inflight if o != n
+            ]
+
         busy = {n: units[n].busy for n in units}
         busy["load"] = loader.busy
         blocked = Signal()  # a completed instruction still owes a push
@@ -226,7 +245,11 @@ class Compute(wiring.Component):
                 with m.If(own_free):
                     for n, t in (("gemm", 0), ("alu", 1)):
                         m.d.comb += peeking[n].eq(target == t)
-                    m.next = "DECIDE"
+                    m.next = "PEEKED"
+            with m.State("PEEKED"):  # the word leaves the SRAM; it is registered for DECIDE
+                for n, t in (("gemm", 0), ("alu", 1)):
+                    m.d.comb += peeking[n].eq(target == t)
+                m.next = "DECIDE"
             with m.State("DECIDE"):
                 for n, t in (("gemm", 0), ("alu", 1)):
                     m.d.comb += peeking[n].eq(target == t)
@@ -237,7 +260,6 @@ class Compute(wiring.Component):
                 go = ~(other_busy & (other_half == half)) & tokens_ok & ~blocked
                 with m.If(go & ~run.halt):
                     m.d.comb += pop.eq(1)
-                    m.d.sync += seq.eq(seq + 1)
                     for n, t in (("gemm", 0), ("alu", 1)):
                         with m.If(target == t):
                             m.d.comb += units[n].start.eq(1)
@@ -245,7 +267,7 @@ class Compute(wiring.Component):
                                 inflight[n]["half"].eq(half),
                                 inflight[n]["push_prev"].eq(cur_view.load.push_prev),
                                 inflight[n]["push_next"].eq(cur_view.load.push_next),
-                                inflight[n]["seq"].eq(seq),
+                                *issued(n),
                                 inflight[n]["index"].eq(cur_index),
                             ]
                     m.next = "IDLE"
@@ -254,10 +276,9 @@ class Compute(wiring.Component):
                 with m.If(idle & tokens_ok & ~run.halt):
                     m.d.comb += [pop.eq(1), loader.start.eq(1)]
                     m.d.sync += [
-                        seq.eq(seq + 1),
                         inflight["load"]["push_prev"].eq(cur_view.load.push_prev),
                         inflight["load"]["push_next"].eq(cur_view.load.push_next),
-                        inflight["load"]["seq"].eq(seq),
+                        *issued("load"),
                         inflight["load"]["index"].eq(cur_index),
                     ]
                     m.next = "LOADING"
@@ -300,7 +321,7 @@ class Compute(wiring.Component):
                     me["push_next"] & you["push_next"]
                 )
                 running = busy[o] & same_queue
-                older.append((you["owed"] | running) & (you["seq"] < me["seq"]))
+                older.append((you["owed"] | running) & before[o, n])
             can = me["owed"] & ~Cat(*older).any()
             can &= (~me["push_prev"] | self.push_prev.ready) & (
                 ~me["push_next"] | self.push_next.ready

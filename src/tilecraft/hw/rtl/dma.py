@@ -6,14 +6,14 @@
   the returned beats for the unit.
 - `ReadArbiter`: gives the one AR channel to one client at a time, for all the bursts of its
   transfer (so a transfer's data is contiguous on the bus, as the cycle model assumes), and
-  routes R beats back in issue order.
+  routes R beats back in issue order. AR leaves through a `SkidBuffer` (as the store's AW does).
 - `ElementStream`: beats -> scratchpad elements (several beats per element, or several elements
   per beat with a per-row starting offset).
 """
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -23,6 +23,7 @@ from tilecraft.hw.isa import isa_for
 from tilecraft.hw.rtl.signatures import ADDR_BITS, LEN_BITS, ReadPort, Transfer
 
 OUTSTANDING = 32  # read bursts in flight on the AXI port
+SKID = 2  # bursts a SkidBuffer holds: granted, not yet on the port (the arbiter tracks them too)
 BEATS_BITS = LEN_BITS + 1  # 1..256 beats
 
 
@@ -38,7 +39,13 @@ def rows_bits(cfg: HwConfig) -> int:
 
 class BurstPlanner(wiring.Component):
     """Splits a transfer into bursts, presented one at a time on `bursts`. Rows that follow each
-    other in memory (stride = row length) are one run of `span` bytes (no multiplier here)."""
+    other in memory (stride = row length) are one run of `span` bytes (no multiplier here).
+
+    Pipelined for the clock, one burst per cycle: the transfer is registered as it arrives, then
+    latched; each row's first beat, beats and beats to the next 4 KiB boundary are worked out
+    from its address a cycle ahead (`row_*`); the row being cut (`cut_*`) keeps them as running
+    counts, so a burst's length is two compares and a mux, and the next row takes over in the
+    cycle the last burst leaves. A transfer's first burst comes 4 cycles after its start."""
 
     def __init__(self, cfg: HwConfig):
         self.ab = cfg.axi_bytes
@@ -54,49 +61,109 @@ class BurstPlanner(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         t, out = self.transfer, self.bursts
-        sh = log2_exact(self.ab)
-        row_addr = Signal(ADDR_BITS)
-        rows_left = Signal.like(t.rows)
-        cur = Signal(ADDR_BITS - sh)  # current beat address
-        end = Signal(ADDR_BITS - sh)  # one past the row's last beat
+        ab, sh = self.ab, log2_exact(self.ab)
+        page = 1 << (12 - sh)  # beats in 4 KiB
+        beat_bits = ADDR_BITS - sh
+        # the transfer as it arrives, registered (its client decided on it this cycle)
+        given = {
+            f: Signal.like(getattr(t, f), name=f"given_{f}")
+            for f in ("start", "addr", "rows", "row_bytes", "stride", "span")
+        }
+        m.d.sync += [given[f].eq(getattr(t, f)) for f in given]
+        # the transfer: the next row's address and how many rows are still to come
+        addr = Signal(ADDR_BITS)
+        rows = Signal.like(t.rows)
         stride, row_bytes = Signal(32), Signal(32)
-        loading = Signal()  # compute cur/end for row_addr this cycle
-        to_4k = (1 << (12 - sh)) - cur[: 12 - sh]
-        left = end - cur
-        capped = Mux(left > self.burst_len, self.burst_len, left)
+        g = given
+        contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
+        with m.If(g["start"]):
+            m.d.sync += [
+                addr.eq(g["addr"]),
+                rows.eq(
+                    Mux((g["rows"] == 0) | (g["row_bytes"] == 0), 0, Mux(contiguous, 1, g["rows"]))
+                ),
+                stride.eq(g["stride"]),
+                row_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"])),
+            ]
+
+        # rows, worked out ahead of their cutting into a queue of two: its count is a register,
+        # so making the next row never waits on this cycle's burst handshake
+        def row_record(name):
+            return {
+                "cur": Signal(beat_bits, name=f"{name}_cur"),
+                "left": Signal(beat_bits, name=f"{name}_left"),
+                "to_4k": Signal(13 - sh, name=f"{name}_to_4k"),
+                "last": Signal(name=f"{name}_last"),
+            }
+
+        head, tail = row_record("head"), row_record("tail")
+        queued = Signal(range(3))
+        new = {
+            "cur": addr >> sh,
+            "left": (addr[:sh] + row_bytes + ab - 1) >> sh,
+            "to_4k": page - addr[sh:12],
+            "last": rows == 1,
+        }
+        make = (rows != 0) & (queued != 2) & ~g["start"]
+        with m.If(make):
+            m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]
+        # the row being cut into bursts; the next burst's length and whether it ends its row or a
+        # 4 KiB page are worked out as its counts change, into registers
+        cut_valid, cut_last = Signal(), Signal()
+        cur, left = Signal(beat_bits), Signal(beat_bits)
+        to_4k = Signal(13 - sh)
         beats = Signal(BEATS_BITS)
-        m.d.comb += beats.eq(Mux(to_4k < capped, to_4k, capped))
+        row_ends, page_ends = Signal(), Signal()
+
+        def cut(n_left, n_to_4k):
+            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
+            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
+            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
+            n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
+            return [(beats, n), (row_ends, ends_row), (page_ends, ends_page)]
+
         m.d.comb += [
             out.payload.addr.eq(cur << sh),
             out.payload.beats.eq(beats),
-            out.valid.eq(self.busy & ~loading),
-            out.payload.last.eq((rows_left == 1) & (beats == left)),
+            out.payload.last.eq(cut_last & row_ends),
+            out.valid.eq(cut_valid),
         ]
-        contiguous = t.stride == t.row_bytes  # rows back to back: one run
-        with m.If(t.start):
+        sent = out.valid & out.ready
+        take = (queued != 0) & (~cut_valid | (sent & row_ends))
+        with m.If(take):
             m.d.sync += [
-                row_addr.eq(t.addr),
-                rows_left.eq(Mux(contiguous, 1, t.rows)),
-                stride.eq(t.stride),
-                row_bytes.eq(Mux(contiguous, t.span, t.row_bytes)),
-                self.busy.eq((t.rows != 0) & (t.row_bytes != 0)),
-                loading.eq(1),
+                cut_valid.eq(1),
+                cut_last.eq(head["last"]),
+                cur.eq(head["cur"]),
+                left.eq(head["left"]),
+                to_4k.eq(head["to_4k"]),
             ]
-        with m.Elif(loading):
-            m.d.sync += [
-                cur.eq(row_addr >> sh),
-                end.eq((row_addr + row_bytes + self.ab - 1) >> sh),
-                loading.eq(0),
+            m.d.sync += [reg.eq(v) for reg, v in cut(head["left"], head["to_4k"])]
+        with m.Elif(sent):
+            with m.If(row_ends):
+                m.d.sync += cut_valid.eq(0)
+            next_left = Signal.like(left)
+            next_to_4k = Signal.like(to_4k)
+            m.d.comb += [
+                next_left.eq(left - beats),
+                next_to_4k.eq(Mux(page_ends, page, to_4k - beats)),
             ]
-        with m.Elif(out.valid & out.ready):
-            with m.If(beats == left):
-                m.d.sync += [rows_left.eq(rows_left - 1), row_addr.eq(row_addr + stride)]
-                with m.If(rows_left == 1):
-                    m.d.sync += self.busy.eq(0)
-                with m.Else():
-                    m.d.sync += loading.eq(1)
+            m.d.sync += [cur.eq(cur + beats), left.eq(next_left), to_4k.eq(next_to_4k)]
+            m.d.sync += [reg.eq(v) for reg, v in cut(next_left, next_to_4k)]
+        # the queue of rows: `take` pops its head, `make` pushes behind it
+        with m.If(take):
+            m.d.sync += [head[f].eq(Mux(queued == 2, tail[f], new[f])) for f in head]
+            with m.If(~make):
+                m.d.sync += queued.eq(queued - 1)
+        with m.Elif(make):
+            with m.If(queued == 0):
+                m.d.sync += [head[f].eq(new[f]) for f in head]
             with m.Else():
-                m.d.sync += cur.eq(cur + beats)
+                m.d.sync += [tail[f].eq(new[f]) for f in tail]
+            m.d.sync += queued.eq(queued + 1)
+        with m.If(take & make & (queued == 2)):
+            m.d.sync += [tail[f].eq(new[f]) for f in tail]
+        m.d.comb += self.busy.eq(g["start"] | (rows != 0) | (queued != 0) | cut_valid)
         return m
 
 
@@ -144,6 +211,29 @@ class ReadClient(wiring.Component):
         return m
 
 
+class SkidBuffer(wiring.Component):
+    """A register slice with both directions registered: `o` comes from a register, and `i.ready`
+    is one too (a second register catches what arrives while `o` is stalled). One cycle of
+    latency, one transfer per cycle; a channel's handshake never crosses it combinationally."""
+
+    def __init__(self, width: int):
+        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        spare, spare_valid = Signal.like(i.payload), Signal()
+        m.d.comb += i.ready.eq(~spare_valid)
+        with m.If(o.ready | ~o.valid):
+            with m.If(spare_valid):
+                m.d.sync += [o.payload.eq(spare), o.valid.eq(1), spare_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
+        with m.Elif(i.valid & ~spare_valid):
+            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
+        return m
+
+
 class ReadArbiter(wiring.Component):
     """`clients` read ports onto one AXI AR/R pair (lower index wins a tie)."""
 
@@ -167,7 +257,16 @@ class ReadArbiter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         idw = max(self.n - 1, 1).bit_length()
-        m.submodules.route = route = SyncFIFO(width=idw, depth=OUTSTANDING)
+        m.submodules.route = route = SyncFIFO(width=idw, depth=OUTSTANDING + SKID)
+        # the granted burst goes out through a skid buffer: AR comes from registers, and the
+        # clients' handshake does not wait on the AXI slave's ready
+        m.submodules.ar = ar = SkidBuffer(ADDR_BITS + LEN_BITS)
+        m.d.comb += [
+            self.araddr.eq(ar.o.payload[:ADDR_BITS]),
+            self.arlen.eq(ar.o.payload[ADDR_BITS:]),
+            self.arvalid.eq(ar.o.valid),
+            ar.o.ready.eq(self.arready),
+        ]
         owner = Signal(idw)
         locked = Signal()
         chosen = Signal(idw)
@@ -181,13 +280,12 @@ class ReadArbiter(wiring.Component):
         for k, client in enumerate(self.clients):
             with m.If(who == k):
                 m.d.comb += [
-                    self.araddr.eq(client.ar.payload.addr),
-                    self.arlen.eq(client.ar.payload.len),
+                    ar.i.payload.eq(Cat(client.ar.payload.addr, client.ar.payload.len)),
                     ar_valid.eq(client.ar.valid),
                     ar_last.eq(client.ar.payload.last),
                 ]
-        m.d.comb += self.arvalid.eq(ar_valid & route.w_rdy)
-        fire = self.arvalid & self.arready
+        m.d.comb += ar.i.valid.eq(ar_valid & route.w_rdy)
+        fire = ar.i.valid & ar.i.ready
         for k, client in enumerate(self.clients):
             m.d.comb += client.ar.ready.eq(fire & (who == k))
         m.d.comb += [route.w_data.eq(who), route.w_en.eq(fire)]

@@ -9,7 +9,7 @@ low product is the sign-extended low 16 bits and the high one the rest. A 16x16 
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, signed
+from amaranth import Cat, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,7 +19,7 @@ PACK_SHIFT = 16
 
 
 class GemmCore(wiring.Component):
-    LATENCY = 2  # products, then the adder trees
+    LATENCY = 3  # products, the adder trees' first levels, the rest
 
     def __init__(self, cfg: HwConfig, packed: bool | None = None):
         self.cfg = cfg
@@ -72,15 +72,30 @@ class GemmCore(wiring.Component):
                         p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}")
                         m.d.sync += p.eq(a * wgt(o, i))
                         prod[r, o, i] = p
+        # the adder trees, registered halfway (their first levels, then the rest)
+        split = (bi.bit_length() - 1 + 1) // 2  # levels before the middle register
         for r in range(b):
             for o in range(bo):
                 terms = [prod[r, o, i] for i in range(bi)]
+                level = 0
                 while len(terms) > 1:
                     terms = [x + y for x, y in zip(terms[0::2], terms[1::2])] + (
                         [terms[-1]] if len(terms) % 2 else []
                     )
+                    level += 1
+                    if level == split:
+                        held = []
+                        for t, term in enumerate(terms):
+                            h = Signal(signed(len(term)), name=f"s{r}_{o}_{t}")
+                            m.d.sync += h.eq(term)
+                            held.append(h)
+                        terms = held
+                if split == 0:  # BLOCK_IN 1: nothing to add, one register stands in
+                    h = Signal(signed(len(terms[0])), name=f"s{r}_{o}")
+                    m.d.sync += h.eq(terms[0])
+                    terms = [h]
                 lane = r * bo + o
                 m.d.sync += self.sums[lane * ab : (lane + 1) * ab].eq(terms[0])
-        valid = Signal()
-        m.d.sync += [valid.eq(self.valid), self.sums_valid.eq(valid)]
+        valid = Signal(self.LATENCY - 1)
+        m.d.sync += [valid.eq(Cat(self.valid, valid)), self.sums_valid.eq(valid[-1])]
         return m

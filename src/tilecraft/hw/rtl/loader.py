@@ -2,8 +2,9 @@
 checks the instruction's ranges, runs the 2-D DMA read, and writes the scratchpad row by row,
 making the padding itself (y_pad0 rows, then x_pad0 pads / x_size elements / x_pad1 pads per
 row, then y_pad1 rows; a pad is zeros, or for INP `pad_value` in every lane), one element per
-cycle. It has one write port, for whichever of its targets the instruction names (`mem`); the
-stage routes it to that scratchpad."""
+cycle, each written from registers the cycle after it is made. It has one write port, for
+whichever of its targets the instruction names (`mem`); the stage routes it to that
+scratchpad."""
 
 from __future__ import annotations
 
@@ -88,8 +89,11 @@ class LoadEngine(wiring.Component):
         x = Signal(size_bits + 1)
         addr = Signal(32)
         data_row = Signal(size_bits + 1)  # data rows started so far
-        in_rows = (y >= insn.y_pad0) & (y < insn.y_pad0 + insn.y_size)
-        in_cols = (x >= insn.x_pad0) & (x < insn.x_pad0 + insn.x_size)
+        # the padded box's bounds, summed in PLAN so WRITE only compares registers
+        y_data_end, x_data_end = Signal(size_bits + 1), Signal(size_bits + 1)
+        x_data_last, x_last, y_last = (Signal(size_bits + 1) for _ in range(3))
+        in_rows = (y >= insn.y_pad0) & (y < y_data_end)
+        in_cols = (x >= insn.x_pad0) & (x < x_data_end)
         is_data = in_rows & in_cols
         elem_valid = Signal()
         elem = Signal.like(self.write.data)
@@ -103,8 +107,9 @@ class LoadEngine(wiring.Component):
             m.d.comb += lane.eq(insn.pad_value)  # sign-extended
             with m.If(mem == MemId.INP):
                 m.d.comb += pad.eq(Cat(*([lane] * lanes)))
+        # the scratchpad write leaves from registers: it lands a cycle later, in DONE at the latest
         write = Signal()
-        m.d.comb += [
+        m.d.sync += [
             self.write.addr.eq(addr),
             self.write.data.eq(Mux(is_data, elem, pad)),
             self.write.en.eq(write),
@@ -155,6 +160,11 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [
                     rows_stride.eq((insn.y_size - 1) * insn.x_stride),
                     area.eq(width * height),
+                    y_data_end.eq(insn.y_pad0 + insn.y_size),
+                    x_data_end.eq(insn.x_pad0 + insn.x_size),
+                    x_data_last.eq(insn.x_pad0 + insn.x_size - 1),
+                    x_last.eq(width - 1),
+                    y_last.eq(height - 1),
                 ]
                 m.next = "SUMS"
             with m.State("SUMS"):
@@ -203,11 +213,11 @@ class LoadEngine(wiring.Component):
                 m.d.comb += write.eq(~is_data | (elem_valid & ~row_setup))
                 with m.If(write):
                     m.d.sync += addr.eq(addr + 1)
-                    with m.If(is_data & (x == insn.x_pad0 + insn.x_size - 1)):
+                    with m.If(is_data & (x == x_data_last)):
                         m.d.sync += row_elem.eq(row_elem + insn.x_stride)
-                    with m.If(x == width - 1):
+                    with m.If(x == x_last):
                         m.d.sync += [x.eq(0), y.eq(y + 1)]
-                        with m.If(y == height - 1):
+                        with m.If(y == y_last):
                             m.next = "DONE"
                     with m.Else():
                         m.d.sync += x.eq(x + 1)

@@ -73,9 +73,13 @@ class WritePort(wiring.Signature):
         super().__init__({"addr": Out(addr_bits), "data": Out(data_bits), "en": Out(1)})
 
 
+SRAM_READ_LATENCY = 2  # a scratchpad read's data is registered once past the block RAM
+
+
 class ReadAddress(wiring.Signature):
     """A scratchpad read: row `addr` is read (when `en`, if the port has one); its `data` comes
-    back the next cycle."""
+    back `SRAM_READ_LATENCY` cycles later, from a register (a block RAM's clock-to-out alone
+    takes most of a 100 MHz cycle on an ECP5, so nothing but a flip-flop follows it)."""
 
     def __init__(self, addr_bits: int, data_shape, enable: bool = False):
         members = {"addr": Out(addr_bits), "data": In(data_shape)}

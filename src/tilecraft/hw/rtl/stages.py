@@ -11,7 +11,7 @@ and lists them in `tokens`, so the top level wires the queues from hw.isa's queu
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -19,11 +19,14 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import MemId, Opcode, isa_for
-from tilecraft.hw.rtl.dma import BEATS_BITS, BurstPlanner
+from tilecraft.hw.rtl.dma import BEATS_BITS, BurstPlanner, SkidBuffer
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.signatures import (
+    ADDR_BITS,
     INDEX_BITS,
+    LEN_BITS,
+    SRAM_READ_LATENCY,
     AxiWrite,
     ErrorReport,
     ReadAddress,
@@ -149,41 +152,49 @@ class StoreStage(wiring.Component):
         last_byte = Signal(64)
         sram_end = Signal(33)
         first_addr = Signal.like(run.dram_base)
-        # AW from the planner; the burst's beat count goes to the W side
+        # AW from the planner through a skid buffer; the burst's beat count goes to the W side
         burst = plan.bursts
+        m.submodules.aw = aw = SkidBuffer(ADDR_BITS + LEN_BITS)
+        taken = burst.valid & aw.i.ready & lens.w_rdy
         m.d.comb += [
-            axi.awaddr.eq(burst.payload.addr),
-            axi.awlen.eq(burst.payload.beats - 1),
-            axi.awvalid.eq(burst.valid & lens.w_rdy),
-            burst.ready.eq(axi.awready & lens.w_rdy),
+            aw.i.payload.eq(Cat(burst.payload.addr, burst.payload.beats - 1)),
+            aw.i.valid.eq(burst.valid & lens.w_rdy),
+            burst.ready.eq(aw.i.ready & lens.w_rdy),
             lens.w_data.eq(burst.payload.beats),
-            lens.w_en.eq(axi.awvalid & axi.awready),
+            lens.w_en.eq(taken),
+            axi.awaddr.eq(aw.o.payload[:ADDR_BITS]),
+            axi.awlen.eq(aw.o.payload[ADDR_BITS:]),
+            axi.awvalid.eq(aw.o.valid),
+            aw.o.ready.eq(axi.awready),
         ]
         bursts = Signal(32)
         responses = Signal(32)
-        with m.If(axi.awvalid & axi.awready):
+        with m.If(taken):
             m.d.sync += bursts.eq(bursts + 1)
         m.d.comb += axi.bready.eq(1)
         with m.If(axi.bvalid):
             m.d.sync += responses.eq(responses + 1)
-        # element reads from OUT (one cycle latency) into a small FIFO
+        # element reads from OUT (SRAM_READ_LATENCY cycles) into a small FIFO
         read = Signal(32)  # elements read so far
         pending = Signal(3)  # reads whose data has not arrived yet
-        landing = Signal()
         space = elems.level + pending < elems.depth
         issue = Signal()
         m.d.comb += [self.out.addr.eq(insn.sram_base + read)]
-        m.d.sync += landing.eq(issue)
+        landing = issue
+        for step in range(SRAM_READ_LATENCY):
+            held = Signal(name=f"landing_{step + 1}")
+            m.d.sync += held.eq(landing)
+            landing = held
         m.d.comb += [elems.w_data.eq(self.out.data), elems.w_en.eq(landing)]
         m.d.sync += pending.eq(pending + issue - landing)
         # W: the beats of each element, LSB first, WLAST on each burst's last beat
         part = Signal(range(k + 1))
-        beat_in_burst = Signal(BEATS_BITS)
+        beat_in_burst = Signal(BEATS_BITS, init=1)  # from 1: no subtraction before the compare
         sent = Signal(32)
         m.d.comb += [
             axi.wdata.eq((elems.r_data >> (part * ab * 8))[: ab * 8]),
             axi.wvalid.eq(elems.r_rdy & lens.r_rdy),
-            axi.wlast.eq(beat_in_burst == lens.r_data - 1),
+            axi.wlast.eq(beat_in_burst == lens.r_data),
         ]
         wfire = axi.wvalid & axi.wready
         with m.If(wfire):
@@ -194,7 +205,7 @@ class StoreStage(wiring.Component):
                 m.d.sync += part.eq(part + 1)
             with m.If(axi.wlast):
                 m.d.comb += lens.r_en.eq(1)
-                m.d.sync += beat_in_burst.eq(0)
+                m.d.sync += beat_in_burst.eq(1)
             with m.Else():
                 m.d.sync += beat_in_burst.eq(beat_in_burst + 1)
 

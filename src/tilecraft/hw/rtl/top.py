@@ -21,7 +21,7 @@ from tilecraft.hw.isa import Stage, TokenQueue
 from tilecraft.hw.rtl.compute import Compute
 from tilecraft.hw.rtl.dma import ReadArbiter
 from tilecraft.hw.rtl.fetch import Fetch
-from tilecraft.hw.rtl.queues import command_queue, token_queue
+from tilecraft.hw.rtl.queues import StreamRegister, command_queue, token_queue
 from tilecraft.hw.rtl.regfile import RegisterFile
 from tilecraft.hw.rtl.signatures import ADDR_BITS, Axi4, AxiLite, RunControl, flat_ports
 from tilecraft.hw.rtl.stages import LoadStage, StoreStage
@@ -119,8 +119,10 @@ class Accelerator(wiring.Component):
         for stage, unit in stages.items():
             q = command_queue(cfg)
             m.submodules[f"{stage.name.lower()}_cmds"] = q
+            m.submodules[f"{stage.name.lower()}_cmd"] = held = StreamRegister()
             wiring.connect(m, fetch.cmds[stage], q.w_stream)
-            wiring.connect(m, q.r_stream, unit.cmd)
+            wiring.connect(m, q.r_stream, held.i)
+            wiring.connect(m, held.o, unit.cmd)
 
         # ---- dependence-token queues, from hw.isa's table of their ends --------------------
         for q in TokenQueue:
@@ -137,12 +139,14 @@ class Accelerator(wiring.Component):
             mem = Memory(shape=unsigned(cfg.elem_bytes(name) * 8), depth=cfg.depth(name), init=[])
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
+            word = Signal.like(r.data, name=f"{name}_q")  # registered: SRAM_READ_LATENCY
+            m.d.sync += word.eq(r.data)
             m.d.comb += [
                 w.addr.eq(write.addr),
                 w.data.eq(write.data),
                 w.en.eq(write.en),
                 r.addr.eq(read.addr),
-                read.data.eq(r.data),
+                read.data.eq(word),
             ]
         wiring.connect(m, store.out, compute.out)
 

@@ -3,19 +3,24 @@
 `LoopSequencer` walks a GEMM/ALU instruction's loop (i < iter_out, j < iter_in, micro-op u in
 [uop_bgn, uop_end)) keeping running offsets (i*out + j*in) instead of multiplying.
 
-`GemmUnit`, one micro-op per cycle: uop read -> indices (range-checked) -> INP/WGT reads -> the
-GEMM core -> accumulator read -> add -> accumulator (and narrowed OUT) write. The accumulator
-read is transparent to the write port, so back-to-back micro-ops on one row add up.
+Both units are pipelined for the clock: every scratchpad read comes back from a register
+(`SRAM_READ_LATENCY`), indices are summed in a cycle of their own, and the accumulator is
+written from a register. A unit's accumulator reads do not see its own writes of the last few
+cycles, so each unit forwards them (`WriteHistory`): the value a micro-op works on is always the
+row as its predecessors left it.
 
-`AluUnit`: uop read -> indices -> accumulator read of dst (and, for a tensor operand, of src
-the next cycle: two reads on one port) -> lane ops -> write, so an immediate op takes one cycle
-per micro-op and a tensor op two; a row written by one micro-op is read back correctly by the
-next (the write and the next read share a cycle, and the port is transparent).
+`GemmUnit`, one micro-op per cycle: uop read -> indices -> range check and INP/WGT reads -> the
+GEMM core -> accumulator value (forwarded) + sums -> accumulator (and narrowed OUT) write.
+
+`AluUnit`: uop read -> indices -> accumulator reads of dst (and, for a tensor operand, of src
+the next cycle: two reads on one port) -> operands (forwarded, and kept up to date with the
+unit's writes while they wait) -> lane ops -> write, so an immediate op takes one cycle per
+micro-op and a tensor op two.
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,7 +29,7 @@ from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
 from tilecraft.hw.rtl.alu import alu_lane
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
-from tilecraft.hw.rtl.signatures import ReadAddress, WritePort
+from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
 
 STRIDED = ("dst", "src", "wgt")  # the micro-op indices a loop advances
 
@@ -56,21 +61,23 @@ class LoopSequencer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        bgn, end = Signal.like(self.uop_bgn), Signal.like(self.uop_end)
-        n_out, n_in = Signal(self.iter_bits), Signal(self.iter_bits)
+        bgn = Signal.like(self.uop_bgn)
         i, j = Signal(self.iter_bits), Signal(self.iter_bits)
         strides_out, strides_in = Signal.like(self.strides_out), Signal.like(self.strides_in)
         outer = Signal.like(self.offsets)
-        last_u = self.u == end - 1
-        last_j = j == n_in - 1
-        last_i = i == n_out - 1
+        # the loops' last values, latched at start: no subtraction before the compares
+        end_1 = Signal.like(self.uop_end)
+        n_out_1, n_in_1 = Signal(self.iter_bits), Signal(self.iter_bits)
+        last_u = self.u == end_1
+        last_j = j == n_in_1
+        last_i = i == n_out_1
         m.d.comb += self.last.eq(last_u & last_j & last_i)
         with m.If(self.start):
             m.d.sync += [
                 bgn.eq(self.uop_bgn),
-                end.eq(self.uop_end),
-                n_out.eq(self.iter_out),
-                n_in.eq(self.iter_in),
+                end_1.eq(self.uop_end - 1),
+                n_out_1.eq(self.iter_out - 1),
+                n_in_1.eq(self.iter_in - 1),
                 i.eq(0),
                 j.eq(0),
                 self.u.eq(self.uop_bgn),
@@ -147,6 +154,80 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
     return seq, insn, running, failed
 
 
+class WriteHistory:
+    """A unit's accumulator writes of this cycle and the last `SRAM_READ_LATENCY` ones: what a
+    read issued that many cycles ago cannot have seen. `upcoming` is (en, addr) of the write the
+    unit will make next cycle, so whether a row is hit is worked out a cycle ahead, into
+    registers (a compare is never on the path from a write's data to the next operation)."""
+
+    def __init__(self, m: Module, write, upcoming):
+        self.m = m
+        self.write = write
+        self.upcoming = upcoming
+        self.past = []  # (en, addr, data), most recent first
+        prev = (write.en, write.addr, write.data)
+        for k in range(SRAM_READ_LATENCY):
+            held = tuple(Signal.like(x, name=f"hist{k}_{f}") for x, f in zip(prev, "vad"))
+            m.d.sync += [h.eq(x) for h, x in zip(held, prev)]
+            self.past.append(held)
+            prev = held
+
+    def hits(self, next_addr, name: str) -> list:
+        """Registered flags, for the row `next_addr` names now and a signal will name next
+        cycle: [next cycle's write hits it, this cycle's does, the ones before]."""
+        en, addr = self.upcoming
+        writes = [(en, addr), (self.write.en, self.write.addr)]
+        writes += [(e, a) for e, a, _ in self.past[: SRAM_READ_LATENCY - 1]]
+        flags = []
+        for k, (e, a) in enumerate(writes):
+            flag = Signal(name=f"{name}_hit{k}")
+            self.m.d.sync += flag.eq(e & (a == next_addr))
+            flags.append(flag)
+        return flags
+
+    def latest(self, flags: list, read):
+        """The row as read `SRAM_READ_LATENCY` cycles ago (`read`) plus every write since, this
+        cycle's included (`flags` from `hits` a cycle ago)."""
+        datas = [self.write.data] + [d for _, _, d in self.past]
+        value = read
+        for flag, written in reversed(list(zip(flags, datas))):
+            value = Mux(flag, written, value)
+        return value
+
+
+# MUL: a lane group's operands, then its partial products, then their sum are registered in
+# turn (lane_multiply), so the last group's products are in MUL_TAIL cycles after its phase
+MUL_TAIL = 3
+
+
+def lane_multiply(m: Module, x, y, bits: int, name: str):
+    """(x * y) mod 2**bits, from registers holding the three half-width products of x and y of
+    the cycle before (each fits an 18x18 DSP multiplier): x*y = xl*yl + ((xh*yl + xl*yh) << h)
+    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes."""
+    h = bits // 2
+    xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
+    low = Signal(2 * h, name=f"{name}_low")
+    cross = Signal(bits - h, name=f"{name}_cross")
+    m.d.sync += [low.eq(xl * yl), cross.eq((xh * yl)[: bits - h] + (xl * yh)[: bits - h])]
+    return (low + (cross << h))[:bits]
+
+
+def _index(base, offset, name: str) -> Signal:
+    """A register for base + offset, wide enough never to wrap (the range check sees it all)."""
+    bits = max(Value.cast(base).shape().width, Value.cast(offset).shape().width) + 1
+    return Signal(bits, name=f"{name}_idx")
+
+
+def _delayed(m: Module, value, cycles: int, name: str) -> list:
+    """`value` and its copies 1..cycles cycles later."""
+    out = [value]
+    for k in range(cycles):
+        held = Signal.like(value, name=f"{name}_{k + 1}")
+        m.d.sync += held.eq(out[-1])
+        out.append(held)
+    return out
+
+
 class GemmUnit(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | None = None):
         self.cfg = cfg
@@ -164,66 +245,62 @@ class GemmUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        lat = SRAM_READ_LATENCY
         m.submodules.core = core = GemmCore(cfg, self.packed)
         seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src", "wgt"))
         reset = insn.reset
-        # P0: micro-op read
+        # P0: micro-op read; the word is here at P(lat)
         m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(1)]
-        v1 = Signal()
-        off = Signal.like(seq.offsets)
-        last1 = Signal()
-        m.d.sync += [v1.eq(seq.valid & ~failed & ~self.error), last1.eq(seq.last & seq.valid)]
-        m.d.sync += off.eq(seq.offsets)
-        # P1: indices
-        dst = Signal(32)
-        src = Signal(32)
-        wgt = Signal(32)
+        v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
+        last = _delayed(m, seq.last & seq.valid, lat, "last")
+        off = _delayed(m, seq.offsets, lat, "off")
+        # P(lat): indices, summed into registers
         u = self.uop.data
-        m.d.comb += [dst.eq(u.dst + off.dst), src.eq(u.src + off.src), wgt.eq(u.wgt + off.wgt)]
-        bad = v1 & (
+        idx = {}
+        for f in STRIDED:
+            idx[f] = _index(u[f], off[lat][f], f)
+            m.d.sync += idx[f].eq(u[f] + off[lat][f])
+        vi, lasti = Signal(), Signal()
+        m.d.sync += [vi.eq(v[lat]), lasti.eq(last[lat])]
+        # P(lat+1) = "I": range checks; INP/WGT reads; a reset writes its zeros here
+        dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
+        bad = vi & (
             (dst >= cfg.depth("acc"))
             | (~reset & ((src >= cfg.depth("inp")) | (wgt >= cfg.depth("wgt"))))
         )
         m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt)]
-        # reset: write zeros straight away
-        # pipeline registers for dst to the accumulate stage
-        depth = 1 + GemmCore.LATENCY  # P1 -> P2 (SRAM data) -> core
-        dsts = [Signal.like(self.acc_write.addr, name=f"dst_p{k}") for k in range(depth + 1)]
-        vals = [Signal(name=f"v_p{k}") for k in range(depth + 1)]
-        lasts = [Signal(name=f"last_p{k}") for k in range(depth + 1)]
-        m.d.sync += [dsts[0].eq(dst), vals[0].eq(v1 & ~bad & ~reset), lasts[0].eq(last1)]
-        for k in range(depth):
-            m.d.sync += [
-                dsts[k + 1].eq(dsts[k]),
-                vals[k + 1].eq(vals[k]),
-                lasts[k + 1].eq(lasts[k]),
-            ]
+        # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
+        to_sums = lat + GemmCore.LATENCY
+        dsts = _delayed(m, dst[: len(self.acc_write.addr)], to_sums + 1, "dst")
+        vals = _delayed(m, vi & ~bad & ~reset, to_sums + 1, "val")
+        lasts = _delayed(m, lasti, to_sums + 1, "lst")
         m.d.comb += [
             core.inp.eq(self.inp.data),
             core.wgt.eq(self.wgt.data),
-            core.valid.eq(vals[0]),
+            core.valid.eq(vals[lat]),
         ]
-        # accumulate: read at P(depth), data + sums at P(depth + 1)
-        a_dst, a_val = dsts[depth - 1], vals[depth - 1]
-        sums = Signal.like(core.sums)
-        m.d.sync += sums.eq(core.sums)
-        m.d.comb += [self.acc_read.addr.eq(a_dst), self.acc_read.en.eq(a_val)]
-        w_dst, w_val = dsts[depth], vals[depth]
-        lanes = cfg.batch * cfg.block_out
-        ab = cfg.acc_bits
-        total = Signal.like(self.acc_write.data)
-        for k in range(lanes):
-            m.d.comb += total[k * ab : (k + 1) * ab].eq(
-                self.acc_read.data[k * ab : (k + 1) * ab] + sums[k * ab : (k + 1) * ab]
-            )
+        # accumulate: the row is read at S-lat, added to the sums at S, written at S+1
+        m.d.comb += [
+            self.acc_read.addr.eq(dsts[to_sums - lat]),
+            self.acc_read.en.eq(vals[to_sums - lat]),
+        ]
         w = self.acc_write
-        with m.If(v1 & reset & ~bad):
+        history = WriteHistory(m, w, upcoming=(vals[to_sums], dsts[to_sums]))
+        lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
+        row = history.latest(history.hits(dsts[to_sums - 1], "row"), self.acc_read.data)
+        total = Signal.like(w.data)
+        for k in range(lanes):
+            m.d.sync += total[k * ab : (k + 1) * ab].eq(
+                row[k * ab : (k + 1) * ab] + core.sums[k * ab : (k + 1) * ab]
+            )
+        w_dst, w_val = dsts[to_sums + 1], vals[to_sums + 1]
+        with m.If(vi & reset & ~bad):
             m.d.comb += [w.addr.eq(dst), w.data.eq(0), w.en.eq(1)]
         with m.Else():
             m.d.comb += [w.addr.eq(w_dst), w.data.eq(total), w.en.eq(w_val)]
         # completion: the last micro-op's write (or reset), or an error
-        reset_done = v1 & reset & last1
-        gemm_done = lasts[depth] & vals[depth]
+        reset_done = vi & reset & lasti
+        gemm_done = lasts[to_sums + 1] & w_val
         first = Signal()  # an instruction with no steps finishes the cycle after it starts
         m.d.sync += first.eq(self.start)
         finished = Signal()
@@ -247,82 +324,109 @@ class AluUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         spec = isa_for(cfg)
+        lat = SRAM_READ_LATENCY
         seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src"))
         tensor = ~insn.use_imm
         depth = cfg.depth("acc")
         lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
         group = min(ALU_MUL_LANES, lanes)
         groups = lanes // group
-        # Each micro-op takes `phases` cycles in P1: reads (dst, then src for a tensor op: two
-        # reads on one port), then for MUL one cycle per lane group on the shared multipliers
-        # and one to write.
+        # Each micro-op spends `phases` cycles in every pipeline step: reads (dst, then src for
+        # a tensor op: two reads on one port), then for MUL one cycle per lane group into the
+        # shared multipliers and MUL_TAIL more until the last group's products are in (the
+        # last of them also writes).
         is_mul = insn.alu_op == AluOp.MUL
         reads = Mux(tensor, 2, 1)
         phases = Signal(8)
-        m.d.comb += phases.eq(Mux(is_mul, reads + groups + 1, reads))
+        m.d.comb += phases.eq(Mux(is_mul, reads + groups + MUL_TAIL, reads))
         ph = Signal(8)
         with m.If(self.start):
             m.d.sync += ph.eq(0)
         with m.Elif(running):
             m.d.sync += ph.eq(Mux(ph == phases - 1, 0, ph + 1))
         m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
-        # P1: indices, dst (or src) read
-        v1, last1 = Signal(), Signal()
-        ph1 = Signal(8)
-        off = Signal.like(seq.offsets)
-        m.d.sync += [
-            v1.eq(seq.valid & ~failed & ~self.error),
-            last1.eq(seq.last & seq.valid),
-            ph1.eq(ph),
-            off.eq(seq.offsets),
-        ]
-        dst, src = Signal(32), Signal(32)
+        # P0 -> P(lat): the micro-op word
+        v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
+        last = _delayed(m, seq.last & seq.valid, lat, "last")
+        off = _delayed(m, seq.offsets, lat, "off")
+        phs = _delayed(m, ph, lat, "ph")
+        # P(lat): indices, summed into registers
         u = self.uop.data
-        m.d.comb += [dst.eq(u.dst + off.dst), src.eq(u.src + off.src)]
+        dst, src = _index(u.dst, off[lat].dst, "dst"), _index(u.src, off[lat].src, "src")
+        vi, lasti, phi = Signal(), Signal(), Signal(8)
+        reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
+        m.d.sync += [
+            dst.eq(u.dst + off[lat].dst),
+            src.eq(u.src + off[lat].src),
+            vi.eq(v[lat]),
+            lasti.eq(last[lat]),
+            phi.eq(phs[lat]),
+            reading.eq(v[lat] & (phs[lat] < reads)),
+            src_phase.eq(phs[lat] == 1),
+        ]
+        # I: range check, the reads (dst, then src; one out of range is harmless: the unit stops)
         bad = Signal()
-        m.d.comb += bad.eq(v1 & (ph1 == 0) & ((dst >= depth) | (tensor & (src >= depth))))
+        m.d.comb += bad.eq(vi & (phi == 0) & ((dst >= depth) | (tensor & (src >= depth))))
         read = self.acc_read
-        m.d.comb += [read.en.eq(v1 & ~bad & (ph1 < reads)), read.addr.eq(Mux(ph1 == 1, src, dst))]
-        # P2: operands in; non-MUL ops write in the last read phase, MUL after its groups
-        w_dst, v2, last2 = Signal.like(self.acc_write.addr), Signal(), Signal()
-        ph2 = Signal(8)
-        with m.If(ph1 == 0):
-            m.d.sync += w_dst.eq(dst)
-        m.d.sync += [v2.eq(v1 & ~bad), last2.eq(last1), ph2.eq(ph1)]
-        a = Signal.like(read.data)
-        b = Signal.like(read.data)
-        with m.If(v2 & (ph2 == 0)):
-            m.d.sync += a.eq(read.data)
-        with m.If(v2 & tensor & (ph2 == 1)):
-            m.d.sync += b.eq(read.data)
-        lhs = Mux(tensor, a, read.data)
-        result = Signal.like(self.acc_write.data)
+        width = len(self.acc_write.addr)
+        tag = Signal(width)
+        m.d.comb += [
+            tag.eq(Mux(src_phase, src, dst)),
+            read.en.eq(reading),
+            read.addr.eq(tag),
+        ]
+        # I -> O = I+lat: the read's data; every step also carries dst, phase, last, valid
+        tags = _delayed(m, tag, lat, "tag")
+        dsts = _delayed(m, dst[:width], lat + 2, "dst")
+        vals = _delayed(m, vi & ~bad, lat + 1, "val")
+        lasts = _delayed(m, lasti, lat + 2, "lst")
+        phos = _delayed(m, phi, lat + 1, "pho")
+        w = self.acc_write
+        phx, vx = phos[lat + 1], vals[lat + 1]
+        done_x = vx & (phx == phases - 1)  # X writes next cycle
+        history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
+        # O: the operands, with the unit's writes the reads missed, then kept up to date
+        value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
+        operands = {}
+        for name, phase in (("a", 0), ("b", 1)):
+            reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
+            capture = vals[lat] & (phos[lat] == phase)
+            # does this cycle's write go to the operand's row (its tag as of this cycle)?
+            hit = history.hits(Mux(capture, tags[lat], tag), name)[0]
+            with m.If(capture):
+                m.d.sync += [reg.eq(value), tag.eq(tags[lat])]
+            with m.Elif(hit):
+                m.d.sync += reg.eq(w.data)
+            # X = O+1: the operand as the lane ops see it (this cycle's write included)
+            operands[name] = Mux(hit, w.data, reg)
+        lhs, rhs = operands["a"], operands["b"]
+        result = Signal.like(w.data)
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
-            y = Mux(tensor, read.data[k * ab : (k + 1) * ab].as_signed(), insn.imm)
+            y = Mux(tensor, rhs[k * ab : (k + 1) * ab].as_signed(), insn.imm)
             lane = alu_lane(m, spec, insn.alu_op, x, y, with_mul=False)
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
-        # MUL: `group` shared multipliers, one lane group per cycle
-        product = Signal.like(self.acc_write.data)
+        # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
+        product = Signal.like(w.data)
         g = Signal(8)
-        m.d.comb += g.eq(ph2 - reads)
-        active = v2 & is_mul & (ph2 >= reads)
+        m.d.comb += g.eq(phx - reads)
+        active = _delayed(m, vx & is_mul & (phx >= reads) & (g < groups), MUL_TAIL - 1, "mul_v")
+        slot = _delayed(m, g, MUL_TAIL - 1, "mul_g")
         for i in range(group):
-            xs = Array(a[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
-            ys = Array(b[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
+            xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
+            ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             x, y = Signal(signed(ab), name=f"mul_x{i}"), Signal(signed(ab), name=f"mul_y{i}")
-            m.d.comb += [x.eq(xs[g]), y.eq(Mux(tensor, ys[g], insn.imm))]
-            p = Signal(ab, name=f"mul_p{i}")
-            m.d.comb += p.eq((x * y)[:ab])
+            m.d.sync += [x.eq(xs[g]), y.eq(Mux(tensor, ys[g], insn.imm))]
+            p = lane_multiply(m, x, y, ab, f"mul{i}")
             for j in range(groups):
-                with m.If(active & (g == j)):
+                with m.If(active[-1] & (slot[-1] == j)):
                     k = j * group + i
                     m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
-        w_val = Signal()
-        m.d.comb += w_val.eq(v2 & (ph2 == phases - 1))
-        w_last = last2
-        w = self.acc_write
-        m.d.comb += [w.addr.eq(w_dst), w.data.eq(Mux(is_mul, product, result)), w.en.eq(w_val)]
+        # W = X+1: the write, from registers
+        res, w_val = Signal.like(w.data), Signal()
+        m.d.sync += [res.eq(Mux(is_mul, product, result)), w_val.eq(done_x)]
+        w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
+        m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
         first = Signal()
         m.d.sync += first.eq(self.start)
         finished = Signal()
