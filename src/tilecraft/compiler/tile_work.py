@@ -60,7 +60,9 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
     gemm = steps * step
     zero = acc * t.alu_ii_imm + 6
-    alu = acc * (imm * t.alu_ii_imm + tensor * t.alu_ii_tensor + mul_extra) + (imm + tensor) * 6
+    # a tensor pass reads its per-channel row once per channel block (alu_repeats)
+    tensor_pass = acc * t.alu_ii_imm + s.tile_oc * (t.alu_ii_tensor - t.alu_ii_imm)
+    alu = acc * (imm * t.alu_ii_imm + mul_extra) + tensor * tensor_pass + (imm + tensor) * 6
     if low.epilogue.residual:
         gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
     return TileWork(step, gemm, alu, zero)

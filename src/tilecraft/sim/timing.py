@@ -28,11 +28,12 @@ class Timing:
     dma_plan: int = 2  # LOAD/STORE that move elements: the registered plan before the checks
     # (the multiplies, then the sums: pipelined for the clock, see hw/rtl/loader.py)
     gemm_ii: int = 1  # cycles per GEMM micro-op
-    gemm_depth: int = 8  # GEMM pipeline drain: micro-op (2), indices, SRAM (2), products,
-    # the adder trees (2), accumulate (hw/rtl/units.py: every SRAM read is registered)
+    gemm_depth: int = 9  # GEMM pipeline drain: micro-op (2), indices, SRAM (2), operands,
+    # products, the adder trees (2), accumulate (hw/rtl/units.py: every SRAM read is registered)
     reset_depth: int = 2  # a reset writes zeros once its indices are summed
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
-    alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port)
+    alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port; one where the
+    # src is the micro-op before's, see alu_repeats)
     alu_depth: int = 6  # micro-op (2), indices, read (2), operate, write
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
     alu_mul_tail: int = 3  # MUL: from the last lane group's operands to its products
@@ -163,4 +164,16 @@ def busy_cycles(t: Timing, row) -> int:
     ii = t.alu_ii_imm if row["use_imm"] else t.alu_ii_tensor
     if row["alu_op"] == AluOp.MUL:  # then one cycle per lane group, the multiplier's tail
         ii += t.alu_mul_groups + t.alu_mul_tail
-    return t.insn_overhead + steps * ii + t.alu_depth
+    saved = 0 if row["use_imm"] else alu_repeats(row) * (t.alu_ii_tensor - t.alu_ii_imm)
+    return t.insn_overhead + steps * ii - saved + t.alu_depth
+
+
+def alu_repeats(row) -> int:
+    """An ALU instruction's micro-ops whose src index is the one before's: with one micro-op,
+    every step of the inner loop when its src stride is 0, and the outer loop's steps too when
+    both src strides are 0 (hw/rtl/units.py `LoopSequencer.src_repeats`). A tensor op does not
+    read that src again: the unit's copy of the row is current."""
+    n_out, n_in = row["iter_out"], row["iter_in"]
+    if row["uop_end"] - row["uop_bgn"] != 1 or row["src_in"] != 0 or n_out * n_in == 0:
+        return 0
+    return n_out * (n_in - 1) + (n_out - 1 if row["src_out"] == 0 else 0)

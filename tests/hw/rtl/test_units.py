@@ -58,7 +58,7 @@ def run_unit(cfg, unit_cls, machine, insns):
     m.d.comb += [
         uop_r.addr.eq(unit.uop.addr),
         acc_r.addr.eq(unit.acc_read.addr),
-        acc_r.en.eq(1),
+        acc_r.en.eq(unit.acc_read.en),
         acc_w.addr.eq(unit.acc_write.addr),
         acc_w.data.eq(unit.acc_write.data),
         acc_w.en.eq(unit.acc_write.en),
@@ -201,6 +201,30 @@ def test_alu_unit_matches_the_simulator(seed):
     insns.append(Alu(op=AluOp.ADD, uop_bgn=5, uop_end=8, iter_out=2, iter_in=1))
     insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=5, uop_end=8, iter_out=1))
     m = machine_with(cfg, uops, seed)
+    acc, errors = run_unit(cfg, AluUnit, m, insns)
+    for insn in insns:
+        row = insn_table([insn])[0]
+        semantics.alu(m, {k: row[k] for k in row.dtype.names})
+    assert errors == [False] * len(insns)
+    assert acc == words(m.acc)
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_alu_unit_reads_a_repeated_src_once_and_keeps_it_current(op):
+    """One micro-op whose src the loop leaves in place (LoopSequencer.src_repeats): the unit
+    reads it once, and its copy must follow the unit's own writes to that row."""
+    cfg = preset(SMALL)
+    uops = [Uop(3, 5, 0), Uop(6, 6, 0), Uop(10, 30, 0)]
+    insns = [
+        # src stride 0 in both loops, dst sweeping over the src row (rewritten mid-way)
+        Alu(op=op, uop_bgn=0, uop_end=1, iter_out=3, iter_in=2, dst_out=2, dst_in=1),
+        # dst is src: the row as the micro-op before left it, every time
+        Alu(op=op, uop_bgn=1, uop_end=2, iter_out=2, iter_in=3),
+        # per-channel style: inner src stride 0, outer 1
+        Alu(op=op, uop_bgn=2, uop_end=3, iter_out=2, iter_in=4, dst_out=4, dst_in=1, src_out=1),
+    ]
+    m = machine_with(cfg, uops, 7)
+    m.acc[...] = np.random.default_rng(8).integers(-50, 50, m.acc.shape)  # MUL stays small
     acc, errors = run_unit(cfg, AluUnit, m, insns)
     for insn in insns:
         row = insn_table([insn])[0]

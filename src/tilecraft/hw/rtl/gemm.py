@@ -19,7 +19,8 @@ PACK_SHIFT = 16
 
 
 class GemmCore(wiring.Component):
-    LATENCY = 3  # products, the adder trees' first levels, the rest
+    LATENCY = 4  # operands (the packed weights combined), products, the adder trees' first
+    # levels, the rest
 
     def __init__(self, cfg: HwConfig, packed: bool | None = None):
         self.cfg = cfg
@@ -55,22 +56,36 @@ class GemmCore(wiring.Component):
         def wgt(o, i):
             return self.wgt[(o * bi + i) * wb : (o * bi + i + 1) * wb].as_signed()
 
+        # the operands are registered first, the packed weights already combined, so only a
+        # flip-flop sits in front of each multiplier (its adder would otherwise be on the path)
+        weights = {}
+        for i in range(bi):
+            if self.packed:
+                for o in range(0, bo, 2):
+                    w = Signal(signed(wb + PACK_SHIFT + 1), name=f"w{o}_{i}")
+                    m.d.sync += w.eq((wgt(o + 1, i) << PACK_SHIFT) + wgt(o, i))
+                    weights[o, i] = w
+            else:
+                for o in range(bo):
+                    w = Signal(signed(wb), name=f"w{o}_{i}")
+                    m.d.sync += w.eq(wgt(o, i))
+                    weights[o, i] = w
         prod = {}  # (r, o, i) -> registered product
         for r in range(b):
             for i in range(bi):
-                a = inp(r, i)
+                a = Signal(signed(ib), name=f"a{r}_{i}")
+                m.d.sync += a.eq(inp(r, i))
                 if self.packed:
                     for o in range(0, bo, 2):
                         both = Signal(signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}")
-                        combined = (wgt(o + 1, i) << PACK_SHIFT) + wgt(o, i)
-                        m.d.sync += both.eq(a * combined)
+                        m.d.sync += both.eq(a * weights[o, i])
                         low = both[:PACK_SHIFT].as_signed()
                         high = (both - low) >> PACK_SHIFT
                         prod[r, o, i], prod[r, o + 1, i] = low, high
                 else:
                     for o in range(bo):
                         p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}")
-                        m.d.sync += p.eq(a * wgt(o, i))
+                        m.d.sync += p.eq(a * weights[o, i])
                         prod[r, o, i] = p
         # the adder trees, registered halfway (their first levels, then the rest)
         split = (bi.bit_length() - 1 + 1) // 2  # levels before the middle register

@@ -15,7 +15,8 @@ GEMM core -> accumulator value (forwarded) + sums -> accumulator (and narrowed O
 `AluUnit`: uop read -> indices -> accumulator reads of dst (and, for a tensor operand, of src
 the next cycle: two reads on one port) -> operands (forwarded, and kept up to date with the
 unit's writes while they wait) -> lane ops -> write, so an immediate op takes one cycle per
-micro-op and a tensor op two.
+micro-op and a tensor op two, or one where its src is the micro-op before's (the loop's
+`src_repeats`: a per-channel operand across a tile's pixels), whose copy is still current.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class LoopSequencer(wiring.Component):
                 "u": Out(uop),
                 "last": Out(1),
                 "offsets": Out(_per_index(idx_bits + self.iter_bits + 1)),  # i*out + j*in
+                # this step's src index is the step before's: one micro-op, and the loop step
+                # left src where it was (inner src stride 0; at an outer step, both 0)
+                "src_repeats": Out(1),
             }
         )
 
@@ -68,6 +72,8 @@ class LoopSequencer(wiring.Component):
         # the loops' last values, latched at start: no subtraction before the compares
         end_1 = Signal.like(self.uop_end)
         n_out_1, n_in_1 = Signal(self.iter_bits), Signal(self.iter_bits)
+        # latched at start: one micro-op with no inner src stride; and no outer one either
+        same_in, same_out = Signal(), Signal()
         last_u = self.u == end_1
         last_j = j == n_in_1
         last_i = i == n_out_1
@@ -81,6 +87,9 @@ class LoopSequencer(wiring.Component):
                 i.eq(0),
                 j.eq(0),
                 self.u.eq(self.uop_bgn),
+                same_in.eq((self.uop_bgn + 1 == self.uop_end) & (self.strides_in.src == 0)),
+                same_out.eq(self.strides_out.src == 0),
+                self.src_repeats.eq(0),
                 self.valid.eq(
                     (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
                 ),
@@ -97,14 +106,14 @@ class LoopSequencer(wiring.Component):
             with m.Else():
                 m.d.sync += self.u.eq(bgn)
                 with m.If(~last_j):
-                    m.d.sync += j.eq(j + 1)
+                    m.d.sync += [j.eq(j + 1), self.src_repeats.eq(same_in)]
                     for f in STRIDED:
                         off = self.offsets[f]
                         m.d.sync += off.eq(off + strides_in[f])
                 with m.Else():
                     m.d.sync += j.eq(0)
                     with m.If(~last_i):
-                        m.d.sync += i.eq(i + 1)
+                        m.d.sync += [i.eq(i + 1), self.src_repeats.eq(same_in & same_out)]
                         for f in STRIDED:
                             nxt = outer[f] + strides_out[f]
                             m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
@@ -332,28 +341,35 @@ class AluUnit(wiring.Component):
         group = min(ALU_MUL_LANES, lanes)
         groups = lanes // group
         # Each micro-op spends `phases` cycles in every pipeline step: reads (dst, then src for
-        # a tensor op: two reads on one port), then for MUL one cycle per lane group into the
-        # shared multipliers and MUL_TAIL more until the last group's products are in (the
-        # last of them also writes).
+        # a tensor op: two reads on one port; a src the micro-op before read is not read
+        # again, its copy is current, see the operands below), then for MUL one cycle per lane
+        # group into the shared multipliers and MUL_TAIL more until the last group's products
+        # are in (the last of them also writes).
         is_mul = insn.alu_op == AluOp.MUL
-        reads = Mux(tensor, 2, 1)
-        phases = Signal(8)
-        m.d.comb += phases.eq(Mux(is_mul, reads + groups + MUL_TAIL, reads))
+
+        def reads(repeat):
+            return Mux(tensor & ~repeat, 2, 1)
+
+        def phases(repeat):
+            return Mux(is_mul, reads(repeat) + groups + MUL_TAIL, reads(repeat))
+
+        rep = seq.src_repeats
         ph = Signal(8)
         with m.If(self.start):
             m.d.sync += ph.eq(0)
         with m.Elif(running):
-            m.d.sync += ph.eq(Mux(ph == phases - 1, 0, ph + 1))
-        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(ph == phases - 1)]
+            m.d.sync += ph.eq(Mux(ph == phases(rep) - 1, 0, ph + 1))
+        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(ph == phases(rep) - 1)]
         # P0 -> P(lat): the micro-op word
         v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
         last = _delayed(m, seq.last & seq.valid, lat, "last")
         off = _delayed(m, seq.offsets, lat, "off")
         phs = _delayed(m, ph, lat, "ph")
+        reps = _delayed(m, rep, lat, "rep")
         # P(lat): indices, summed into registers
         u = self.uop.data
         dst, src = _index(u.dst, off[lat].dst, "dst"), _index(u.src, off[lat].src, "src")
-        vi, lasti, phi = Signal(), Signal(), Signal(8)
+        vi, lasti, phi, repi = Signal(), Signal(), Signal(8), Signal()
         reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
         m.d.sync += [
             dst.eq(u.dst + off[lat].dst),
@@ -361,7 +377,8 @@ class AluUnit(wiring.Component):
             vi.eq(v[lat]),
             lasti.eq(last[lat]),
             phi.eq(phs[lat]),
-            reading.eq(v[lat] & (phs[lat] < reads)),
+            repi.eq(reps[lat]),
+            reading.eq(v[lat] & (phs[lat] < reads(reps[lat]))),
             src_phase.eq(phs[lat] == 1),
         ]
         # I: range check, the reads (dst, then src; one out of range is harmless: the unit stops)
@@ -381,16 +398,19 @@ class AluUnit(wiring.Component):
         vals = _delayed(m, vi & ~bad, lat + 1, "val")
         lasts = _delayed(m, lasti, lat + 2, "lst")
         phos = _delayed(m, phi, lat + 1, "pho")
+        repos = _delayed(m, repi, lat + 1, "repo")
         w = self.acc_write
-        phx, vx = phos[lat + 1], vals[lat + 1]
-        done_x = vx & (phx == phases - 1)  # X writes next cycle
+        phx, vx, repx = phos[lat + 1], vals[lat + 1], repos[lat + 1]
+        done_x = vx & (phx == phases(repx) - 1)  # X writes next cycle
         history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
-        # O: the operands, with the unit's writes the reads missed, then kept up to date
+        # O: the operands, with the unit's writes the reads missed, then kept up to date (so a
+        # src read once serves the micro-ops after it that repeat it: within an instruction,
+        # only this unit writes the rows it reads, see compiler/verify.py's unit-overlap)
         value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
         operands = {}
         for name, phase in (("a", 0), ("b", 1)):
             reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
-            capture = vals[lat] & (phos[lat] == phase)
+            capture = vals[lat] & (phos[lat] == phase) & (phos[lat] < reads(repos[lat]))
             # does this cycle's write go to the operand's row (its tag as of this cycle)?
             hit = history.hits(Mux(capture, tags[lat], tag), name)[0]
             with m.If(capture):
@@ -409,8 +429,9 @@ class AluUnit(wiring.Component):
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
         product = Signal.like(w.data)
         g = Signal(8)
-        m.d.comb += g.eq(phx - reads)
-        active = _delayed(m, vx & is_mul & (phx >= reads) & (g < groups), MUL_TAIL - 1, "mul_v")
+        m.d.comb += g.eq(phx - reads(repx))
+        active = _delayed(m, vx & is_mul & (phx >= reads(repx)) & (g < groups), MUL_TAIL - 1,
+                          "mul_v")  # fmt: skip
         slot = _delayed(m, g, MUL_TAIL - 1, "mul_g")
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
