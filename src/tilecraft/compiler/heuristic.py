@@ -43,7 +43,9 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     steps = _ceil(low.icb, s.tile_ic)
     n_tiles = low.nbb * ocs * ohs * ows
     pix = s.tile_oh * s.tile_ow
-    fixed = t.insn_overhead + t.dram_latency
+    # a LOAD/STORE's own time besides its beats: decode and plan, then the DRAM's latency (the
+    # load stage runs one transfer at a time, so nothing hides it)
+    fixed = t.dma_overhead + t.dma_plan + t.dram_latency + 1
     work = tile_work(cfg, low, s, t)
     step, gemm, alu, zero = work.step, work.gemm, work.alu, work.zero
     if work.zero_on_gemm:
@@ -80,6 +82,8 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     chain = max(gemm - step, alu - zero) + store + zero
     period = max(gemm, alu, chain / (s.acc_slots - 1))
     fill = inp_loads + wgt_loads + alu + store
+    # the load stage waits, too, while the stores' beats hold the DRAM port
+    load += n_tiles * out_bus
     return max(n_tiles * period, load, bus * BUS_SLACK) + fill
 
 
