@@ -63,6 +63,23 @@ def test_depthwise_weight_is_the_diagonal_of_square_blocks():
         layout.stored_shape(preset("1x16x8"))
 
 
+@pytest.mark.parametrize("shape, kernel, stride, pad, pad_value, cfg_name", [
+    ((1, 3, 23, 19), (7, 7), (2, 2), (3, 3), 0, "default"),
+    ((3, 2, 9, 8), (3, 3), (1, 2), (1, 0), -5, "2x16x16"),  # a missing image in the last block
+    ((2, 5, 6, 6), (2, 3), (2, 1), (0, 2), 7, "1x8x8"),
+])
+def test_im2col_is_packed_as_the_folded_activation(shape, kernel, stride, pad, pad_value,
+                                                   cfg_name):  # fmt: skip
+    cfg = preset(cfg_name)
+    x = np.random.default_rng(3).integers(-128, 128, shape).astype(np.int8)
+    layout = L.Im2col(shape, kernel, stride, pad, pad_value)
+    want = L.pack_activation(L.im2col(x, kernel, stride, pad, pad_value), cfg.batch,
+                             cfg.block_in)  # fmt: skip
+    got = layout.pack(cfg, x)
+    assert got.shape == layout.stored_shape(cfg)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_im2col_folds_taps_into_channels():
     x = np.arange(2 * 3 * 5 * 5, dtype=np.int64).reshape(2, 3, 5, 5)
     cols = L.im2col(x, (3, 3), (2, 2), (1, 1))

@@ -190,8 +190,8 @@ class Im2col(_Layout):
         return Activation(self._columns()).stored_shape(cfg)
 
     def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
-        cols = im2col(self.check(x), self.kernel, self.stride, self.pad, self.pad_value)
-        return pack_activation(cols, cfg.batch, cfg.block_in)
+        return pack_im2col(self.check(x), self.kernel, self.stride, self.pad, self.pad_value,
+                           cfg.batch, cfg.block_in)  # fmt: skip
 
     def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
         raise ProgramError("an im2col layout is an input only: its taps overlap")
@@ -322,6 +322,29 @@ def im2col(x: np.ndarray, kernel, stride, pad, pad_value: int = 0) -> np.ndarray
         for j in range(kw):
             cols[:, :, i, j] = padded[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw]
     return cols.reshape(n, c * kh * kw, oh, ow)
+
+
+def pack_im2col(x: np.ndarray, kernel, stride, pad, pad_value: int, batch: int,
+                lanes: int) -> np.ndarray:  # fmt: skip
+    """pack_activation(im2col(x, ...), batch, lanes), written straight into the blocked layout:
+    one strided copy per folded channel, with no (N, C*KH*KW, OH, OW) array in between and no
+    transpose after it (ResNet-18's first layer: 2 MB packed in about half the time)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    nb, cb = _ceil(n, batch), _ceil(c * kh * kw, lanes)
+    padded = np.zeros((nb * batch, c, h + 2 * ph, w + 2 * pw), x.dtype)  # missing images: 0
+    padded[:n] = pad_value
+    padded[:n, :, ph : ph + h, pw : pw + w] = x
+    images = padded.reshape(nb, batch, c, h + 2 * ph, w + 2 * pw)
+    out = np.zeros((nb, cb, oh, ow, batch, lanes), x.dtype)  # lanes past C*KH*KW: 0
+    for ch in range(c):
+        for i in range(kh):
+            for j in range(kw):
+                f = (ch * kh + i) * kw + j
+                tap = images[:, :, ch, i : i + sh * oh : sh, j : j + sw * ow : sw]
+                out[:, f // lanes, :, :, :, f % lanes] = tap.transpose(0, 2, 3, 1)
+    return out
 
 
 def rows_as_activation(x: np.ndarray, batch: int) -> np.ndarray:
