@@ -197,14 +197,18 @@ class ReadClient(wiring.Component):
         m.submodules.plan = plan = BurstPlanner(self.cfg)
         m.submodules.fifo = fifo = SyncFIFO(width=self.cfg.axi_data_bits, depth=self.fifo_beats)
         wiring.connect(m, wiring.flipped(self.transfer), plan.transfer)
-        ar, burst = self.read.ar, plan.bursts
+        # the planner's bursts reach AR through a ReadyBuffer: the arbiter's grant never
+        # reaches back into the planner's next-burst logic in the same cycle
+        m.submodules.head = head = ReadyBuffer(_planned())
+        wiring.connect(m, plan.bursts, head.i)
+        ar, burst = self.read.ar, head.o.payload
         m.d.comb += [
-            self.issuing.eq(plan.busy),
-            ar.valid.eq(burst.valid),
-            ar.payload.addr.eq(burst.payload.addr),
-            ar.payload.len.eq(burst.payload.beats - 1),
-            ar.payload.last.eq(burst.payload.last),
-            burst.ready.eq(ar.ready),
+            self.issuing.eq(plan.busy | head.o.valid),
+            ar.valid.eq(head.o.valid),
+            ar.payload.addr.eq(burst.addr),
+            ar.payload.len.eq(burst.beats - 1),
+            ar.payload.last.eq(burst.last),
+            head.o.ready.eq(ar.ready),
         ]
         wiring.connect(m, wiring.flipped(self.read.r), fifo.w_stream)
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.beats))
@@ -230,6 +234,32 @@ class SkidBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
         with m.Elif(i.valid & ~spare_valid):
+            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
+        return m
+
+
+class ReadyBuffer(wiring.Component):
+    """A register on a channel's ready path only: `o` is `i` with no latency while it flows, and
+    a spare register catches what `i` offered in a cycle `o` was stalled, so `i.ready` is a
+    register and never waits on `o.ready` (the data path keeps its timing; the consumer's
+    handshake stops here)."""
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        spare, spare_valid = Signal.like(i.payload), Signal()
+        m.d.comb += [
+            i.ready.eq(~spare_valid),
+            o.valid.eq(spare_valid | i.valid),
+            o.payload.eq(Mux(spare_valid, spare, i.payload)),
+        ]
+        with m.If(spare_valid):
+            with m.If(o.ready):
+                m.d.sync += spare_valid.eq(0)
+        with m.Elif(i.valid & ~o.ready):
             m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
         return m
 

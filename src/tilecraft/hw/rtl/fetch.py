@@ -1,6 +1,8 @@
 """Instruction fetch: reads the program a burst at a time (the next burst once the previous one
 is dispatched, as the cycle model assumes), checks each instruction, and routes it into the
-load, compute or store command queue (ARCHITECTURE.md's routing), one per cycle."""
+load, compute or store command queue (ARCHITECTURE.md's routing), one per cycle. The element
+stream hands instructions over through a `ReadyBuffer`, so a command queue's ready never reaches
+back into the element stream and its beat FIFO in the same cycle."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from tilecraft.hw.isa import (
     insns_per_burst,
     isa_for,
 )
-from tilecraft.hw.rtl.dma import ElementStream, ReadClient
+from tilecraft.hw.rtl.dma import ElementStream, ReadClient, ReadyBuffer
 from tilecraft.hw.rtl.layouts import insn_union
 from tilecraft.hw.rtl.signatures import INDEX_BITS, ErrorReport, ReadPort, RunControl, command
 
@@ -50,6 +52,8 @@ class Fetch(wiring.Component):
         m.submodules.insns = stream = ElementStream(cfg.axi_data_bits, INSN_BITS)
         wiring.connect(m, wiring.flipped(self.read), client.read)
         wiring.connect(m, client.beats, stream.beats)
+        m.submodules.head = head = ReadyBuffer(INSN_BITS)  # the instruction being dispatched
+        wiring.connect(m, stream.elems, head.i)
         run, error = self.run, self.error
         index = Signal(INDEX_BITS)  # next instruction to dispatch
         requested = Signal(INDEX_BITS)  # instructions requested so far
@@ -57,7 +61,7 @@ class Fetch(wiring.Component):
         n = Signal(INDEX_BITS)
         left = count - requested
         m.d.comb += n.eq(Mux(left > self.chunk, self.chunk, left))
-        insn = insn_union(spec)(stream.elems.payload)
+        insn = insn_union(spec)(head.o.payload)
         op, mem = insn.load.opcode, insn.load.mem
         is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
         is_store = op == Opcode.STORE
@@ -80,7 +84,7 @@ class Fetch(wiring.Component):
         with m.If(bad_op | bad_alu):
             m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_OPCODE)
         for cmd in self.cmds:
-            m.d.comb += [cmd.payload.insn.eq(stream.elems.payload), cmd.payload.index.eq(index)]
+            m.d.comb += [cmd.payload.insn.eq(head.o.payload), cmd.payload.index.eq(index)]
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [
@@ -122,7 +126,7 @@ class Fetch(wiring.Component):
             with m.State("DISPATCH"):
                 with m.If(index == requested):
                     m.next = "REQUEST"
-                with m.Elif(stream.elems.valid & ~run.halt):
+                with m.Elif(head.o.valid & ~run.halt):
                     with m.If(code != 0):
                         m.d.sync += [error.valid.eq(1), error.index.eq(index), error.code.eq(code)]
                         m.next = "IDLE"
@@ -130,6 +134,6 @@ class Fetch(wiring.Component):
                         for s, sel in routes.items():
                             m.d.comb += self.cmds[s].valid.eq(sel)
                         with m.If(ready):
-                            m.d.comb += stream.elems.ready.eq(1)
+                            m.d.comb += head.o.ready.eq(1)
                             m.d.sync += index.eq(index + 1)
         return m

@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, isa_for
-from tilecraft.hw.rtl.dma import ElementStream, ReadClient, log2_exact
+from tilecraft.hw.rtl.dma import ElementStream, ReadClient, ReadyBuffer, log2_exact
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.signatures import ADDR_BITS, ERROR_CODE_BITS, ReadPort, WritePort
 
@@ -95,11 +95,18 @@ class LoadEngine(wiring.Component):
         in_rows = (y >= insn.y_pad0) & (y < y_data_end)
         in_cols = (x >= insn.x_pad0) & (x < x_data_end)
         is_data = in_rows & in_cols
+        # each stream hands its elements over through a ReadyBuffer: the write's decision (the
+        # padded box's compares) never reaches back into the stream and the beat FIFO
+        heads = {}
+        for mem_id, es in streams.items():
+            head = ReadyBuffer(len(es.elems.payload))
+            m.submodules[f"head_{BUFFER_NAMES[mem_id]}"] = heads[mem_id] = head
+            wiring.connect(m, es.elems, head.i)
         elem_valid = Signal()
         elem = Signal.like(self.write.data)
-        for mem_id, es in streams.items():
+        for mem_id, head in heads.items():
             with m.If(mem == mem_id):
-                m.d.comb += [elem_valid.eq(es.elems.valid), elem.eq(es.elems.payload)]
+                m.d.comb += [elem_valid.eq(head.o.valid), elem.eq(head.o.payload)]
         pad = Signal.like(self.write.data)  # INP: pad_value in every lane; others: zeros
         if MemId.INP in self.targets:
             lanes = cfg.batch * cfg.block_in
@@ -114,8 +121,8 @@ class LoadEngine(wiring.Component):
             self.write.data.eq(Mux(is_data, elem, pad)),
             self.write.en.eq(write),
         ]
-        for mem_id, es in streams.items():
-            m.d.comb += es.elems.ready.eq(write & is_data & (mem == mem_id))
+        for mem_id, head in heads.items():
+            m.d.comb += head.o.ready.eq(write & is_data & (mem == mem_id))
         narrow = any(cfg.elem_bytes(BUFFER_NAMES[t]) < cfg.axi_bytes for t in self.targets)
         per_beat = {
             t: max(cfg.axi_bytes // cfg.elem_bytes(BUFFER_NAMES[t]), 1) for t in self.targets
