@@ -256,10 +256,9 @@ class ReadyBuffer(wiring.Component):
             o.valid.eq(spare_valid | i.valid),
             o.payload.eq(Mux(spare_valid, spare, i.payload)),
         ]
-        with m.If(spare_valid):
-            with m.If(o.ready):
-                m.d.sync += spare_valid.eq(0)
-        with m.Elif(i.valid & ~o.ready):
+        with m.If(spare_valid & o.ready):
+            m.d.sync += spare_valid.eq(0)
+        with m.Elif(~spare_valid & i.valid & ~o.ready):
             m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
         return m
 
