@@ -127,6 +127,16 @@ def machine_with(cfg, uops, seed):
 SMALL = "1x8x8"
 
 
+def assert_alu_matches(cfg, m, insns):
+    """The ALU unit over `m`'s scratchpads ends where the simulator's semantics do, no errors."""
+    acc, errors = run_unit(cfg, AluUnit, m, insns)
+    for insn in insns:
+        row = insn_table([insn])[0]
+        semantics.alu(m, {k: row[k] for k in row.dtype.names})
+    assert errors == [False] * len(insns)
+    assert acc == words(m.acc)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_gemm_unit_matches_the_simulator(seed):
     cfg = preset(SMALL)
@@ -201,12 +211,7 @@ def test_alu_unit_matches_the_simulator(seed):
     insns.append(Alu(op=AluOp.ADD, uop_bgn=5, uop_end=8, iter_out=2, iter_in=1))
     insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=5, uop_end=8, iter_out=1))
     m = machine_with(cfg, uops, seed)
-    acc, errors = run_unit(cfg, AluUnit, m, insns)
-    for insn in insns:
-        row = insn_table([insn])[0]
-        semantics.alu(m, {k: row[k] for k in row.dtype.names})
-    assert errors == [False] * len(insns)
-    assert acc == words(m.acc)
+    assert_alu_matches(cfg, m, insns)
 
 
 @pytest.mark.parametrize("op", list(AluOp))
@@ -225,12 +230,7 @@ def test_alu_unit_reads_a_repeated_src_once_and_keeps_it_current(op):
     ]
     m = machine_with(cfg, uops, 7)
     m.acc[...] = np.random.default_rng(8).integers(-50, 50, m.acc.shape)  # MUL stays small
-    acc, errors = run_unit(cfg, AluUnit, m, insns)
-    for insn in insns:
-        row = insn_table([insn])[0]
-        semantics.alu(m, {k: row[k] for k in row.dtype.names})
-    assert errors == [False] * len(insns)
-    assert acc == words(m.acc)
+    assert_alu_matches(cfg, m, insns)
 
 
 def test_units_flag_out_of_range_indices():
