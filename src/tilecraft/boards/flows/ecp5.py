@@ -24,6 +24,12 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.progress import status
 
 DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
+# The GEMM core's multiplier packing (two int8 products per multiplier, hw/rtl/gemm.py) is the
+# DSP48's trick: its 25 x 18 multiplier takes the combined 25-bit weight. An ECP5 MULT18X18D is
+# 18 x 18, so a packed product takes two of them and a fabric adder on the critical path (the
+# 61.4 MHz route's worst path); ECP5 builds multiply each product on its own: the same
+# datapath, latency and cycles, as many MULT18X18D.
+ECP5_PACKED = False
 PHASES = (  # nextpnr log markers -> what the progress line says
     ("Packing", "packing"),
     ("Running placement", "placing"),
@@ -214,7 +220,7 @@ def timing(
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
     work = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}")
-    sources = {"top.v": verilog(cfg, "tilecraft_top"), "harness.v": harness(cfg)}
+    sources = {"top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg)}
     return place_and_route(
         cfg, work, sources, "timing_harness", device=device, package=package, speed=speed,
         target_mhz=target_mhz or cfg.clock_mhz, route_timeout_s=route_timeout_s,

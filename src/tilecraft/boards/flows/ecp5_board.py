@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilecraft.boards import Board
-from tilecraft.boards.flows.ecp5 import DEVICES, TimingReport, harness, place_and_route
+from tilecraft.boards.flows.ecp5 import (
+    DEVICES,
+    ECP5_PACKED,
+    TimingReport,
+    harness,
+    place_and_route,
+)
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import ConfigError, DeviceError
 from tilecraft.files import write_atomic
@@ -91,7 +97,7 @@ def build_bitstream(
     work.mkdir(parents=True, exist_ok=True)
     made = pll(board.open.oscillator_mhz, cfg.clock_mhz, work)
     sources = {
-        "top.v": verilog(cfg, "tilecraft_top"), "harness.v": harness(cfg),
+        "top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg),
         "board.v": board_top(), "pll.v": (work / "pll.v").read_text(),
     }  # fmt: skip
     write_atomic(work / "board.lpf", constraints(board))
