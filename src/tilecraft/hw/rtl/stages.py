@@ -212,6 +212,17 @@ class StoreStage(wiring.Component):
         def fail(code):
             m.d.sync += [error.valid.eq(1), error.index.eq(index), error.code.eq(code)]
 
+        # the transfer's fields are driven in every state, `start` alone says when: the
+        # planner registers them every cycle and reads them only with start, so the range
+        # checks gate one flip-flop, not the whole transfer (the 72.5 MHz route's worst path)
+        t = plan.transfer
+        m.d.comb += [
+            t.addr.eq(first_addr),
+            t.rows.eq(insn.y_size),
+            t.row_bytes.eq(insn.x_size * eb),
+            t.stride.eq(insn.x_stride * eb),
+            t.span.eq(span_elems * eb),
+        ]
         with m.FSM():
             with m.State("IDLE"):
                 ok = cmd.valid & (~head.pop_prev | self.pop_prev.valid) & ~run.halt
@@ -252,15 +263,7 @@ class StoreStage(wiring.Component):
                     fail(regs.ErrorCode.DRAM_RANGE)
                     m.next = "IDLE"
                 with m.Else():
-                    t = plan.transfer
-                    m.d.comb += [
-                        t.start.eq(1),
-                        t.addr.eq(first_addr),
-                        t.rows.eq(insn.y_size),
-                        t.row_bytes.eq(insn.x_size * eb),
-                        t.stride.eq(insn.x_stride * eb),
-                        t.span.eq(span_elems * eb),
-                    ]
+                    m.d.comb += plan.transfer.start.eq(1)
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += issue.eq((read < total) & space)
