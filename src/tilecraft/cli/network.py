@@ -86,7 +86,7 @@ def cmd_compile_model(args) -> int:
 
         records = Records(args.records, cfg.digest, None)
     result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget,
-                             exact_requant=exact, records=records)  # fmt: skip
+                             exact_requant=exact, records=records, jobs=args.jobs)  # fmt: skip
     model = result.model
     steps = len(model.steps)
     print(
@@ -270,6 +270,8 @@ def add_parsers(sub, count) -> None:
                       "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
                       "beside the output: NAME.kernels.so + NAME.kernels.json")  # fmt: skip
     _shape_option(comp)
+    comp.add_argument("--jobs", type=count, metavar="N", help="worker processes the layers "
+                      "are compiled on (default: one per core)")  # fmt: skip
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
     comp.set_defaults(func=cmd_compile_model)
 

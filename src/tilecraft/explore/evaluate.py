@@ -45,7 +45,7 @@ def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trial
         records = _tuned(cfg, net, trials, Path(records_dir or "."))
         out = {"schedules": f"tuned ({trials} trials a layer)",
                "tune_seconds": time.perf_counter() - tuning}  # fmt: skip
-    compiled = build_model(cfg, net, records=records)
+    compiled = build_model(cfg, net, records=records, jobs=1)  # the sweep is the parallel part
     steps = [s for s in compiled.steps if isinstance(s, AcceleratorStep)]
     cycles = sum(model_report(compiled.programs[s.program]).cycles for s in steps)
     return out | {

@@ -77,6 +77,13 @@ class Program:
         """A copy with some fields changed (checked like a new program)."""
         return dataclasses.replace(self, **changes)
 
+    def __reduce__(self):
+        """Made again from its fields when it crosses to another process (a compile's workers
+        send the layers' programs back this way); files are NPZ, never pickles (`save`)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["constants"] = dict(self.constants)
+        return _program_from_fields, (fields,)
+
     # ---- queries -------------------------------------------------------------------------
     def buffer(self, name: str) -> BufferSpec:
         for b in self.buffers:
@@ -320,3 +327,7 @@ class Program:
 def _place(dram: np.ndarray, offset: int, data: np.ndarray) -> None:
     raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     dram[offset : offset + raw.size] = raw
+
+
+def _program_from_fields(fields: dict) -> Program:
+    return Program(**fields)

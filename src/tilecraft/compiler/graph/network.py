@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from tilecraft.compiler.conv2d import compile_operator
 from tilecraft.compiler.eltwise import compile_scaled_add
@@ -18,6 +19,7 @@ from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs, compatible
+from tilecraft.compiler.jobs import map_jobs
 from tilecraft.compiler.pipeline import MEASURED
 from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
@@ -37,7 +39,6 @@ from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
-from tilecraft.progress import track
 from tilecraft.runtime.model import (
     AcceleratorStep,
     Binding,
@@ -129,14 +130,16 @@ def _step(layer, index: int) -> AcceleratorStep:
 
 def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
                 chain: bool = True, budget: int = DEFAULT_BUDGET,
-                layer_programs: dict | None = None, records=None) -> CompiledModel:  # fmt: skip
+                layer_programs: dict | None = None, records=None,
+                jobs: int | None = None) -> CompiledModel:  # fmt: skip
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
     blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
     its producer's. `layer_programs`, if given, receives each layer's own program; `records`
-    (`tune.records.Records`), the schedules tuning found, used for each layer they cover."""
+    (`tune.records.Records`), the schedules tuning found, used for each layer they cover;
+    `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`)."""
     steps, programs, host_constants = [], [], {}
-    chosen: dict[tuple, ConvSchedule] = {}  # a layer shape's schedule, measured once
+    unverified: list[Program] = []  # what runs, verified once built (side by side)
     pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
              if isinstance(layer, FIXED)}  # fmt: skip
     layers = [_host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None
@@ -146,7 +149,9 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                   DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
-    for k, run in enumerate(track(runs, f"compiling {net.name}")):
+    programs_of = _compile_layers(cfg, runs, measure, check=not chain, records=records,
+                                  jobs=jobs, description=f"compiling {net.name}")  # fmt: skip
+    for k, run in enumerate(runs):
         if not isinstance(run[0], ON_ACCELERATOR):
             layer = run[0]
             steps.append(HostStep(layer.name, layer.op, layer.inputs, layer.output,
@@ -154,11 +159,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             if layer.constants:
                 host_constants[layer.name] = dict(layer.constants)
             continue
-        made = {layer.output for layer in run}
-        compiled = [pools[layer.name] if isinstance(layer, FIXED) else
-                    _compile(cfg, layer, chosen, measure,
-                             fold=None if layer.input not in made else False, check=not chain,
-                             records=records)
+        compiled = [pools[layer.name] if isinstance(layer, FIXED) else programs_of[layer.name]
                     for layer in run]  # fmt: skip
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
@@ -172,13 +173,14 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             made = {layer.output for layer in part_layers}
             if len(group) == 1:
                 if chain and not isinstance(part_layers[0], FIXED):
-                    verify(part_programs[0])  # compiled unchecked, for a chain
+                    unverified.append(part_programs[0])  # compiled unchecked, for a chain
                 steps.append(_step(part_layers[0], len(programs)))
                 programs.append(part_programs[0])
                 continue
             parts = [Part(p, _bindings(layer)) for layer, p in zip(part_layers, part_programs)]
             name = f"{part_layers[0].name}..{part_layers[-1].name}"
-            program, _ = chain_programs(parts, made & outside, name, budget)
+            program, _ = chain_programs(parts, made & outside, name, budget, check=False)
+            unverified.append(program)
             names = {x.name for x in program.buffers}
             chain_layers = tuple(
                 ChainLayer(p.computation, tuple(
@@ -190,6 +192,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
                                          chain_layers))  # fmt: skip
             programs.append(program)
+    unverified.sort(key=lambda p: -len(p.insns))
+    map_jobs(verify, unverified, jobs, f"verifying {net.name}")
     total = sum(p.dram_size for p in programs)
     if total > budget:
         raise ModelError(
@@ -222,6 +226,33 @@ def _reads(layer) -> list[str]:
     if isinstance(layer, ON_ACCELERATOR):
         return [layer.input] + ([layer.residual] if getattr(layer, "residual", None) else [])
     return list(layer.inputs)
+
+
+def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, check: bool, records,
+                    jobs: int | None, description: str) -> dict[str, Program]:  # fmt: skip
+    """Each conv/dense layer's program, by name. Layers of one shape (operator and epilogue
+    shape, `_schedule_key`) are one job: the first searches the schedule, the others take it.
+    The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
+    groups: dict[tuple, list[tuple[AccelLayer, bool | None]]] = {}
+    for run in runs:
+        if not isinstance(run[0], ON_ACCELERATOR):
+            continue
+        made = {layer.output for layer in run}
+        for layer in run:
+            if not isinstance(layer, FIXED):
+                fold = None if layer.input not in made else False  # fed by the host: may fold
+                groups.setdefault(_schedule_key(layer) + (fold,), []).append((layer, fold))
+    work = sorted(groups.values(), key=lambda g: -g[0][0].op.macs)
+    compile_group = partial(_compile_group, cfg, measure=measure, check=check, records=records)
+    return {layer.name: program
+            for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
+            for (layer, _), program in zip(group, programs)}  # fmt: skip
+
+
+def _compile_group(cfg: HwConfig, group: list, *, measure: int, check: bool,
+                   records) -> list[Program]:  # fmt: skip
+    chosen: dict[tuple, ConvSchedule] = {}
+    return [_compile(cfg, layer, chosen, measure, fold, check, records) for layer, fold in group]
 
 
 def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bool,
@@ -257,10 +288,10 @@ def _schedule_key(layer: AccelLayer) -> tuple:
 def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
                     input_shapes=None, measure: int = MEASURED, chain: bool = True,
                     budget: int = DEFAULT_BUDGET, exact_requant: bool | None = None,
-                    records=None) -> NetworkCompilation:  # fmt: skip
+                    records=None, jobs: int | None = None) -> NetworkCompilation:  # fmt: skip
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
-    see `quantize` (default: for a model that brings its own scales)."""
+    see `quantize` (default: for a model that brings its own scales); `jobs`: see `build_model`."""
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)
@@ -278,6 +309,6 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
     model = build_model(cfg, net, measure, chain=chain, budget=budget,
-                        layer_programs=layer_programs, records=records)  # fmt: skip
+                        layer_programs=layer_programs, records=records, jobs=jobs)  # fmt: skip
     seconds["compile"] = time.perf_counter() - start
     return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs)
