@@ -270,24 +270,38 @@ def _check_hazards(cfg, table, acc, clocks, lanes, local) -> None:
     writer = {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS}  # global index, program order
     reader = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
     writer_by = {s: {b: np.full(cfg.depth(b), -1) for b in SCRATCHPADS} for s in Stage}
+    others = {s: [t for t in Stage if t != s] for s in Stage}
+    index: dict[int, slice | np.ndarray] = {}  # id(rows) -> a slice where the rows are a range
     for a in acc:
         k, s, clock = a.index, a.stage, clocks[a.index]
+        reads = [(buf, _as_index(rows, index)) for buf, rows in a.reads.items() if rows.size]
+        writes = [(buf, _as_index(rows, index)) for buf, rows in a.writes.items() if rows.size]
         earlier = []
-        for buf, rows in a.reads.items():
-            w = writer[buf][rows]
-            if rows.size and w.min() < 0:
-                row = int(rows[np.argmin(w)])
+        for buf, at in reads:
+            w = writer[buf][at]
+            if w.min() < 0:
+                row = int(np.arange(writer[buf].size)[at][np.argmin(w)])
                 _fail("raw", f"reads {buf} row {row} before any instruction writes it", table, k)
             earlier.append(w)
-        earlier += [table_[s_][buf][rows] for buf, rows in a.writes.items()
-                    for table_ in (reader, writer_by) for s_ in Stage if s_ != s]  # fmt: skip
+        earlier += [table_[s_][buf][at] for buf, at in writes
+                    for table_ in (reader, writer_by) for s_ in others[s]]  # fmt: skip
         if earlier and order.unordered(k, clock, np.concatenate(earlier)):
             _name_hazard(table, a, clock, order, writer, reader, writer_by)
-        for buf, rows in a.reads.items():
-            reader[s][buf][rows] = k
-        for buf, rows in a.writes.items():
-            writer[buf][rows] = k
-            writer_by[s][buf][rows] = k
+        for buf, at in reads:
+            reader[s][buf][at] = k
+        for buf, at in writes:
+            writer[buf][at] = k
+            writer_by[s][buf][at] = k
+
+
+def _as_index(rows: np.ndarray, known: dict) -> slice | np.ndarray:
+    """`rows` (distinct) as a slice when they are one range: a view, not a copy (the same set
+    of rows, which is all the checks look at). Footprints share their row arrays (`footprint.accesses`), so each is looked at once."""
+    at = known.get(id(rows))
+    if at is None:
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        at = known[id(rows)] = slice(lo, hi) if hi - lo == rows.size else rows
+    return at
 
 
 class _Order:

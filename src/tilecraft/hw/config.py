@@ -202,7 +202,7 @@ class HwConfig:
         out["out"] = out["acc"]
         return out
 
-    @property
+    @cached_property
     def acc_bank_rows(self) -> int:
         """Rows of each accumulator bank. The GEMM core and the vector ALU may run side by side
         only on different banks; each keeps every row it touches in its own (sim/engine.py)."""
