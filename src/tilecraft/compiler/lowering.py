@@ -281,15 +281,23 @@ class _ConvEmitter:
         each ALU instruction, so an epilogue issued all at once would hold back the next
         tile's GEMM steps until its last pass starts. LOADs (the residual) go first, so their
         data arrives before it is used; STOREs go with the compute instruction before them.
-        When the GEMM core is the busier unit the epilogue stays whole after the first step:
-        spread, its residual GEMM held back the next tile's GEMMs instead (ResNet-18's 3x3
-        residual layers on pynq-z1: 483K -> 509K cycles)."""
+        When the GEMM core is the busier unit the epilogue goes over as few steps as keep
+        each part within one step's GEMM (one part, after the first step, when it fits):
+        spread wider, its residual GEMM held back the next tile's GEMMs instead
+        (ResNet-18's 3x3 residual layers on pynq-z1: 483K -> 509K cycles), while one part
+        longer than a step idles the GEMM core at every tile (ResNet-18's stride-2 3x3 layers
+        with one channel block a step: 435 cycles a tile)."""
         costs = [busy_cycles(self.timing, x.row()) if isinstance(x, (Alu, Gemm)) else 0
                  for x in insns]  # fmt: skip
         total = sum(costs) or 1
         chunks: list[list] = [[] for _ in range(steps)]
-        if not self.work.alu_bound:
-            chunks[0] = list(insns)
+        if not self.work.alu_bound:  # fill each step's time on the GEMM core, in order
+            chunk, used = 0, 0
+            for x, cost in zip(insns, costs):
+                if cost and used and used + cost > self.work.step and chunk < steps - 1:
+                    chunk, used = chunk + 1, 0
+                chunks[0 if isinstance(x, Load) else chunk].append(x)
+                used += cost
             return chunks
         before, chunk = 0, 0
         for x, cost in zip(insns, costs):
