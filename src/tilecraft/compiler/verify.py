@@ -296,7 +296,8 @@ def _check_hazards(cfg, table, acc, clocks, lanes, local) -> None:
 
 def _as_index(rows: np.ndarray, known: dict) -> slice | np.ndarray:
     """`rows` (distinct) as a slice when they are one range: a view, not a copy (the same set
-    of rows, which is all the checks look at). Footprints share their row arrays (`footprint.accesses`), so each is looked at once."""
+    of rows, which is all the checks look at). Footprints share their row arrays
+    (`footprint.accesses`), so each is looked at once."""
     at = known.get(id(rows))
     if at is None:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
