@@ -37,6 +37,7 @@ def _counting(monkeypatch, module, name):
 
 
 def test_each_step_runs_once_per_candidate(monkeypatch):
+    monkeypatch.setattr(pipeline, "MEASURE_BUDGET", 10**9)  # only MEASURED bounds the count
     maps = _counting(monkeypatch, pipeline, "map_conv2d")
     lowers = _counting(monkeypatch, pipeline, "lower_conv")
     tokens = _counting(monkeypatch, pipeline, "insert_tokens")
@@ -104,9 +105,27 @@ def test_a_layer_too_large_for_any_program_is_refused_before_building(monkeypatc
 
 def test_a_large_program_is_chosen_by_the_estimate_alone(monkeypatch):
     measures = _counting(monkeypatch, pipeline, "model_report")
-    monkeypatch.setattr(pipeline, "MEASURE_INSNS", 10)
+    monkeypatch.setattr(pipeline, "MEASURE_BUDGET", 10)
     comp = compile_conv2d(CFG, OP, Epilogue())
     assert len(comp.candidates) == 1 and measures == []  # one candidate needs no measuring
+
+
+def test_candidates_are_built_until_they_total_the_budget(monkeypatch):
+    """The second candidate is built while the first alone is under the budget, and no
+    third once the two reach it."""
+    monkeypatch.setattr(pipeline, "MEASURE_BUDGET", 10**9)
+    every = compile_conv2d(CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8))
+    sizes = [len(pipeline.compile_operator(CFG, OP, Epilogue(), schedule=c.schedule,
+                                           check=False).program.insns)
+             for c in every.candidates[:2]]  # fmt: skip
+    monkeypatch.setattr(pipeline, "MEASURE_BUDGET", sizes[0] + sizes[1])
+    measures = _counting(monkeypatch, pipeline, "model_report")
+    two = compile_conv2d(CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8))
+    assert [c.schedule for c in two.candidates] == [c.schedule for c in every.candidates[:2]]
+    assert len(measures) == 2
+    monkeypatch.setattr(pipeline, "MEASURE_BUDGET", sizes[0] + sizes[1] + 1)
+    three = compile_conv2d(CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8))
+    assert len(three.candidates) == 3
 
 
 def test_the_schedule_space_stays_bounded_for_many_divisors():
