@@ -270,3 +270,52 @@ def test_every_tap_is_accounted_for():
     twice[k] = dataclasses.replace(insns[k], dst_out=0, src_out=0, wgt_out=0)
     with pytest.raises(VerifyError, match=r"adds a product for the same tap twice"):
         verify(program.replace(insns=encode(isa_for(program.config), twice)))
+
+
+def _dropped_pair(program, producer_stage, consumer_stage, push, pop):
+    table = program.table()
+    table[push][first(table, producer_stage, push)] = 0
+    table[pop][first(table, consumer_stage, pop)] = 0
+    return with_table(program, table)
+
+
+def _error(program, jobs):
+    with pytest.raises(VerifyError) as info:
+        verify(program, jobs=jobs)
+    return info.value.rule, info.value.index, str(info.value)
+
+
+def test_the_rules_split_in_two_halves_cover_every_scratchpad_once():
+    from tilecraft.compiler import verify as V
+    from tilecraft.hw.config import SCRATCHPADS
+
+    buffers = [b for half, _ in V._HALVES for b in half]
+    assert sorted(buffers) == sorted(SCRATCHPADS)
+    rules = [r for _, rs in V._HALVES for r in rs]
+    assert rules == [V._check_unit_overlap, V._check_dram_order]
+
+
+@pytest.mark.parametrize("broken", ["none", "load->compute", "compute->store"])
+def test_two_processes_find_what_one_finds(monkeypatch, broken):
+    """Side by side (the hazards on inp/wgt and on acc in different halves), a program passes
+    or fails as in one process, with the same first problem named."""
+    from tilecraft.compiler import jobs as J
+    from tilecraft.compiler import verify as V
+
+    if not J.can_fork():
+        pytest.skip("this platform does not fork")
+    monkeypatch.setattr(V, "PARALLEL_INSNS", 1)
+    maps = []
+    real_map = V.map_jobs
+    monkeypatch.setattr(V, "map_jobs", lambda *a: maps.append(a) or real_map(*a))
+    program = compiled()
+    if broken == "load->compute":
+        program = _dropped_pair(program, Stage.LOAD, Stage.COMPUTE, "push_next", "pop_prev")
+    elif broken == "compute->store":
+        program = _dropped_pair(program, Stage.COMPUTE, Stage.STORE, "push_next", "pop_prev")
+    if broken == "none":
+        assert verify(program, jobs=2) == verify(program, jobs=1)
+    else:
+        assert _error(program, 2) == _error(program, 1)
+        assert _error(program, 1)[0] == "raw"
+    assert len(maps) >= 1  # the side-by-side path ran

@@ -179,9 +179,9 @@ def compile_operator(
     program; those left None become named inputs. Without `schedule`, the heuristic ranks the
     legal space and its best candidates of distinct tilings are built and timed on the cycle
     model: at most `measure` (>= 1), and no more once they total MEASURE_BUDGET instructions
-    (one alone is not timed). A layer too large for any program is refused up front (`plan_operator`).
-    With `check` False the program is not verified here: for a caller that verifies the
-    program it builds from this one (a network's chain)."""
+    (one alone is not timed). A layer too large for any program is refused up front
+    (`plan_operator`). With `check` False the program is not verified here: for a caller
+    that verifies the program it builds from this one (a network's chain)."""
     epilogue = epilogue or Epilogue()
     plan = plan_operator(
         cfg, op, epilogue, schedule=schedule, fold=fold, measure=measure, max_insns=max_insns

@@ -193,7 +193,10 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                                          chain_layers))  # fmt: skip
             programs.append(program)
     unverified.sort(key=lambda p: -len(p.insns))
-    map_jobs(verify, unverified, jobs, f"verifying {net.name}")
+    if len(unverified) == 1:  # the whole network in one program: its rules side by side
+        verify(unverified[0], jobs=jobs)
+    else:
+        map_jobs(verify, unverified, jobs, f"verifying {net.name}")
     total = sum(p.dram_size for p in programs)
     if total > budget:
         raise ModelError(
