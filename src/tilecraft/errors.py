@@ -56,6 +56,9 @@ class ExecutionError(DeviceError):
         self.index = index
         self.insn = insn
 
+    def __reduce__(self):  # made again from its fields (a compile worker's error comes back)
+        return type(self), (self.message, self.index, self.insn)
+
 
 class IllegalInstructionError(ExecutionError):
     """An instruction word with an opcode or field combination the hardware does not know."""
@@ -77,6 +80,9 @@ class DeadlockError(DeviceError):
         self.stages = stages or {}
         self.tokens = tokens or {}
 
+    def __reduce__(self):
+        return type(self), (str(self), self.stages, self.tokens)
+
 
 class VerifyError(ProgramError):
     """The static verifier found a program that would race, deadlock or go out of range.
@@ -94,6 +100,9 @@ class VerifyError(ProgramError):
         self.index = index
         self.insn = insn
 
+    def __reduce__(self):
+        return type(self), (self.rule, self.message, self.index, self.insn)
+
 
 class ModelError(TilecraftError, ValueError):
     """A network (an ONNX file, a compiled model) cannot be read or compiled: malformed, an
@@ -108,6 +117,9 @@ class UnsupportedOperatorError(ModelError):
     def __init__(self, message: str, nodes: list[tuple[str, str, bool]]):
         super().__init__(message)
         self.nodes = nodes
+
+    def __reduce__(self):
+        return type(self), (str(self), self.nodes)
 
 
 class ModelWarning(UserWarning):

@@ -86,3 +86,20 @@ def test_off_the_main_thread_the_work_runs_in_that_thread():
     with ThreadPoolExecutor(1) as pool:
         out = pool.submit(map_jobs, _square_and_pid, [1, 2, 3], 2, "squaring").result()
     assert {pid for _, pid in out} == {os.getpid()}
+
+
+def _unverified(x: int) -> int:
+    from tilecraft.errors import VerifyError
+
+    if x == 2:
+        raise VerifyError("raw", "reads inp rows written by instruction 1", 5, "GEMM ...")
+    return x
+
+
+@forks
+def test_an_error_with_fields_comes_back_with_them():
+    from tilecraft.errors import VerifyError
+
+    with pytest.raises(VerifyError) as info:
+        map_jobs(_unverified, [0, 1, 2, 3], 2, "verifying")
+    assert (info.value.rule, info.value.index, info.value.insn) == ("raw", 5, "GEMM ...")
