@@ -37,8 +37,8 @@ def _tools(folder, made="100") -> dict:
         "yowasp-ecppack": "echo \"$@\" > ecppack.args; echo 'BIT' > tilecraft.bit",
     }  # fmt: skip
     for name, body in bodies.items():
-        (folder / name).write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && echo '{name} 1'\n"
-                                   f"{body}\n")  # fmt: skip
+        version = f"[ \"$1\" = --version ] && echo '{name} 1' && exit 0"  # nothing else
+        (folder / name).write_text(f"#!/bin/sh\n{version}\n{body}\n")
         (folder / name).chmod(0o755)
     return {name: str(folder / name) for name in bodies}
 

