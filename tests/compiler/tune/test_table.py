@@ -33,6 +33,11 @@ def test_a_table_replays_what_was_measured():
         assert (r.cycles if r.ok else -1) == cycles[i]
 
 
+def test_a_table_measured_on_workers_is_the_one_measured_here():
+    assert (measure_all(TASK, Counting(), jobs=2) == measure_all(TASK, Counting())).all()
+    assert len(measure_all(TASK, Counting(), jobs=2)) == len(TASK.space) > 32  # several chunks
+
+
 def test_a_table_of_another_space_is_refused():
     other = Task(preset("default"), Conv2d(1, 32, 4, 4, 32, kernel=3, stride=1, pad=1),
                  Epilogue(bias=True))  # fmt: skip

@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
+from tilecraft.compiler.jobs import check_jobs, map_jobs
 from tilecraft.compiler.tune.measure import Measurer, Result
 from tilecraft.compiler.tune.task import Task, schedule_key
 from tilecraft.errors import TilecraftError
@@ -24,15 +26,35 @@ def space_digest(task: Task) -> str:
     return h.hexdigest()[:16]
 
 
-def measure_all(task: Task, measurer: Measurer, progress: Callable | None = None) -> np.ndarray:
-    """The cycles of every schedule of `task` (-1: failed), in the space's order."""
-    out = np.full(len(task.space), -1, np.int64)
+CHUNK = 32  # schedules a worker measures per job (a job costs a few ms to hand out)
+
+
+def measure_all(task: Task, measurer: Measurer, progress: Callable | None = None,
+                jobs: int | None = 1) -> np.ndarray:  # fmt: skip
+    """The cycles of every schedule of `task` (-1: failed), in the space's order; `jobs`
+    worker processes measure chunks of the space side by side (None: one per core; with a
+    `progress` callback, one job: it is called after each schedule)."""
+    n = len(task.space)
+    if progress is None and check_jobs(jobs) > 1:
+        chunks = [range(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
+        parts = map_jobs(partial(_measure_chunk, task, measurer), chunks, jobs,
+                         f"measuring {n:,} schedules")  # fmt: skip
+        return np.concatenate(parts) if parts else np.full(0, -1, np.int64)
+    out = np.full(n, -1, np.int64)
     start = time.perf_counter()
     for i, s in enumerate(task.space):
         r = measurer.measure(task, s)
         out[i] = r.cycles if r.ok else -1
         if progress is not None:
-            progress(i + 1, len(task.space), time.perf_counter() - start)
+            progress(i + 1, n, time.perf_counter() - start)
+    return out
+
+
+def _measure_chunk(task: Task, measurer: Measurer, chunk: range) -> np.ndarray:
+    out = np.full(len(chunk), -1, np.int64)
+    for j, i in enumerate(chunk):
+        r = measurer.measure(task, task.space[i])
+        out[j] = r.cycles if r.ok else -1
     return out
 
 
