@@ -103,3 +103,17 @@ def test_an_error_with_fields_comes_back_with_them():
     with pytest.raises(VerifyError) as info:
         map_jobs(_unverified, [0, 1, 2, 3], 2, "verifying")
     assert (info.value.rule, info.value.index, info.value.insn) == ("raw", 5, "GEMM ...")
+
+
+def _die_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(9)  # as the kernel's OOM killer would leave it
+    return x
+
+
+@forks
+def test_a_worker_that_dies_is_named_with_the_way_out():
+    from tilecraft.errors import TilecraftError
+
+    with pytest.raises(TilecraftError, match=r"worker process died while dying.*--jobs 1"):
+        map_jobs(_die_on_two, [0, 1, 2, 3], 2, "dying")

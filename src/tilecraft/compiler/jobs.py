@@ -18,9 +18,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from tilecraft.errors import ScheduleError
+from tilecraft.errors import ScheduleError, TilecraftError
 from tilecraft.progress import track
 
 T = TypeVar("T")
@@ -71,6 +72,12 @@ def map_jobs(fn: Callable[[T], R], items: Sequence[T], jobs: int | None,
         for future in track(as_completed(futures), description, total=len(futures)):
             future.result()  # the first failure stops the map
         return [f.result() for f in futures]
+    except BrokenProcessPool as exc:
+        raise TilecraftError(
+            f"a worker process died while {description} (killed, or out of memory: {n} "
+            f"workers each hold a copy of what they change); run with one job (jobs=1, "
+            f"--jobs 1)"
+        ) from exc
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         _WORK = None
