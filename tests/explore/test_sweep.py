@@ -72,6 +72,11 @@ def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
     again = sweep.run_sweep("xc7z020", limit=6, workers=0, cache=cache, workdir=tmp_path)
     assert len(calls) == 6 and again["synthesized"] == 1  # only the new config
     assert [p["lut"] for p in again["points"][:5]] == [p["lut"] for p in r["points"]]
+    import tilecraft.hw.rtl as rtl
+
+    monkeypatch.setattr(rtl, "source_digest", lambda: "another design")
+    changed = sweep.run_sweep("xc7z020", limit=2, workers=0, cache=cache, workdir=tmp_path)
+    assert changed["synthesized"] == 2  # a changed RTL is synthesized again
 
 
 def test_a_failing_point_is_reported_not_raised(tmp_path, monkeypatch):

@@ -50,6 +50,7 @@ class Fit:
     part: str
     used: dict[str, float] | None  # None: no synthesis figure for this config
     basis: str  # which figure: "xcup", or "xc7" (a 7-series figure on an UltraScale+ part)
+    current: bool = True  # the figure was measured on the tree's RTL (`hw.rtl.source_digest`)
 
     @property
     def fractions(self) -> dict[str, float]:
@@ -79,7 +80,14 @@ class Fit:
         verdict = "fits" if self.fits else "does not fit"
         note = " (tight: routing may fail)" if self.tight else ""
         basis = f", judged on its {self.basis} synthesis" if self.basis != family(self.part) else ""
-        return f"{verdict}: {worst} {self.fractions[worst]:.0%}{note}{basis}"
+        old = "" if self.current else (
+            f"; measured on an earlier RTL (again: {self._command()} --record)")
+        return f"{verdict}: {worst} {self.fractions[worst]:.0%}{note}{basis}{old}"
+
+    def _command(self) -> str:
+        if family(self.part) == "ecp5":
+            return f"tilecraft hw timing --config {self.config}"
+        return f"tilecraft hw resources --config {self.config} --part {self.part}"
 
 
 def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
@@ -95,7 +103,17 @@ def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
     if not basis:
         return Fit(name, part, None, "")
     used = {k: figures[basis].get(k, 0) for k in PARTS[part]}
-    return Fit(name, part, used, basis)
+    return Fit(name, part, used, basis, figures[basis].get("rtl") == _rtl_digest())
+
+
+def _rtl_digest() -> str | None:
+    """The tree's RTL digest; None where its sources are not installed (a board's runtime)."""
+    from tilecraft.hw.rtl import source_digest
+
+    try:
+        return source_digest()
+    except OSError:
+        return None
 
 
 def record(figure: dict) -> None:
@@ -107,6 +125,7 @@ def record(figure: dict) -> None:
 
     path = Path(str(resources.files(__package__).joinpath("synthesis.json")))
     data = json.loads(path.read_text())
+    figure = {**figure, "rtl": _rtl_digest()}  # the design it was measured on
     key = (figure["tag"], figure["family"])
     kept = [f for f in data["figures"] if (f["tag"], f["family"]) != key]
     data["figures"] = sorted([*kept, figure], key=lambda f: (f["family"], f["tag"]))

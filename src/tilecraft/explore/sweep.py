@@ -1,6 +1,7 @@
 """The sweep: every config's point evaluated as a task on Dask (a LocalCluster by default, or a
-scheduler's workers), synthesis figures cached by config digest and part family in a JSON file
-(a sweep that is stopped and run again synthesizes only what it has not), then fits and fronts.
+scheduler's workers), synthesis figures cached by config digest, part family and RTL sources
+in a JSON file (a sweep that is stopped and run again synthesizes only what it has not), then
+fits and fronts.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ from tilecraft.progress import track
 
 
 class SynthCache:
-    """Synthesis figures by `digest/family`, in one JSON file, rewritten atomically per entry."""
+    """Synthesis figures by `digest/family/rtl` (the config, the part's family, the RTL's
+    sources: a changed design is synthesized again), in one JSON file, rewritten atomically
+    per entry."""
 
     def __init__(self, path: str | Path):
+        from tilecraft.hw.rtl import source_digest
+
+        self.rtl = source_digest()
         self.path = Path(path)
         try:
             self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
@@ -31,10 +37,10 @@ class SynthCache:
                                  f"delete it to synthesize again") from None  # fmt: skip
 
     def get(self, digest: str, fam: str) -> dict | None:
-        return self.entries.get(f"{digest}/{fam}")
+        return self.entries.get(f"{digest}/{fam}/{self.rtl}")
 
     def put(self, digest: str, fam: str, figure: dict) -> None:
-        self.entries[f"{digest}/{fam}"] = figure
+        self.entries[f"{digest}/{fam}/{self.rtl}"] = figure
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
 
