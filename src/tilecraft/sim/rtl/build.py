@@ -8,6 +8,9 @@ import hashlib
 import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from tilecraft.errors import DeviceError
@@ -148,8 +151,6 @@ def build(
         raise DeviceError("the icarus simulator needs Icarus Verilog's iverilog on PATH")
     from cocotb_tools.runner import get_runner
 
-    from tilecraft.hw.rtl.top import verilog
-
     # The cache key is the hardware's sources, not its Verilog (generating that takes seconds)
     hw_dir = HERE.parents[1] / "hw"
     sources = sorted(hw_dir.rglob("*.py")) + [HERE / "axi_dram.v", Path(__file__)]
@@ -164,6 +165,72 @@ def build(
     digest.update(f"{Path(cocotb.__file__).parent}{cocotb.__version__}{sys.prefix}".encode())
     key = digest.hexdigest()[:16]
     out = cache_root() / f"{cfg.tag}-{key}"
+    with _one_builder(_lock_of(out)):
+        made = _build(cfg, out, key, packed, waves, simulator, get_runner)
+    with suppress(OSError):  # a cache that cannot be tidied still works
+        prune(out.parent)
+    return made
+
+
+KEEP_MODELS = 12  # the most recently used models always stay
+STALE_SECONDS = 3_600  # beyond those, a model nothing has used for an hour goes
+
+
+def prune(root: Path, keep: int = KEEP_MODELS, now: float | None = None) -> list[Path]:
+    """Remove the models beyond the `keep` most recently used that nothing has used for an
+    hour (a build stamps its model each time it is asked for it). Every change to the
+    hardware's sources makes a new model of ~170 MB, and the old one is never asked for again
+    (unless the change is undone): unpruned, this cache grew to 67 models, 11 GB, in a day of
+    RTL work. A folder whose lock another process holds is left alone. Returns what went."""
+    now = time.time() if now is None else now
+    folders = [d for d in root.iterdir() if d.is_dir()]
+    used = {d: _last_used(d) for d in folders}
+    removed = []
+    for d in sorted(folders, key=used.get, reverse=True)[keep:]:
+        if now - used[d] < STALE_SECONDS:
+            continue
+        with _one_builder(_lock_of(d), wait=False) as mine:
+            if mine:
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    return removed
+
+
+def _last_used(folder: Path) -> float:
+    stamp = folder / "built.ok"
+    return (stamp if stamp.exists() else folder).stat().st_mtime  # unfinished: when made
+
+
+def _lock_of(out: Path) -> Path:
+    return out.parent / f"{out.name}.lock"
+
+
+@contextmanager
+def _one_builder(lock: Path, wait: bool = True) -> Iterator[bool]:
+    """One process at a time builds (or checks, or removes) a model: two (test workers, two
+    commands) building the same folder would undo each other; the second waits, then finds it
+    built. Yields whether the lock is held (False only without `wait`, when another has it)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks here
+        yield True
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(cfg: HwConfig, out: Path, key: str, packed, waves: bool, simulator: str, get_runner):
+    from tilecraft.hw.rtl.top import verilog
+
     stamp = out / "built.ok"
     fresh = not stamp.exists()
     if fresh:
