@@ -50,7 +50,7 @@ lint: $(STAMP)
 	@$(call quiet,lint-imports,$(BIN)/lint-imports --no-cache)
 
 test: lint $(PYNQ_STAMP)
-	@echo "pytest: every tier this machine can run"
-	@$(BIN)/python -m pytest -q
+	@echo "pytest: every tier this machine can run, a worker per core (a test file stays on one)"
+	@$(BIN)/python -m pytest -q -n auto --dist loadfile
 	@echo "pytest (.venv-pynq): the pynq device through PYNQ's own code, numpy 1.x"
 	@$(PYNQ_VENV)/bin/python -m pytest -q tests/pynq_board

@@ -78,7 +78,7 @@ def test_epilogue_parameters_take_accumulator_rows():
 def test_heuristic_reports_what_shaped_its_choice():
     comp = compile_conv2d(CFG, C2, Epilogue(shift=8), weight=np.zeros(C2.weight_shape, np.int8))
     assert len(comp.notes) == 4 and all(n.startswith("tile_") for n in comp.notes)
-    assert len(comp.candidates) == 3
+    assert len(comp.candidates) >= 2  # as many as fit the measurement budget (pipeline.py)
     assert all(c.cycles > 0 and c.estimate > 0 for c in comp.candidates)
     assert comp.schedule == min(comp.candidates, key=lambda c: c.cycles).schedule
     assert set(comp.seconds) >= {"map", "rank", "lower", "tokens", "measure", "verify"}
