@@ -103,11 +103,14 @@ def test_a_layer_too_large_for_any_program_is_refused_before_building(monkeypatc
     assert lowers == []
 
 
-def test_a_large_program_is_chosen_by_the_estimate_alone(monkeypatch):
+def test_large_programs_measure_the_fewest_candidates(monkeypatch):
     measures = _counting(monkeypatch, pipeline, "model_report")
     monkeypatch.setattr(pipeline, "MEASURE_BUDGET", 10)
     comp = compile_conv2d(CFG, OP, Epilogue())
-    assert len(comp.candidates) == 1 and measures == []  # one candidate needs no measuring
+    assert len(comp.candidates) == pipeline.MEASURE_AT_LEAST == len(measures) == 2
+    monkeypatch.setattr(pipeline, "MEASURE_AT_LEAST", 1)
+    comp = compile_conv2d(CFG, OP, Epilogue())
+    assert len(comp.candidates) == 1 and len(measures) == 2  # one candidate needs no measuring
 
 
 def test_candidates_are_built_until_they_total_the_budget(monkeypatch):

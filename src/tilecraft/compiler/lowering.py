@@ -291,6 +291,9 @@ class _ConvEmitter:
                  for x in insns]  # fmt: skip
         total = sum(costs) or 1
         chunks: list[list] = [[] for _ in range(steps)]
+        if not self.work.alu_bound and any(isinstance(x, Gemm) for x in insns):
+            chunks[0] = list(insns)  # a residual GEMM would hold the steps after it
+            return chunks
         if not self.work.alu_bound:  # fill each step's time on the GEMM core, in order
             chunk, used = 0, 0
             for x, cost in zip(insns, costs):
