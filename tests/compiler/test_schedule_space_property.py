@@ -6,6 +6,8 @@ operator no schedule fits is refused with a clear error before anything is built
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -15,10 +17,11 @@ from tilecraft.compiler.builder import MAX_INSNS
 from tilecraft.compiler.conv2d import conv2d
 from tilecraft.compiler.mapping import map_conv2d
 from tilecraft.compiler.params import random_params
-from tilecraft.compiler.schedule import instruction_bound, space
+from tilecraft.compiler.schedule import candidate_sizes, instruction_bound, space, violations
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
-from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.ops import Conv2d, ConvSchedule, Epilogue, LoopOrder
+from tilecraft.ops.schedules import ACC_SLOTS
 from tilecraft.runtime import get_device
 from tilecraft.runtime.check import check_outputs
 from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
@@ -86,3 +89,25 @@ def test_every_legal_schedule_is_bit_exact(case):
 @given(cases())
 def test_every_legal_schedule_is_bit_exact_long_sweep(case):
     _check(case)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_space_is_every_legal_point_of_the_candidate_sizes_in_order(case):
+    """`space` checks each tiling's limits once for both loop orders: it yields exactly the
+    points `violations` passes, in the product's order (the ranking's tie-break)."""
+    op, ep, config, _, _ = case
+    cfg = preset(config)
+    low = map_conv2d(cfg, op, ep)
+    sizes = candidate_sizes(cfg, low)
+    expected = []
+    for db in (True, False):
+        for oc, ic, oh, ow, order, acc in itertools.product(
+                *sizes, LoopOrder, ACC_SLOTS if db else ACC_SLOTS[:1]):  # fmt: skip
+            single = oc == low.ocb or (oh == low.oh and ow == low.ow)
+            if order == LoopOrder.SPATIAL_OUTER and single:
+                continue
+            s = ConvSchedule(oc, ic, oh, ow, order, db, acc)
+            if not violations(cfg, low, s):
+                expected.append(s)
+    assert list(space(cfg, low)) == expected

@@ -63,6 +63,19 @@ def accesses(
         yield a
 
 
+def footprint_key(cfg: HwConfig, table: np.ndarray) -> np.ndarray:
+    """`table` reduced to what its footprints depend on: every field, but an ALU immediate only
+    as whether it clears the row (`_clears`). Layers of one shape differ in their
+    requantization's immediates alone, so they share one key."""
+    key = table.copy()
+    spec = isa_for(cfg)
+    alu = np.flatnonzero((table["opcode"] == Opcode.ALU) & (table["use_imm"] != 0))
+    key["imm"] = 0
+    key["imm"][alu] = [_clears(op, imm, spec) for op, imm in
+                       zip(table["alu_op"][alu].tolist(), table["imm"][alu].tolist())]  # fmt: skip
+    return key
+
+
 _LOOP_FIELDS = ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out",
                 "src_in", "wgt_out", "wgt_in", "reset", "alu_op", "use_imm", "imm")  # fmt: skip
 

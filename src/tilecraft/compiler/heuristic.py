@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tilecraft.compiler import schedule as S
 from tilecraft.compiler.mapping import MappedConv
 from tilecraft.compiler.tensorize import merged_blocks
-from tilecraft.compiler.tile_work import tile_work
+from tilecraft.compiler.tile_work import TileWork, tile_work
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule, LoopOrder
@@ -35,21 +35,33 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> float:
-    """Cycles the schedule should take, from per-tile work on each unit, stage and the bus."""
+@dataclass(frozen=True)
+class _TileCosts:
+    """What `estimate` needs that depends on the tile sizes alone (not on the loop order,
+    buffering or accumulator slots), worked out once per tiling by `rank`."""
+
+    n_tiles: int
+    steps: int
+    work: TileWork  # the units' work per tile
+    inp_bus: int  # bus cycles of one input-block load
+    wgt_bus: int
+    out_bus: int  # of one tile's stores
+    inp_loads: int  # load-stage cycles of one step's input loads
+    wgt_loads: int
+    store: int  # store-stage cycles of one tile
+
+
+def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _TileCosts:
     kh, kw = low.kernel
     kk = kh * kw
     ocs, ohs, ows = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
-    steps = _ceil(low.icb, s.tile_ic)
-    n_tiles = low.nbb * ocs * ohs * ows
     pix = s.tile_oh * s.tile_ow
     # a LOAD/STORE's own time besides its beats: decode and plan, then the DRAM's latency (the
     # load stage runs one transfer at a time, so nothing hides it)
     fixed = t.dma_overhead + t.dma_plan + t.dram_latency + 1
     work = tile_work(cfg, low, s, t)
-    step, gemm, alu, zero = work.step, work.gemm, work.alu, work.zero
     if work.zero_on_gemm:
-        gemm, alu = gemm + zero, alu - zero
+        work = TileWork(work.step, work.gemm + work.zero, work.alu - work.zero, work.zero)
     eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))
     wr, wc = S.window(low, s.tile_oh, s.tile_ow)
     row_stride = low.stride[0] * low.w if low.row_skip else low.w
@@ -64,33 +76,50 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> floa
     inp_loads = (1 if merged else s.tile_ic) * fixed + s.tile_ic * (
         inp_bus + (wr * wc - s.tile_oh * s.tile_ow) // 4
     )
-    wgt_loads = fixed + wgt_bus
+    stores = 1 if whole else s.tile_oc
+    return _TileCosts(n_tiles=low.nbb * ocs * ohs * ows, steps=_ceil(low.icb, s.tile_ic),
+                      work=work, inp_bus=inp_bus, wgt_bus=wgt_bus, out_bus=out_bus,
+                      inp_loads=inp_loads, wgt_loads=fixed + wgt_bus,
+                      store=stores * fixed + out_bus)  # fmt: skip
+
+
+def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing,
+             costs: _TileCosts | None = None) -> float:  # fmt: skip
+    """Cycles the schedule should take, from per-tile work on each unit, stage and the bus.
+    `costs`: `_tile_costs` of its tile sizes, when known."""
+    c = costs or _tile_costs(cfg, low, s, t)
+    n_tiles, steps = c.n_tiles, c.steps
+    step, gemm, alu, zero = c.work.step, c.work.gemm, c.work.alu, c.work.zero
     inp_n = wgt_n = n_tiles * steps
     if steps == 1 and s.double_buffer:
         if s.order == LoopOrder.OC_OUTER:
-            wgt_n = low.nbb * ocs
+            wgt_n = low.nbb * _ceil(low.ocb, s.tile_oc)
         else:
-            inp_n = low.nbb * ohs * ows
-    stores = 1 if s.tile_ow == low.ow else s.tile_oc
-    store = stores * fixed + out_bus
-    bus = inp_n * s.tile_ic * inp_bus + wgt_n * wgt_bus + n_tiles * out_bus
-    load = inp_n * inp_loads + wgt_n * wgt_loads
+            inp_n = low.nbb * _ceil(low.oh, s.tile_oh) * _ceil(low.ow, s.tile_ow)
+    bus = inp_n * s.tile_ic * c.inp_bus + wgt_n * c.wgt_bus + n_tiles * c.out_bus
+    load = inp_n * c.inp_loads + wgt_n * c.wgt_loads
     if not s.double_buffer:
-        return n_tiles * (gemm + alu + store) + load
+        return n_tiles * (gemm + alu + c.store) + load
     # Per tile: the units' work, and the chain through the accumulator slot the next tile
     # reuses: epilogue of tile t-1 (under tile t's GEMMs) -> its store -> zeroing -> GEMMs.
-    chain = max(gemm - step, alu - zero) + store + zero
+    chain = max(gemm - step, alu - zero) + c.store + zero
     period = max(gemm, alu, chain / (s.acc_slots - 1))
-    fill = inp_loads + wgt_loads + alu + store
+    fill = c.inp_loads + c.wgt_loads + alu + c.store
     # the load stage waits, too, while the stores' beats hold the DRAM port
-    load += n_tiles * out_bus
+    load += n_tiles * c.out_bus
     return max(n_tiles * period, load, bus * BUS_SLACK) + fill
 
 
 def rank(cfg: HwConfig, low: MappedConv) -> list[Ranked]:
     """Every legal schedule, fastest estimate first (ties: the space's order)."""
     t = Timing.from_config(cfg)
-    ranked = [Ranked(s, estimate(cfg, low, s, t)) for s in S.space(cfg, low)]
+    costs: dict[tuple[int, int, int, int], _TileCosts] = {}
+    ranked = []
+    for s in S.space(cfg, low):
+        tiles = (s.tile_oc, s.tile_ic, s.tile_oh, s.tile_ow)
+        if tiles not in costs:
+            costs[tiles] = _tile_costs(cfg, low, s, t)
+        ranked.append(Ranked(s, estimate(cfg, low, s, t, costs[tiles])))
     if not ranked:
         raise ScheduleError(
             f"no schedule fits {low.describe()} on {cfg.tag}: even the smallest tiles break "

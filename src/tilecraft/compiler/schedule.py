@@ -102,7 +102,6 @@ def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
 def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     """Every limit `s` breaks, each naming the limit and by how much; [] if legal."""
     out = []
-    spec = isa_for(cfg)
     for name, value, top in (
         ("tile_oc", s.tile_oc, 1 if low.grouped else low.ocb),  # depthwise: a block a tile
         ("tile_ic", s.tile_ic, low.icb),
@@ -113,6 +112,13 @@ def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
             out.append(f"{name} = {value!r} must be in 1..{top}")
     if out:
         return out
+    return _tile_violations(cfg, low, s) + _layer_violations(cfg, low)
+
+
+def _tile_violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
+    """The limits of `violations` that depend on the tiles (their sizes in range)."""
+    out = []
+    spec = isa_for(cfg)
     b = budget(cfg, low, s)
     for buf, (need, have) in b.needs(cfg).items():
         if need > have:
@@ -136,6 +142,13 @@ def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
             f"ALU loop over {pix} tile pixels exceeds the {it.width}-bit iteration field "
             f"(max {it.hi})"
         )
+    return out
+
+
+def _layer_violations(cfg: HwConfig, low: MappedConv) -> list[str]:
+    """The limits of `violations` that no tiling changes: field widths against the layer."""
+    out = []
+    spec = isa_for(cfg)
     pad = spec.field("x_pad0")
     if max(low.pad) > pad.hi:
         out.append(f"padding {max(low.pad)} exceeds the LOAD pad field (max {pad.hi})")
@@ -203,22 +216,24 @@ def _thin(sizes: list[int], keep: int) -> list[int]:
 def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterator[ConvSchedule]:
     """Every legal schedule among `candidate_sizes` (tile sizes that divide their dimension,
     or the whole of it)."""
+    if _layer_violations(cfg, low):
+        return
     oc_sizes, ic_sizes, oh_sizes, ow_sizes = candidate_sizes(cfg, low)
     for db in double_buffer:
-        for oc, ic, oh, ow, order, acc in itertools.product(
-            oc_sizes,
-            ic_sizes,
-            oh_sizes,
-            ow_sizes,
-            LoopOrder,
-            ACC_SLOTS if db else ACC_SLOTS[:1],
-        ):
+        slots = ACC_SLOTS if db else ACC_SLOTS[:1]
+        for oc, ic, oh, ow in itertools.product(oc_sizes, ic_sizes, oh_sizes, ow_sizes):
+            # the loop order changes no limit: each slot count is checked once for both
+            fit = [acc for acc in slots
+                   if not _tile_violations(cfg, low, ConvSchedule(oc, ic, oh, ow, LoopOrder.OC_OUTER,
+                                                                  db, acc))]  # fmt: skip
+            if not fit:
+                continue
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)
-            if order == LoopOrder.SPATIAL_OUTER and single:
-                continue  # one loop has a single trip: the orders are the same program
-            s = ConvSchedule(oc, ic, oh, ow, order, db, acc)
-            if not violations(cfg, low, s):
-                yield s
+            for order in LoopOrder:
+                if order == LoopOrder.SPATIAL_OUTER and single:
+                    continue  # one loop has a single trip: the orders are the same program
+                for acc in fit:
+                    yield ConvSchedule(oc, ic, oh, ow, order, db, acc)
 
 
 def shaping_limits(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:

@@ -15,6 +15,9 @@ as the hardware queues pair them. FINISH waits for the last STORE (the last DRAM
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+
 import numpy as np
 
 from tilecraft.compiler.completion import (
@@ -26,7 +29,7 @@ from tilecraft.compiler.completion import (
     Completion,
     covers,
 )
-from tilecraft.compiler.footprint import accesses
+from tilecraft.compiler.footprint import accesses, footprint_key
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import SCRATCHPADS, HwConfig
 from tilecraft.hw.isa import Load, MemId, Opcode, Stage, insn_table, queue_between, uop_table
@@ -120,18 +123,51 @@ def compute_nop():
     return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
 
 
+PLANS_KEPT = 16  # token plans a process remembers (`insert_tokens`)
+_plans: OrderedDict[tuple, tuple] = OrderedDict()
+
+
 def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> list:
     """`insns` with dependence flags set (any flags they had are recomputed), and a compute
     no-op before an instruction that needs two compute instructions no one token vouches for
-    (the older may still run on the other unit when the younger completes)."""
+    (the older may still run on the other unit when the younger completes).
+
+    The flags depend on the footprints alone, so the plan (where the no-ops go, which flags
+    each instruction gets) is kept for the last PLANS_KEPT footprint keys: a network's layers
+    of one shape, which differ only in their requantization's immediates, share one."""
     plain = [
         i.with_flags(pop_prev=False, pop_next=False, push_prev=False, push_next=False)
         if i.pop_prev or i.pop_next or i.push_prev or i.push_next else i
         for i in insns
     ]  # fmt: skip
     table = insn_table(plain)
+    uop_rows = uop_table(uops)
+    digest = hashlib.blake2b(footprint_key(cfg, table).tobytes())
+    digest.update(uop_rows.tobytes())
+    key = (cfg, uop_region, digest.digest())
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(cfg, table, uop_rows, uop_region)
+        _plans[key] = plan
+        if len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)
+    sources, flags = plan
+    made = [compute_nop() if k is None else plain[k] for k in sources]
+    return [i.with_flags(**f) if f else i for i, f in zip(made, flags)]
+
+
+def clear_plans() -> None:
+    """Forget every kept token plan."""
+    _plans.clear()
+
+
+def _plan(cfg: HwConfig, table: np.ndarray, uops: np.ndarray, uop_region: int) -> tuple:
+    """(per instruction of the result: the index in `table` it comes from, None for a compute
+    no-op; its flags)."""
     opcodes = table["opcode"].tolist()
-    out: list = []  # the instructions, no-ops included
+    out: list = []  # where each instruction comes from: an index in table, or None (a no-op)
     flags: list[dict[str, bool]] = []
     stage_of: list[Stage] = []
     done_of: list[np.ndarray] = []  # completion clocks
@@ -139,10 +175,10 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     history = RowHistory(cfg)
     completion = Completion(cfg)
 
-    def emit(insn, stage: Stage, opcode: int, first_dst, producers: list[int], started=None):
+    def emit(source, stage: Stage, opcode: int, first_dst, producers: list[int], started=None):
         local, lane, clock = started or completion.start(stage, opcode, first_dst)
         k = len(out)
-        out.append(insn)
+        out.append(source)
         flags.append({})
         for p in producers:
             q = queue_between(stage_of[p], stage)
@@ -154,7 +190,7 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
         global_of[stage].append(k)
         return lane, local
 
-    for a in accesses(cfg, table, uop_table(uops), uop_region):
+    for a in accesses(cfg, table, uops, uop_region):
         if a.problems:
             raise ScheduleError(f"instruction {a.index}: " + "; ".join(a.problems))
         s, k = a.stage, a.index
@@ -178,10 +214,10 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
             if not all(covers(np.maximum(clock, done_of[p]), *w) for w in missing):
                 # two compute instructions, the older maybe still running: s is not the
                 # compute stage, so the no-op changes nothing it inherits
-                emit(compute_nop(), Stage.COMPUTE, int(Opcode.LOAD), None, [])
+                emit(None, Stage.COMPUTE, int(Opcode.LOAD), None, [])
                 p = len(out) - 1
                 started = None  # the no-op moved the compute stage on
             producers.append(p)
             clock = np.maximum(clock, done_of[p])
-        history.record(a, *emit(plain[k], s, opcode, a.first_dst, producers, started))
-    return [i.with_flags(**f) if f else i for i, f in zip(out, flags)]
+        history.record(a, *emit(k, s, opcode, a.first_dst, producers, started))
+    return out, flags

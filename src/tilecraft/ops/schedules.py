@@ -41,8 +41,9 @@ class ConvSchedule:
     kind: ClassVar[str] = "conv"
 
     def __post_init__(self) -> None:
-        order = enum_member(LoopOrder, self.order, "order", ScheduleError)
-        object.__setattr__(self, "order", order)
+        if type(self.order) is not LoopOrder:  # a value (a record's string) becomes a member
+            order = enum_member(LoopOrder, self.order, "order", ScheduleError)
+            object.__setattr__(self, "order", order)
         for name in ("tile_oc", "tile_ic", "tile_oh", "tile_ow", "acc_slots"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
