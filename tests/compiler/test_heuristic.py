@@ -3,9 +3,12 @@ alone (the per-tiling costs `rank` shares between loop orders and slot counts ch
 figure), fastest first, ties in the space's order."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tilecraft.compiler import schedule as S
-from tilecraft.compiler.heuristic import estimate, rank
+from tilecraft.compiler.heuristic import estimate, rank, slot_misses
+from tilecraft.compiler.lowering import SlotCache
 from tilecraft.compiler.mapping import map_conv2d, map_dense
 from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, Dense, Epilogue
@@ -38,3 +41,23 @@ def test_a_dense_layer_ranks_too():
     low = map_dense(cfg, Dense(1, 512, 1000), Epilogue(bias=True, shift=8))
     ranked = rank(cfg, low)
     assert ranked and ranked == sorted(ranked, key=lambda r: r.estimate)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 3), ic=st.integers(1, 70), oc=st.integers(1, 70), h=st.integers(1, 9),
+       w=st.integers(1, 9), pick=st.integers(0, 10**6))  # fmt: skip
+def test_slot_misses_are_the_loads_the_lowering_s_slot_caches_make(n, ic, oc, h, w, pick):
+    """The estimate's residency rule against the lowering's own caches walked through the
+    lowering's own tile order: every legal schedule's window and weight-tile loads."""
+    cfg = preset("2x16x16")
+    low = map_conv2d(cfg, Conv2d(2 * n, ic * 4, h, w, oc * 4, kernel=3, pad=1),
+                     Epilogue(), False)  # fmt: skip
+    legal = list(S.space(cfg, low))
+    s = legal[pick % len(legal)]
+    inp, wgt = SlotCache(s.slots), SlotCache(s.slots)
+    misses = [0, 0]
+    for tile in S.tiles(low, s):
+        for ic0, _ in S.ranges(low.icb, s.tile_ic):
+            misses[0] += not inp.get((tile.nb, ic0, tile.oh0, tile.toh, tile.ow0, tile.tow))[1]
+            misses[1] += not wgt.get((tile.oc0, tile.toc, ic0))[1]
+    assert slot_misses(low, s) == tuple(misses), s.describe()
