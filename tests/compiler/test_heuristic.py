@@ -15,7 +15,8 @@ from tilecraft.ops import Conv2d, Dense, Epilogue
 from tilecraft.sim.timing import Timing
 
 LAYERS = [
-    ("default", Conv2d(1, 64, 56, 56, 64, kernel=3, pad=1), Epilogue(bias=True, shift=8, relu=True)),
+    ("default", Conv2d(1, 64, 56, 56, 64, kernel=3, pad=1),
+     Epilogue(bias=True, shift=8, relu=True)),
     ("default", Conv2d(1, 64, 56, 56, 128, kernel=1, stride=2),
      Epilogue(bias=True, multiplier="channel", shift=17, residual=True)),
     ("1x8x8", Conv2d(4, 3, 17, 13, 20, kernel=(3, 5), stride=(2, 1), pad=(1, 2)),

@@ -4,9 +4,9 @@ vouch for an older instruction that may still run on the other."""
 import numpy as np
 import pytest
 
+from tilecraft.compiler import tokens
 from tilecraft.compiler.builder import ProgramBuilder
 from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler import tokens
 from tilecraft.compiler.tokens import insert_tokens
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import VerifyError
@@ -114,7 +114,8 @@ def test_programs_of_one_footprint_share_a_plan_and_keep_their_immediates(monkey
     mul0 = Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=1, uop_end=2)
     cleared = insert_tokens(CFG, [mul0 if isinstance(i, Alu) else i for i in insns], uops, region)
     assert calls  # planned again
-    assert [format_row(r) for r in insn_table(shifted)] != [format_row(r) for r in insn_table(first)]
+    rows = [format_row(r) for r in insn_table(shifted)]
+    assert rows != [format_row(r) for r in insn_table(first)]
     strip = [(type(i), i.pop_prev, i.pop_next, i.push_prev, i.push_next) for i in first]
     assert [(type(i), i.pop_prev, i.pop_next, i.push_prev, i.push_next) for i in shifted] == strip
     assert [i.imm for i in shifted if isinstance(i, Alu)] == [9]

@@ -112,7 +112,7 @@ def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing,
     """Cycles the schedule should take, from per-tile work on each unit, stage and the bus.
     `costs`: `_tile_costs` of its tile sizes, when known."""
     c = costs or _tile_costs(cfg, low, s, t)
-    n_tiles, steps = c.n_tiles, c.steps
+    n_tiles = c.n_tiles
     step, gemm, alu, zero = c.work.step, c.work.gemm, c.work.alu, c.work.zero
     inp_n, wgt_n = slot_misses(low, s)
     bus = inp_n * s.tile_ic * c.inp_bus + wgt_n * c.wgt_bus + n_tiles * c.out_bus
