@@ -123,7 +123,8 @@ def _token_storm(cfg, n):
     insns += [Load(mem=MemId.ACC, push_prev=True, **idle)] * n
     insns += [Load(mem=MemId.INP, pop_next=True, **idle)] * n
     insns += [Load(mem=MemId.ACC, pop_prev=True, **idle)] * n
-    return ProgramBuilder(cfg, "storm").build([*insns, Finish()])
+    insns += [Load(mem=MemId.INP, push_next=True, **idle)]  # FINISH waits for the load stage
+    return ProgramBuilder(cfg, "storm").build([*insns, Finish(pop_prev=True)])
 
 
 def test_deadlock_at_the_configured_queue_depth():
@@ -319,3 +320,19 @@ def test_two_processes_find_what_one_finds(monkeypatch, broken):
         assert _error(program, 2) == _error(program, 1)
         assert _error(program, 1)[0] == "raw"
     assert len(maps) >= 1  # the side-by-side path ran
+
+
+def test_finish_must_wait_for_every_instruction():
+    """A load nothing waits for may still run when FINISH raises done (and, in a chain, when
+    the next layer starts): refused, naming it; ordered by a token, accepted."""
+    def program(ordered: bool):
+        pb = ProgramBuilder(CFG, "late")
+        x = pb.buffer("x", Role.INPUT, (1, CFG.batch, CFG.block_in), np.int8)
+        load = Load(mem=MemId.INP, sram_base=0, dram_base=pb.elem(x, "inp"), y_size=1,
+                    x_size=1, x_stride=1, push_next=ordered)  # fmt: skip
+        return pb.build([load, Finish(pop_prev=ordered)])
+
+    verify(program(True))
+    with pytest.raises(VerifyError, match=r"raises done while instruction 0 \(LOAD") as info:
+        verify(program(False))
+    assert info.value.rule == "finish"

@@ -11,6 +11,7 @@ Rules, each a `VerifyError` naming the instruction:
 - ``raw`` / ``war`` / ``waw``: when two stages touch the same scratchpad rows, the later one in
   program order is ordered after the earlier one by the tokens (happens-before, with vector
   clocks), and nothing reads a row no instruction has written;
+- ``finish``: FINISH starts only once every other instruction is complete;
 - ``unit-overlap``: a GEMM and an ALU instruction the compute stage may run at the same time
   (their first micro-ops write different accumulator halves, see sim.engine) each keep every
   accumulator row they read or write in their own half (the halves are banks);
@@ -68,6 +69,7 @@ def verify(program: Program, jobs: int | None = 1) -> dict:
     _check_balance(table, pops, pushes)
     clocks, lanes = _clocks(cfg, table, acc, pops, pushes, order)
     local = _stage_local(acc)
+    _check_finish(table, clocks, lanes, local)
     args = (cfg, table, acc, clocks, lanes, local)
     halves = [partial(_rules, args, buffers, *rules) for buffers, rules in _HALVES]
     if jobs == 1 or len(table) < PARALLEL_INSNS or not can_fork() or not all(
@@ -154,6 +156,23 @@ def _check_dram(program: Program, table, acc) -> None:
                     table,
                     a.index,
                 )
+
+
+def _check_finish(table, clocks, lanes, local) -> None:
+    """FINISH raises done: every other instruction must be complete when it starts, or a
+    transfer would still run after the host was told the program ended (and the next
+    program, or a chain's next layer, would run alongside it)."""
+    finish = np.flatnonzero(table["opcode"] == Opcode.FINISH)
+    if not finish.size:
+        return  # the simulator refuses a program without FINISH
+    f = int(finish[-1])
+    last: dict[int, int] = {}  # lane -> its last instruction before FINISH
+    for k in range(f):
+        last[lanes[k]] = k
+    for lane, g in sorted(last.items(), key=lambda item: item[1]):
+        if not covers(clocks[f], lane, local[g]):
+            _fail("finish", f"raises done while instruction {g} ({format_row(table[g])}) may "
+                  "still run: no token orders it before FINISH", table, f)  # fmt: skip
 
 
 def _token_lists(table, stages):
