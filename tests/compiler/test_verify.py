@@ -19,6 +19,7 @@ from tilecraft.hw.isa import (
     Gemm,
     Load,
     MemId,
+    Opcode,
     Stage,
     Uop,
     encode,
@@ -273,55 +274,6 @@ def test_every_tap_is_accounted_for():
         verify(program.replace(insns=encode(isa_for(program.config), twice)))
 
 
-def _dropped_pair(program, producer_stage, consumer_stage, push, pop):
-    table = program.table()
-    table[push][first(table, producer_stage, push)] = 0
-    table[pop][first(table, consumer_stage, pop)] = 0
-    return with_table(program, table)
-
-
-def _error(program, jobs):
-    with pytest.raises(VerifyError) as info:
-        verify(program, jobs=jobs)
-    return info.value.rule, info.value.index, str(info.value)
-
-
-def test_the_rules_split_in_two_halves_cover_every_scratchpad_once():
-    from tilecraft.compiler import verify as V
-    from tilecraft.hw.config import SCRATCHPADS
-
-    buffers = [b for half, _ in V._HALVES for b in half]
-    assert sorted(buffers) == sorted(SCRATCHPADS)
-    rules = [r for _, rs in V._HALVES for r in rs]
-    assert rules == [V._check_unit_overlap, V._check_dram_order]
-
-
-@pytest.mark.parametrize("broken", ["none", "load->compute", "compute->store"])
-def test_two_processes_find_what_one_finds(monkeypatch, broken):
-    """Side by side (the hazards on inp/wgt and on acc in different halves), a program passes
-    or fails as in one process, with the same first problem named."""
-    from tilecraft.compiler import jobs as J
-    from tilecraft.compiler import verify as V
-
-    if not J.can_fork():
-        pytest.skip("this platform does not fork")
-    monkeypatch.setattr(V, "PARALLEL_INSNS", 1)
-    maps = []
-    real_map = V.map_jobs
-    monkeypatch.setattr(V, "map_jobs", lambda *a: maps.append(a) or real_map(*a))
-    program = compiled()
-    if broken == "load->compute":
-        program = _dropped_pair(program, Stage.LOAD, Stage.COMPUTE, "push_next", "pop_prev")
-    elif broken == "compute->store":
-        program = _dropped_pair(program, Stage.COMPUTE, Stage.STORE, "push_next", "pop_prev")
-    if broken == "none":
-        assert verify(program, jobs=2) == verify(program, jobs=1)
-    else:
-        assert _error(program, 2) == _error(program, 1)
-        assert _error(program, 1)[0] == "raw"
-    assert len(maps) >= 1  # the side-by-side path ran
-
-
 def test_finish_must_wait_for_every_instruction():
     """A load nothing waits for may still run when FINISH raises done (and, in a chain, when
     the next layer starts): refused, naming it; ordered by a token, accepted."""
@@ -336,3 +288,46 @@ def test_finish_must_wait_for_every_instruction():
     with pytest.raises(VerifyError, match=r"raises done while instruction 0 \(LOAD") as info:
         verify(program(False))
     assert info.value.rule == "finish"
+
+
+def test_a_flag_with_no_queue_is_named_at_its_first_instruction():
+    """The load stage has no queue before it, the store stage none after it: the earliest
+    instruction with such a flag is named, whichever flag it is."""
+    idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    from tilecraft.hw.isa import Store
+
+    insns = [Load(mem=MemId.INP, **idle), Store(push_next=True, **idle),
+             Load(mem=MemId.INP, pop_prev=True, **idle), Finish()]  # fmt: skip
+    with pytest.raises(VerifyError, match="flag push_next has no queue on the store stage") as e:
+        verify(ProgramBuilder(CFG, "flags").build(insns))
+    assert e.value.rule == "range" and e.value.index == 1
+
+
+def test_a_pass_without_dataflow_is_remembered_for_the_same_footprints(monkeypatch):
+    """A network's layers of one shape differ only in their requantization's immediates,
+    which no rule but dataflow reads: the second is not checked again. A shift by the whole
+    lane (which clears the rows, so reads none) is another program; dataflow always runs."""
+    from tilecraft.compiler import verify as V
+
+    program = compiled()
+    monkeypatch.setattr(V, "_passed", {})
+    calls = []
+    real = V.accesses
+    monkeypatch.setattr(V, "accesses", lambda *a: calls.append(1) or real(*a))
+    table = program.table()
+    spec = isa_for(CFG)
+    shifts = np.flatnonzero((table["opcode"] == Opcode.ALU) & (table["alu_op"] == AluOp.SHR)
+                            & (table["use_imm"] != 0)
+                            & (spec.shr_amount(table["imm"]) > -CFG.acc_bits))  # fmt: skip
+    assert shifts.size  # the epilogue's shifts (not the zeroing's)
+    verify(program, dataflow=False)
+    other = table.copy()
+    other["imm"][shifts] = 5  # another layer's shift
+    verify(with_table(program, other), dataflow=False)
+    assert len(calls) == 1  # remembered
+    verify(with_table(program, other))
+    assert len(calls) == 2  # dataflow is never skipped
+    cleared = table.copy()
+    cleared["imm"][shifts] = -CFG.acc_bits & ((1 << spec.shr_amount_bits) - 1)
+    verify(with_table(program, cleared), dataflow=False)
+    assert len(calls) == 3  # checked: its footprints differ

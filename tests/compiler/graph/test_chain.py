@@ -14,7 +14,7 @@ from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.compiler.verify import verify
 from tilecraft.errors import VerifyError
 from tilecraft.hw.config import HwConfig, preset
-from tilecraft.hw.isa import Load, MemId, encode, isa_for, table_insns
+from tilecraft.hw.isa import Load, MemId, Opcode, encode, isa_for, table_insns
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
 from tilecraft.runtime.model import AcceleratorStep
@@ -122,3 +122,84 @@ def test_relocation_refuses_what_it_cannot_move():
     cut = program.replace(insns=program.insns[:-1])  # no FINISH at the end
     with pytest.raises(ScheduleError, match="does not end with FINISH"):
         chain_programs([Part(cut, {"output": "y"}), Part(program, {"input": "y"})], {"output"})
+
+
+def _two_layers(first=None, verified_parts=False):
+    """Two 1x1 convolutions chained through tensor y (`first` replaces the first's program)."""
+    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.compiler.graph.chain import Part, chain_programs
+    from tilecraft.ops import Conv2d, Epilogue
+
+    cfg = preset("1x8x8")
+    a = conv2d(cfg, Conv2d(1, 8, 4, 4, 8, 1, 1, 0), Epilogue(shift=4), name="a")
+    b = conv2d(cfg, Conv2d(1, 8, 4, 4, 8, 1, 1, 0), Epilogue(shift=3), name="b")
+    parts = [Part(first or a, {"output": "y"}), Part(b, {"input": "y", "output": "z"})]
+    return chain_programs(parts, {"z"}, verified_parts=verified_parts)[0], parts
+
+
+def _with(program, k: int, **changes):
+    insns = table_insns(program.table())
+    insns[k] = dataclasses.replace(insns[k], **changes)
+    return program.replace(insns=encode(isa_for(program.config), insns))
+
+
+def test_a_chain_is_verified_by_its_parts_and_its_junctions():
+    """The chain's verification: each part whole, then what joining adds. A junction that no
+    longer waits is refused by name (the whole-program verifier finds the hazard too)."""
+    from tilecraft.compiler.graph.chain import verify_chain
+
+    program, parts = _two_layers()
+    verify_chain(program, parts)
+    verify(program)  # the whole-program rules agree
+    j = len(parts[0].program.insns)  # the second part's first instruction
+    for k, change in ((j, {"pop_next": False}), (j - 1, {"push_prev": False}),
+                      (j - 1, {"pop_next": False})):  # fmt: skip
+        broken = _with(program, k, **change)
+        with pytest.raises(VerifyError, match="after layer a is not the barrier") as info:
+            verify_chain(broken, parts)
+        assert info.value.rule == "junction" and info.value.index == k
+
+
+def test_a_broken_part_fails_the_chain_unless_the_caller_verified_it():
+    """The chain verifies its parts (a hazard inside a layer is the part's to find) unless its
+    caller says it did (a network verifies each layer where it compiles it)."""
+    a = _two_layers()[1][0].program
+    table = a.table()
+    stage_load = (table["opcode"] == Opcode.LOAD) & np.isin(table["mem"], [MemId.INP, MemId.WGT])
+    push = int(np.flatnonzero(stage_load & (table["push_next"] != 0))[0])
+    pop = int(np.flatnonzero((table["opcode"] == Opcode.GEMM) & (table["pop_prev"] != 0))[0])
+    # the first load-to-compute token dropped at both ends: still balanced, but that GEMM no
+    # longer waits for the load it reads (nor FINISH for that load)
+    broken = _with(_with(a, push, push_next=False), pop, pop_prev=False)
+    with pytest.raises(VerifyError, match="finish|raw"):
+        verify(broken)
+    with pytest.raises(VerifyError, match="finish|raw"):
+        _two_layers(first=broken)
+    _two_layers(first=broken, verified_parts=True)  # trusted: its caller verified it
+
+
+def test_relocation_keeps_each_transfer_inside_one_buffer():
+    """A transfer that runs past its buffer in its own layer (into the next buffer, inside the
+    program's region) would read another tensor once the chain moves the buffers apart."""
+    a = _two_layers()[1][0].program
+    table = a.table()
+    load = int(np.flatnonzero((table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)
+                              & (table["x_size"] > 0))[0])  # fmt: skip
+    rows = int(table["y_size"][load])
+    over = _with(a, load, y_size=rows + 64)  # reads on past the input
+    with pytest.raises(VerifyError, match="not inside one of its buffers") as info:
+        _two_layers(first=over, verified_parts=True)
+    assert info.value.rule == "dram" and info.value.index == load
+
+
+def test_buffers_of_one_layer_never_share_arena_bytes():
+    from tilecraft.compiler.graph.chain import verify_chain
+
+    program, parts = _two_layers()
+    bufs = {b.name: b for b in program.buffers}
+    assert bufs["y"].role == "scratch" and bufs["z"].role == "output"  # may share, by lives
+    clash = dataclasses.replace(bufs["z"], offset=bufs["y"].offset)  # but b reads y, writes z
+    doctored = program.replace(buffers=tuple(clash if b.name == "z" else b
+                                             for b in program.buffers))  # fmt: skip
+    with pytest.raises(VerifyError, match="layer b's buffers y and z share arena bytes"):
+        verify_chain(doctored, parts, verified_parts=True)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilecraft.compiler.graph.arena import Interval, plan_arena
-from tilecraft.compiler.verify import verify
-from tilecraft.errors import ScheduleError
+from tilecraft.compiler.verify import verify, verify_queues
+from tilecraft.errors import ScheduleError, VerifyError
 from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import (
     BUFFER_NAMES,
@@ -28,6 +28,7 @@ from tilecraft.hw.isa import (
     MemId,
     Opcode,
     encode,
+    format_row,
     insn_table,
     isa_for,
 )
@@ -135,11 +136,16 @@ def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> 
     starts = np.array([b.offset for b in bufs])
     ends = np.array([b.offset + b.nbytes for b in bufs])
     k = np.searchsorted(starts, byte, side="right") - 1
-    if (k < 0).any() or (byte >= ends[np.maximum(k, 0)]).any():
-        bad = int(rows[np.flatnonzero((k < 0) | (byte >= ends[np.maximum(k, 0)]))[0]])
-        raise ScheduleError(f"instruction {bad} of {p.name} addresses DRAM byte "
-                            f"{int(base[bad]) * int(eb[np.searchsorted(rows, bad)])} outside "
-                            f"its buffers")  # fmt: skip
+    # the transfer's last byte: y_size rows of x_size elements, x_stride apart
+    last = byte + ((table["y_size"][rows] - 1) * table["x_stride"][rows]
+                   + table["x_size"][rows]) * eb - 1  # fmt: skip
+    outside = (k < 0) | (last >= ends[np.maximum(k, 0)])
+    if outside.any():
+        j = int(np.flatnonzero(outside)[0])
+        span = f"[{int(byte[j])}, {int(last[j]) + 1})"
+        raise VerifyError("dram", f"transfers DRAM bytes {span} of {p.name}, not inside one of "
+                          f"its buffers: the chain moves each buffer on its own", int(rows[j]),
+                          format_row(table[rows[j]]))  # fmt: skip
     delta = np.array([where[_global(i, part, b)] - b.offset for b in bufs])[k]
     odd = np.flatnonzero(delta % eb)
     if odd.size:
@@ -151,9 +157,11 @@ def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> 
 
 
 def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
-                   budget: int = 128 << 20, check: bool = True):  # fmt: skip
+                   budget: int = 128 << 20, check: bool = True,
+                   verified_parts: bool = False):  # fmt: skip
     """One program running `parts` in order; `exports` are the tensors the host reads after.
-    Returns (program, arena)."""
+    Returns (program, arena). With `check`, the program is verified (`verify_chain`); the
+    parts too unless `verified_parts` (a network's layers are verified where compiled)."""
     if not parts:
         raise ScheduleError("a chain needs at least one layer")
     cfg = parts[0].program.config
@@ -187,5 +195,56 @@ def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
                       constants=constants, insn_offset=insn_offset, uop_offset=uop_offset,
                       dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE, name=name)  # fmt: skip
     if check:
-        verify(program)
+        verify_chain(program, parts, verified_parts)
     return program, arena
+
+
+def verify_chain(program: Program, parts: list[Part], verified_parts: bool = False) -> None:
+    """Verify a chain by its parts. Each part is verified whole (every rule of `verify`,
+    dataflow included); a junction is a compute barrier that takes the part's FINISH's tokens
+    (the finish rule: every instruction of the part is complete when it starts) and hands a
+    token to the next part's first load-stage instruction, so every instruction of a part is
+    complete before any of the next starts (the load stage is in order behind that LOAD, the
+    compute stage behind the barrier, and each store behind a compute instruction of its own
+    part): no hazard, on a scratchpad or in DRAM, crosses a junction. What the joining adds
+    is checked here: the junctions, relocation (each transfer inside one buffer, checked
+    while relocating; no two buffers of a part sharing bytes), and token balance and
+    deadlock over the whole program (`verify_queues`)."""
+    if not verified_parts:
+        for part in parts:
+            verify(part.program)
+    where = {b.name: b for b in program.buffers}
+    for i, part in enumerate(parts):
+        spans = sorted({(where[_global(i, part, b)].offset, where[_global(i, part, b)].nbytes,
+                         _global(i, part, b)) for b in part.program.buffers})  # fmt: skip
+        for (lo, n, a), (lo2, _, b) in zip(spans, spans[1:]):
+            if lo + n > lo2:
+                raise VerifyError("dram", f"layer {part.program.name}'s buffers {a} and {b} "
+                                  f"share arena bytes [{lo2}, {lo + n})", None, None)  # fmt: skip
+    _check_junctions(program.table(), parts)
+    verify_queues(program)
+
+
+def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
+    """At each junction: the barrier (a compute LOAD of nothing with the part's FINISH's pops,
+    pushing to the load stage, nothing else) and the next part's first instruction (a LOAD
+    INP of nothing that pops it, nothing else)."""
+    flags = ("pop_prev", "pop_next", "push_prev", "push_next")
+    at = 0
+    for i, part in enumerate(parts[:-1]):
+        at += len(part.program.insns) - 1 + (i > 0)  # its body, after the previous hand-over
+        finish = part.program.table()[-1]
+        handover = dict(pop_prev=finish["pop_prev"], pop_next=finish["pop_next"], push_prev=1,
+                        push_next=0)  # fmt: skip
+        wants = [(at, MemId.UOP, handover),
+                 (at + 1, MemId.INP, dict(pop_prev=0, pop_next=1, push_prev=0, push_next=0))]
+        for k, mem, want in wants:
+            row = table[k]
+            empty = all(int(row[f]) == 0 for f in ("x_size", "y_size", "y_pad0", "y_pad1",
+                                                    "x_pad0", "x_pad1"))  # fmt: skip
+            if (row["opcode"] != Opcode.LOAD or row["mem"] != mem or not empty
+                    or any(int(row[f]) != int(want[f]) for f in flags)):  # fmt: skip
+                raise VerifyError("junction", f"the junction after layer {part.program.name} "
+                                  f"is not the barrier the chain's verification assumes",
+                                  k, format_row(row))  # fmt: skip
+        at += 1

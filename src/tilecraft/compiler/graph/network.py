@@ -139,7 +139,6 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     (`tune.records.Records`), the schedules tuning found, used for each layer they cover;
     `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`)."""
     steps, programs, host_constants = [], [], {}
-    unverified: list[Program] = []  # what runs, verified once built (side by side)
     pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
              if isinstance(layer, FIXED)}  # fmt: skip
     layers = [_host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None
@@ -149,8 +148,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                   DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
-    programs_of = _compile_layers(cfg, runs, measure, check=not chain, records=records,
-                                  jobs=jobs, description=f"compiling {net.name}")  # fmt: skip
+    programs_of = _compile_layers(cfg, runs, measure, records=records, jobs=jobs,
+                                  description=f"compiling {net.name}")  # fmt: skip
     for k, run in enumerate(runs):
         if not isinstance(run[0], ON_ACCELERATOR):
             layer = run[0]
@@ -172,15 +171,13 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                                        for t in _reads(run[i])}  # fmt: skip
             made = {layer.output for layer in part_layers}
             if len(group) == 1:
-                if chain and not isinstance(part_layers[0], FIXED):
-                    unverified.append(part_programs[0])  # compiled unchecked, for a chain
                 steps.append(_step(part_layers[0], len(programs)))
                 programs.append(part_programs[0])
                 continue
             parts = [Part(p, _bindings(layer)) for layer, p in zip(part_layers, part_programs)]
             name = f"{part_layers[0].name}..{part_layers[-1].name}"
-            program, _ = chain_programs(parts, made & outside, name, budget, check=False)
-            unverified.append(program)
+            # each layer was verified where it was compiled: the chain checks what joining adds
+            program, _ = chain_programs(parts, made & outside, name, budget, verified_parts=True)
             names = {x.name for x in program.buffers}
             chain_layers = tuple(
                 ChainLayer(p.computation, tuple(
@@ -192,11 +189,6 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
                                          chain_layers))  # fmt: skip
             programs.append(program)
-    unverified.sort(key=lambda p: -len(p.insns))
-    if len(unverified) == 1:  # the whole network in one program: its rules side by side
-        verify(unverified[0], jobs=jobs)
-    else:
-        map_jobs(verify, unverified, jobs, f"verifying {net.name}")
     total = sum(p.dram_size for p in programs)
     if total > budget:
         raise ModelError(
@@ -231,11 +223,11 @@ def _reads(layer) -> list[str]:
     return list(layer.inputs)
 
 
-def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, check: bool, records,
+def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, records,
                     jobs: int | None, description: str) -> dict[str, Program]:  # fmt: skip
-    """Each conv/dense layer's program, by name. Layers of one shape (operator and epilogue
-    shape, `_schedule_key`) are one job: the first searches the schedule, the others take it.
-    The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
+    """Each conv/dense layer's program, by name, verified. Layers of one shape (operator and
+    epilogue shape, `_schedule_key`) are one job: the first searches the schedule, the others
+    take it. The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
     groups: dict[tuple, list[tuple[AccelLayer, bool | None]]] = {}
     for run in runs:
         if not isinstance(run[0], ON_ACCELERATOR):
@@ -246,22 +238,22 @@ def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, check: boo
                 fold = None if layer.input not in made else False  # fed by the host: may fold
                 groups.setdefault(_schedule_key(layer) + (fold,), []).append((layer, fold))
     work = sorted(groups.values(), key=lambda g: -g[0][0].op.macs)
-    compile_group = partial(_compile_group, cfg, measure=measure, check=check, records=records)
+    compile_group = partial(_compile_group, cfg, measure=measure, records=records)
     return {layer.name: program
             for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
             for (layer, _), program in zip(group, programs)}  # fmt: skip
 
 
-def _compile_group(cfg: HwConfig, group: list, *, measure: int, check: bool,
-                   records) -> list[Program]:  # fmt: skip
+def _compile_group(cfg: HwConfig, group: list, *, measure: int, records) -> list[Program]:
     chosen: dict[tuple, ConvSchedule] = {}
-    return [_compile(cfg, layer, chosen, measure, fold, check, records) for layer, fold in group]
+    return [_compile(cfg, layer, chosen, measure, fold, records) for layer, fold in group]
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bool,
-             records=None):  # fmt: skip
-    """The layer's program; unverified without `check` (a chain verifies what it builds).
-    A schedule the records hold for the layer's shape is taken as chosen."""
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None):
+    """The layer's program, verified by every rule but dataflow (which a network's chain never
+    ran: half a layer's verification time; tests/compiler/graph checks the networks bit-exact
+    against the integer reference). A schedule the records hold for the layer's shape is taken
+    as chosen."""
     key = _schedule_key(layer) + (fold,)
     if records is not None and key not in chosen and isinstance(layer.op, (Conv2d, Dense)):
         best = best_schedule(records, Task(cfg, layer.op, layer.epilogue, fold))
@@ -269,7 +261,7 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bo
             chosen[key] = best
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               **layer.vectors,
-              "name": layer.name, "fold": fold, "measure": measure, "check": check}  # fmt: skip
+              "name": layer.name, "fold": fold, "measure": measure, "check": False}  # fmt: skip
     try:
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
     except ScheduleError:
@@ -277,6 +269,7 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, check: bo
             raise
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params)
     chosen[key] = comp.schedule
+    verify(comp.program, dataflow=False)
     return comp.program
 
 
