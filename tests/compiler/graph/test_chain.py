@@ -160,6 +160,27 @@ def test_a_chain_is_verified_by_its_parts_and_its_junctions():
         assert info.value.rule == "junction" and info.value.index == k
 
 
+def test_the_chain_is_its_parts_relocated_and_nothing_else():
+    """An instruction changed inside a layer of the chain (its parts verified as they were) is
+    refused: the chain's verification rebuilds what the parts and the buffers' places make."""
+    from tilecraft.compiler.graph.chain import verify_chain
+
+    program, parts = _two_layers()
+    table = program.table()
+    j = len(parts[0].program.insns) + 1  # the second layer's body
+    k = j + int(np.flatnonzero((parts[1].program.table()["opcode"] == Opcode.GEMM)
+                               & (parts[1].program.table()["pop_prev"] != 0))[0])  # fmt: skip
+    assert table[k]["opcode"] == Opcode.GEMM and table[k]["pop_prev"]
+    with pytest.raises(VerifyError, match=f"instruction {k} is not the layers' relocated") as e:
+        verify_chain(_with(program, k, pop_prev=False), parts, verified_parts=True)
+    assert e.value.rule == "chain"
+    other = program.uops.copy()
+    other[-1] ^= 1  # the second layer's micro-op, another row
+    moved = program.replace(uops=other)
+    with pytest.raises(VerifyError, match="micro-ops are not the layers'"):
+        verify_chain(moved, parts, verified_parts=True)
+
+
 def test_a_broken_part_fails_the_chain_unless_the_caller_verified_it():
     """The chain verifies its parts (a hazard inside a layer is the part's to find) unless its
     caller says it did (a network verifies each layer where it compiles it)."""

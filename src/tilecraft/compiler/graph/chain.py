@@ -171,9 +171,24 @@ def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
     where = {b.name: b.offset for b in buffers}
     uops = np.concatenate([p.program.uops for p in parts])
     uop_offset = top
+    table = _chain_table(cfg, parts, where, uop_offset // cfg.uop_bytes)
+    words = encode(isa_for(cfg), table)
+    insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
+    end = insn_offset + len(words) * INSN_BYTES
+    program = Program(config=cfg, insns=words, uops=uops, buffers=tuple(buffers),
+                      constants=constants, insn_offset=insn_offset, uop_offset=uop_offset,
+                      dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE, name=name)  # fmt: skip
+    if check:
+        verify_chain(program, parts, verified_parts)
+    return program, arena
+
+
+def _chain_table(cfg: HwConfig, parts: list[Part], where: dict[str, int], uop_base: int):
+    """The chain's instructions: each part's, relocated (buffers to `where`, micro-ops to
+    their place after `uop_base`), with a junction between parts."""
     tables, before = [], 0
     for i, part in enumerate(parts):
-        body = _relocate(cfg, i, part, where, uop_offset // cfg.uop_bytes + before)
+        body = _relocate(cfg, i, part, where, uop_base + before)
         before += len(part.program.uops)
         if i > 0:  # the load stage waits for the previous layer's last compute instruction
             tables.append(insn_table([Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0,
@@ -188,15 +203,7 @@ def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
                             pop_next=bool(last["pop_next"]), push_prev=True)  # fmt: skip
             body = np.concatenate([body, insn_table([handover])])
         tables.append(body)
-    words = encode(isa_for(cfg), np.concatenate(tables))
-    insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
-    end = insn_offset + len(words) * INSN_BYTES
-    program = Program(config=cfg, insns=words, uops=uops, buffers=tuple(buffers),
-                      constants=constants, insn_offset=insn_offset, uop_offset=uop_offset,
-                      dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE, name=name)  # fmt: skip
-    if check:
-        verify_chain(program, parts, verified_parts)
-    return program, arena
+    return np.concatenate(tables)
 
 
 def verify_chain(program: Program, parts: list[Part], verified_parts: bool = False) -> None:
@@ -207,12 +214,15 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
     complete before any of the next starts (the load stage is in order behind that LOAD, the
     compute stage behind the barrier, and each store behind a compute instruction of its own
     part): no hazard, on a scratchpad or in DRAM, crosses a junction. What the joining adds
-    is checked here: the junctions, relocation (each transfer inside one buffer, checked
-    while relocating; no two buffers of a part sharing bytes), and token balance and
-    deadlock over the whole program (`verify_queues`)."""
+    is checked here: that the program is its parts, relocated, and the junctions, nothing
+    else; relocation (each transfer inside one buffer; no two buffers of a part sharing
+    bytes); token balance and deadlock over the whole program (`verify_queues`)."""
     if not verified_parts:
         for part in parts:
             verify(part.program)
+    cfg = program.config
+    table = program.table()
+    _check_junctions(table, parts)
     where = {b.name: b for b in program.buffers}
     for i, part in enumerate(parts):
         spans = sorted({(where[_global(i, part, b)].offset, where[_global(i, part, b)].nbytes,
@@ -221,7 +231,17 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
             if lo + n > lo2:
                 raise VerifyError("dram", f"layer {part.program.name}'s buffers {a} and {b} "
                                   f"share arena bytes [{lo2}, {lo + n})", None, None)  # fmt: skip
-    _check_junctions(program.table(), parts)
+    offsets = {b.name: b.offset for b in program.buffers}
+    expected = _chain_table(cfg, parts, offsets, program.uop_offset // cfg.uop_bytes)
+    if not np.array_equal(program.uops, np.concatenate([p.program.uops for p in parts])):
+        raise VerifyError("chain", "the micro-ops are not the layers' in order", None, None)
+    if len(table) != len(expected) or not np.array_equal(table, expected):
+        k = next(k for k in range(min(len(table), len(expected)) + 1)
+                 if k == len(table) or k == len(expected) or table[k] != expected[k])  # fmt: skip
+        raise VerifyError("chain", f"instruction {k} is not the layers' relocated instruction or "
+                          f"junction there ({len(table)} instructions, {len(expected)} expected)",
+                          k if k < len(table) else None,
+                          format_row(table[k]) if k < len(table) else None)  # fmt: skip
     verify_queues(program)
 
 
