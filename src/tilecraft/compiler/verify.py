@@ -103,11 +103,11 @@ def _key(program: Program, table, uops) -> bytes:
     return h.digest()
 
 
-def verify_queues(program: Program) -> None:
+def verify_queues(program: Program, table: np.ndarray | None = None) -> None:
     """The rules over the whole instruction stream that need no footprints: empty loads, token
-    balance and deadlock. A chain of verified layers is checked with these and its junctions
-    (`graph/chain.verify_chain`)."""
-    table = program.table()
+    balance and deadlock (`table`: the program's, if already decoded). A chain of verified
+    layers is checked with these and its junctions (`graph/chain.verify_chain`)."""
+    table = program.table() if table is None else table
     stages = [stage_of(op, mem) for op, mem in zip(table["opcode"].tolist(),
                                                    table["mem"].tolist())]  # fmt: skip
     _check_empty_loads(table)

@@ -27,6 +27,7 @@ from tilecraft.hw.isa import (
     Load,
     MemId,
     Opcode,
+    decode,
     encode,
     format_row,
     insn_table,
@@ -242,7 +243,7 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
                           f"junction there ({len(table)} instructions, {len(expected)} expected)",
                           k if k < len(table) else None,
                           format_row(table[k]) if k < len(table) else None)  # fmt: skip
-    verify_queues(program)
+    verify_queues(program, table)
 
 
 def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
@@ -253,7 +254,8 @@ def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
     at = 0
     for i, part in enumerate(parts[:-1]):
         at += len(part.program.insns) - 1 + (i > 0)  # its body, after the previous hand-over
-        finish = part.program.table()[-1]
+        p = part.program
+        finish = decode(isa_for(p.config), p.insns[-1:])[0]  # its FINISH alone
         handover = dict(pop_prev=finish["pop_prev"], pop_next=finish["pop_next"], push_prev=1,
                         push_next=0)  # fmt: skip
         wants = [(at, MemId.UOP, handover),
