@@ -30,7 +30,7 @@ class Timing:
     gemm_ii: int = 1  # cycles per GEMM micro-op
     gemm_depth: int = 9  # GEMM pipeline drain: micro-op (2), indices, SRAM (2), operands,
     # products, the adder trees (2), accumulate (hw/rtl/units.py: every SRAM read is registered)
-    reset_depth: int = 2  # a reset writes zeros once its indices are summed
+    reset_depth: int = 3  # a reset writes zeros from registers after its indices' range check
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port; one where the
     # src is the micro-op before's, see alu_repeats)

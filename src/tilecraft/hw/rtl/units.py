@@ -271,7 +271,7 @@ class GemmUnit(wiring.Component):
             m.d.sync += idx[f].eq(u[f] + off[lat][f])
         vi, lasti = Signal(), Signal()
         m.d.sync += [vi.eq(v[lat]), lasti.eq(last[lat])]
-        # P(lat+1) = "I": range checks; INP/WGT reads; a reset writes its zeros here
+        # P(lat+1) = "I": range checks; INP/WGT reads; a reset's zeros are written at I+1
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
         bad = vi & (
             (dst >= cfg.depth("acc"))
@@ -303,12 +303,22 @@ class GemmUnit(wiring.Component):
                 row[k * ab : (k + 1) * ab] + core.sums[k * ab : (k + 1) * ab]
             )
         w_dst, w_val = dsts[to_sums + 1], vals[to_sums + 1]
-        with m.If(vi & reset & ~bad):
-            m.d.comb += [w.addr.eq(dst), w.data.eq(0), w.en.eq(1)]
+        # a reset's write comes from registers a cycle after its range check, so neither the
+        # check's compare nor the index reaches the banks' write ports or the forwarding's
+        # row-hit compares in one cycle (that was the routed worst path, hw timing at 60 MHz)
+        zero_en, zero_last = Signal(), Signal()
+        zero_dst = Signal.like(w.addr, name="zero_dst")
+        m.d.sync += [
+            zero_en.eq(vi & reset & ~bad),
+            zero_last.eq(lasti),
+            zero_dst.eq(dst[: len(w.addr)]),
+        ]
+        with m.If(zero_en):
+            m.d.comb += [w.addr.eq(zero_dst), w.data.eq(0), w.en.eq(1)]
         with m.Else():
             m.d.comb += [w.addr.eq(w_dst), w.data.eq(total), w.en.eq(w_val)]
         # completion: the last micro-op's write (or reset), or an error
-        reset_done = vi & reset & lasti
+        reset_done = zero_en & zero_last
         gemm_done = lasts[to_sums + 1] & w_val
         first = Signal()  # an instruction with no steps finishes the cycle after it starts
         m.d.sync += first.eq(self.start)
