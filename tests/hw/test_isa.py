@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from isa_strategies import CONFIGS, programs, uop_lists
 
 from tilecraft.errors import ConfigError, EncodingError
@@ -24,6 +25,9 @@ from tilecraft.hw.isa import (
     Store,
     Uop,
     as_words,
+    clip_bounds,
+    clip_fits,
+    clip_operand,
     decode,
     decode_uops,
     disassemble,
@@ -251,3 +255,23 @@ def test_bulk_table_round_trip(name):
     assert np.array_equal(back, table)
     assert table["imm"].min() < 0  # the signed field was exercised
     assert np.array_equal(as_words(words.astype("<u8").tobytes()), words)
+
+
+@given(st.integers(-128, 127), st.integers(-128, 127))
+def test_clip_operand_round_trip(lo, hi):
+    if lo > hi:
+        with pytest.raises(ValueError, match=r"CLIP bounds \[.*lo <= hi"):
+            clip_operand(lo, hi)
+        return
+    imm = clip_operand(lo, hi)
+    assert -(2**15) <= imm < 2**15  # a signed 16-bit immediate
+    assert clip_bounds(imm) == (lo, hi)
+    # a tensor operand's lane: only its low 16 bits count, whatever is above them
+    assert clip_bounds((imm & 0xFFFF) | (0x5A5A << 16)) == (lo, hi)
+
+
+@pytest.mark.parametrize("lo, hi", [(-129, 0), (0, 128), (5, 4)])
+def test_clip_bounds_that_do_not_fit(lo, hi):
+    assert not clip_fits(lo, hi)
+    with pytest.raises(ValueError, match=f"CLIP bounds \\[{lo}, {hi}\\]"):
+        clip_operand(lo, hi)

@@ -68,6 +68,10 @@ def naive_alu(op: str, a: int, b: int, bits: int) -> int:
         r = a + b
     elif op == "MUL":
         r = a * b
+    elif op == "CLIP":  # bounds: the operand's low two bytes, signed; hi first
+        hi, lo = (b & 0xFF), (b >> 8) & 0xFF
+        hi, lo = hi - 256 if hi > 127 else hi, lo - 256 if lo > 127 else lo
+        r = min(max(a, lo), hi)
     else:  # SHR: signed amount from the low log2(bits)+1 bits
         amount = b & (2 * bits - 1)
         if amount >= bits:

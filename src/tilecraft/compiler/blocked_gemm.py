@@ -18,6 +18,7 @@ import itertools
 import numpy as np
 
 from tilecraft.compiler.builder import MAX_INSNS, ProgramBuilder
+from tilecraft.compiler.clip import clip
 from tilecraft.compiler.gemm_schedule import choose_tiles, fits
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
@@ -151,10 +152,9 @@ def blocked_gemm(
             )
             step += 1
         bgn, end = reset_k[acc_h]
-        loop = dict(uop_bgn=bgn, uop_end=end, iter_out=tm, dst_out=tn, src_out=tn, use_imm=True)
-        insns.append(Alu(op=AluOp.SHR, imm=shift, **loop))
-        insns.append(Alu(op=AluOp.MAX, imm=lo, **loop))
-        insns.append(Alu(op=AluOp.MIN, imm=hi, push_next=True, **loop))
+        loop = dict(uop_bgn=bgn, uop_end=end, iter_out=tm, dst_out=tn, src_out=tn)
+        insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=shift, **loop))
+        insns += clip(lo, hi, last=dict(push_next=True), **loop)
         insns.append(
             Store(
                 sram_base=base("acc", acc_h),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.builder import ProgramBuilder
+from tilecraft.compiler.clip import clip
 from tilecraft.compiler.kernels import UopKernels
 from tilecraft.compiler.pool import finish_program
 from tilecraft.errors import ScheduleError
@@ -92,6 +93,5 @@ def _requantize(op: ScaledAdd, kernels: UopKernels, acc: int, count: int) -> lis
         out.append(Alu(op=AluOp.SHR, use_imm=True, imm=op.shift, **rows(0)))
     if op.zero_y:
         out.append(Alu(op=AluOp.ADD, use_imm=True, imm=op.zero_y, **rows(0)))
-    out.append(Alu(op=AluOp.MAX, use_imm=True, imm=op.clip[0], **rows(0)))
-    out.append(Alu(op=AluOp.MIN, use_imm=True, imm=op.clip[1], **rows(0)))
+    out += clip(op.clip[0], op.clip[1], **rows(0))
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilecraft.compiler.clip import clip
 from tilecraft.compiler.kernels import UopKernels
 from tilecraft.compiler.mapping import MappedConv
 from tilecraft.compiler.schedule import Tile
@@ -185,8 +186,7 @@ class EpilogueEmitter:
         if ep.offset:
             out.append(Alu(op=AluOp.ADD, use_imm=True, imm=ep.offset, **imm))
         if ep.final_clip:
-            out.append(Alu(op=AluOp.MAX, use_imm=True, imm=ep.low, **imm))
-            out.append(Alu(op=AluOp.MIN, use_imm=True, imm=ep.high, **imm))
+            out += clip(ep.low, ep.high, **imm)
         return out
 
     def _residual(self, tile: Tile, a: int) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.compiler.builder import MAX_INSNS, ProgramBuilder
+from tilecraft.compiler.clip import clip
 from tilecraft.compiler.kernels import UopKernels
 from tilecraft.compiler.tokens import insert_tokens
 from tilecraft.compiler.verify import verify
@@ -188,8 +189,7 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
             body.append(Alu(op=AluOp.SHR, use_imm=True, imm=op.shift, **rows))
         if op.output_zero:
             body.append(Alu(op=AluOp.ADD, use_imm=True, imm=op.output_zero, **rows))
-        body.append(Alu(op=AluOp.MAX, use_imm=True, imm=-128, **rows))
-        body.append(Alu(op=AluOp.MIN, use_imm=True, imm=127, **rows))
+        body += clip(-128, 127, **rows)
         body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
                           x_stride=count))  # fmt: skip
     return finish_program(cfg, op, pb, ident, kernels, body)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilecraft.compiler.clip import clip_passes
 from tilecraft.compiler.mapping import MappedConv
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule, Multiplier
@@ -19,7 +20,8 @@ def _ceil(a: int, b: int) -> int:
 def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
     ep = low.epilogue
-    imm = 1 + 2 * int(ep.final_clip) + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+    imm = 1 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+    imm += clip_passes(ep.low, ep.high) if ep.final_clip else 0  # CLIP, or MAX and MIN
     imm += int(bool(ep.offset))  # the zero points' ADD
     tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias) + 2 * int(ep.acc_bounds)
     imm, tensor = imm + int(bool(ep.pre_shift)), tensor + int(bool(ep.pre_shift))  # >>p, x m2

@@ -9,7 +9,10 @@ Rules beyond ARCHITECTURE.md's "ISA semantics":
 - SHR takes its amount from the low log_acc_width+1 bits of the operand, read as signed:
   amount >= 0 is an arithmetic right shift, amount < 0 a left shift by -amount (so for 32-bit
   lanes the amount is in [-32, 31], and a left shift by 32 gives 0);
-- STORE narrows each lane by truncation to its low out_bits (VTA's rule; saturate with MIN/MAX);
+- CLIP clamps to [lo, hi] read from the low 16 bits of its operand as two signed bytes (hi in
+  bits 0-7, lo in 8-15): min(max(x, lo), hi), so hi wins where lo > hi;
+- STORE narrows each lane by truncation to its low out_bits (VTA's rule; saturate with CLIP, or
+  MIN/MAX);
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
 - a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
@@ -24,7 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tilecraft.errors import AccessError, IllegalInstructionError
-from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId
+from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, clip_bounds
 from tilecraft.sim.machine import Machine
 
 
@@ -168,6 +171,9 @@ def alu_lanes(op: AluOp, a, b, spec: IsaSpec):
         res = a + b
     elif op == AluOp.MUL:
         res = a * b  # int32 x int32 fits int64; the cast below keeps the low bits
+    elif op == AluOp.CLIP:
+        lo, hi = clip_bounds(b)
+        res = np.minimum(np.maximum(a, lo), hi)
     else:  # SHR: a signed amount; negative shifts left
         amount = spec.shr_amount(b)
         right = np.minimum(np.maximum(amount, 0), 63)

@@ -7,6 +7,7 @@ from tilecraft.hw.isa.codec import as_words, decode, decode_uops, encode, encode
 from tilecraft.hw.isa.disasm import disassemble, format_row, format_uops
 from tilecraft.hw.isa.enums import (
     BUFFER_NAMES,
+    CLIP_BOUND_BITS,
     LOAD_MEMS,
     POP_QUEUES,
     PUSH_QUEUES,
@@ -18,6 +19,9 @@ from tilecraft.hw.isa.enums import (
     Stage,
     TokenQueue,
     Unit,
+    clip_bounds,
+    clip_fits,
+    clip_operand,
     queue_between,
     stage_of,
     unit_of,
@@ -51,6 +55,7 @@ from tilecraft.hw.isa.insns import (
 
 __all__ = [
     "BUFFER_NAMES",
+    "CLIP_BOUND_BITS",
     "LOAD_MEMS",
     "FIELD_NAMES",
     "FLAG_NAMES",
@@ -63,6 +68,9 @@ __all__ = [
     "UOP_DTYPE",
     "Alu",
     "AluOp",
+    "clip_bounds",
+    "clip_fits",
+    "clip_operand",
     "Field",
     "Finish",
     "Format",

@@ -37,7 +37,9 @@ LOAD_MEMS = (MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC)
 class AluOp(IntEnum):
     """Lane-wise accumulator ops; results wrap at the accumulator width.
 
-    SHR is an arithmetic shift whose amount is signed: negative shifts left.
+    SHR is an arithmetic shift whose amount is signed: negative shifts left. CLIP is MAX then
+    MIN in one pass, min(max(x, lo), hi), with both bounds in its operand (`clip_operand`): a
+    quantized layer's ReLU and int8 clip, which took two passes over every accumulator.
     """
 
     MIN = 0
@@ -45,6 +47,35 @@ class AluOp(IntEnum):
     ADD = 2
     SHR = 3
     MUL = 4
+    CLIP = 5
+
+
+CLIP_BOUND_BITS = 8  # each CLIP bound is a signed byte of the operand: hi bits 0-7, lo 8-15
+
+
+def clip_fits(lo: int, hi: int) -> bool:
+    """Whether CLIP can clamp to [lo, hi] (both signed bytes, lo <= hi)."""
+    half = 1 << (CLIP_BOUND_BITS - 1)
+    return -half <= lo <= hi < half
+
+
+def clip_operand(lo: int, hi: int) -> int:
+    """CLIP's operand for [lo, hi], as a signed 16-bit immediate (a tensor operand's lanes
+    hold the same in their low 16 bits)."""
+    if not clip_fits(lo, hi):
+        half = 1 << (CLIP_BOUND_BITS - 1)
+        raise ValueError(f"CLIP bounds [{lo}, {hi}]: need {-half} <= lo <= hi <= {half - 1}")
+    mask = (1 << CLIP_BOUND_BITS) - 1
+    value = ((lo & mask) << CLIP_BOUND_BITS) | (hi & mask)
+    return value - (1 << 2 * CLIP_BOUND_BITS) if value >> (2 * CLIP_BOUND_BITS - 1) else value
+
+
+def clip_bounds(operand):
+    """(lo, hi) a CLIP operand (an int or an integer array) names."""
+    mask, half = (1 << CLIP_BOUND_BITS) - 1, 1 << (CLIP_BOUND_BITS - 1)
+    hi = ((operand & mask) ^ half) - half
+    lo = (((operand >> CLIP_BOUND_BITS) & mask) ^ half) - half
+    return lo, hi
 
 
 class Stage(IntEnum):

@@ -4,14 +4,15 @@ accumulator element).
 Lane semantics are sim/semantics.py's (the spec): MIN, MAX, ADD and MUL wrap at the
 accumulator width; SHR takes a signed amount from the low `IsaSpec.shr_amount_bits` bits of its
 operand, shifting right (arithmetic) for amounts >= 0 and left for negative ones (a left shift
-by the full width gives 0).
+by the full width gives 0); CLIP is min(max(a, lo), hi) with the bounds two signed bytes of its
+operand (hw/isa `clip_bounds`), its compares side by side.
 """
 
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 
-from tilecraft.hw.isa import AluOp, IsaSpec
+from tilecraft.hw.isa import CLIP_BOUND_BITS, AluOp, IsaSpec
 
 
 def alu_lane(m: Module, spec: IsaSpec, op, a, b, with_mul: bool = True):
@@ -35,6 +36,10 @@ def alu_lane(m: Module, spec: IsaSpec, op, a, b, with_mul: bool = True):
             m.d.comb += result.eq(Mux(a > b, a, b))
         with m.Case(AluOp.ADD):
             m.d.comb += result.eq((a + b)[:bits])
+        with m.Case(AluOp.CLIP):  # min(max(a, lo), hi) = hi where a > hi or lo > hi
+            k = CLIP_BOUND_BITS
+            hi, lo = b[:k].as_signed(), b[k : 2 * k].as_signed()
+            m.d.comb += result.eq(Mux((a > hi) | (lo > hi), hi, Mux(a < lo, lo, a)))
         if with_mul:
             with m.Case(AluOp.MUL):
                 m.d.comb += result.eq((a * b)[:bits])
