@@ -90,10 +90,15 @@ class LoadEngine(wiring.Component):
         addr = Signal(32)
         data_row = Signal(size_bits + 1)  # data rows started so far
         # the padded box's bounds, summed in PLAN so WRITE only compares registers
-        y_data_end, x_data_end = Signal(size_bits + 1), Signal(size_bits + 1)
         x_data_last, x_last, y_last = (Signal(size_bits + 1) for _ in range(3))
-        in_rows = (y >= insn.y_pad0) & (y < y_data_end)
-        in_cols = (x >= insn.x_pad0) & (x < x_data_end)
+        y_data_last = Signal(size_bits + 2)  # pad0 + size - 1: pad0 - 1 without rows
+        # whether y and x are inside the data box, kept in registers: set where the counter
+        # leaves the padding before it, cleared where it leaves the data (equality compares
+        # against bounds PLAN worked out), so no carry-chain compare sits between the counters
+        # and the write's decision (the 61.8 MHz route's worst path ran y's compares into the
+        # element stream's ready)
+        in_rows, in_cols, cols_first = Signal(), Signal(), Signal()
+        y_before, x_before = Signal(size_bits + 2), Signal(size_bits + 2)  # pad0 - 1 (may wrap)
         is_data = in_rows & in_cols
         # each stream hands its elements over through a ReadyBuffer: the write's decision (the
         # padded box's compares) never reaches back into the stream and the beat FIFO
@@ -178,8 +183,10 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [
                     rows_stride.eq((insn.y_size - 1) * insn.x_stride),
                     area.eq(width * height),
-                    y_data_end.eq(insn.y_pad0 + insn.y_size),
-                    x_data_end.eq(insn.x_pad0 + insn.x_size),
+                    y_data_last.eq(insn.y_pad0 + insn.y_size - 1),
+                    y_before.eq(insn.y_pad0 - 1),
+                    x_before.eq(insn.x_pad0 - 1),
+                    cols_first.eq((insn.x_pad0 == 0) & (insn.x_size != 0)),
                     x_data_last.eq(insn.x_pad0 + insn.x_size - 1),
                     x_last.eq(width - 1),
                     y_last.eq(height - 1),
@@ -196,7 +203,9 @@ class LoadEngine(wiring.Component):
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0)]
+                m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0),
+                             in_rows.eq((insn.y_pad0 == 0) & (insn.y_size != 0)),
+                             in_cols.eq(cols_first)]  # fmt: skip
                 with m.If(insn.x_size == 0):
                     m.d.sync += error.eq(0)
                     m.next = "DONE"
@@ -226,11 +235,19 @@ class LoadEngine(wiring.Component):
                     with m.If(is_data & (x == x_data_last)):
                         m.d.sync += row_elem.eq(row_elem + insn.x_stride)
                     with m.If(x == x_last):
-                        m.d.sync += [x.eq(0), y.eq(y + 1)]
+                        m.d.sync += [x.eq(0), y.eq(y + 1), in_cols.eq(cols_first)]
+                        with m.If(y == y_data_last):
+                            m.d.sync += in_rows.eq(0)
+                        with m.Elif(y == y_before):
+                            m.d.sync += in_rows.eq(1)
                         with m.If(y == y_last):
                             m.next = "DONE"
                     with m.Else():
                         m.d.sync += x.eq(x + 1)
+                        with m.If(x == x_data_last):
+                            m.d.sync += in_cols.eq(0)
+                        with m.Elif(x == x_before):
+                            m.d.sync += in_cols.eq(1)
             with m.State("DONE"):
                 m.d.comb += [self.busy.eq(1), self.done.eq(1), self.error.eq(error)]
                 m.next = "IDLE"
