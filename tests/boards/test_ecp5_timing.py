@@ -23,6 +23,14 @@ REPORT = {
         {"type": "setup", "delay": 0.1, "net": "d", "to": {"cell": "dut.core.compute.q"}},
     ]}],
 }  # fmt: skip
+# one register-to-register path of 0.5 + 11.0 + setup 0.3 ns: it misses 100 MHz by 1.8 ns
+SDF = """(DELAYFILE (TIMESCALE 1ps)
+  (CELL (CELLTYPE "top") (INSTANCE ) (DELAY (ABSOLUTE
+    (INTERCONNECT dut.core.a_TRELLIS_FF_Q/Q dut.core.b_TRELLIS_FF_Q/DI (0:0:11000) (0:0:11000)))))
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE dut.core.a_TRELLIS_FF_Q)
+    (DELAY (ABSOLUTE (IOPATH CLK Q (500:500:500) (500:500:500)))))
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE dut.core.b_TRELLIS_FF_Q)
+    (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (300:300:300) (0:0:0)))))"""
 
 
 def test_the_harness_keeps_every_port():
@@ -56,6 +64,7 @@ def test_the_report_is_read_back(tmp_path, monkeypatch):
         "echo 'Info: Running placement'\n"
         "echo \"Info: Max frequency for clock '\\$glbnet\\$clk': 61.20 MHz (FAIL at 100.00 MHz)\"\n"
         f"cat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
+        f"cat > routed.sdf <<'END'\n{SDF}\nEND\n"
     )
     _tools(tmp_path / "bin", body)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
@@ -67,8 +76,11 @@ def test_the_report_is_read_back(tmp_path, monkeypatch):
     text = r.format()
     assert "Fmax 87.5 MHz after routing, target 100 MHz: NOT met" in text
     assert "worst path: 3.00 ns, 0.40 ns logic in 1 cells" in text
+    assert "1 of 1 endpoints miss 10 ns" in text and "dut.core.a -> dut.core.b" in text
     data = r.to_dict()
     assert data["fmax_mhz"] == 87.5 and data["routed"] is True and data["seconds"] >= 0
+    assert data["endpoints"]["failing"] == 1
+    assert data["endpoints"]["groups"][0]["worst_ns"] == pytest.approx(11.8)
     assert (tmp_path / "work" / "harness.v").exists() and (tmp_path / "work" / "top.v").exists()
 
 
@@ -81,6 +93,7 @@ def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, mon
     monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
     r = ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work", route_timeout_s=1.5)
     assert r.routed is False and r.fmax_mhz == 55.0 and r.worst_path == []
+    assert r.endpoints is None  # no routed SDF: no endpoint figures
     assert "after placement (routing did not finish)" in r.format()
 
 

