@@ -58,6 +58,9 @@ def test_every_endpoint_gets_its_longest_path():
     assert (g.start, g.end, g.endpoints) == ("dut.x.a", "dut.x.c", 1)
     assert g.worst_ns == pytest.approx(10.2)
     assert "1 of 3 endpoints miss 10 ns" in s.format() and "dut.x.a -> dut.x.c" in s.format()
+    # 0.5 ns bins: e at 1.3 ns, d at 7.6, c at 10.2
+    assert len(s.histogram) == 21 and sum(s.histogram) == 3
+    assert s.histogram[2] == s.histogram[15] == s.histogram[20] == 1
 
 
 def test_a_tighter_period_fails_more_endpoints_and_groups_them_by_signal():

@@ -84,3 +84,26 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
     assert json.loads(out.read_text())["fronts"]["joint"] and png.stat().st_size > 10_000
     assert main(["dse", "--part", "xczu3eg", "--trials", "-1"]) == 1
     assert "trials must be 0 (heuristic schedules) or more, not -1" in capsys.readouterr().err
+
+
+def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):
+    import tilecraft.boards.flows.ecp5 as ecp5
+    from tilecraft.boards.flows.sta import EndpointSummary, PathGroup
+
+    summary = EndpointSummary(
+        period_ns=10.0, endpoints=6, failing=2, worst_ns=12.5, total_negative_slack_ns=3.5,
+        groups=[PathGroup("dut.core.a", "dut.core.b", 2, 12.5)],
+        histogram=[0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1],
+    )  # fmt: skip
+    report = ecp5.TimingReport(
+        config="1x8x8", device="LFE5U-85F", package="CABGA381", speed=6, target_mhz=100.0,
+        fmax_mhz=80.0, routed=True, seconds=1.0, endpoints=summary,
+    )  # fmt: skip
+    monkeypatch.setattr(ecp5, "timing", lambda cfg, **options: report)
+    out, png = tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["hw", "timing", "--json", str(out), "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "2 of 6 endpoints miss 10 ns" in text and "dut.core.a -> dut.core.b" in text
+    data = json.loads(out.read_text())
+    assert data["fmax_mhz"] == 80.0 and data["endpoints"]["failing"] == 2
+    assert png.stat().st_size > 10_000

@@ -108,6 +108,8 @@ def cmd_hw_timing(args) -> int:
                         route_timeout_s=args.route_timeout)  # fmt: skip
         print(report.format())
         data = {"flow": "ecp5", **report.to_dict()}
+        if args.plot:
+            _plot_endpoints(report, args.plot)
         if args.record:
             _record_ecp5(args.config, cfg, report)
     else:
@@ -120,6 +122,22 @@ def cmd_hw_timing(args) -> int:
                 **r.to_dict()}  # fmt: skip
     _write(args.json, lambda p: _json(p, data), "JSON")
     return 0
+
+
+def _plot_endpoints(report, path: str) -> None:
+    from tilecraft.boards.flows.sta import plot_histogram
+    from tilecraft.errors import TilecraftError
+
+    if report.endpoints is None:
+        print("--plot: no routed SDF (routing did not finish), nothing to plot")
+        return
+    title = (f"{report.config} on the {report.device}: {report.fmax_mhz:.1f} MHz routed, "
+             f"target {report.target_mhz:g} MHz")  # fmt: skip
+    try:
+        plot_histogram(report.endpoints, path, title)
+    except ImportError:
+        raise TilecraftError("--plot needs matplotlib: pip install 'tilecraft[plot]'") from None
+    print(f"wrote {path}")
 
 
 def _record_ecp5(name: str, cfg, report) -> None:
@@ -145,6 +163,7 @@ def add_hw_parsers(hw) -> None:
     t.add_argument("--route-timeout", type=float, metavar="S",
                    help="stop routing after S s; report the estimate after placement")  # fmt: skip
     t.add_argument("--json", help="write the figures as JSON here")
+    t.add_argument("--plot", help="ecp5: plot the endpoints' path lengths (PNG) here")
     t.add_argument("--record", action="store_true", help="ecp5: add the utilisation to "
                    "boards/synthesis.json (what `tilecraft boards` judges fits by)")  # fmt: skip
     t.set_defaults(func=cmd_hw_timing)

@@ -28,6 +28,7 @@ _PRIMITIVE = re.compile(
     r"DP16KD|DPR16X4C|DPRAM)"
 )
 _SCALE_NS = 1e-3  # nextpnr writes (TIMESCALE 1ps)
+BIN_NS = 0.5  # the histogram's bins: [0, 0.5), [0.5, 1.0), ... ns
 
 
 @dataclass
@@ -46,6 +47,7 @@ class EndpointSummary:
     worst_ns: float
     total_negative_slack_ns: float
     groups: list[PathGroup] = field(default_factory=list)  # the failing ones, worst first
+    histogram: list[int] = field(default_factory=list)  # endpoints per BIN_NS of path delay
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -142,6 +144,9 @@ def summarize(text: str, period_ns: float, groups: int = 40) -> EndpointSummary:
         key = (signal_name(start), signal_name(pin))
         g = grouped.setdefault(key, PathGroup(key[0], key[1], 0, t))
         g.endpoints += 1
+    histogram = [0] * (int(max((t for t, _ in ends), default=0.0) / BIN_NS) + 1)
+    for t, _ in ends:
+        histogram[int(t / BIN_NS)] += 1
     return EndpointSummary(
         period_ns=period_ns,
         endpoints=len(ends),
@@ -149,8 +154,33 @@ def summarize(text: str, period_ns: float, groups: int = 40) -> EndpointSummary:
         worst_ns=max((t for t, _ in ends), default=0.0),
         total_negative_slack_ns=sum(t - period_ns for t, _ in failing),
         groups=sorted(grouped.values(), key=lambda g: -g.worst_ns)[:groups],
+        histogram=histogram,
     )
 
 
 def summarize_file(path: str | Path, period_ns: float, groups: int = 40) -> EndpointSummary:
     return summarize(Path(path).read_text(errors="replace"), period_ns, groups)
+
+
+def plot_histogram(summary: EndpointSummary, path: str | Path, title: str) -> None:
+    """Endpoints by the length of their longest path, the clock period marked: what a route
+    leaves to fix, at a glance (`plot` extra: matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    lows = [k * BIN_NS for k in range(len(summary.histogram))]
+    colors = ["tab:red" if lo + BIN_NS > summary.period_ns else "tab:blue" for lo in lows]
+    ax.bar(lows, summary.histogram, width=BIN_NS, align="edge", color=colors)
+    ax.axvline(summary.period_ns, color="black", linestyle="--",
+               label=f"{summary.period_ns:g} ns clock period")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xlabel("longest path into the endpoint, setup included (ns)")
+    ax.set_ylabel("endpoints")
+    ax.set_title(f"{title}\n{summary.failing:,} of {summary.endpoints:,} endpoints miss the clock")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
