@@ -4,8 +4,8 @@ accumulator element).
 Lane semantics are sim/semantics.py's (the spec): MIN, MAX, ADD and MUL wrap at the
 accumulator width; SHR takes a signed amount from the low `IsaSpec.shr_amount_bits` bits of its
 operand, shifting right (arithmetic) for amounts >= 0 and left for negative ones (a left shift
-by the full width gives 0); CLIP is min(max(a, lo), hi) with the bounds two signed bytes of its
-operand (hw/isa `clip_bounds`), its compares side by side.
+by the full width gives 0); MIN and MAX share one compare; CLIP is min(max(a, lo), hi) with
+the bounds two signed bytes of its operand (hw/isa `clip_bounds`), its compares side by side.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ def alu_lane(m: Module, spec: IsaSpec, op, a, b, with_mul: bool = True):
     m.d.comb += wide.eq(Cat(Const(0, bits), a))
     shifted = (wide >> by)[:bits].as_signed()
     result = Signal(signed(bits))
+    lt = Signal()  # MIN and MAX share one compare (where a == b, a and b are the same value)
+    m.d.comb += lt.eq(a < b)
     with m.Switch(op):
         with m.Case(AluOp.MIN):
-            m.d.comb += result.eq(Mux(a < b, a, b))
+            m.d.comb += result.eq(Mux(lt, a, b))
         with m.Case(AluOp.MAX):
-            m.d.comb += result.eq(Mux(a > b, a, b))
+            m.d.comb += result.eq(Mux(lt, b, a))
         with m.Case(AluOp.ADD):
             m.d.comb += result.eq((a + b)[:bits])
         with m.Case(AluOp.CLIP):  # min(max(a, lo), hi) = hi where a > hi or lo > hi

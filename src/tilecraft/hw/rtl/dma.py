@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
@@ -286,7 +286,10 @@ class ReadArbiter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         idw = max(self.n - 1, 1).bit_length()
-        m.submodules.route = route = SyncFIFO(width=idw, depth=OUTSTANDING + SKID)
+        # which client each burst in flight is for, in issue order; its head comes from a
+        # register (not a LUT RAM's read), so R's routing into a client's FIFO starts from
+        # flip-flops: a burst's data follows its address by the DRAM latency, never sooner
+        m.submodules.route = route = SyncFIFOBuffered(width=idw, depth=OUTSTANDING + SKID)
         # the granted burst goes out through a skid buffer: AR comes from registers, and the
         # clients' handshake does not wait on the AXI slave's ready
         m.submodules.ar = ar = SkidBuffer(ADDR_BITS + LEN_BITS)
@@ -334,17 +337,25 @@ class ReadArbiter(wiring.Component):
 class ElementStream(wiring.Component):
     """Beats of `beat_bits` -> elements of `elem_bits`. Wider elements gather consecutive beats
     (LSB first); narrower ones are cut from a beat, starting each row at `row_offset` (the row's
-    first element's index within its beat) and dropping what follows its `row_elems`."""
+    first element's index within its beat) and dropping what follows its `row_elems`.
 
-    def __init__(self, beat_bits: int, elem_bits: int, row_bits: int = 16):
+    `decode` (wide elements only): a function of an element whose `tag_bits`-bit result rides
+    above it in `elems.payload`, worked out as the element's last beat arrives and registered
+    with it, so a consumer's decision on the element starts from flip-flops."""
+
+    def __init__(self, beat_bits: int, elem_bits: int, row_bits: int = 16, decode=None,
+                 tag_bits: int = 0):  # fmt: skip
         self.beat_bits, self.elem_bits = beat_bits, elem_bits
+        if decode is not None and elem_bits < beat_bits:
+            raise ValueError("decode needs elements at least a beat wide")
+        self.decode, self.tag_bits = decode, tag_bits if decode is not None else 0
         super().__init__(
             {
                 "beats": In(stream.Signature(beat_bits)),
                 "row_start": In(1),  # pulse before a row's first element is taken
                 "row_offset": In(8),
                 "row_elems": In(row_bits),
-                "elems": Out(stream.Signature(elem_bits)),
+                "elems": Out(stream.Signature(elem_bits + self.tag_bits)),
             }
         )
 
@@ -354,22 +365,23 @@ class ElementStream(wiring.Component):
         if self.elem_bits >= self.beat_bits:
             k = self.elem_bits // self.beat_bits
             parts = Signal(self.elem_bits)
+            tag = Signal(self.tag_bits)
             count = Signal(range(k + 1))
             full = count == k
             take = elems.valid & elems.ready
             m.d.comb += [
-                elems.payload.eq(parts),
+                elems.payload.eq(Cat(parts, tag)),
                 elems.valid.eq(full),
                 beats.ready.eq(~full | take),  # the next element starts as this one leaves
             ]
+            arriving = Signal(self.elem_bits)
+            m.d.comb += arriving.eq(
+                (parts >> self.beat_bits) | (beats.payload << (self.elem_bits - self.beat_bits))
+            )
             with m.If(beats.valid & beats.ready):
-                m.d.sync += [
-                    parts.eq(
-                        (parts >> self.beat_bits)
-                        | (beats.payload << (self.elem_bits - self.beat_bits))
-                    ),
-                    count.eq(Mux(take, 1, count + 1)),
-                ]
+                m.d.sync += [parts.eq(arriving), count.eq(Mux(take, 1, count + 1))]
+                if self.decode is not None:  # right once the element's last beat is in
+                    m.d.sync += tag.eq(self.decode(arriving))
             with m.Elif(take):
                 m.d.sync += count.eq(0)
             return m

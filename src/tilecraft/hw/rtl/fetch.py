@@ -49,42 +49,33 @@ class Fetch(wiring.Component):
         cfg = self.cfg
         spec = isa_for(cfg)
         m.submodules.client = client = ReadClient(cfg)
-        m.submodules.insns = stream = ElementStream(cfg.axi_data_bits, INSN_BITS)
+        # each instruction arrives with its route and error code decoded into registers (the
+        # element stream works them out with its last beat), so dispatch starts from flip-flops
+        m.submodules.insns = stream = ElementStream(
+            cfg.axi_data_bits, INSN_BITS, decode=lambda word: _classify(spec, word),
+            tag_bits=TAG_BITS,
+        )  # fmt: skip
         wiring.connect(m, wiring.flipped(self.read), client.read)
         wiring.connect(m, client.beats, stream.beats)
-        m.submodules.head = head = ReadyBuffer(INSN_BITS)  # the instruction being dispatched
+        m.submodules.head = head = ReadyBuffer(INSN_BITS + TAG_BITS)  # the one being dispatched
         wiring.connect(m, stream.elems, head.i)
         run, error = self.run, self.error
         index = Signal(INDEX_BITS)  # next instruction to dispatch
         requested = Signal(INDEX_BITS)  # instructions requested so far
+        # the next request's size, min(instructions left, a burst's), and what is left after
+        # it, in registers: each is worked out the cycle after what it depends on changes
+        # (CHECK follows START; DISPATCH, at least a cycle, follows each REQUEST), so neither
+        # the subtraction nor the compare is on the path into `requested` (a routed worst path)
         count = Signal(INDEX_BITS)
+        left = Signal(INDEX_BITS)
         n = Signal(INDEX_BITS)
-        left = count - requested
-        m.d.comb += n.eq(Mux(left > self.chunk, self.chunk, left))
-        insn = insn_union(spec)(head.o.payload)
-        op, mem = insn.load.opcode, insn.load.mem
-        is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
-        is_store = op == Opcode.STORE
-        is_compute = ~is_load_stage & ~is_store
-        bad_op = op > Opcode.ALU
-        bad_mem = ((op == Opcode.LOAD) & (mem > MemId.ACC)) | (is_store & (mem != MemId.OUT))
-        bad_alu = (op == Opcode.ALU) & (insn.alu.alu_op > max(AluOp))
-        f = insn.load
-        bad_flags = (is_load_stage & (f.pop_prev | f.push_prev)) | (
-            is_store & (f.pop_next | f.push_next)
-        )
-        routes = {Stage.LOAD: is_load_stage, Stage.COMPUTE: is_compute, Stage.STORE: is_store}
+        m.d.sync += n.eq(Mux(left > self.chunk, self.chunk, left))
+        word, tag = head.o.payload[:INSN_BITS], head.o.payload[INSN_BITS:]
+        routes = {s: tag[s] for s in Stage}
+        code = tag[len(Stage) :]
         ready = Cat(*(sel & self.cmds[s].ready for s, sel in routes.items())).any()
-        code = Signal(8)
-        m.d.comb += code.eq(0)
-        with m.If(bad_flags):
-            m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_FLAGS)
-        with m.If(bad_mem):
-            m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_MEMORY)
-        with m.If(bad_op | bad_alu):
-            m.d.comb += code.eq(regs.ErrorCode.ILLEGAL_OPCODE)
         for cmd in self.cmds:
-            m.d.comb += [cmd.payload.insn.eq(head.o.payload), cmd.payload.index.eq(index)]
+            m.d.comb += [cmd.payload.insn.eq(word), cmd.payload.index.eq(index)]
         # the transfer's fields are driven in every state, `start` alone says when: the
         # planner registers them every cycle and reads them only with start, so the range
         # checks gate one flip-flop, not the whole transfer (the 72.5 MHz route's worst path)
@@ -102,6 +93,7 @@ class Fetch(wiring.Component):
                     index.eq(0),
                     requested.eq(0),
                     count.eq(self.insn_count),
+                    left.eq(self.insn_count),
                     error.valid.eq(0),
                 ]
                 m.next = "CHECK"
@@ -117,7 +109,7 @@ class Fetch(wiring.Component):
                 with m.Else():
                     m.next = "REQUEST"
             with m.State("REQUEST"):
-                with m.If(requested == count):
+                with m.If(left == 0):
                     m.next = "IDLE"
                 with m.Elif(~run.halt):
                     m.d.comb += [
@@ -126,7 +118,7 @@ class Fetch(wiring.Component):
                         stream.row_offset.eq(0),
                         stream.row_elems.eq(n),
                     ]
-                    m.d.sync += requested.eq(requested + n)
+                    m.d.sync += [requested.eq(requested + n), left.eq(left - n)]
                     m.next = "DISPATCH"
             with m.State("DISPATCH"):
                 with m.If(index == requested):
@@ -142,3 +134,32 @@ class Fetch(wiring.Component):
                             m.d.comb += head.o.ready.eq(1)
                             m.d.sync += index.eq(index + 1)
         return m
+
+
+CODE_BITS = 8
+TAG_BITS = len(Stage) + CODE_BITS  # an instruction's stage (one-hot), then its error code
+
+
+def _classify(spec, word):
+    """An instruction word's stage, one-hot in hw.isa.Stage's order, and its error code (0 for a
+    legal one; the first that applies of: opcode, memory, flags)."""
+    insn = insn_union(spec)(word)
+    op, mem = insn.load.opcode, insn.load.mem
+    is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
+    is_store = op == Opcode.STORE
+    is_compute = ~is_load_stage & ~is_store
+    bad_op = op > Opcode.ALU
+    bad_mem = ((op == Opcode.LOAD) & (mem > MemId.ACC)) | (is_store & (mem != MemId.OUT))
+    bad_alu = (op == Opcode.ALU) & (insn.alu.alu_op > max(AluOp))
+    f = insn.load
+    bad_flags = (is_load_stage & (f.pop_prev | f.push_prev)) | (
+        is_store & (f.pop_next | f.push_next)
+    )
+    code = Mux(
+        bad_op | bad_alu,
+        regs.ErrorCode.ILLEGAL_OPCODE,
+        Mux(bad_mem, regs.ErrorCode.ILLEGAL_MEMORY,
+            Mux(bad_flags, regs.ErrorCode.ILLEGAL_FLAGS, 0)),
+    )  # fmt: skip
+    stages = {Stage.LOAD: is_load_stage, Stage.COMPUTE: is_compute, Stage.STORE: is_store}
+    return Cat(*(stages[s] for s in Stage), code[:CODE_BITS])

@@ -99,6 +99,8 @@ class LoadEngine(wiring.Component):
         # element stream's ready)
         in_rows, in_cols, cols_first = Signal(), Signal(), Signal()
         y_before, x_before = Signal(size_bits + 2), Signal(size_bits + 2)  # pad0 - 1 (may wrap)
+        # likewise whether x is at the row's first data column (x == x_pad0), for the set-up
+        at_pad0, pad0_zero = Signal(), Signal()
         is_data = in_rows & in_cols
         # each stream hands its elements over through a ReadyBuffer: the write's decision (the
         # padded box's compares) never reaches back into the stream and the beat FIFO
@@ -187,6 +189,7 @@ class LoadEngine(wiring.Component):
                     y_before.eq(insn.y_pad0 - 1),
                     x_before.eq(insn.x_pad0 - 1),
                     cols_first.eq((insn.x_pad0 == 0) & (insn.x_size != 0)),
+                    pad0_zero.eq(insn.x_pad0 == 0),
                     x_data_last.eq(insn.x_pad0 + insn.x_size - 1),
                     x_last.eq(width - 1),
                     y_last.eq(height - 1),
@@ -205,7 +208,7 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0),
                              in_rows.eq((insn.y_pad0 == 0) & (insn.y_size != 0)),
-                             in_cols.eq(cols_first)]  # fmt: skip
+                             in_cols.eq(cols_first), at_pad0.eq(pad0_zero)]  # fmt: skip
                 with m.If(insn.x_size == 0):
                     m.d.sync += error.eq(0)
                     m.next = "DONE"
@@ -224,10 +227,10 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 if narrow:  # one set-up cycle per data row: the stream learns its offset
                     armed = Signal()
-                    with m.If(in_rows & (x == insn.x_pad0) & ~armed):
+                    with m.If(in_rows & at_pad0 & ~armed):
                         m.d.comb += row_setup.eq(1)
                         m.d.sync += armed.eq(1)
-                    with m.If(write & is_data & (x == insn.x_pad0)):
+                    with m.If(write & is_data & at_pad0):
                         m.d.sync += armed.eq(0)
                 m.d.comb += write.eq(~is_data | (elem_valid & ~row_setup))
                 with m.If(write):
@@ -235,7 +238,8 @@ class LoadEngine(wiring.Component):
                     with m.If(is_data & (x == x_data_last)):
                         m.d.sync += row_elem.eq(row_elem + insn.x_stride)
                     with m.If(x == x_last):
-                        m.d.sync += [x.eq(0), y.eq(y + 1), in_cols.eq(cols_first)]
+                        m.d.sync += [x.eq(0), y.eq(y + 1), in_cols.eq(cols_first),
+                                     at_pad0.eq(pad0_zero)]  # fmt: skip
                         with m.If(y == y_data_last):
                             m.d.sync += in_rows.eq(0)
                         with m.Elif(y == y_before):
@@ -243,7 +247,7 @@ class LoadEngine(wiring.Component):
                         with m.If(y == y_last):
                             m.next = "DONE"
                     with m.Else():
-                        m.d.sync += x.eq(x + 1)
+                        m.d.sync += [x.eq(x + 1), at_pad0.eq(x == x_before)]
                         with m.If(x == x_data_last):
                             m.d.sync += in_cols.eq(0)
                         with m.Elif(x == x_before):

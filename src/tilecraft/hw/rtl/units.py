@@ -21,7 +21,7 @@ micro-op and a tensor op two, or one where its src is the micro-op before's (the
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal, Value, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -194,6 +194,12 @@ class WriteHistory:
             flags.append(flag)
         return flags
 
+    def upcoming_hit(self, next_addr, enable=1):
+        """Whether next cycle's write goes to the row `next_addr` names (combinational: the
+        input of `hits`' first flag)."""
+        en, addr = self.upcoming
+        return enable & en & (addr == next_addr)
+
     def latest(self, flags: list, read):
         """The row as read `SRAM_READ_LATENCY` cycles ago (`read`) plus every write since, this
         cycle's included (`flags` from `hits` a cycle ago)."""
@@ -265,18 +271,18 @@ class GemmUnit(wiring.Component):
         off = _delayed(m, seq.offsets, lat, "off")
         # P(lat): indices, summed into registers
         u = self.uop.data
-        idx = {}
-        for f in STRIDED:
+        idx, over = {}, {}
+        for f, mem in zip(STRIDED, ("acc", "inp", "wgt")):
             idx[f] = _index(u[f], off[lat][f], f)
-            m.d.sync += idx[f].eq(u[f] + off[lat][f])
+            total = Signal.like(idx[f], name=f"{f}_sum")
+            over[f] = Signal(name=f"{f}_over")  # its range check, registered with it
+            m.d.comb += total.eq(u[f] + off[lat][f])
+            m.d.sync += [idx[f].eq(total), over[f].eq(total >= cfg.depth(mem))]
         vi, lasti = Signal(), Signal()
         m.d.sync += [vi.eq(v[lat]), lasti.eq(last[lat])]
         # P(lat+1) = "I": range checks; INP/WGT reads; a reset's zeros are written at I+1
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
-        bad = vi & (
-            (dst >= cfg.depth("acc"))
-            | (~reset & ((src >= cfg.depth("inp")) | (wgt >= cfg.depth("wgt"))))
-        )
+        bad = vi & (over["dst"] | (~reset & (over["src"] | over["wgt"])))
         m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt)]
         # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
         to_sums = lat + GemmCore.LATENCY
@@ -379,11 +385,16 @@ class AluUnit(wiring.Component):
         # P(lat): indices, summed into registers
         u = self.uop.data
         dst, src = _index(u.dst, off[lat].dst, "dst"), _index(u.src, off[lat].src, "src")
+        dst_sum, src_sum = Signal.like(dst, name="dst_sum"), Signal.like(src, name="src_sum")
+        dst_over, src_over = Signal(), Signal()  # the range checks, registered with the indices
+        m.d.comb += [dst_sum.eq(u.dst + off[lat].dst), src_sum.eq(u.src + off[lat].src)]
         vi, lasti, phi, repi = Signal(), Signal(), Signal(8), Signal()
         reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
         m.d.sync += [
-            dst.eq(u.dst + off[lat].dst),
-            src.eq(u.src + off[lat].src),
+            dst.eq(dst_sum),
+            src.eq(src_sum),
+            dst_over.eq(dst_sum >= depth),
+            src_over.eq(src_sum >= depth),
             vi.eq(v[lat]),
             lasti.eq(last[lat]),
             phi.eq(phs[lat]),
@@ -393,7 +404,7 @@ class AluUnit(wiring.Component):
         ]
         # I: range check, the reads (dst, then src; one out of range is harmless: the unit stops)
         bad = Signal()
-        m.d.comb += bad.eq(vi & (phi == 0) & ((dst >= depth) | (tensor & (src >= depth))))
+        m.d.comb += bad.eq(vi & (phi == 0) & (dst_over | (tensor & src_over)))
         read = self.acc_read
         width = len(self.acc_write.addr)
         tag = Signal(width)
@@ -411,29 +422,48 @@ class AluUnit(wiring.Component):
         repos = _delayed(m, repi, lat + 1, "repo")
         w = self.acc_write
         phx, vx, repx = phos[lat + 1], vals[lat + 1], repos[lat + 1]
-        done_x = vx & (phx == phases(repx) - 1)  # X writes next cycle
+        # decoded a cycle early from the stage before's copies (the same registers' inputs)
+        done_x = Signal()  # X writes next cycle
+        m.d.sync += done_x.eq(vals[lat] & (phos[lat] == phases(repos[lat]) - 1))
         history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
         # O: the operands, with the unit's writes the reads missed, then kept up to date (so a
         # src read once serves the micro-ops after it that repeat it: within an instruction,
-        # only this unit writes the rows it reads, see compiler/verify.py's unit-overlap)
+        # only this unit writes the rows it reads, see compiler/verify.py's unit-overlap). Each
+        # operand register holds the row as X sees it: where next cycle's write goes to its
+        # row, it takes that write's data as the write-data register does (the lane ops'
+        # result), so no forwarding mux sits between the registers and the lane ops
         value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
+        written = Signal.like(w.data)  # what the write-data register takes this cycle
+        # an immediate op's b is its immediate in every lane, from the instruction's start
+        # (so no lane op selects between a tensor and an immediate operand)
+        imm = Signal(signed(ab))
+        m.d.comb += imm.eq(self.insn.imm)
         operands = {}
         for name, phase in (("a", 0), ("b", 1)):
             reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
-            capture = vals[lat] & (phos[lat] == phase) & (phos[lat] < reads(repos[lat]))
-            # does this cycle's write go to the operand's row (its tag as of this cycle)?
-            hit = history.hits(Mux(capture, tags[lat], tag), name)[0]
+            capture = Signal(name=f"{name}_capture")  # decoded a cycle early, as done_x
+            ph_early = phos[lat - 1]
+            m.d.sync += capture.eq(
+                vals[lat - 1] & (ph_early == phase) & (ph_early < reads(repos[lat - 1]))
+            )
+            # next cycle's write goes to the operand's row (its tag as of next cycle)
+            enable = 1 if name == "a" else tensor
+            hit = history.upcoming_hit(Mux(capture, tags[lat], tag), enable)
+            load_imm = self.start & self.insn.use_imm if name == "b" else Const(0)
+            with m.If(hit):
+                m.d.sync += reg.eq(written)
+            with m.Elif(load_imm):
+                m.d.sync += reg.eq(Cat(*([imm] * lanes)))
+            with m.Elif(capture):
+                m.d.sync += reg.eq(value)
             with m.If(capture):
-                m.d.sync += [reg.eq(value), tag.eq(tags[lat])]
-            with m.Elif(hit):
-                m.d.sync += reg.eq(w.data)
-            # X = O+1: the operand as the lane ops see it (this cycle's write included)
-            operands[name] = Mux(hit, w.data, reg)
+                m.d.sync += tag.eq(tags[lat])
+            operands[name] = reg  # X = O+1: the operand as the lane ops see it
         lhs, rhs = operands["a"], operands["b"]
         result = Signal.like(w.data)
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
-            y = Mux(tensor, rhs[k * ab : (k + 1) * ab].as_signed(), insn.imm)
+            y = rhs[k * ab : (k + 1) * ab].as_signed()
             lane = alu_lane(m, spec, insn.alu_op, x, y, with_mul=False)
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
@@ -447,7 +477,7 @@ class AluUnit(wiring.Component):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             x, y = Signal(signed(ab), name=f"mul_x{i}"), Signal(signed(ab), name=f"mul_y{i}")
-            m.d.sync += [x.eq(xs[g]), y.eq(Mux(tensor, ys[g], insn.imm))]
+            m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
             p = lane_multiply(m, x, y, ab, f"mul{i}")
             for j in range(groups):
                 with m.If(active[-1] & (slot[-1] == j)):
@@ -455,7 +485,8 @@ class AluUnit(wiring.Component):
                     m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
         # W = X+1: the write, from registers
         res, w_val = Signal.like(w.data), Signal()
-        m.d.sync += [res.eq(Mux(is_mul, product, result)), w_val.eq(done_x)]
+        m.d.comb += written.eq(Mux(is_mul, product, result))
+        m.d.sync += [res.eq(written), w_val.eq(done_x)]
         w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
         m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
         first = Signal()
