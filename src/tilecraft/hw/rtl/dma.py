@@ -43,9 +43,10 @@ class BurstPlanner(wiring.Component):
 
     Pipelined for the clock, one burst per cycle: the transfer is registered as it arrives, then
     latched; each row's first beat, beats and beats to the next 4 KiB boundary are worked out
-    from its address a cycle ahead (`row_*`); the row being cut (`cut_*`) keeps them as running
-    counts, so a burst's length is two compares and a mux, and the next row takes over in the
-    cycle the last burst leaves. A transfer's first burst comes 4 cycles after its start."""
+    from its address a cycle ahead, with its first burst's cut (`head_*`, `tail_*`); the row
+    being cut keeps them as running counts, so a burst's length is two compares and a mux, and
+    the next row takes over in the cycle the last burst leaves. A transfer's first burst comes
+    4 cycles after its start."""
 
     def __init__(self, cfg: HwConfig):
         self.ab = cfg.axi_bytes
@@ -94,16 +95,30 @@ class BurstPlanner(wiring.Component):
                 "left": Signal(beat_bits, name=f"{name}_left"),
                 "to_4k": Signal(13 - sh, name=f"{name}_to_4k"),
                 "last": Signal(name=f"{name}_last"),
+                # its first burst's cut, worked out as the row is made (so taking a row copies
+                # registers: no compare is shared between a new row and the one being cut,
+                # with the burst handshake selecting its operands)
+                "beats": Signal(BEATS_BITS, name=f"{name}_beats"),
+                "ends_row": Signal(name=f"{name}_ends_row"),
+                "ends_page": Signal(name=f"{name}_ends_page"),
             }
+
+        def cut(n_left, n_to_4k):
+            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
+            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
+            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
+            n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
+            return n, ends_row, ends_page
 
         head, tail = row_record("head"), row_record("tail")
         queued = Signal(range(3))
-        new = {
-            "cur": addr >> sh,
-            "left": (addr[:sh] + row_bytes + ab - 1) >> sh,
-            "to_4k": page - addr[sh:12],
-            "last": rows == 1,
-        }
+        new_left, new_to_4k = Signal(beat_bits), Signal(13 - sh)
+        m.d.comb += [
+            new_left.eq((addr[:sh] + row_bytes + ab - 1) >> sh),
+            new_to_4k.eq(page - addr[sh:12]),
+        ]
+        new = {"cur": addr >> sh, "left": new_left, "to_4k": new_to_4k, "last": rows == 1}
+        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k)))
         make = (rows != 0) & (queued != 2) & ~g["start"]
         with m.If(make):
             m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]
@@ -114,13 +129,7 @@ class BurstPlanner(wiring.Component):
         to_4k = Signal(13 - sh)
         beats = Signal(BEATS_BITS)
         row_ends, page_ends = Signal(), Signal()
-
-        def cut(n_left, n_to_4k):
-            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
-            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
-            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
-            n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
-            return [(beats, n), (row_ends, ends_row), (page_ends, ends_page)]
+        counts = (beats, row_ends, page_ends)
 
         m.d.comb += [
             out.payload.addr.eq(cur << sh),
@@ -137,8 +146,10 @@ class BurstPlanner(wiring.Component):
                 cur.eq(head["cur"]),
                 left.eq(head["left"]),
                 to_4k.eq(head["to_4k"]),
+                beats.eq(head["beats"]),
+                row_ends.eq(head["ends_row"]),
+                page_ends.eq(head["ends_page"]),
             ]
-            m.d.sync += [reg.eq(v) for reg, v in cut(head["left"], head["to_4k"])]
         with m.Elif(sent):
             with m.If(row_ends):
                 m.d.sync += cut_valid.eq(0)
@@ -149,7 +160,7 @@ class BurstPlanner(wiring.Component):
                 next_to_4k.eq(Mux(page_ends, page, to_4k - beats)),
             ]
             m.d.sync += [cur.eq(cur + beats), left.eq(next_left), to_4k.eq(next_to_4k)]
-            m.d.sync += [reg.eq(v) for reg, v in cut(next_left, next_to_4k)]
+            m.d.sync += [reg.eq(v) for reg, v in zip(counts, cut(next_left, next_to_4k))]
         # the queue of rows: `take` pops its head, `make` pushes behind it
         with m.If(take):
             m.d.sync += [head[f].eq(Mux(queued == 2, tail[f], new[f])) for f in head]

@@ -51,12 +51,10 @@ class LoadEngine(wiring.Component):
         mem = insn.mem
         m.d.comb += self.mem.eq(mem)
         size_bits = self.spec.field("x_size").width
+        # the padded box's width and height, summed into registers as the instruction arrives
+        # (so PLAN's multiply starts from flip-flops, not from two adders)
         width = Signal(size_bits + 1)
         height = Signal(size_bits + 1)
-        m.d.comb += [
-            width.eq(insn.x_pad0 + insn.x_size + insn.x_pad1),
-            height.eq(insn.y_pad0 + insn.y_size + insn.y_pad1),
-        ]
         depth = Signal(32)
         for mem_id in self.targets:
             with m.If(mem == mem_id):
@@ -176,7 +174,12 @@ class LoadEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.busy.eq(0)
                 with m.If(self.start):
-                    m.d.sync += insn.eq(self.insn)
+                    given = self.insn
+                    m.d.sync += [
+                        insn.eq(given),
+                        width.eq(given.x_pad0 + given.x_size + given.x_pad1),
+                        height.eq(given.y_pad0 + given.y_size + given.y_pad1),
+                    ]
                     m.next = "PLAN"
                     with m.If(self.insn.x_size == 0):  # nothing to move: no plan
                         m.next = "CHECK"

@@ -416,12 +416,11 @@ class AluUnit(wiring.Component):
         # I -> O = I+lat: the read's data; every step also carries dst, phase, last, valid
         tags = _delayed(m, tag, lat, "tag")
         dsts = _delayed(m, dst[:width], lat + 2, "dst")
-        vals = _delayed(m, vi & ~bad, lat + 1, "val")
+        vals = _delayed(m, vi & ~bad, lat, "val")
         lasts = _delayed(m, lasti, lat + 2, "lst")
-        phos = _delayed(m, phi, lat + 1, "pho")
-        repos = _delayed(m, repi, lat + 1, "repo")
+        phos = _delayed(m, phi, lat, "pho")
+        repos = _delayed(m, repi, lat, "repo")
         w = self.acc_write
-        phx, vx, repx = phos[lat + 1], vals[lat + 1], repos[lat + 1]
         # decoded a cycle early from the stage before's copies (the same registers' inputs)
         done_x = Signal()  # X writes next cycle
         m.d.sync += done_x.eq(vals[lat] & (phos[lat] == phases(repos[lat]) - 1))
@@ -437,7 +436,9 @@ class AluUnit(wiring.Component):
         # an immediate op's b is its immediate in every lane, from the instruction's start
         # (so no lane op selects between a tensor and an immediate operand)
         imm = Signal(signed(ab))
-        m.d.comb += imm.eq(self.insn.imm)
+        m.d.comb += imm.eq(insn.imm)
+        first = Signal()  # the cycle after start: the instruction is latched
+        m.d.sync += first.eq(self.start)
         operands = {}
         for name, phase in (("a", 0), ("b", 1)):
             reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
@@ -449,7 +450,7 @@ class AluUnit(wiring.Component):
             # next cycle's write goes to the operand's row (its tag as of next cycle)
             enable = 1 if name == "a" else tensor
             hit = history.upcoming_hit(Mux(capture, tags[lat], tag), enable)
-            load_imm = self.start & self.insn.use_imm if name == "b" else Const(0)
+            load_imm = first & insn.use_imm if name == "b" else Const(0)
             with m.If(hit):
                 m.d.sync += reg.eq(written)
             with m.Elif(load_imm):
@@ -468,10 +469,17 @@ class AluUnit(wiring.Component):
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
         product = Signal.like(w.data)
-        g = Signal(8)
-        m.d.comb += g.eq(phx - reads(repx))
-        active = _delayed(m, vx & is_mul & (phx >= reads(repx)) & (g < groups), MUL_TAIL - 1,
-                          "mul_v")  # fmt: skip
+        # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
+        g, multiplying = Signal(8), Signal()
+        g_early = Signal(8)
+        m.d.comb += g_early.eq(phos[lat] - reads(repos[lat]))
+        m.d.sync += [
+            g.eq(g_early),
+            multiplying.eq(
+                vals[lat] & is_mul & (phos[lat] >= reads(repos[lat])) & (g_early < groups)
+            ),
+        ]
+        active = _delayed(m, multiplying, MUL_TAIL - 1, "mul_v")
         slot = _delayed(m, g, MUL_TAIL - 1, "mul_g")
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
@@ -489,8 +497,6 @@ class AluUnit(wiring.Component):
         m.d.sync += [res.eq(written), w_val.eq(done_x)]
         w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
         m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
-        first = Signal()
-        m.d.sync += first.eq(self.start)
         finished = Signal()
         m.d.comb += finished.eq(running & ((w_val & w_last) | bad | (first & ~seq.valid)))
         with m.If(finished):
