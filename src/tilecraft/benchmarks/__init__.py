@@ -18,6 +18,7 @@ SUITES = {
     "rtl-speed": "rtl_speed",
     "resources": "resources",
     "cpu-fallback": "cpu_fallback",
+    "gpu-fallback": "gpu_fallback",
     "tuner": "tuner",
 }
 

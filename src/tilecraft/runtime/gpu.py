@@ -75,7 +75,7 @@ class CudaKernel:
 def load_ptx(ptx: str, signatures: list[dict]) -> dict[str, CudaKernel]:
     """The kernels of one PTX module, by symbol (the driver compiles the PTX for the GPU)."""
     core, _, _ = cuda()
-    module = core.ObjectCode.from_ptx(ptx)
+    module = core.ObjectCode.from_ptx(ptx.encode())  # bytes: the code (a str is a file's path)
     return {s["symbol"]: CudaKernel(s, module.get_kernel(s["symbol"])) for s in signatures}
 
 

@@ -122,3 +122,28 @@ def test_a_network_on_the_gpu():
     ref = run_model(model, x, keep=True)
     for name, value in ref.tensors.items():
         np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
+
+
+def test_ptx_reaches_the_driver_as_code_not_as_a_file_name(monkeypatch):
+    """cuda.core's `ObjectCode.from_ptx` reads a str as a path (CUDA_ERROR_FILE_NOT_FOUND on a
+    real GPU) and bytes as the PTX itself."""
+    from tilecraft.runtime import gpu
+
+    given = []
+
+    class Module:
+        def get_kernel(self, symbol):
+            return symbol
+
+    class ObjectCode:
+        @staticmethod
+        def from_ptx(code):
+            given.append(code)
+            return Module()
+
+    monkeypatch.setattr(gpu, "cuda", lambda: (type("core", (), {"ObjectCode": ObjectCode}),
+                                               None, None))  # fmt: skip
+    spec = Quantize((100,), 0.5, 3)
+    ptx = assembly([spec], NVPTX)
+    kernels = gpu.load_ptx(ptx, [spec.signature()])
+    assert given == [ptx.encode()] and kernels[spec.symbol].threads == 100

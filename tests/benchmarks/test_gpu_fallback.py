@@ -1,0 +1,61 @@
+"""The gpu-fallback suite: without a GPU it stops with the gpu device's error; its per-network
+check (every tensor against the integer reference) is run here with the GPU kernels compiled
+for the CPU in the GPU's place, and catches a device that computes a wrong value."""
+
+import numpy as np
+import pytest
+from network_models import tiny_resnet
+
+pytest.importorskip("llvmlite", reason="the GPU kernels need llvmlite (the llvm extra)")
+
+from tilecraft.benchmarks import gpu_fallback as G  # noqa: E402
+from tilecraft.compiler.llvm.compute import JitCompute  # noqa: E402
+from tilecraft.errors import DeviceError  # noqa: E402
+from tilecraft.hw.config import preset  # noqa: E402
+from tilecraft.runtime.cpu import CpuDevice  # noqa: E402
+
+
+class Off(JitCompute):
+    """The CPU's kernels with every int8 result one too high somewhere: a wrong GPU."""
+
+    def outputs(self, comp, tensors):
+        out = super().outputs(comp, tensors)
+        return {k: v if v.dtype != np.int8 else np.where(v == 0, 1, v).astype(v.dtype)
+                for k, v in out.items()}  # fmt: skip
+
+
+@pytest.fixture
+def jit(tmp_path):
+    from tilecraft.compiler.llvm.cache import KernelCache
+    from tilecraft.compiler.llvm.jit import Jit
+
+    return Jit(KernelCache(tmp_path))
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setitem(G.MODELS, "tiny", lambda seed: tiny_resnet(seed=7, depthwise=True))
+
+
+def test_each_network_is_checked_tensor_by_tensor(jit, tiny):
+    cfg, cpu = preset("default"), CpuDevice(JitCompute(jit))
+    good = G._network("tiny", cfg, CpuDevice(JitCompute(jit, direct=True)), cpu, repeats=1)
+    assert good["bit_exact"] and good["cpu_bit_exact"] and good["mismatched"] == []
+    assert good["gpu_ms"] > 0 and good["gpu_vs_cpu"] == good["gpu_ms"] / good["cpu_ms"]
+    bad = G._network("tiny", cfg, CpuDevice(Off(jit, direct=True)), cpu, repeats=1)
+    assert not bad["bit_exact"] and bad["mismatched"]
+    table = G.format_table({"gpu": "stand-in", "compute_capability": "0.0",
+                            "networks": [good, bad]})  # fmt: skip
+    assert "tiny" in table and "True" in table and "False" in table
+
+
+def test_without_a_gpu_the_suite_says_so():
+    try:
+        from tilecraft.runtime.gpu import cuda
+
+        cuda()
+        pytest.skip("this machine has a GPU")
+    except DeviceError:
+        pass
+    with pytest.raises(DeviceError, match="no CUDA GPU here|needs cuda.core"):
+        G.run(preset("default"))
