@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import AluOp, isa_for
-from tilecraft.hw.rtl.alu import alu_lane
+from tilecraft.hw.rtl.alu import OpFlags, alu_lane
 from tilecraft.sim.semantics import alu_lanes
 
 
@@ -25,11 +25,13 @@ class Lanes(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.bits
+        flags = OpFlags()
+        m.d.comb += flags.decode(self.op)
         for k in range(self.lanes):
             a = self.a[k * w : (k + 1) * w].as_signed()
             b = self.b[k * w : (k + 1) * w].as_signed()
             lane = Signal.like(a, name=f"lane{k}")
-            m.d.comb += lane.eq(alu_lane(m, self.spec, self.op, a, b))
+            m.d.comb += lane.eq(alu_lane(m, self.spec, flags, a, b))
             m.d.sync += self.result[k * w : (k + 1) * w].eq(lane)
         return m
 

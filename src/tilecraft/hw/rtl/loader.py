@@ -149,6 +149,8 @@ class LoadEngine(wiring.Component):
         # multiplies, then the sums. In one cycle with the checks it was the design's longest
         # path (a MULT18X18D and three carry chains: 33 MHz on an ECP5).
         rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        # y_size - 1, taken as the instruction arrives: PLAN's multiply starts from a register
+        rows_1 = Signal(signed(len(self.insn.y_size) + 1))
         area = Signal(2 * (size_bits + 1))  # scratchpad rows written, pads included
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
@@ -179,6 +181,7 @@ class LoadEngine(wiring.Component):
                         insn.eq(given),
                         width.eq(given.x_pad0 + given.x_size + given.x_pad1),
                         height.eq(given.y_pad0 + given.y_size + given.y_pad1),
+                        rows_1.eq(given.y_size - 1),
                     ]
                     m.next = "PLAN"
                     with m.If(self.insn.x_size == 0):  # nothing to move: no plan
@@ -186,7 +189,7 @@ class LoadEngine(wiring.Component):
             with m.State("PLAN"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
-                    rows_stride.eq((insn.y_size - 1) * insn.x_stride),
+                    rows_stride.eq(rows_1 * insn.x_stride),
                     area.eq(width * height),
                     y_data_last.eq(insn.y_pad0 + insn.y_size - 1),
                     y_before.eq(insn.y_pad0 - 1),

@@ -11,7 +11,7 @@ and lists them in `tokens`, so the top level wires the queues from hw.isa's queu
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -146,6 +146,7 @@ class StoreStage(wiring.Component):
         # in the LOAD engine: the multiplies, then the sums
         total = Signal(32)  # elements to send
         rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        rows_1 = Signal(signed(len(insn.y_size) + 1))  # y_size - 1, taken with the instruction
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
@@ -230,6 +231,7 @@ class StoreStage(wiring.Component):
                     m.d.comb += [cmd.ready.eq(1), self.pop_prev.ready.eq(head.pop_prev)]
                     m.d.sync += [
                         insn.eq(head),
+                        rows_1.eq(head.y_size - 1),
                         index.eq(cmd.payload.index),
                         push.eq(head.push_prev),
                     ]
@@ -239,7 +241,7 @@ class StoreStage(wiring.Component):
             with m.State("PLAN"):
                 m.d.sync += [
                     total.eq(insn.x_size * insn.y_size),
-                    rows_stride.eq((insn.y_size - 1) * insn.x_stride),
+                    rows_stride.eq(rows_1 * insn.x_stride),
                 ]
                 m.next = "SUMS"
             with m.State("SUMS"):

@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
-from tilecraft.hw.rtl.alu import alu_lane
+from tilecraft.hw.rtl.alu import OpFlags, alu_lane
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
@@ -366,16 +366,27 @@ class AluUnit(wiring.Component):
         def reads(repeat):
             return Mux(tensor & ~repeat, 2, 1)
 
-        def phases(repeat):
-            return Mux(is_mul, reads(repeat) + groups + MUL_TAIL, reads(repeat))
+        # each micro-op's last phase, for a src read and a src repeated, decoded into registers
+        # as the instruction is latched (the sequencer advances on a compare of registers)
+        given_mul = self.insn.alu_op == AluOp.MUL
+        final = [Signal(8, name=f"final_phase{r}") for r in (0, 1)]
+        with m.If(self.start):
+            for r, reg in enumerate(final):
+                n = Mux(self.insn.use_imm, 1, 2) if r == 0 else 1  # reads, as `reads`
+                m.d.sync += reg.eq(Mux(given_mul, n + groups + MUL_TAIL, n) - 1)
+
+        def last_phase(repeat):
+            return Mux(repeat, final[1], final[0])
 
         rep = seq.src_repeats
         ph = Signal(8)
+        at_last = Signal()
+        m.d.comb += at_last.eq(ph == last_phase(rep))
         with m.If(self.start):
             m.d.sync += ph.eq(0)
         with m.Elif(running):
-            m.d.sync += ph.eq(Mux(ph == phases(rep) - 1, 0, ph + 1))
-        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(ph == phases(rep) - 1)]
+            m.d.sync += ph.eq(Mux(at_last, 0, ph + 1))
+        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(at_last)]
         # P0 -> P(lat): the micro-op word
         v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
         last = _delayed(m, seq.last & seq.valid, lat, "last")
@@ -423,7 +434,7 @@ class AluUnit(wiring.Component):
         w = self.acc_write
         # decoded a cycle early from the stage before's copies (the same registers' inputs)
         done_x = Signal()  # X writes next cycle
-        m.d.sync += done_x.eq(vals[lat] & (phos[lat] == phases(repos[lat]) - 1))
+        m.d.sync += done_x.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
         history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
         # O: the operands, with the unit's writes the reads missed, then kept up to date (so a
         # src read once serves the micro-ops after it that repeat it: within an instruction,
@@ -461,14 +472,17 @@ class AluUnit(wiring.Component):
                 m.d.sync += tag.eq(tags[lat])
             operands[name] = reg  # X = O+1: the operand as the lane ops see it
         lhs, rhs = operands["a"], operands["b"]
+        # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
+        product = Signal.like(w.data)
+        flags = OpFlags("alu_op")  # registers: decoded as the instruction is latched
+        with m.If(self.start):
+            m.d.sync += flags.decode(self.insn.alu_op)
         result = Signal.like(w.data)
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
             y = rhs[k * ab : (k + 1) * ab].as_signed()
-            lane = alu_lane(m, spec, insn.alu_op, x, y, with_mul=False)
+            lane = alu_lane(m, spec, flags, x, y, product=product[k * ab : (k + 1) * ab])
             m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
-        # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
-        product = Signal.like(w.data)
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
         g_early = Signal(8)
@@ -493,7 +507,7 @@ class AluUnit(wiring.Component):
                     m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
         # W = X+1: the write, from registers
         res, w_val = Signal.like(w.data), Signal()
-        m.d.comb += written.eq(Mux(is_mul, product, result))
+        m.d.comb += written.eq(result)
         m.d.sync += [res.eq(written), w_val.eq(done_x)]
         w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
         m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
