@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -110,6 +110,22 @@ class BurstPlanner(wiring.Component):
             n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
             return n, ends_row, ends_page
 
+        bl = self.burst_len
+
+        def cut_after(n_left, n_to_4k, to_4k_bl, to_4k_page, page_ended):
+            """cut(n_left - beats, next to_4k) of a burst that did not end its row: one that
+            ended a page (beats = n_to_4k, the next page whole) or a full one (beats = bl).
+            `to_4k_bl` and `to_4k_page` are registers holding n_to_4k + bl and + page."""
+            if page_ended:
+                ends_row = (n_left <= to_4k_bl) & (n_left <= to_4k_page)
+                ends_page = (n_left >= to_4k_page) if page <= bl else Const(0)
+                n = Mux(ends_row, n_left - n_to_4k, min(page, bl))
+            else:
+                ends_row = (n_left <= 2 * bl) & (n_left <= n_to_4k)
+                ends_page = (n_to_4k <= n_left) & (n_to_4k <= 2 * bl)
+                n = Mux(ends_row, n_left - bl, Mux(n_to_4k < 2 * bl, n_to_4k - bl, bl))
+            return n, ends_row, ends_page
+
         head, tail = row_record("head"), row_record("tail")
         queued = Signal(range(3))
         new_left, new_to_4k = Signal(beat_bits), Signal(13 - sh)
@@ -127,6 +143,8 @@ class BurstPlanner(wiring.Component):
         cut_valid, cut_last = Signal(), Signal()
         cur, left = Signal(beat_bits), Signal(beat_bits)
         to_4k = Signal(13 - sh)
+        # to_4k + burst_len and to_4k + page, kept with to_4k (for cut_after)
+        to_4k_bl, to_4k_page = Signal(15 - sh), Signal(15 - sh)
         beats = Signal(BEATS_BITS)
         row_ends, page_ends = Signal(), Signal()
         counts = (beats, row_ends, page_ends)
@@ -146,6 +164,8 @@ class BurstPlanner(wiring.Component):
                 cur.eq(head["cur"]),
                 left.eq(head["left"]),
                 to_4k.eq(head["to_4k"]),
+                to_4k_bl.eq(head["to_4k"] + bl),
+                to_4k_page.eq(head["to_4k"] + page),
                 beats.eq(head["beats"]),
                 row_ends.eq(head["ends_row"]),
                 page_ends.eq(head["ends_page"]),
@@ -153,14 +173,22 @@ class BurstPlanner(wiring.Component):
         with m.Elif(sent):
             with m.If(row_ends):
                 m.d.sync += cut_valid.eq(0)
-            next_left = Signal.like(left)
-            next_to_4k = Signal.like(to_4k)
-            m.d.comb += [
-                next_left.eq(left - beats),
-                next_to_4k.eq(Mux(page_ends, page, to_4k - beats)),
+            m.d.sync += [
+                cur.eq(cur + beats),
+                left.eq(left - beats),
+                to_4k.eq(Mux(page_ends, page, to_4k - beats)),
+                to_4k_bl.eq(Mux(page_ends, page + bl, to_4k)),
+                to_4k_page.eq(Mux(page_ends, 2 * page, to_4k - bl + page)),
             ]
-            m.d.sync += [cur.eq(cur + beats), left.eq(next_left), to_4k.eq(next_to_4k)]
-            m.d.sync += [reg.eq(v) for reg, v in zip(counts, cut(next_left, next_to_4k))]
+            # the next burst's cut, from this burst's registers alone: a burst that leaves its
+            # row unfinished either ended a page (then it was to_4k beats) or was full
+            # (burst_len beats), so cut(left - beats, to_4k') is one of two sets of compares
+            # of today's counts, side by side, and no subtraction feeds a compare
+            after_page = cut_after(left, to_4k, to_4k_bl, to_4k_page, True)
+            after_full = cut_after(left, to_4k, to_4k_bl, to_4k_page, False)
+            m.d.sync += [
+                reg.eq(Mux(page_ends, p, f)) for reg, p, f in zip(counts, after_page, after_full)
+            ]
         # the queue of rows: `take` pops its head, `make` pushes behind it
         with m.If(take):
             m.d.sync += [head[f].eq(Mux(queued == 2, tail[f], new[f])) for f in head]
