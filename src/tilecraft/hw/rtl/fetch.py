@@ -87,6 +87,8 @@ class Fetch(wiring.Component):
             t.stride.eq(n * INSN_BYTES),
             t.span.eq(n * INSN_BYTES),
         ]
+        # the program's end, summed as it starts: CHECK's compare starts from a register
+        end = Signal(len(self.insn_offset) + len(self.insn_count) + 5)
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [
@@ -94,11 +96,11 @@ class Fetch(wiring.Component):
                     requested.eq(0),
                     count.eq(self.insn_count),
                     left.eq(self.insn_count),
+                    end.eq(self.insn_offset + self.insn_count * INSN_BYTES),
                     error.valid.eq(0),
                 ]
                 m.next = "CHECK"
             with m.State("CHECK"):
-                end = self.insn_offset + count * INSN_BYTES
                 with m.If((count == 0) | (end > run.dram_size)):
                     m.d.sync += [
                         error.valid.eq(1),

@@ -218,13 +218,19 @@ MUL_TAIL = 3
 def lane_multiply(m: Module, x, y, bits: int, name: str):
     """(x * y) mod 2**bits, from registers holding the three half-width products of x and y of
     the cycle before (each fits an 18x18 DSP multiplier): x*y = xl*yl + ((xh*yl + xl*yh) << h)
-    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes."""
+    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes.
+    Each product is registered straight from its multiplier (the cross terms are added after,
+    with the low product: no adder sits behind a DSP)."""
     h = bits // 2
     xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
     low = Signal(2 * h, name=f"{name}_low")
-    cross = Signal(bits - h, name=f"{name}_cross")
-    m.d.sync += [low.eq(xl * yl), cross.eq((xh * yl)[: bits - h] + (xl * yh)[: bits - h])]
-    return (low + (cross << h))[:bits]
+    cross = [Signal(bits - h, name=f"{name}_cross{k}") for k in range(2)]
+    m.d.sync += [
+        low.eq(xl * yl),
+        cross[0].eq((xh * yl)[: bits - h]),
+        cross[1].eq((xl * yh)[: bits - h]),
+    ]
+    return (low + (((cross[0] + cross[1])[: bits - h]) << h))[:bits]
 
 
 def _index(base, offset, name: str) -> Signal:
@@ -433,8 +439,9 @@ class AluUnit(wiring.Component):
         repos = _delayed(m, repi, lat, "repo")
         w = self.acc_write
         # decoded a cycle early from the stage before's copies (the same registers' inputs)
-        done_x = Signal()  # X writes next cycle
-        m.d.sync += done_x.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
+        done_x, done_x_next = Signal(), Signal()  # X writes next cycle; the cycle after
+        m.d.comb += done_x_next.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
+        m.d.sync += done_x.eq(done_x_next)
         history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
         # O: the operands, with the unit's writes the reads missed, then kept up to date (so a
         # src read once serves the micro-ops after it that repeat it: within an instruction,
@@ -455,12 +462,20 @@ class AluUnit(wiring.Component):
             reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
             capture = Signal(name=f"{name}_capture")  # decoded a cycle early, as done_x
             ph_early = phos[lat - 1]
-            m.d.sync += capture.eq(
+            capture_next = Signal(name=f"{name}_capture_next")
+            m.d.comb += capture_next.eq(
                 vals[lat - 1] & (ph_early == phase) & (ph_early < reads(repos[lat - 1]))
             )
-            # next cycle's write goes to the operand's row (its tag as of next cycle)
+            m.d.sync += capture.eq(capture_next)
+            # `hit`: next cycle's write goes to the operand's row (its tag as of next cycle),
+            # worked out a cycle ahead into a register, so the compare is not on the path to
+            # the operand's enables: that write is done_x_next and dsts[lat] a cycle ahead, and
+            # the tag as of the cycle after next follows from the captures due
             enable = 1 if name == "a" else tensor
-            hit = history.upcoming_hit(Mux(capture, tags[lat], tag), enable)
+            tag_next = Mux(capture, tags[lat], tag)  # the tag as of next cycle
+            tag_after = Mux(capture_next, tags[lat - 1], tag_next)  # and the cycle after
+            hit = Signal(name=f"{name}_hit")
+            m.d.sync += hit.eq(enable & done_x_next & (dsts[lat] == tag_after))
             load_imm = first & insn.use_imm if name == "b" else Const(0)
             with m.If(hit):
                 m.d.sync += reg.eq(written)
