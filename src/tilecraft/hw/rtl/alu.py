@@ -9,9 +9,12 @@ the bounds two signed bytes of its operand (hw/isa `clip_bounds`), its compares 
 
 The lane ops are the unit's single-cycle loop (an operand register, the lane op, the register
 again where the next micro-op reads the row this one writes), so the result is an AND-OR of
-each op's candidate under a one-hot op flag decoded into registers when the instruction starts
-(`OpFlags`): after the compares' carry chains, one LUT makes MIN/MAX's pick and two more the
-selection, where a switch on the op field made a priority chain of four.
+each candidate under a one-hot pick (`select`): the op's flags (`OpFlags`, registers decoded
+as the instruction starts) and the compares make a per-lane pick of a, b, hi or lo, then each
+bit is two LUT levels, where a switch on the op field made a priority chain of four. The unit
+selects three times from the same candidates: the write data, and each operand register's
+forwarded copy under flags gated by its forwarding flag (so the forwarding mux is folded
+into the AND-OR).
 """
 
 from __future__ import annotations
@@ -20,30 +23,31 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 
 from tilecraft.hw.isa import CLIP_BOUND_BITS, AluOp, IsaSpec
 
-SELECTED = ("minmax", "add", "clip", "shr", "mul")  # the candidates OpFlags picks among
+SELECTED = ("min", "max", "add", "clip", "shr", "mul")  # one-hot: which op the flags select
 
 
 class OpFlags:
-    """One-hot flags of an ALU op, one per candidate in SELECTED (MIN and MAX share "minmax",
-    with `is_max` choosing the side). Ops the ISA does not define select SHR, as the switch they
-    replace did (the simulator rejects them before they run)."""
+    """One-hot flags of an ALU op, one per name in SELECTED. Ops the ISA does not define select
+    SHR, as a switch on the op field would (fetch rejects them before they run)."""
 
     def __init__(self, name: str = "op"):
         self.flags = {c: Signal(name=f"{name}_{c}") for c in SELECTED}
-        self.is_max = Signal(name=f"{name}_is_max")
 
     def decode(self, op) -> list:
         """Assignments of the flags from an op field (for a domain the caller picks)."""
         known = {
-            "minmax": (op == AluOp.MIN) | (op == AluOp.MAX),
+            "min": op == AluOp.MIN,
+            "max": op == AluOp.MAX,
             "add": op == AluOp.ADD,
             "clip": op == AluOp.CLIP,
             "mul": op == AluOp.MUL,
         }
-        other = ~(known["minmax"] | known["add"] | known["clip"] | known["mul"])
-        return [self.flags[c].eq(known.get(c, other)) for c in SELECTED] + [
-            self.is_max.eq(op == AluOp.MAX)
-        ]
+        other = ~(known["min"] | known["max"] | known["add"] | known["clip"] | known["mul"])
+        return [self.flags[c].eq(known.get(c, other)) for c in SELECTED]
+
+    def gate(self, flags: OpFlags, enable) -> list:
+        """Assignments of `flags`, each anded with `enable` (all clear: the select gives 0)."""
+        return [self.flags[c].eq(flags[c] & enable) for c in SELECTED]
 
     def __getitem__(self, name: str):
         return self.flags[name]
@@ -56,10 +60,10 @@ def _signed_lt(x, y, bits: int):
     return (x.as_unsigned() ^ flip) < (y.as_unsigned() ^ flip)
 
 
-def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
-    """Combinational result of the op `flags` select on two signed accumulator lanes (returns a
-    Value). MUL's candidate is `product` where given (a shared multiplier's registered result,
-    see units.AluUnit), else the lane's own a * b."""
+def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
+    """What `select` picks from for two signed accumulator lanes: the compares (side by side,
+    each a carry chain straight from the operands) and every op's value. MUL's is `product`
+    where given (a shared multiplier's registered result, see units.AluUnit), else a * b."""
     bits = spec.config.acc_bits
     amount_bits = spec.shr_amount_bits  # 6 for 32-bit lanes: [-32, 31]
     assert 1 << (amount_bits - 1) == bits, (amount_bits, bits)
@@ -70,28 +74,46 @@ def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
     wide = Signal(signed(2 * bits))
     m.d.comb += wide.eq(Cat(Const(0, bits), a))
     k = CLIP_BOUND_BITS
-    hi, lo = b[:k].as_signed(), b[k : 2 * k].as_signed()
-    hi_wide, lo_wide = Signal(signed(bits)), Signal(signed(bits))
-    m.d.comb += [hi_wide.eq(hi), lo_wide.eq(lo)]
-    # the compares side by side, each a carry chain straight from the operand registers
+    hi, lo = Signal(signed(bits)), Signal(signed(bits))
+    m.d.comb += [hi.eq(b[:k].as_signed()), lo.eq(b[k : 2 * k].as_signed())]
     lt, above_hi, below_lo, empty = Signal(), Signal(), Signal(), Signal()
     m.d.comb += [
         lt.eq(_signed_lt(a, b, bits)),  # MIN and MAX share it (where a == b, either is right)
-        above_hi.eq(_signed_lt(hi_wide, a, bits)),
-        below_lo.eq(_signed_lt(a, lo_wide, bits)),
+        above_hi.eq(_signed_lt(hi, a, bits)),
+        below_lo.eq(_signed_lt(a, lo, bits)),
         empty.eq(hi < lo),  # min(max(a, lo), hi) = hi where lo > hi
     ]
-    candidates = {
-        "minmax": Mux(lt ^ flags.is_max, a, b),
-        "add": (a + b)[:bits],
-        "clip": Mux(above_hi | empty, hi_wide, Mux(below_lo, lo_wide, a)),
-        "shr": (wide >> by)[:bits],
-        "mul": (a * b)[:bits] if product is None else product,
+    return {
+        "a": a, "b": b, "hi": hi, "lo": lo, "lt": lt, "above_hi": above_hi,
+        "below_lo": below_lo, "empty": empty, "add": (a + b)[:bits],
+        "shr": (wide >> by)[:bits], "mul": (a * b)[:bits] if product is None else product,
+    }  # fmt: skip
+
+
+def select(m: Module, flags: OpFlags, c: dict, bits: int):
+    """The lane's result under `flags` (0 where no flag is set): per-lane picks of a, b, hi
+    and lo from the compares, then an AND-OR of every candidate under its pick or flag."""
+    clip_hi = c["above_hi"] | c["empty"]
+    picks = {
+        "a": Mux(c["lt"], flags["min"], flags["max"])
+        | (flags["clip"] & ~clip_hi & ~c["below_lo"]),
+        "b": Mux(c["lt"], flags["max"], flags["min"]),
+        "hi": flags["clip"] & clip_hi,
+        "lo": flags["clip"] & ~clip_hi & c["below_lo"],
+        "add": flags["add"],
+        "shr": flags["shr"],
+        "mul": flags["mul"],
     }
+    total = None
+    for name, pick in picks.items():
+        term = Mux(pick, c[name][:bits], 0)
+        total = term if total is None else total | term
     result = Signal(signed(bits))
-    terms = [Mux(flags[c], candidates[c], 0).as_unsigned() for c in SELECTED]
-    total = terms[0]
-    for t in terms[1:]:
-        total = total | t
     m.d.comb += result.eq(total)
     return result
+
+
+def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
+    """Combinational result of the op `flags` select on two signed accumulator lanes."""
+    bits = spec.config.acc_bits
+    return select(m, flags, lane_candidates(m, spec, a, b, product), bits)

@@ -273,7 +273,9 @@ class SkidBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
         with m.Elif(i.valid & ~spare_valid):
-            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
+            m.d.sync += spare_valid.eq(1)
+        with m.If(~spare_valid):  # an empty spare follows `i` (see ReadyBuffer)
+            m.d.sync += spare.eq(i.payload)
         return m
 
 
@@ -298,7 +300,11 @@ class ReadyBuffer(wiring.Component):
         with m.If(spare_valid & o.ready):
             m.d.sync += spare_valid.eq(0)
         with m.Elif(~spare_valid & i.valid & ~o.ready):
-            m.d.sync += [spare.eq(i.payload), spare_valid.eq(1)]
+            m.d.sync += spare_valid.eq(1)
+        # an empty spare follows `i` every cycle, so its enable is one flip-flop (~spare_valid)
+        # and the consumer's ready reaches only spare_valid, not every bit of the payload
+        with m.If(~spare_valid):
+            m.d.sync += spare.eq(i.payload)
         return m
 
 

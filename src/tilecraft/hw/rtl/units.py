@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
-from tilecraft.hw.rtl.alu import OpFlags, alu_lane
+from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, select
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
@@ -457,7 +457,10 @@ class AluUnit(wiring.Component):
         m.d.comb += imm.eq(insn.imm)
         first = Signal()  # the cycle after start: the instruction is latched
         m.d.sync += first.eq(self.start)
-        operands = {}
+        flags = OpFlags("alu_op")  # registers: decoded as the instruction is latched
+        with m.If(self.start):
+            m.d.sync += flags.decode(self.insn.alu_op)
+        operands, forwards = {}, {}
         for name, phase in (("a", 0), ("b", 1)):
             reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
             capture = Signal(name=f"{name}_capture")  # decoded a cycle early, as done_x
@@ -470,34 +473,38 @@ class AluUnit(wiring.Component):
             # `hit`: next cycle's write goes to the operand's row (its tag as of next cycle),
             # worked out a cycle ahead into a register, so the compare is not on the path to
             # the operand's enables: that write is done_x_next and dsts[lat] a cycle ahead, and
-            # the tag as of the cycle after next follows from the captures due
+            # the tag as of the cycle after next follows from the captures due. The op's flags
+            # gated by it are registered with it: the lane select gives the forwarded row, or 0
             enable = 1 if name == "a" else tensor
             tag_next = Mux(capture, tags[lat], tag)  # the tag as of next cycle
             tag_after = Mux(capture_next, tags[lat - 1], tag_next)  # and the cycle after
-            hit = Signal(name=f"{name}_hit")
-            m.d.sync += hit.eq(enable & done_x_next & (dsts[lat] == tag_after))
+            hit, hit_next = Signal(name=f"{name}_hit"), Signal(name=f"{name}_hit_next")
+            m.d.comb += hit_next.eq(enable & done_x_next & (dsts[lat] == tag_after))
+            gated = OpFlags(f"{name}_fwd")
+            m.d.sync += [hit.eq(hit_next), *gated.gate(flags, hit_next)]
             load_imm = first & insn.use_imm if name == "b" else Const(0)
-            with m.If(hit):
-                m.d.sync += reg.eq(written)
-            with m.Elif(load_imm):
-                m.d.sync += reg.eq(Cat(*([imm] * lanes)))
-            with m.Elif(capture):
-                m.d.sync += reg.eq(value)
+            held = Mux(load_imm, Cat(*([imm] * lanes)), Mux(capture, value, reg))
+            forwards[name] = (reg, hit, gated, held)
             with m.If(capture):
                 m.d.sync += tag.eq(tags[lat])
             operands[name] = reg  # X = O+1: the operand as the lane ops see it
         lhs, rhs = operands["a"], operands["b"]
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
         product = Signal.like(w.data)
-        flags = OpFlags("alu_op")  # registers: decoded as the instruction is latched
-        with m.If(self.start):
-            m.d.sync += flags.decode(self.insn.alu_op)
         result = Signal.like(w.data)
+        forwarded = {n: Signal.like(w.data, name=f"{n}_forwarded") for n in forwards}
         for k in range(lanes):
             x = lhs[k * ab : (k + 1) * ab].as_signed()
             y = rhs[k * ab : (k + 1) * ab].as_signed()
-            lane = alu_lane(m, spec, flags, x, y, product=product[k * ab : (k + 1) * ab])
-            m.d.comb += result[k * ab : (k + 1) * ab].eq(lane)
+            lane = slice(k * ab, (k + 1) * ab)
+            cands = lane_candidates(m, spec, x, y, product=product[lane])
+            m.d.comb += result[lane].eq(select(m, flags, cands, ab))
+            for n, (_, _, gated, _) in forwards.items():
+                m.d.comb += forwarded[n][lane].eq(select(m, gated, cands, ab))
+        # each operand register: this cycle's result where next cycle's write goes to its row
+        # (the write-data register takes the same), else what it held, read or was loaded with
+        for n, (reg, hit, _, held) in forwards.items():
+            m.d.sync += reg.eq(forwarded[n] | Mux(hit, 0, held))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
         g_early = Signal(8)
