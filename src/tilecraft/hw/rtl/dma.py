@@ -250,7 +250,11 @@ class ReadClient(wiring.Component):
             head.o.ready.eq(ar.ready),
         ]
         wiring.connect(m, wiring.flipped(self.read.r), fifo.w_stream)
-        wiring.connect(m, fifo.r_stream, wiring.flipped(self.beats))
+        # the beats leave through a ReadyBuffer: the consumer's ready (a stage's element
+        # stream, picked by the instruction's memory) never reaches the FIFO's level
+        m.submodules.out = out = ReadyBuffer(self.cfg.axi_data_bits)
+        wiring.connect(m, fifo.r_stream, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.beats))
         return m
 
 

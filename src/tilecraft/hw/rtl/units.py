@@ -74,9 +74,10 @@ class LoopSequencer(wiring.Component):
         n_out_1, n_in_1 = Signal(self.iter_bits), Signal(self.iter_bits)
         # latched at start: one micro-op with no inner src stride; and no outer one either
         same_in, same_out = Signal(), Signal()
-        last_u = self.u == end_1
-        last_j = j == n_in_1
-        last_i = i == n_out_1
+        # whether u, j and i are at their last values, kept in registers (set from the next
+        # value's compare as each one steps), so the step's enables start from flip-flops
+        last_u, last_j, last_i = Signal(), Signal(), Signal()
+        one_u, one_j = Signal(), Signal()  # the loops of one micro-op, of one inner step
         m.d.comb += self.last.eq(last_u & last_j & last_i)
         with m.If(self.start):
             m.d.sync += [
@@ -88,6 +89,11 @@ class LoopSequencer(wiring.Component):
                 j.eq(0),
                 self.u.eq(self.uop_bgn),
                 same_in.eq((self.uop_bgn + 1 == self.uop_end) & (self.strides_in.src == 0)),
+                last_u.eq(self.uop_bgn + 1 == self.uop_end),
+                one_u.eq(self.uop_bgn + 1 == self.uop_end),
+                last_j.eq(self.iter_in == 1),
+                one_j.eq(self.iter_in == 1),
+                last_i.eq(self.iter_out == 1),
                 same_out.eq(self.strides_out.src == 0),
                 self.src_repeats.eq(0),
                 self.valid.eq(
@@ -102,18 +108,20 @@ class LoopSequencer(wiring.Component):
             ]
         with m.Elif(self.valid & self.advance):
             with m.If(~last_u):
-                m.d.sync += self.u.eq(self.u + 1)
+                m.d.sync += [self.u.eq(self.u + 1), last_u.eq(self.u + 1 == end_1)]
             with m.Else():
-                m.d.sync += self.u.eq(bgn)
+                m.d.sync += [self.u.eq(bgn), last_u.eq(one_u)]
                 with m.If(~last_j):
                     m.d.sync += [j.eq(j + 1), self.src_repeats.eq(same_in)]
+                    m.d.sync += last_j.eq(j + 1 == n_in_1)
                     for f in STRIDED:
                         off = self.offsets[f]
                         m.d.sync += off.eq(off + strides_in[f])
                 with m.Else():
-                    m.d.sync += j.eq(0)
+                    m.d.sync += [j.eq(0), last_j.eq(one_j)]
                     with m.If(~last_i):
                         m.d.sync += [i.eq(i + 1), self.src_repeats.eq(same_in & same_out)]
+                        m.d.sync += last_i.eq(i + 1 == n_out_1)
                         for f in STRIDED:
                             nxt = outer[f] + strides_out[f]
                             m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
