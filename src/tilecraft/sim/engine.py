@@ -57,12 +57,16 @@ class Engine:
         execute: Callable,
         half: Callable[[int], int] | None = None,
         insn_offset: int = 0,
+        waits: Callable[[int], int] | None = None,
     ):
         """`execute(k, stage, start, end, overlaps)` runs instruction k (`overlaps`: the other
         compute unit's instruction still in flight, or None); `half(k)` is the accumulator
         half a GEMM/ALU instruction's first micro-op writes (None: the units never overlap);
-        `insn_offset`: the program's byte offset in DRAM (where fetch's bursts fall)."""
+        `insn_offset`: the program's byte offset in DRAM (where fetch's bursts fall);
+        `waits(k)`: cycles a GEMM/ALU instruction adds to its busy ones from the micro-ops it
+        runs (read as it starts: the ALU's hazards)."""
         self.cfg, self.timing, self.plan, self.execute = cfg, timing, plan, execute
+        self.waits = waits
         self.queue_latency = timing.queue_latency
         self.half = half if timing.dual_issue else None
         self.unit_free = dict.fromkeys(Unit, 0)
@@ -200,7 +204,10 @@ class Engine:
             self.port.request(k, PORT_CLIENT[s], bursts, t + lead)
             self.in_flight[s] = (k, t)
             return
-        self._complete(s, k, t, t + self.plan.busy[k], overlaps)
+        busy = self.plan.busy[k]
+        if self.waits is not None and self.plan.unit[k] is not None:
+            busy += self.waits(k)
+        self._complete(s, k, t, t + busy, overlaps)
 
     def _accept(self, limit: float) -> None:
         """The DRAM port accepts the bursts due before `limit`, up to one that completes a

@@ -31,7 +31,7 @@ from tilecraft.sim.machine import Machine
 from tilecraft.sim.plan import Plan
 from tilecraft.sim.races import RaceChecker
 from tilecraft.sim.report import SimReport, StageStats
-from tilecraft.sim.timing import Timing
+from tilecraft.sim.timing import Timing, alu_hazards
 from tilecraft.sim.trace import chrome_trace
 
 _EXEC = {
@@ -134,7 +134,13 @@ def run_image(
     def half(k: int) -> int:
         return config.acc_bank(int(machine.uop_dst[rows[k]["uop_bgn"]]))
 
-    engine = Engine(config, timing, plan, execute, half, insn_addr)
+    def waits(k: int) -> int:
+        row = rows[k]
+        if row["opcode"] != Opcode.ALU:
+            return 0
+        return timing.alu_hazard * alu_hazards(row, machine.uop_dst, machine.uop_src)
+
+    engine = Engine(config, timing, plan, execute, half, insn_addr, waits)
     engine.run()
     cycles = engine.check_finish()
     report = _report(config, table, plan, engine, cycles, counts, events if trace else None)

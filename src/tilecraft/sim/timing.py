@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, Opcode, insns_per_burst
 
@@ -35,6 +37,8 @@ class Timing:
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port; one where the
     # src is the micro-op before's, see alu_repeats)
     alu_depth: int = 6  # micro-op (2), indices, read (2), operate, write
+    alu_hazard: int = 1  # a micro-op of one phase (immediate, or a repeated src) that reads
+    # the row the micro-op before writes waits for that write (see alu_hazards)
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
     alu_mul_tail: int = 3  # MUL: from the last lane group's operands to its products
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
@@ -166,6 +170,33 @@ def busy_cycles(t: Timing, row) -> int:
         ii += t.alu_mul_groups + t.alu_mul_tail
     saved = 0 if row["use_imm"] else alu_repeats(row) * (t.alu_ii_tensor - t.alu_ii_imm)
     return t.insn_overhead + steps * ii - saved + t.alu_depth
+
+
+def alu_hazards(row, uop_dst: np.ndarray, uop_src: np.ndarray) -> int:
+    """An ALU instruction's micro-ops that wait `Timing.alu_hazard` cycles: those of one phase
+    (not MUL; an immediate op, or a tensor op whose src repeats, see alu_repeats) that read the
+    row the micro-op before them writes: their dst, or the src they repeat (hw/rtl/units.py
+    AluUnit's `hazard`). `uop_dst`/`uop_src` are the micro-op memory's columns."""
+    n_out, n_in = int(row["iter_out"]), int(row["iter_in"])
+    bgn, end = int(row["uop_bgn"]), int(row["uop_end"])
+    n_u = end - bgn
+    tensor = not row["use_imm"]
+    if row["alu_op"] == AluOp.MUL or n_out * n_in * n_u < 2:
+        return 0
+    if tensor and (n_u != 1 or row["src_in"] != 0):
+        return 0  # every micro-op reads its src: two phases, its X two cycles after
+    i = np.arange(n_out, dtype=np.int64)[:, None, None]
+    j = np.arange(n_in, dtype=np.int64)[None, :, None]
+    u = np.arange(bgn, end)
+    dst = (uop_dst[u] + i * int(row["dst_out"]) + j * int(row["dst_in"])).ravel()
+    same = dst[1:] == dst[:-1]
+    if not tensor:
+        return int(np.count_nonzero(same))
+    src = (uop_src[u] + i * int(row["src_out"]) + j * int(row["src_in"])).ravel()
+    repeats = np.ones((n_out, n_in), bool)  # one micro-op, no inner src stride
+    repeats[:, 0] = row["src_out"] == 0
+    repeats = repeats.ravel()[1:]
+    return int(np.count_nonzero(repeats & (same | (src[1:] == dst[:-1]))))
 
 
 def alu_repeats(row) -> int:

@@ -10,9 +10,22 @@ import pytest
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
-from tilecraft.hw.rtl.queues import CMD_BITS, command_queue, token_queue
+from tilecraft.hw.rtl.queues import (
+    CMD_BITS,
+    FlaggedFIFO,
+    TokenCounter,
+    command_queue,
+    token_queue,
+)
 
 CFG = preset("1x8x8")
+
+
+def _simulate(dut, bench) -> None:
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def _run(fifo, width: int, depth: int, seed: int, items: int = 300):
@@ -45,10 +58,7 @@ def _run(fifo, width: int, depth: int, seed: int, items: int = 300):
             if len(got) == items:
                 break
 
-    sim = Simulator(fifo)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(fifo, bench)
     assert got == sent, f"seed {seed}: {len(got)} of {items} items came out, or out of order"
     assert stats["max_level"] == depth and stats["full_seen"] > 0
 
@@ -58,6 +68,53 @@ def test_command_queue_keeps_order_and_depth(seed):
     _run(command_queue(CFG), CMD_BITS, CFG.cmd_queue_depth, seed, items=CFG.cmd_queue_depth + 200)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_token_queue_keeps_count_and_depth(seed):
-    _run(token_queue(CFG), 1, CFG.dep_queue_depth, seed)
+def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data: bool = True):
+    """Random traffic on a queue with stream ports: what goes in comes out in order, once
+    (`data`; else only the count matters); `w_stream.ready` is clear exactly when it holds
+    `depth` items and `r_stream.valid` exactly when it is empty, as SyncFIFO's w_rdy and r_rdy
+    are; the data is there the cycle it is."""
+    rng = random.Random(seed)
+    sent = [rng.getrandbits(width) for _ in range(items)]
+    got, held = [], 0
+    seen = {"full": 0, "empty": 0}
+
+    async def bench(ctx):
+        nonlocal held
+        k = 0
+        for cycle in range(20 * items):
+            write = k < items and rng.random() < 0.6
+            read = rng.random() < (0.2 if cycle < 4 * depth + 20 else 0.5)  # it fills first
+            ctx.set(fifo.w_stream.valid, write)
+            ctx.set(fifo.w_stream.payload, sent[k] if k < items else 0)
+            ctx.set(fifo.r_stream.ready, read)
+            ready, valid = ctx.get(fifo.w_stream.ready), ctx.get(fifo.r_stream.valid)
+            assert ready == (held < depth) and valid == (held > 0), (cycle, held, ready, valid)
+            seen["full"] += held == depth
+            seen["empty"] += held == 0
+            if valid and read:
+                got.append(ctx.get(fifo.r_stream.payload) if data else 0)
+                held -= 1
+            if write and ready:
+                k += 1
+                held += 1
+            await ctx.tick()
+            if len(got) == items:
+                return
+
+    _simulate(fifo, bench)
+    assert got == (sent if data else [0] * items), f"seed {seed}: {len(got)} of {items} came out"
+    assert seen["full"] and seen["empty"]
+
+
+@pytest.mark.parametrize(("seed", "depth"), [(0, None), (1, 1), (2, 3)])
+def test_token_queue_keeps_count_and_depth(seed, depth):
+    """A counter, not a FIFO: full at `depth` tokens (the config's, or any other, one
+    included), empty at none, never more given than taken."""
+    queue = token_queue(CFG) if depth is None else TokenCounter(depth)
+    _run_stream(queue, 1, depth or CFG.dep_queue_depth, seed, data=False)
+
+
+@pytest.mark.parametrize(("seed", "depth"), [(0, 4), (1, 2), (2, 8)])
+def test_flagged_fifo_keeps_order_and_flags_its_level_as_syncfifo_does(seed, depth):
+    """The read clients' beat queue (and the store's burst lengths)."""
+    _run_stream(FlaggedFIFO(12, depth), 12, depth, seed)

@@ -7,14 +7,12 @@ operand, shifting right (arithmetic) for amounts >= 0 and left for negative ones
 by the full width gives 0); MIN and MAX share one compare; CLIP is min(max(a, lo), hi) with
 the bounds two signed bytes of its operand (hw/isa `clip_bounds`), its compares side by side.
 
-The lane ops are the unit's single-cycle loop (an operand register, the lane op, the register
-again where the next micro-op reads the row this one writes), so the result is an AND-OR of
-each candidate under a one-hot pick (`select`): the op's flags (`OpFlags`, registers decoded
-as the instruction starts) and the compares make a per-lane pick of a, b, hi or lo, then each
-bit is two LUT levels, where a switch on the op field made a priority chain of four. The unit
-selects three times from the same candidates: the write data, and each operand register's
-forwarded copy under flags gated by its forwarding flag (so the forwarding mux is folded
-into the AND-OR).
+The lane ops sit between the unit's operand registers and its write-data register (a write
+reaches the operands a cycle later, from that register: units.AluUnit's `hazard`), so the
+result is an AND-OR of each candidate under a one-hot pick (`select`): the op's flags
+(`OpFlags`, registers decoded as the instruction starts) and the compares make a per-lane pick
+of a, b, hi or lo, then each bit is two LUT levels, where a switch on the op field made a
+priority chain of four.
 """
 
 from __future__ import annotations
@@ -45,10 +43,6 @@ class OpFlags:
         other = ~(known["min"] | known["max"] | known["add"] | known["clip"] | known["mul"])
         return [self.flags[c].eq(known.get(c, other)) for c in SELECTED]
 
-    def gate(self, flags: OpFlags, enable) -> list:
-        """Assignments of `flags`, each anded with `enable` (all clear: the select gives 0)."""
-        return [self.flags[c].eq(flags[c] & enable) for c in SELECTED]
-
     def __getitem__(self, name: str):
         return self.flags[name]
 
@@ -60,9 +54,42 @@ def _signed_lt(x, y, bits: int):
     return (x.as_unsigned() ^ flip) < (y.as_unsigned() ^ flip)
 
 
-def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
-    """What `select` picks from for two signed accumulator lanes: the compares (side by side,
-    each a carry chain straight from the operands) and every op's value. MUL's is `product`
+COMPARES = ("lt", "above_hi", "below_lo", "empty")
+
+
+def _compares(spec: IsaSpec, a, b) -> dict:
+    """The lane's compares, side by side, each a carry chain straight from the operands: a < b
+    (MIN and MAX share it: where a == b, either is right), and CLIP's a > hi, a < lo, hi < lo
+    (min(max(a, lo), hi) = hi where lo > hi), the bounds two signed bytes of b."""
+    bits, k = spec.config.acc_bits, CLIP_BOUND_BITS
+
+    def widened(byte):  # a signed byte of b, sign-extended to the lane
+        return Cat(byte, byte[-1].replicate(bits - k)).as_signed()
+
+    hi, lo = widened(b[:k]), widened(b[k : 2 * k])
+    return {
+        "lt": _signed_lt(a, b, bits),
+        "above_hi": _signed_lt(hi, a, bits),
+        "below_lo": _signed_lt(a, lo, bits),
+        "empty": hi < lo,
+    }
+
+
+def registered_compares(m: Module, spec: IsaSpec, a_next, b_next, lane: int) -> dict:
+    """The compares of operands that are registers, worked out from their next values into
+    registers of their own (`lane_candidates(..., compares=)`)."""
+    bits = spec.config.acc_bits
+    out = {}
+    for name, value in _compares(spec, a_next.as_signed(), b_next.as_signed()).items():
+        out[name] = Signal(name=f"lane{lane}_{name}", reset_less=True)
+        m.d.sync += out[name].eq(value)
+    assert len(a_next) == len(b_next) == bits
+    return out
+
+
+def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None, compares=None) -> dict:
+    """What `select` picks from for two signed accumulator lanes: the compares (`_compares`, or
+    `compares` where the caller registered them) and every op's value. MUL's is `product`
     where given (a shared multiplier's registered result, see units.AluUnit), else a * b."""
     bits = spec.config.acc_bits
     amount_bits = spec.shr_amount_bits  # 6 for 32-bit lanes: [-32, 31]
@@ -76,16 +103,13 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
     k = CLIP_BOUND_BITS
     hi, lo = Signal(signed(bits)), Signal(signed(bits))
     m.d.comb += [hi.eq(b[:k].as_signed()), lo.eq(b[k : 2 * k].as_signed())]
-    lt, above_hi, below_lo, empty = Signal(), Signal(), Signal(), Signal()
-    m.d.comb += [
-        lt.eq(_signed_lt(a, b, bits)),  # MIN and MAX share it (where a == b, either is right)
-        above_hi.eq(_signed_lt(hi, a, bits)),
-        below_lo.eq(_signed_lt(a, lo, bits)),
-        empty.eq(hi < lo),  # min(max(a, lo), hi) = hi where lo > hi
-    ]
+    if compares is None:
+        compares = {}
+        for name, value in _compares(spec, a, b).items():
+            compares[name] = Signal(name=name)
+            m.d.comb += compares[name].eq(value)
     return {
-        "a": a, "b": b, "hi": hi, "lo": lo, "lt": lt, "above_hi": above_hi,
-        "below_lo": below_lo, "empty": empty, "add": (a + b)[:bits],
+        "a": a, "b": b, "hi": hi, "lo": lo, **compares, "add": (a + b)[:bits],
         "shr": (wide >> by)[:bits], "mul": (a * b)[:bits] if product is None else product,
     }  # fmt: skip
 

@@ -110,17 +110,21 @@ class Compute(wiring.Component):
         # port: one named address signal lets yosys map a true dual-port BRAM (one copy, not
         # one per read port).
         uop_w = uop_mem.write_port()
+        # an idle unit's port reads the micro-op CHECK names (the first of the instruction
+        # being issued): PEEK waits for the unit to be idle, so the port's address is picked by
+        # the unit's busy flip-flop alone, not by the issue FSM's state
         peek_addr = Signal(uop_w.addr.shape())
-        peeking = {n: Signal(name=f"peek_{n}") for n in units}
         uop_data = {}
         for n, unit in units.items():
             rp = uop_mem.read_port()
             addr = Signal(uop_w.addr.shape(), name=f"uop_{n}_addr")
-            word = Signal.like(rp.data, name=f"uop_{n}_q")  # registered: SRAM_READ_LATENCY
-            m.d.sync += word.eq(rp.data)
+            word = Signal.like(rp.data, name=f"uop_{n}_q", reset_less=True)  # SRAM_READ_LATENCY
+            with m.If(rp.en):  # a unit's stall holds both registers
+                m.d.sync += word.eq(rp.data)
             m.d.comb += [
+                rp.en.eq(~unit.busy | unit.uop.en),
                 rp.addr.eq(addr),
-                addr.eq(Mux(peeking[n], peek_addr, unit.uop.addr)),
+                addr.eq(Mux(unit.busy, unit.uop.addr, peek_addr)),
                 unit.uop.data.eq(word),
             ]
             if n == "gemm":
@@ -139,8 +143,8 @@ class Compute(wiring.Component):
             aw, ow = acc.write_port(), out.write_port()
             # not transparent: each unit forwards its own recent writes (units.WriteHistory)
             ar, orp = acc.read_port(), out.read_port()
-            ar_q = Signal(acc_w_bits, name=f"acc{b}_q")
-            orp_q = Signal(out_w_bits, name=f"out{b}_q")
+            ar_q = Signal(acc_w_bits, name=f"acc{b}_q", reset_less=True)  # read data: no reset
+            orp_q = Signal(out_w_bits, name=f"out{b}_q", reset_less=True)
             m.d.sync += [ar_q.eq(ar.data), orp_q.eq(orp.data)]
             # writes: the GEMM unit, else the ALU unit, else LOAD ACC (when both are idle)
             writers = (
@@ -243,16 +247,10 @@ class Compute(wiring.Component):
                     ~gemm.busy & ~inflight["gemm"]["owed"],
                 )
                 with m.If(own_free):
-                    for n, t in (("gemm", 0), ("alu", 1)):
-                        m.d.comb += peeking[n].eq(target == t)
                     m.next = "PEEKED"
             with m.State("PEEKED"):  # the word leaves the SRAM; it is registered for DECIDE
-                for n, t in (("gemm", 0), ("alu", 1)):
-                    m.d.comb += peeking[n].eq(target == t)
                 m.next = "DECIDE"
             with m.State("DECIDE"):
-                for n, t in (("gemm", 0), ("alu", 1)):
-                    m.d.comb += peeking[n].eq(target == t)
                 half = Signal()
                 m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
                 other_busy = Mux(target, gemm.busy, alu.busy)

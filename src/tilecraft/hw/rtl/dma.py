@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
+from tilecraft.hw.rtl.queues import FlaggedFIFO
 from tilecraft.hw.rtl.signatures import ADDR_BITS, LEN_BITS, ReadPort, Transfer
 
 OUTSTANDING = 32  # read bursts in flight on the AXI port
@@ -74,9 +75,19 @@ class BurstPlanner(wiring.Component):
         # the transfer: the next row's address and how many rows are still to come
         addr = Signal(ADDR_BITS)
         rows = Signal.like(t.rows)
-        stride, row_bytes = Signal(32), Signal(32)
+        stride = Signal(32)
         g = given
         contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
+        run_bytes = Mux(contiguous, g["span"], g["row_bytes"])
+        # a row's beats are (addr % ab + row_bytes + ab - 1) // ab: the transfer's
+        # (row_bytes + ab - 1) // ab, plus one where the row's offset in its beat carries out
+        # of the low bits. Both counts, and their compares with the burst length and the
+        # page, are registers from the start, so making a row is a small add and short compares
+        spill = Signal(sh)  # (row_bytes + ab - 1) % ab
+        beats0, beats1 = Signal(beat_bits + 1), Signal(beat_bits + 1)
+        short0, short1 = Signal(), Signal()  # beats <= burst_len
+        long0, long1 = Signal(), Signal()  # beats > page
+        rounded = run_bytes + (ab - 1)
         with m.If(g["start"]):
             m.d.sync += [
                 addr.eq(g["addr"]),
@@ -84,7 +95,13 @@ class BurstPlanner(wiring.Component):
                     Mux((g["rows"] == 0) | (g["row_bytes"] == 0), 0, Mux(contiguous, 1, g["rows"]))
                 ),
                 stride.eq(g["stride"]),
-                row_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"])),
+                spill.eq(rounded[:sh]),
+                beats0.eq(rounded[sh:]),
+                beats1.eq(rounded[sh:] + 1),
+                short0.eq(rounded[sh:] <= self.burst_len),
+                short1.eq(rounded[sh:] + 1 <= self.burst_len),
+                long0.eq(rounded[sh:] > page),
+                long1.eq(rounded[sh:] + 1 > page),
             ]
 
         # rows, worked out ahead of their cutting into a queue of two: its count is a register,
@@ -103,10 +120,13 @@ class BurstPlanner(wiring.Component):
                 "ends_page": Signal(name=f"{name}_ends_page"),
             }
 
-        def cut(n_left, n_to_4k):
-            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
-            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
-            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
+        def cut(n_left, n_to_4k, short, long):
+            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row;
+            `short`: n_left <= burst_len, `long`: n_left > a page (so beyond n_to_4k), both
+            worked out before, and the compares with n_to_4k on a page's width."""
+            w = len(n_to_4k)
+            ends_row = short & ~long & (n_left[:w] <= n_to_4k)
+            ends_page = (long | (n_to_4k <= n_left[:w])) & (n_to_4k <= self.burst_len)
             n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
             return n, ends_row, ends_page
 
@@ -129,12 +149,15 @@ class BurstPlanner(wiring.Component):
         head, tail = row_record("head"), row_record("tail")
         queued = Signal(range(3))
         new_left, new_to_4k = Signal(beat_bits), Signal(13 - sh)
+        carry = (addr[:sh] + spill)[sh]  # the row's offset in its beat adds a beat
         m.d.comb += [
-            new_left.eq((addr[:sh] + row_bytes + ab - 1) >> sh),
+            new_left.eq(Mux(carry, beats1, beats0)),
             new_to_4k.eq(page - addr[sh:12]),
         ]
         new = {"cur": addr >> sh, "left": new_left, "to_4k": new_to_4k, "last": rows == 1}
-        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k)))
+        new.update(zip(("beats", "ends_row", "ends_page"), cut(
+            new_left, new_to_4k, Mux(carry, short1, short0), Mux(carry, long1, long0)
+        )))  # fmt: skip
         make = (rows != 0) & (queued != 2) & ~g["start"]
         with m.If(make):
             m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]
@@ -234,7 +257,7 @@ class ReadClient(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.plan = plan = BurstPlanner(self.cfg)
-        m.submodules.fifo = fifo = SyncFIFO(width=self.cfg.axi_data_bits, depth=self.fifo_beats)
+        m.submodules.fifo = fifo = FlaggedFIFO(self.cfg.axi_data_bits, self.fifo_beats)
         wiring.connect(m, wiring.flipped(self.transfer), plan.transfer)
         # the planner's bursts reach AR through a ReadyBuffer: the arbiter's grant never
         # reaches back into the planner's next-burst logic in the same cycle
@@ -269,13 +292,15 @@ class SkidBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        spare, spare_valid = Signal.like(i.payload), Signal()
-        m.d.comb += i.ready.eq(~spare_valid)
+        # the payloads are data (the valid flags say when they mean something): no reset
+        spare, spare_valid = Signal.like(i.payload, reset_less=True), Signal()
+        payload = Signal.like(i.payload, reset_less=True)
+        m.d.comb += [i.ready.eq(~spare_valid), o.payload.eq(payload)]
         with m.If(o.ready | ~o.valid):
             with m.If(spare_valid):
-                m.d.sync += [o.payload.eq(spare), o.valid.eq(1), spare_valid.eq(0)]
+                m.d.sync += [payload.eq(spare), o.valid.eq(1), spare_valid.eq(0)]
             with m.Else():
-                m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
+                m.d.sync += [payload.eq(i.payload), o.valid.eq(i.valid)]
         with m.Elif(i.valid & ~spare_valid):
             m.d.sync += spare_valid.eq(1)
         with m.If(~spare_valid):  # an empty spare follows `i` (see ReadyBuffer)
@@ -295,7 +320,7 @@ class ReadyBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        spare, spare_valid = Signal.like(i.payload), Signal()
+        spare, spare_valid = Signal.like(i.payload, reset_less=True), Signal()  # data: no reset
         m.d.comb += [
             i.ready.eq(~spare_valid),
             o.valid.eq(spare_valid | i.valid),
@@ -413,8 +438,8 @@ class ElementStream(wiring.Component):
         beats, elems = self.beats, self.elems
         if self.elem_bits >= self.beat_bits:
             k = self.elem_bits // self.beat_bits
-            parts = Signal(self.elem_bits)
-            tag = Signal(self.tag_bits)
+            parts = Signal(self.elem_bits, reset_less=True)  # data: only `count` says it is there
+            tag = Signal(self.tag_bits, reset_less=True)
             count = Signal(range(k + 1))
             full = count == k
             take = elems.valid & elems.ready

@@ -62,11 +62,14 @@ class Fetch(wiring.Component):
         run, error = self.run, self.error
         index = Signal(INDEX_BITS)  # next instruction to dispatch
         requested = Signal(INDEX_BITS)  # instructions requested so far
+        # index == requested, in a register (set as each changes): DISPATCH's choice between
+        # another request and a dispatch, on the path to the command queues' writes, starts
+        # from flip-flops, not from a 16-bit compare
+        caught_up = Signal()
         # the next request's size, min(instructions left, a burst's), and what is left after
         # it, in registers: each is worked out the cycle after what it depends on changes
         # (CHECK follows START; DISPATCH, at least a cycle, follows each REQUEST), so neither
         # the subtraction nor the compare is on the path into `requested` (a routed worst path)
-        count = Signal(INDEX_BITS)
         left = Signal(INDEX_BITS)
         n = Signal(INDEX_BITS)
         m.d.sync += n.eq(Mux(left > self.chunk, self.chunk, left))
@@ -87,21 +90,24 @@ class Fetch(wiring.Component):
             t.stride.eq(n * INSN_BYTES),
             t.span.eq(n * INSN_BYTES),
         ]
-        # the program's end, summed as it starts: CHECK's compare starts from a register
-        end = Signal(len(self.insn_offset) + len(self.insn_count) + 5)
+        # whether the program lies outside the DRAM region, worked out every cycle from the
+        # register file's values (written before START, and not while a run is under way), so
+        # CHECK's decision, and the error report it sets, start from a flip-flop
+        end = self.insn_offset + self.insn_count * INSN_BYTES
+        outside = Signal()
+        m.d.sync += outside.eq((self.insn_count == 0) | (end > run.dram_size))
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [
                     index.eq(0),
                     requested.eq(0),
-                    count.eq(self.insn_count),
+                    caught_up.eq(1),
                     left.eq(self.insn_count),
-                    end.eq(self.insn_offset + self.insn_count * INSN_BYTES),
                     error.valid.eq(0),
                 ]
                 m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If((count == 0) | (end > run.dram_size)):
+                with m.If(outside):
                     m.d.sync += [
                         error.valid.eq(1),
                         error.index.eq(0),
@@ -120,10 +126,10 @@ class Fetch(wiring.Component):
                         stream.row_offset.eq(0),
                         stream.row_elems.eq(n),
                     ]
-                    m.d.sync += [requested.eq(requested + n), left.eq(left - n)]
+                    m.d.sync += [requested.eq(requested + n), left.eq(left - n), caught_up.eq(0)]
                     m.next = "DISPATCH"
             with m.State("DISPATCH"):
-                with m.If(index == requested):
+                with m.If(caught_up):
                     m.next = "REQUEST"
                 with m.Elif(head.o.valid & ~run.halt):
                     with m.If(code != 0):
@@ -134,7 +140,7 @@ class Fetch(wiring.Component):
                             m.d.comb += self.cmds[s].valid.eq(sel)
                         with m.If(ready):
                             m.d.comb += head.o.ready.eq(1)
-                            m.d.sync += index.eq(index + 1)
+                            m.d.sync += [index.eq(index + 1), caught_up.eq(index + 1 == requested)]
         return m
 
 

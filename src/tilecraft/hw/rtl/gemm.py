@@ -62,29 +62,34 @@ class GemmCore(wiring.Component):
         for i in range(bi):
             if self.packed:
                 for o in range(0, bo, 2):
-                    w = Signal(signed(wb + PACK_SHIFT + 1), name=f"w{o}_{i}")
+                    w = Signal(signed(wb + PACK_SHIFT + 1), name=f"w{o}_{i}", reset_less=True)
                     m.d.sync += w.eq((wgt(o + 1, i) << PACK_SHIFT) + wgt(o, i))
                     weights[o, i] = w
             else:
                 for o in range(bo):
-                    w = Signal(signed(wb), name=f"w{o}_{i}")
+                    w = Signal(signed(wb), name=f"w{o}_{i}", reset_less=True)
                     m.d.sync += w.eq(wgt(o, i))
                     weights[o, i] = w
         prod = {}  # (r, o, i) -> registered product
+        # the datapath's registers have no reset (only `valid` says what they hold)
+        sums = Signal.like(self.sums, reset_less=True)
+        m.d.comb += self.sums.eq(sums)
         for r in range(b):
             for i in range(bi):
-                a = Signal(signed(ib), name=f"a{r}_{i}")
+                a = Signal(signed(ib), name=f"a{r}_{i}", reset_less=True)
                 m.d.sync += a.eq(inp(r, i))
                 if self.packed:
                     for o in range(0, bo, 2):
-                        both = Signal(signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}")
+                        both = Signal(
+                            signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}", reset_less=True
+                        )
                         m.d.sync += both.eq(a * weights[o, i])
                         low = both[:PACK_SHIFT].as_signed()
                         high = (both - low) >> PACK_SHIFT
                         prod[r, o, i], prod[r, o + 1, i] = low, high
                 else:
                     for o in range(bo):
-                        p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}")
+                        p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}", reset_less=True)
                         m.d.sync += p.eq(a * weights[o, i])
                         prod[r, o, i] = p
         # the adder trees, registered halfway (their first levels, then the rest)
@@ -101,16 +106,16 @@ class GemmCore(wiring.Component):
                     if level == split:
                         held = []
                         for t, term in enumerate(terms):
-                            h = Signal(signed(len(term)), name=f"s{r}_{o}_{t}")
+                            h = Signal(signed(len(term)), name=f"s{r}_{o}_{t}", reset_less=True)
                             m.d.sync += h.eq(term)
                             held.append(h)
                         terms = held
                 if split == 0:  # BLOCK_IN 1: nothing to add, one register stands in
-                    h = Signal(signed(len(terms[0])), name=f"s{r}_{o}")
+                    h = Signal(signed(len(terms[0])), name=f"s{r}_{o}", reset_less=True)
                     m.d.sync += h.eq(terms[0])
                     terms = [h]
                 lane = r * bo + o
-                m.d.sync += self.sums[lane * ab : (lane + 1) * ab].eq(terms[0])
+                m.d.sync += sums[lane * ab : (lane + 1) * ab].eq(terms[0])
         valid = Signal(self.LATENCY - 1)
         m.d.sync += [valid.eq(Cat(self.valid, valid)), self.sums_valid.eq(valid[-1])]
         return m

@@ -121,9 +121,11 @@ class LoadEngine(wiring.Component):
                 m.d.comb += pad.eq(Cat(*([lane] * lanes)))
         # the scratchpad write leaves from registers: it lands a cycle later, in DONE at the latest
         write = Signal()
+        data = Signal.like(self.write.data, reset_less=True)  # no reset: `en` is
+        m.d.comb += self.write.data.eq(data)
         m.d.sync += [
             self.write.addr.eq(addr),
-            self.write.data.eq(Mux(is_data, elem, pad)),
+            data.eq(Mux(is_data, elem, pad)),
             self.write.en.eq(write),
         ]
         for mem_id, head in heads.items():
@@ -156,7 +158,9 @@ class LoadEngine(wiring.Component):
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         last_now = in_bytes(insn.dram_base + span_now, 64)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        last_byte = Signal(64)
+        # the transfer's end: its low word, and whether it lies past 4 GiB (so CHECK compares
+        # 32 bits with the region's size, not 64)
+        last_byte, past_4g = Signal(32), Signal()
         sram_end = Signal(max(len(insn.sram_base), len(area)) + 1)  # no wrap: it is range-checked
         first_addr = Signal(ADDR_BITS)
         row_bytes, stride = in_bytes(insn.x_size, 32), in_bytes(insn.x_stride, 32)
@@ -205,7 +209,8 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
                     span_elems.eq(span_now),
-                    last_byte.eq(last_now),
+                    last_byte.eq(last_now[:32]),
+                    past_4g.eq(last_now[32:] != 0),
                     sram_end.eq(insn.sram_base + area),
                     first_addr.eq(row_addr0),
                 ]
@@ -221,7 +226,7 @@ class LoadEngine(wiring.Component):
                 with m.Elif(sram_end > depth):
                     m.d.sync += error.eq(regs.ErrorCode.SRAM_RANGE)
                     m.next = "DONE"
-                with m.Elif((insn.y_size != 0) & (last_byte > self.dram_size)):
+                with m.Elif((insn.y_size != 0) & (past_4g | (last_byte > self.dram_size))):
                     m.d.sync += error.eq(regs.ErrorCode.DRAM_RANGE)
                     m.next = "DONE"
                 with m.Else():

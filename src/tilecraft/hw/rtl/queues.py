@@ -1,17 +1,19 @@
 """The accelerator's queues, library FIFOs sized from HwConfig: a command queue per stage
 (instruction word + its program index; buffered, so it maps to block RAM, and followed by a
-register so the stage decodes a flip-flop, not a block RAM's output) and the four
-dependence-token queues (one bit wide: only the count matters)."""
+register so the stage decodes a flip-flop, not a block RAM's output), the four
+dependence-token queues (one bit wide: only the count matters), and `FlaggedFIFO`, the read
+clients' beat queue."""
 
 from __future__ import annotations
 
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth import Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.rtl.signatures import COMMAND, command
+from tilecraft.hw.rtl.signatures import COMMAND, command, token
 
 CMD_BITS = COMMAND.size  # an instruction and its index in the program
 
@@ -20,8 +22,8 @@ def command_queue(cfg: HwConfig) -> SyncFIFOBuffered:
     return SyncFIFOBuffered(width=CMD_BITS, depth=cfg.cmd_queue_depth)
 
 
-def token_queue(cfg: HwConfig) -> SyncFIFO:
-    return SyncFIFO(width=1, depth=cfg.dep_queue_depth)
+def token_queue(cfg: HwConfig) -> TokenCounter:
+    return TokenCounter(cfg.dep_queue_depth)
 
 
 class StreamRegister(wiring.Component):
@@ -33,7 +35,85 @@ class StreamRegister(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         free = self.o.ready | ~self.o.valid
-        m.d.comb += self.i.ready.eq(free)
+        payload = Signal.like(self.i.payload, reset_less=True)  # data: `valid` is reset
+        m.d.comb += [self.i.ready.eq(free), self.o.payload.eq(payload)]
         with m.If(free):
-            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+            m.d.sync += [self.o.valid.eq(self.i.valid), payload.eq(self.i.payload)]
+        return m
+
+
+def _flags(m: Module, depth: int, put, take) -> tuple[Signal, Signal]:
+    """(full, empty) of a queue of `depth` that takes `put` and gives `take` each cycle, as
+    flip-flops set from flip-flops: one short of full and one short of empty are registers
+    too, so no adder or compare lies between the handshakes and the flags (SyncFIFO's w_rdy
+    and r_rdy compare its level)."""
+    level = Signal(range(depth + 1))
+    full, empty = Signal(), Signal(init=1)
+    near_full, near_empty = Signal(init=depth == 1), Signal()  # level == depth - 1, == 1
+    grow, shrink = put & ~take, take & ~put
+    m.d.sync += [
+        level.eq(level + put - take),
+        near_full.eq(Mux(grow, level == depth - 2, Mux(shrink, full, near_full))),
+        near_empty.eq(Mux(shrink, level == 2, Mux(grow, empty, near_empty))),
+        full.eq(Mux(grow, near_full, full & ~shrink)),
+        empty.eq(Mux(shrink, near_empty, empty & ~grow)),
+    ]
+    return full, empty
+
+
+class FlaggedFIFO(wiring.Component):
+    """A first-in first-out queue like Amaranth's SyncFIFO (data out the cycle it is there,
+    storage read without a register), whose `w_stream.ready` (not full) and `r_stream.valid`
+    (not empty) are flip-flops (`_flags`): neither a level's compare nor the producer's valid
+    sits in front of the storage's write enable."""
+
+    def __init__(self, width: int, depth: int):
+        if depth < 2 or depth & (depth - 1):
+            raise ValueError(f"depth must be a power of two of at least 2, not {depth}")
+        self.width, self.depth = width, depth
+        super().__init__(
+            {"w_stream": In(stream.Signature(width)), "r_stream": Out(stream.Signature(width))}
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w, r = self.w_stream, self.r_stream
+        m.submodules.storage = storage = Memory(shape=unsigned(self.width), depth=self.depth,
+                                                init=[])  # fmt: skip
+        wp, rp = storage.write_port(), storage.read_port(domain="comb")
+        w_ptr, r_ptr = Signal(range(self.depth)), Signal(range(self.depth))
+        ready, valid = Signal(), Signal()
+        put, take = w.valid & ready, r.ready & valid
+        full, empty = _flags(m, self.depth, put, take)
+        m.d.comb += [
+            ready.eq(~full),
+            valid.eq(~empty),
+            w.ready.eq(ready),
+            r.valid.eq(valid),
+            wp.addr.eq(w_ptr),
+            wp.data.eq(w.payload),
+            wp.en.eq(put),
+            rp.addr.eq(r_ptr),
+            r.payload.eq(rp.data),
+        ]
+        m.d.sync += [w_ptr.eq(w_ptr + put), r_ptr.eq(r_ptr + take)]
+        return m
+
+
+class TokenCounter(wiring.Component):
+    """A dependence-token queue: only the count matters, so a counter of up to `depth` tokens
+    with no storage, its flags from flip-flops (`_flags`); the payload bit is unused."""
+
+    def __init__(self, depth: int):
+        if depth < 1:
+            raise ValueError(f"a token queue holds at least one token, not {depth}")
+        self.depth = depth
+        super().__init__({"w_stream": In(token()), "r_stream": Out(token())})
+
+    def elaborate(self, platform):
+        m = Module()
+        w, r = self.w_stream, self.r_stream
+        ready, valid = Signal(), Signal()
+        full, empty = _flags(m, self.depth, w.valid & ready, r.ready & valid)
+        m.d.comb += [ready.eq(~full), valid.eq(~empty), w.ready.eq(ready), r.valid.eq(valid)]
         return m

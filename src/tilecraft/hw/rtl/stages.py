@@ -150,7 +150,7 @@ class StoreStage(wiring.Component):
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        last_byte = Signal(64)
+        last_byte, past_4g = Signal(32), Signal()  # its low word; beyond 4 GiB (see LoadEngine)
         sram_end = Signal(33)
         first_addr = Signal.like(run.dram_base)
         # AW from the planner through a skid buffer; the burst's beat count goes to the W side
@@ -247,7 +247,8 @@ class StoreStage(wiring.Component):
             with m.State("SUMS"):
                 m.d.sync += [
                     span_elems.eq(span_now),
-                    last_byte.eq((insn.dram_base + span_now) * eb),
+                    last_byte.eq(((insn.dram_base + span_now) * eb)[:32]),
+                    past_4g.eq(((insn.dram_base + span_now) * eb)[32:] != 0),
                     sram_end.eq(insn.sram_base + total),
                     first_addr.eq(run.dram_base + insn.dram_base * eb),
                 ]
@@ -261,7 +262,7 @@ class StoreStage(wiring.Component):
                 with m.Elif(sram_end > cfg.depth("acc")):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
-                with m.Elif(last_byte > run.dram_size):
+                with m.Elif(past_4g | (last_byte > run.dram_size)):
                     fail(regs.ErrorCode.DRAM_RANGE)
                     m.next = "IDLE"
                 with m.Else():

@@ -201,7 +201,11 @@ class Top(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = ClockDomain()
-        m.d.comb += [ClockSignal().eq(self.aclk), ResetSignal().eq(~self.aresetn)]
+        # the reset comes from a flip-flop (a cycle after aresetn; set at power-up): the
+        # design's largest net starts at a register, not at the pin through an inverter
+        rst = Signal(reset_less=True, init=1)
+        m.d.sync += rst.eq(~self.aresetn)
+        m.d.comb += [ClockSignal().eq(self.aclk), ResetSignal().eq(rst)]
         m.submodules.core = core = Accelerator(self.cfg, self.packed)
         wiring.connect(m, wiring.flipped(self.s_axi_control), core.s_axi_control)
         wiring.connect(m, wiring.flipped(self.m_axi), core.m_axi)

@@ -14,9 +14,11 @@ GEMM core -> accumulator value (forwarded) + sums -> accumulator (and narrowed O
 
 `AluUnit`: uop read -> indices -> accumulator reads of dst (and, for a tensor operand, of src
 the next cycle: two reads on one port) -> operands (forwarded, and kept up to date with the
-unit's writes while they wait) -> lane ops -> write, so an immediate op takes one cycle per
+unit's writes a cycle after each) -> lane ops -> write, so an immediate op takes one cycle per
 micro-op and a tensor op two, or one where its src is the micro-op before's (the loop's
-`src_repeats`: a per-channel operand across a tile's pixels), whose copy is still current.
+`src_repeats`: a per-channel operand across a tile's pixels), whose copy is still current; a
+micro-op of one cycle that reads the row the micro-op before writes waits one more (`hazard`:
+no path from the lane ops back into the operands, see sim.timing.alu_hazards).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
-from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, select
+from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, registered_compares, select
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
@@ -139,7 +141,8 @@ def _loop_members(cfg: HwConfig) -> dict:
         "busy": Out(1),
         "done": Out(1),  # pulse: the last write has happened
         "error": Out(1),  # with done: an index was outside its scratchpad
-        "uop": Out(ReadAddress(spec.uop_idx_bits, uop_layout(spec))),
+        # `en` clear holds the word read last (a stalled ALU front end)
+        "uop": Out(ReadAddress(spec.uop_idx_bits, uop_layout(spec), enable=True)),
         "acc_read": Out(ReadAddress(spec.acc_idx_bits, acc_bits, enable=True)),
         "acc_write": Out(WritePort(spec.acc_idx_bits, acc_bits)),
     }
@@ -184,7 +187,10 @@ class WriteHistory:
         self.past = []  # (en, addr, data), most recent first
         prev = (write.en, write.addr, write.data)
         for k in range(SRAM_READ_LATENCY):
-            held = tuple(Signal.like(x, name=f"hist{k}_{f}") for x, f in zip(prev, "vad"))
+            held = tuple(  # the data is no use without its valid flag: no reset
+                Signal.like(x, name=f"hist{k}_{f}", reset_less=f == "d")
+                for x, f in zip(prev, "vad")
+            )
             m.d.sync += [h.eq(x) for h, x in zip(held, prev)]
             self.past.append(held)
             prev = held
@@ -231,8 +237,8 @@ def lane_multiply(m: Module, x, y, bits: int, name: str):
     with the low product: no adder sits behind a DSP)."""
     h = bits // 2
     xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
-    low = Signal(2 * h, name=f"{name}_low")
-    cross = [Signal(bits - h, name=f"{name}_cross{k}") for k in range(2)]
+    low = Signal(2 * h, name=f"{name}_low", reset_less=True)
+    cross = [Signal(bits - h, name=f"{name}_cross{k}", reset_less=True) for k in range(2)]
     m.d.sync += [
         low.eq(xl * yl),
         cross[0].eq((xh * yl)[: bits - h]),
@@ -247,12 +253,14 @@ def _index(base, offset, name: str) -> Signal:
     return Signal(bits, name=f"{name}_idx")
 
 
-def _delayed(m: Module, value, cycles: int, name: str) -> list:
-    """`value` and its copies 1..cycles cycles later."""
+def _delayed(m: Module, value, cycles: int, name: str, hold=None) -> list:
+    """`value` and its copies 1..cycles cycles later (each register keeps its value in a cycle
+    where `hold` is set: a stalled pipeline's front)."""
     out = [value]
     for k in range(cycles):
         held = Signal.like(value, name=f"{name}_{k + 1}")
-        m.d.sync += held.eq(out[-1])
+        with m.If(~hold if hold is not None else 1):
+            m.d.sync += held.eq(out[-1])
         out.append(held)
     return out
 
@@ -279,7 +287,7 @@ class GemmUnit(wiring.Component):
         seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src", "wgt"))
         reset = insn.reset
         # P0: micro-op read; the word is here at P(lat)
-        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(1)]
+        m.d.comb += [self.uop.addr.eq(seq.u), self.uop.en.eq(1), seq.advance.eq(1)]
         v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
         last = _delayed(m, seq.last & seq.valid, lat, "last")
         off = _delayed(m, seq.offsets, lat, "off")
@@ -289,14 +297,20 @@ class GemmUnit(wiring.Component):
         for f, mem in zip(STRIDED, ("acc", "inp", "wgt")):
             idx[f] = _index(u[f], off[lat][f], f)
             total = Signal.like(idx[f], name=f"{f}_sum")
-            over[f] = Signal(name=f"{f}_over")  # its range check, registered with it
+            over[f] = total >= cfg.depth(mem)
             m.d.comb += total.eq(u[f] + off[lat][f])
-            m.d.sync += [idx[f].eq(total), over[f].eq(total >= cfg.depth(mem))]
+            m.d.sync += idx[f].eq(total)
         vi, lasti = Signal(), Signal()
-        m.d.sync += [vi.eq(v[lat]), lasti.eq(last[lat])]
+        # the range check, registered with the indices: `bad` (the unit's error, and what
+        # stops it) is a flip-flop, so only its fan-out lies between it and the error report
+        bad = Signal()
+        m.d.sync += [
+            vi.eq(v[lat]),
+            lasti.eq(last[lat]),
+            bad.eq(v[lat] & (over["dst"] | (~reset & (over["src"] | over["wgt"])))),
+        ]
         # P(lat+1) = "I": range checks; INP/WGT reads; a reset's zeros are written at I+1
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
-        bad = vi & (over["dst"] | (~reset & (over["src"] | over["wgt"])))
         m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt)]
         # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
         to_sums = lat + GemmCore.LATENCY
@@ -317,7 +331,7 @@ class GemmUnit(wiring.Component):
         history = WriteHistory(m, w, upcoming=(vals[to_sums], dsts[to_sums]))
         lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
         row = history.latest(history.hits(dsts[to_sums - 1], "row"), self.acc_read.data)
-        total = Signal.like(w.data)
+        total = Signal.like(w.data, reset_less=True)  # data: `vals` says when it is written
         for k in range(lanes):
             m.d.sync += total[k * ab : (k + 1) * ab].eq(
                 row[k * ab : (k + 1) * ab] + core.sums[k * ab : (k + 1) * ab]
@@ -395,41 +409,64 @@ class AluUnit(wiring.Component):
         rep = seq.src_repeats
         ph = Signal(8)
         at_last = Signal()
+        # `stall` holds everything up to and including I for a cycle (see `hazard` below)
+        stall = Signal()
         m.d.comb += at_last.eq(ph == last_phase(rep))
         with m.If(self.start):
             m.d.sync += ph.eq(0)
-        with m.Elif(running):
+        with m.Elif(running & ~stall):
             m.d.sync += ph.eq(Mux(at_last, 0, ph + 1))
-        m.d.comb += [self.uop.addr.eq(seq.u), seq.advance.eq(at_last)]
+        m.d.comb += [
+            self.uop.addr.eq(seq.u),
+            self.uop.en.eq(~stall),
+            seq.advance.eq(at_last & ~stall),
+        ]
         # P0 -> P(lat): the micro-op word
-        v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
-        last = _delayed(m, seq.last & seq.valid, lat, "last")
-        off = _delayed(m, seq.offsets, lat, "off")
-        phs = _delayed(m, ph, lat, "ph")
-        reps = _delayed(m, rep, lat, "rep")
+        v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v", hold=stall)
+        last = _delayed(m, seq.last & seq.valid, lat, "last", hold=stall)
+        off = _delayed(m, seq.offsets, lat, "off", hold=stall)
+        phs = _delayed(m, ph, lat, "ph", hold=stall)
+        reps = _delayed(m, rep, lat, "rep", hold=stall)
         # P(lat): indices, summed into registers
         u = self.uop.data
         dst, src = _index(u.dst, off[lat].dst, "dst"), _index(u.src, off[lat].src, "src")
         dst_sum, src_sum = Signal.like(dst, name="dst_sum"), Signal.like(src, name="src_sum")
-        dst_over, src_over = Signal(), Signal()  # the range checks, registered with the indices
         m.d.comb += [dst_sum.eq(u.dst + off[lat].dst), src_sum.eq(u.src + off[lat].src)]
         vi, lasti, phi, repi = Signal(), Signal(), Signal(8), Signal()
         reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
-        m.d.sync += [
-            dst.eq(dst_sum),
-            src.eq(src_sum),
-            dst_over.eq(dst_sum >= depth),
-            src_over.eq(src_sum >= depth),
-            vi.eq(v[lat]),
-            lasti.eq(last[lat]),
-            phi.eq(phs[lat]),
-            repi.eq(reps[lat]),
-            reading.eq(v[lat] & (phs[lat] < reads(reps[lat]))),
-            src_phase.eq(phs[lat] == 1),
-        ]
-        # I: range check, the reads (dst, then src; one out of range is harmless: the unit stops)
+        # The hazard: a micro-op of one phase (an immediate op, or a tensor op whose src
+        # repeats) has its X the cycle after the micro-op before's, whose result reaches the
+        # operand registers only from its write a cycle later (the lane ops and the write-data
+        # register are the operands' only loop: two cycles). Where it reads the row that one
+        # writes (its dst, or the src it repeats), it waits a cycle at I. Decided as it enters
+        # I, from the index sums against the indices of the slot at I (the micro-op before's
+        # last phase), into a register: `stall` starts from flip-flops.
+        single = ~is_mul & (~tensor | reps[lat])
+        before_last = vi & (phi == last_phase(repi))
+        # rows compared on the accumulator's index bits: an index beyond them stops the unit
+        # (`bad`), so a match the high bits would undo never times a run that completes
+        k = spec.acc_idx_bits
+        reads_before = (dst_sum[:k] == dst[:k]) | (tensor & reps[lat] & (src_sum[:k] == dst[:k]))
+        hazard, stalled = Signal(), Signal()
+        # the range check, registered with the indices (the error report starts from `bad`)
         bad = Signal()
-        m.d.comb += bad.eq(vi & (phi == 0) & (dst_over | (tensor & src_over)))
+        over = (dst_sum >= depth) | (tensor & (src_sum >= depth))
+        with m.If(~stall):
+            m.d.sync += [
+                dst.eq(dst_sum),
+                src.eq(src_sum),
+                bad.eq(v[lat] & (phs[lat] == 0) & over),
+                vi.eq(v[lat]),
+                lasti.eq(last[lat]),
+                phi.eq(phs[lat]),
+                repi.eq(reps[lat]),
+                reading.eq(v[lat] & (phs[lat] < reads(reps[lat]))),
+                src_phase.eq(phs[lat] == 1),
+                hazard.eq(v[lat] & (phs[lat] == 0) & single & before_last & reads_before),
+            ]
+        m.d.sync += stalled.eq(stall)
+        m.d.comb += stall.eq(hazard & ~stalled)
+        # I: the reads (dst, then src; one out of range is harmless: the unit stops)
         read = self.acc_read
         width = len(self.acc_write.addr)
         tag = Signal(width)
@@ -441,7 +478,7 @@ class AluUnit(wiring.Component):
         # I -> O = I+lat: the read's data; every step also carries dst, phase, last, valid
         tags = _delayed(m, tag, lat, "tag")
         dsts = _delayed(m, dst[:width], lat + 2, "dst")
-        vals = _delayed(m, vi & ~bad, lat, "val")
+        vals = _delayed(m, vi & ~bad & ~stall, lat, "val")  # a stall sends a bubble on
         lasts = _delayed(m, lasti, lat + 2, "lst")
         phos = _delayed(m, phi, lat, "pho")
         repos = _delayed(m, repi, lat, "repo")
@@ -451,14 +488,12 @@ class AluUnit(wiring.Component):
         m.d.comb += done_x_next.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
         m.d.sync += done_x.eq(done_x_next)
         history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
-        # O: the operands, with the unit's writes the reads missed, then kept up to date (so a
-        # src read once serves the micro-ops after it that repeat it: within an instruction,
-        # only this unit writes the rows it reads, see compiler/verify.py's unit-overlap). Each
-        # operand register holds the row as X sees it: where next cycle's write goes to its
-        # row, it takes that write's data as the write-data register does (the lane ops'
-        # result), so no forwarding mux sits between the registers and the lane ops
+        # O: the operands, with the unit's writes the reads missed, then kept up to date from
+        # each write to their row (so a src read once serves the micro-ops after it that repeat
+        # it: within an instruction, only this unit writes the rows it reads, see
+        # compiler/verify.py's unit-overlap). A write reaches them the cycle after it, from the
+        # write-data register: no path from the lane ops back into the operands (`hazard`)
         value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
-        written = Signal.like(w.data)  # what the write-data register takes this cycle
         # an immediate op's b is its immediate in every lane, from the instruction's start
         # (so no lane op selects between a tensor and an immediate operand)
         imm = Signal(signed(ab))
@@ -468,9 +503,10 @@ class AluUnit(wiring.Component):
         flags = OpFlags("alu_op")  # registers: decoded as the instruction is latched
         with m.If(self.start):
             m.d.sync += flags.decode(self.insn.alu_op)
-        operands, forwards = {}, {}
+        operands, nexts = {}, {}
         for name, phase in (("a", 0), ("b", 1)):
-            reg, tag = Signal.like(read.data, name=name), Signal(width, name=f"{name}_tag")
+            reg = Signal.like(read.data, name=name, reset_less=True)  # data: no reset
+            tag = Signal(width, name=f"{name}_tag")
             capture = Signal(name=f"{name}_capture")  # decoded a cycle early, as done_x
             ph_early = phos[lat - 1]
             capture_next = Signal(name=f"{name}_capture_next")
@@ -478,41 +514,35 @@ class AluUnit(wiring.Component):
                 vals[lat - 1] & (ph_early == phase) & (ph_early < reads(repos[lat - 1]))
             )
             m.d.sync += capture.eq(capture_next)
-            # `hit`: next cycle's write goes to the operand's row (its tag as of next cycle),
-            # worked out a cycle ahead into a register, so the compare is not on the path to
-            # the operand's enables: that write is done_x_next and dsts[lat] a cycle ahead, and
-            # the tag as of the cycle after next follows from the captures due. The op's flags
-            # gated by it are registered with it: the lane select gives the forwarded row, or 0
+            # `hit`: this cycle's write goes to the operand's row (its tag as of next cycle),
+            # worked out a cycle ahead into a register: that write is X's (done_x and
+            # dsts[lat + 1]) a cycle ahead, and the tag as of next cycle follows from the
+            # captures due
             enable = 1 if name == "a" else tensor
             tag_next = Mux(capture, tags[lat], tag)  # the tag as of next cycle
             tag_after = Mux(capture_next, tags[lat - 1], tag_next)  # and the cycle after
-            hit, hit_next = Signal(name=f"{name}_hit"), Signal(name=f"{name}_hit_next")
-            m.d.comb += hit_next.eq(enable & done_x_next & (dsts[lat] == tag_after))
-            gated = OpFlags(f"{name}_fwd")
-            m.d.sync += [hit.eq(hit_next), *gated.gate(flags, hit_next)]
+            hit = Signal(name=f"{name}_hit")
+            m.d.sync += hit.eq(enable & done_x & (dsts[lat + 1] == tag_after))
             load_imm = first & insn.use_imm if name == "b" else Const(0)
             held = Mux(load_imm, Cat(*([imm] * lanes)), Mux(capture, value, reg))
-            forwards[name] = (reg, hit, gated, held)
+            nexts[name] = Signal.like(reg, name=f"{name}_next")
+            m.d.comb += nexts[name].eq(Mux(hit, w.data, held))
+            m.d.sync += reg.eq(nexts[name])
             with m.If(capture):
                 m.d.sync += tag.eq(tags[lat])
             operands[name] = reg  # X = O+1: the operand as the lane ops see it
         lhs, rhs = operands["a"], operands["b"]
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
-        product = Signal.like(w.data)
+        product = Signal.like(w.data, reset_less=True)
         result = Signal.like(w.data)
-        forwarded = {n: Signal.like(w.data, name=f"{n}_forwarded") for n in forwards}
         for k in range(lanes):
-            x = lhs[k * ab : (k + 1) * ab].as_signed()
-            y = rhs[k * ab : (k + 1) * ab].as_signed()
             lane = slice(k * ab, (k + 1) * ab)
-            cands = lane_candidates(m, spec, x, y, product=product[lane])
+            x, y = lhs[lane].as_signed(), rhs[lane].as_signed()
+            # the lane's compares, worked out from the operands' next values into registers
+            # with them: X starts its picks from flip-flops, not from carry chains
+            compares = registered_compares(m, spec, nexts["a"][lane], nexts["b"][lane], k)
+            cands = lane_candidates(m, spec, x, y, product=product[lane], compares=compares)
             m.d.comb += result[lane].eq(select(m, flags, cands, ab))
-            for n, (_, _, gated, _) in forwards.items():
-                m.d.comb += forwarded[n][lane].eq(select(m, gated, cands, ab))
-        # each operand register: this cycle's result where next cycle's write goes to its row
-        # (the write-data register takes the same), else what it held, read or was loaded with
-        for n, (reg, hit, _, held) in forwards.items():
-            m.d.sync += reg.eq(forwarded[n] | Mux(hit, 0, held))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
         g_early = Signal(8)
@@ -528,7 +558,8 @@ class AluUnit(wiring.Component):
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
-            x, y = Signal(signed(ab), name=f"mul_x{i}"), Signal(signed(ab), name=f"mul_y{i}")
+            x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
+            y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
             m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
             p = lane_multiply(m, x, y, ab, f"mul{i}")
             for j in range(groups):
@@ -536,9 +567,8 @@ class AluUnit(wiring.Component):
                     k = j * group + i
                     m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
         # W = X+1: the write, from registers
-        res, w_val = Signal.like(w.data), Signal()
-        m.d.comb += written.eq(result)
-        m.d.sync += [res.eq(written), w_val.eq(done_x)]
+        res, w_val = Signal.like(w.data, reset_less=True), Signal()
+        m.d.sync += [res.eq(result), w_val.eq(done_x)]
         w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
         m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
         finished = Signal()
