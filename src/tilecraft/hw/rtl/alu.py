@@ -54,9 +54,6 @@ def _signed_lt(x, y, bits: int):
     return (x.as_unsigned() ^ flip) < (y.as_unsigned() ^ flip)
 
 
-COMPARES = ("lt", "above_hi", "below_lo", "empty")
-
-
 def _compares(spec: IsaSpec, a, b) -> dict:
     """The lane's compares, side by side, each a carry chain straight from the operands: a < b
     (MIN and MAX share it: where a == b, either is right), and CLIP's a > hi, a < lo, hi < lo
@@ -75,22 +72,10 @@ def _compares(spec: IsaSpec, a, b) -> dict:
     }
 
 
-def registered_compares(m: Module, spec: IsaSpec, a_next, b_next, lane: int) -> dict:
-    """The compares of operands that are registers, worked out from their next values into
-    registers of their own (`lane_candidates(..., compares=)`)."""
-    bits = spec.config.acc_bits
-    out = {}
-    for name, value in _compares(spec, a_next.as_signed(), b_next.as_signed()).items():
-        out[name] = Signal(name=f"lane{lane}_{name}", reset_less=True)
-        m.d.sync += out[name].eq(value)
-    assert len(a_next) == len(b_next) == bits
-    return out
-
-
-def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None, compares=None) -> dict:
-    """What `select` picks from for two signed accumulator lanes: the compares (`_compares`, or
-    `compares` where the caller registered them) and every op's value. MUL's is `product`
-    where given (a shared multiplier's registered result, see units.AluUnit), else a * b."""
+def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
+    """What `select` picks from for two signed accumulator lanes: the compares (`_compares`)
+    and every op's value. MUL's is `product` where given (a shared multiplier's registered
+    result, see units.AluUnit), else a * b."""
     bits = spec.config.acc_bits
     amount_bits = spec.shr_amount_bits  # 6 for 32-bit lanes: [-32, 31]
     assert 1 << (amount_bits - 1) == bits, (amount_bits, bits)
@@ -103,11 +88,10 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None, compares=None)
     k = CLIP_BOUND_BITS
     hi, lo = Signal(signed(bits)), Signal(signed(bits))
     m.d.comb += [hi.eq(b[:k].as_signed()), lo.eq(b[k : 2 * k].as_signed())]
-    if compares is None:
-        compares = {}
-        for name, value in _compares(spec, a, b).items():
-            compares[name] = Signal(name=name)
-            m.d.comb += compares[name].eq(value)
+    compares = {}
+    for name, value in _compares(spec, a, b).items():
+        compares[name] = Signal(name=name)
+        m.d.comb += compares[name].eq(value)
     return {
         "a": a, "b": b, "hi": hi, "lo": lo, **compares, "add": (a + b)[:bits],
         "shr": (wide >> by)[:bits], "mul": (a * b)[:bits] if product is None else product,

@@ -75,19 +75,9 @@ class BurstPlanner(wiring.Component):
         # the transfer: the next row's address and how many rows are still to come
         addr = Signal(ADDR_BITS)
         rows = Signal.like(t.rows)
-        stride = Signal(32)
+        stride, row_bytes = Signal(32), Signal(32)
         g = given
         contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
-        run_bytes = Mux(contiguous, g["span"], g["row_bytes"])
-        # a row's beats are (addr % ab + row_bytes + ab - 1) // ab: the transfer's
-        # (row_bytes + ab - 1) // ab, plus one where the row's offset in its beat carries out
-        # of the low bits. Both counts, and their compares with the burst length and the
-        # page, are registers from the start, so making a row is a small add and short compares
-        spill = Signal(sh)  # (row_bytes + ab - 1) % ab
-        beats0, beats1 = Signal(beat_bits + 1), Signal(beat_bits + 1)
-        short0, short1 = Signal(), Signal()  # beats <= burst_len
-        long0, long1 = Signal(), Signal()  # beats > page
-        rounded = run_bytes + (ab - 1)
         with m.If(g["start"]):
             m.d.sync += [
                 addr.eq(g["addr"]),
@@ -95,13 +85,7 @@ class BurstPlanner(wiring.Component):
                     Mux((g["rows"] == 0) | (g["row_bytes"] == 0), 0, Mux(contiguous, 1, g["rows"]))
                 ),
                 stride.eq(g["stride"]),
-                spill.eq(rounded[:sh]),
-                beats0.eq(rounded[sh:]),
-                beats1.eq(rounded[sh:] + 1),
-                short0.eq(rounded[sh:] <= self.burst_len),
-                short1.eq(rounded[sh:] + 1 <= self.burst_len),
-                long0.eq(rounded[sh:] > page),
-                long1.eq(rounded[sh:] + 1 > page),
+                row_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"])),
             ]
 
         # rows, worked out ahead of their cutting into a queue of two: its count is a register,
@@ -120,13 +104,10 @@ class BurstPlanner(wiring.Component):
                 "ends_page": Signal(name=f"{name}_ends_page"),
             }
 
-        def cut(n_left, n_to_4k, short, long):
-            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row;
-            `short`: n_left <= burst_len, `long`: n_left > a page (so beyond n_to_4k), both
-            worked out before, and the compares with n_to_4k on a page's width."""
-            w = len(n_to_4k)
-            ends_row = short & ~long & (n_left[:w] <= n_to_4k)
-            ends_page = (long | (n_to_4k <= n_left[:w])) & (n_to_4k <= self.burst_len)
+        def cut(n_left, n_to_4k):
+            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
+            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
+            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
             n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
             return n, ends_row, ends_page
 
@@ -149,15 +130,12 @@ class BurstPlanner(wiring.Component):
         head, tail = row_record("head"), row_record("tail")
         queued = Signal(range(3))
         new_left, new_to_4k = Signal(beat_bits), Signal(13 - sh)
-        carry = (addr[:sh] + spill)[sh]  # the row's offset in its beat adds a beat
         m.d.comb += [
-            new_left.eq(Mux(carry, beats1, beats0)),
+            new_left.eq((addr[:sh] + row_bytes + ab - 1) >> sh),
             new_to_4k.eq(page - addr[sh:12]),
         ]
         new = {"cur": addr >> sh, "left": new_left, "to_4k": new_to_4k, "last": rows == 1}
-        new.update(zip(("beats", "ends_row", "ends_page"), cut(
-            new_left, new_to_4k, Mux(carry, short1, short0), Mux(carry, long1, long0)
-        )))  # fmt: skip
+        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k)))
         make = (rows != 0) & (queued != 2) & ~g["start"]
         with m.If(make):
             m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]

@@ -29,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
-from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, registered_compares, select
+from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, select
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
@@ -503,7 +503,7 @@ class AluUnit(wiring.Component):
         flags = OpFlags("alu_op")  # registers: decoded as the instruction is latched
         with m.If(self.start):
             m.d.sync += flags.decode(self.insn.alu_op)
-        operands, nexts = {}, {}
+        operands = {}
         for name, phase in (("a", 0), ("b", 1)):
             reg = Signal.like(read.data, name=name, reset_less=True)  # data: no reset
             tag = Signal(width, name=f"{name}_tag")
@@ -525,9 +525,7 @@ class AluUnit(wiring.Component):
             m.d.sync += hit.eq(enable & done_x & (dsts[lat + 1] == tag_after))
             load_imm = first & insn.use_imm if name == "b" else Const(0)
             held = Mux(load_imm, Cat(*([imm] * lanes)), Mux(capture, value, reg))
-            nexts[name] = Signal.like(reg, name=f"{name}_next")
-            m.d.comb += nexts[name].eq(Mux(hit, w.data, held))
-            m.d.sync += reg.eq(nexts[name])
+            m.d.sync += reg.eq(Mux(hit, w.data, held))
             with m.If(capture):
                 m.d.sync += tag.eq(tags[lat])
             operands[name] = reg  # X = O+1: the operand as the lane ops see it
@@ -538,10 +536,7 @@ class AluUnit(wiring.Component):
         for k in range(lanes):
             lane = slice(k * ab, (k + 1) * ab)
             x, y = lhs[lane].as_signed(), rhs[lane].as_signed()
-            # the lane's compares, worked out from the operands' next values into registers
-            # with them: X starts its picks from flip-flops, not from carry chains
-            compares = registered_compares(m, spec, nexts["a"][lane], nexts["b"][lane], k)
-            cands = lane_candidates(m, spec, x, y, product=product[lane], compares=compares)
+            cands = lane_candidates(m, spec, x, y, product=product[lane])
             m.d.comb += result[lane].eq(select(m, flags, cands, ab))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
