@@ -155,6 +155,30 @@ def test_range_errors():
     assert errors == [regs.ErrorCode.SRAM_RANGE, regs.ErrorCode.DRAM_RANGE, 0]
 
 
+@pytest.mark.parametrize(
+    ("mem", "dram_base", "y_size", "want"),
+    [
+        (MemId.INP, 248, 2, 0),  # rows 248-251 and 252-255 of 256: up to DRAM's last byte
+        (MemId.INP, 249, 2, regs.ErrorCode.DRAM_RANGE),  # one element past it
+        (MemId.INP, 244, 3, 0),  # three rows, the last ending at the last byte
+        (MemId.INP, 248, 3, regs.ErrorCode.DRAM_RANGE),  # a row past it
+        (MemId.INP, (1 << 32) - 4, 1, regs.ErrorCode.DRAM_RANGE),  # past 4 GiB
+        (MemId.WGT, 0, 16, 0),  # 256-byte weights: 16 of them fill the 4 KiB
+        (MemId.WGT, 1, 16, regs.ErrorCode.DRAM_RANGE),
+    ],
+)
+def test_dram_range_at_the_boundary(mem, dram_base, y_size, want):
+    """The DRAM check, (dram_base + span) x element bytes > DRAM size, worked out as the span's
+    rows part against what the rest leaves, at and one element or row past the end; per
+    target, as each has its own element size."""
+    cfg = preset("default")
+    dram = np.zeros(4096, np.uint8)  # 256 INP elements (16 bytes), 16 WGT ones (256)
+    x = 4 if mem == MemId.INP else 1
+    load = Load(mem=mem, sram_base=0, dram_base=dram_base, y_size=y_size, x_size=x, x_stride=x)
+    _, errors = run_loads(cfg, (MemId.INP, MemId.WGT), [load], dram)
+    assert errors == [want]
+
+
 def test_random_padded_boxes_match_the_spec():
     """Padding on every side, rows without data (y_size 0), one-column rows: the data box's
     edges, which the engine tracks in registers as its counters cross them."""
@@ -180,3 +204,14 @@ def test_random_padded_boxes_match_the_spec():
     for addr, value in got.items():
         assert value == int.from_bytes(want[addr].reshape(-1).view(np.uint8).tobytes(),
                                        "little"), addr  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows_from_end", "want"), [(4, 0), (3, regs.ErrorCode.SRAM_RANGE)])
+def test_sram_range_at_the_boundary(rows_from_end, want):
+    """The SRAM check, sram_base + rows written (pads included) > depth, worked out as the rows
+    against what the scratchpad leaves: four rows ending at its last one, and one past it."""
+    cfg = preset("default")
+    load = Load(mem=MemId.INP, sram_base=cfg.depth("inp") - rows_from_end, dram_base=0,
+                y_size=1, x_size=3, x_stride=3, x_pad0=1)  # fmt: skip
+    _, errors = run_loads(cfg, (MemId.INP,), [load], np.zeros(4096, np.uint8))
+    assert errors == [want]

@@ -8,6 +8,7 @@ from system_model import run_program
 
 from tilecraft.compiler.blocked_gemm import blocked_gemm
 from tilecraft.compiler.conv2d import conv2d
+from tilecraft.errors import AccessError
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
 from tilecraft.hw.rtl.signatures import flat_ports
@@ -66,3 +67,48 @@ def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact():
     program = conv2d(cfg, op, ep)
     inputs = pack_inputs(program, random_inputs(program, np.random.default_rng(1)))
     _check(program, inputs, latency=11)
+
+
+@pytest.mark.parametrize(
+    ("from_end", "y_size", "sram_from_end", "want"),
+    [
+        (4, 4, None, 0),  # four elements ending at DRAM's last byte
+        (3, 4, None, regs.ErrorCode.DRAM_RANGE),  # one element past the end
+        (4, 5, None, regs.ErrorCode.DRAM_RANGE),  # one row past the end (the span's rows part)
+        (None, 1, None, regs.ErrorCode.DRAM_RANGE),  # at 4 GiB - 2 elements: past 4 GiB
+        (4, 4, 4, 0),  # the accumulator's last four rows
+        (4, 4, 3, regs.ErrorCode.SRAM_RANGE),  # one row past them
+    ],
+)
+def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end, want):
+    """STORE's range checks at and just past the end: DRAM ((dram_base + span) x element bytes
+    > DRAM_SIZE, worked out as the span's rows part against what the rest of the region
+    leaves) and SRAM (sram_base + elements > depth, as the elements against what is left)."""
+    from tilecraft.compiler.builder import ProgramBuilder
+    from tilecraft.hw.isa import Finish, Store
+    from tilecraft.runtime.buffers import Role
+
+    cfg = preset("1x8x8")
+    pb = ProgramBuilder(cfg, "store_edge")
+    pb.buffer("o", Role.OUTPUT, (4, 1, cfg.block_out), np.int8)
+    n = pb.build([Finish()]).dram_size // cfg.elem_bytes("out")  # DRAM's size in OUT elements
+    base = (1 << 32) - 2 if from_end is None else n - from_end
+    sram = 0 if sram_from_end is None else cfg.depth("acc") - sram_from_end
+    store = Store(sram_base=sram, dram_base=base, y_size=y_size, x_size=1, x_stride=1,
+                  push_prev=True)  # fmt: skip
+    program = pb.build([store, Finish(pop_next=True)])  # FINISH waits for the STORE
+    codes = []
+
+    def watch(ctx, dut, cycle):
+        if ctx.get(dut.regs.error):
+            codes.append(ctx.get(dut.regs.error_code))
+
+    done, _, _ = run_program(program, {}, watch=watch)
+    assert done
+    assert (codes[-1] if codes else 0) == want
+    if want:
+        sim_says = "DRAM" if want == regs.ErrorCode.DRAM_RANGE else "scratchpad"
+        with pytest.raises(AccessError, match=sim_says):
+            get_device("sim").run(program, {})
+    else:
+        get_device("sim").run(program, {})

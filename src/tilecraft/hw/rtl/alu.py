@@ -8,11 +8,11 @@ by the full width gives 0); MIN and MAX share one compare; CLIP is min(max(a, lo
 the bounds two signed bytes of its operand (hw/isa `clip_bounds`), its compares side by side.
 
 The lane ops sit between the unit's operand registers and its write-data register (a write
-reaches the operands a cycle later, from that register: units.AluUnit's `hazard`), so the
-result is an AND-OR of each candidate under a one-hot pick (`select`): the op's flags
-(`OpFlags`, registers decoded as the instruction starts) and the compares make a per-lane pick
-of a, b, hi or lo, then each bit is two LUT levels, where a switch on the op field made a
-priority chain of four.
+reaches the operands a cycle later, from that register: units.AluUnit's `hazard`). The op's
+flags (`OpFlags`, registers decoded as the instruction starts) pick what they can before the
+compares end, so the compares decide only between three values (`select`): where a switch on
+the op field made a priority chain of four LUT levels, and an AND-OR of seven picked values
+three, a bit is now one LUT after the compares.
 """
 
 from __future__ import annotations
@@ -99,25 +99,24 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
 
 
 def select(m: Module, flags: OpFlags, c: dict, bits: int):
-    """The lane's result under `flags` (0 where no flag is set): per-lane picks of a, b, hi
-    and lo from the compares, then an AND-OR of every candidate under its pick or flag."""
-    clip_hi = c["above_hi"] | c["empty"]
-    picks = {
-        "a": Mux(c["lt"], flags["min"], flags["max"])
-        | (flags["clip"] & ~clip_hi & ~c["below_lo"]),
-        "b": Mux(c["lt"], flags["max"], flags["min"]),
-        "hi": flags["clip"] & clip_hi,
-        "lo": flags["clip"] & ~clip_hi & c["below_lo"],
-        "add": flags["add"],
-        "shr": flags["shr"],
-        "mul": flags["mul"],
-    }
-    total = None
-    for name, pick in picks.items():
-        term = Mux(pick, c[name][:bits], 0)
-        total = term if total is None else total | term
+    """The lane's result under `flags` (0 where no flag is set), as two late picks over three
+    values made from the flags alone: `s1 ? x : s0 ? lo : z`. The compares decide s1 (MIN/MAX's
+    a < b, CLIP's above hi) and s0 (CLIP's below lo); x (hi, or MIN's a, MAX's b) and z (CLIP's
+    a, MIN's b, MAX's a, SHR's or MUL's value, or ADD's sum ORed in as it arrives) are muxes
+    on the flags, ready before the compares' carry chains end. So a bit is a LUT on the sum and
+    a 5-input pick after the compares (an AND-OR of seven picked values was three LUT levels
+    after them: the ALU's X stage on the 92.4 MHz route)."""
+    a, b = c["a"][:bits], c["b"][:bits]
+    hi, lo = c["hi"][:bits], c["lo"][:bits]
+    minmax = flags["min"] | flags["max"]
+    s1 = (minmax & c["lt"]) | (flags["clip"] & (c["above_hi"] | c["empty"]))
+    s0 = flags["clip"] & c["below_lo"]
+    x = Mux(flags["clip"], hi, Mux(flags["min"], a, b))
+    others = Mux(flags["shr"], c["shr"][:bits], Mux(flags["mul"], c["mul"][:bits], 0))
+    early = Mux(flags["clip"], a, Mux(minmax, Mux(flags["min"], b, a), others))
+    z = early | Mux(flags["add"], c["add"][:bits], 0)
     result = Signal(signed(bits))
-    m.d.comb += result.eq(total)
+    m.d.comb += result.eq(Mux(s1, x, Mux(s0, lo, z)))
     return result
 
 

@@ -137,6 +137,11 @@ class Compute(wiring.Component):
         bb = self.bank_bits
         acc_w_bits, out_w_bits = cfg.elem_bytes("acc") * 8, cfg.elem_bytes("out") * 8
         for b in range(ACC_BANKS):
+            # no NO_RW_CHECK here, though no read needs the memory's answer to a collision (a
+            # bank is one unit's at a time, and the unit forwards its own writes): yosys's
+            # old-data emulation registers the write, which the three writers' mux in front of
+            # the port needs (without it, the 88.1 MHz route's worst paths were the compute
+            # loader's write enable through that mux into the banks, 11.2-11.3 ns)
             acc = Memory(shape=unsigned(acc_w_bits), depth=cfg.acc_bank_rows, init=[])
             out = Memory(shape=unsigned(out_w_bits), depth=cfg.acc_bank_rows, init=[])
             m.submodules[f"acc{b}"], m.submodules[f"out{b}"] = acc, out

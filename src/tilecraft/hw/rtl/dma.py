@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
@@ -75,9 +74,25 @@ class BurstPlanner(wiring.Component):
         # the transfer: the next row's address and how many rows are still to come
         addr = Signal(ADDR_BITS)
         rows = Signal.like(t.rows)
-        stride, row_bytes = Signal(32), Signal(32)
+        stride = Signal(32)
+        left_bits = 32 - sh + 1  # a row's beats: at most 2**32 bytes, one more for alignment
+        # a row's beats are ceil((addr % ab + row_bytes) / ab): the row's beats from an aligned
+        # start (`row_beats`), one more where the start's offset carries past the beat
+        # (row_bytes' remainder + the offset >= ab); both counts and their compares with the
+        # burst length are registers set as the transfer starts, so a new row's cut is a
+        # 3-bit sum and compares with its to-4-KiB count (the 92.4 MHz route's worst path was
+        # the new row's `(offset + row_bytes + ab - 1) >> sh` and its compares)
+        row_beats = [Signal(left_bits, name=f"row_beats{k}") for k in range(2)]
+        row_fits = [Signal(name=f"row_fits{k}") for k in range(2)]  # row_beats[k] <= burst_len
+        row_rem = Signal(sh)  # (row_bytes + ab - 1) % ab
         g = given
         contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
+        run_bytes = Signal(32)
+        m.d.comb += run_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"]))
+        rounded = Signal(33)  # the run's bytes + ab - 1
+        m.d.comb += rounded.eq(run_bytes + ab - 1)
+        row_beats_1 = Signal(left_bits)  # a separate signal: read by the two compares below
+        m.d.comb += row_beats_1.eq((rounded >> sh) + 1)
         with m.If(g["start"]):
             m.d.sync += [
                 addr.eq(g["addr"]),
@@ -85,7 +100,11 @@ class BurstPlanner(wiring.Component):
                     Mux((g["rows"] == 0) | (g["row_bytes"] == 0), 0, Mux(contiguous, 1, g["rows"]))
                 ),
                 stride.eq(g["stride"]),
-                row_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"])),
+                row_beats[0].eq(rounded >> sh),
+                row_beats[1].eq(row_beats_1),
+                row_fits[0].eq((rounded >> sh) <= self.burst_len),
+                row_fits[1].eq(row_beats_1 <= self.burst_len),
+                row_rem.eq(rounded[:sh]),
             ]
 
         # rows, worked out ahead of their cutting into a queue of two: its count is a register,
@@ -93,7 +112,7 @@ class BurstPlanner(wiring.Component):
         def row_record(name):
             return {
                 "cur": Signal(beat_bits, name=f"{name}_cur"),
-                "left": Signal(beat_bits, name=f"{name}_left"),
+                "left": Signal(left_bits, name=f"{name}_left"),
                 "to_4k": Signal(13 - sh, name=f"{name}_to_4k"),
                 "last": Signal(name=f"{name}_last"),
                 # its first burst's cut, worked out as the row is made (so taking a row copies
@@ -104,9 +123,11 @@ class BurstPlanner(wiring.Component):
                 "ends_page": Signal(name=f"{name}_ends_page"),
             }
 
-        def cut(n_left, n_to_4k):
-            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row."""
-            ends_row = (n_left <= self.burst_len) & (n_left <= n_to_4k)
+        def cut(n_left, n_to_4k, fits=None):
+            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row
+            (`fits`, where given, is n_left <= burst_len)."""
+            fits = (n_left <= self.burst_len) if fits is None else fits
+            ends_row = fits & (n_left <= n_to_4k)
             ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
             n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
             return n, ends_row, ends_page
@@ -129,20 +150,23 @@ class BurstPlanner(wiring.Component):
 
         head, tail = row_record("head"), row_record("tail")
         queued = Signal(range(3))
-        new_left, new_to_4k = Signal(beat_bits), Signal(13 - sh)
+        new_left, new_to_4k = Signal(left_bits), Signal(13 - sh)
+        carry = Signal()  # the row's offset in its first beat adds a beat
         m.d.comb += [
-            new_left.eq((addr[:sh] + row_bytes + ab - 1) >> sh),
+            carry.eq((row_rem + addr[:sh]) >> sh),
+            new_left.eq(Mux(carry, row_beats[1], row_beats[0])),
             new_to_4k.eq(page - addr[sh:12]),
         ]
         new = {"cur": addr >> sh, "left": new_left, "to_4k": new_to_4k, "last": rows == 1}
-        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k)))
+        new_fits = Mux(carry, row_fits[1], row_fits[0])
+        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k, new_fits)))
         make = (rows != 0) & (queued != 2) & ~g["start"]
         with m.If(make):
             m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]
         # the row being cut into bursts; the next burst's length and whether it ends its row or a
         # 4 KiB page are worked out as its counts change, into registers
         cut_valid, cut_last = Signal(), Signal()
-        cur, left = Signal(beat_bits), Signal(beat_bits)
+        cur, left = Signal(beat_bits), Signal(left_bits)
         to_4k = Signal(13 - sh)
         # to_4k + burst_len and to_4k + page, kept with to_4k (for cut_after)
         to_4k_bl, to_4k_page = Signal(15 - sh), Signal(15 - sh)
@@ -341,7 +365,11 @@ class ReadArbiter(wiring.Component):
         # which client each burst in flight is for, in issue order; its head comes from a
         # register (not a LUT RAM's read), so R's routing into a client's FIFO starts from
         # flip-flops: a burst's data follows its address by the DRAM latency, never sooner
-        m.submodules.route = route = SyncFIFOBuffered(width=idw, depth=OUTSTANDING + SKID)
+        # (a FlaggedFIFO, its ready a flip-flop and its level no carry chain after AR's grant,
+        # then a SkidBuffer: OUTSTANDING + SKID entries in all, as the SyncFIFOBuffered before)
+        m.submodules.route_fifo = route_fifo = FlaggedFIFO(idw, OUTSTANDING)
+        m.submodules.route = route = SkidBuffer(idw)
+        wiring.connect(m, route_fifo.r_stream, route.i)
         # the granted burst goes out through a skid buffer: AR comes from registers, and the
         # clients' handshake does not wait on the AXI slave's ready
         m.submodules.ar = ar = SkidBuffer(ADDR_BITS + LEN_BITS)
@@ -368,21 +396,21 @@ class ReadArbiter(wiring.Component):
                     ar_valid.eq(client.ar.valid),
                     ar_last.eq(client.ar.payload.last),
                 ]
-        m.d.comb += ar.i.valid.eq(ar_valid & route.w_rdy)
+        m.d.comb += ar.i.valid.eq(ar_valid & route_fifo.w_stream.ready)
         fire = ar.i.valid & ar.i.ready
         for k, client in enumerate(self.clients):
             m.d.comb += client.ar.ready.eq(fire & (who == k))
-        m.d.comb += [route.w_data.eq(who), route.w_en.eq(fire)]
+        m.d.comb += [route_fifo.w_stream.payload.eq(who), route_fifo.w_stream.valid.eq(fire)]
         with m.If(fire):
             m.d.sync += [owner.eq(who), locked.eq(~ar_last)]
         # R: to the client at the head of the route FIFO
-        head = route.r_data
+        head = route.o.payload
         for k, client in enumerate(self.clients):
-            sel = route.r_rdy & (head == k)
+            sel = route.o.valid & (head == k)
             m.d.comb += [client.r.valid.eq(self.rvalid & sel), client.r.payload.eq(self.rdata)]
             with m.If(sel):
                 m.d.comb += self.rready.eq(client.r.ready)
-        m.d.comb += route.r_en.eq(self.rvalid & self.rready & self.rlast)
+        m.d.comb += route.o.ready.eq(self.rvalid & self.rready & self.rlast)
         return m
 
 
@@ -419,7 +447,7 @@ class ElementStream(wiring.Component):
             parts = Signal(self.elem_bits, reset_less=True)  # data: only `count` says it is there
             tag = Signal(self.tag_bits, reset_less=True)
             count = Signal(range(k + 1))
-            full = count == k
+            full = Signal()  # count == k, a flip-flop: the stream's handshakes start from it
             take = elems.valid & elems.ready
             m.d.comb += [
                 elems.payload.eq(Cat(parts, tag)),
@@ -431,11 +459,15 @@ class ElementStream(wiring.Component):
                 (parts >> self.beat_bits) | (beats.payload << (self.elem_bits - self.beat_bits))
             )
             with m.If(beats.valid & beats.ready):
-                m.d.sync += [parts.eq(arriving), count.eq(Mux(take, 1, count + 1))]
+                m.d.sync += [
+                    parts.eq(arriving),
+                    count.eq(Mux(take, 1, count + 1)),
+                    full.eq(Mux(take, k == 1, count == k - 1)),
+                ]
                 if self.decode is not None:  # right once the element's last beat is in
                     m.d.sync += tag.eq(self.decode(arriving))
             with m.Elif(take):
-                m.d.sync += count.eq(0)
+                m.d.sync += [count.eq(0), full.eq(0)]
             return m
         per = self.beat_bits // self.elem_bits
         sub = Signal(range(per))

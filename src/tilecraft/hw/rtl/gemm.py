@@ -74,23 +74,42 @@ class GemmCore(wiring.Component):
         # the datapath's registers have no reset (only `valid` says what they hold)
         sums = Signal.like(self.sums, reset_less=True)
         m.d.comb += self.sums.eq(sums)
+        # an input lane feeds a multiplier per output (per pair, packed): two copies of its
+        # register, each for half of them, halve the fan-out the route to the DSPs spreads
+        # (the 92.4 MHz route's most common failing path was a0_i -> DSP -> p). The second
+        # copy loads only with `valid`, as nothing reads a product without it, so yosys keeps
+        # it (a plain copy it merges back into one).
+        outputs = bo // 2 if self.packed else bo
+        copies = 2 if outputs >= 4 else 1
         for r in range(b):
             for i in range(bi):
-                a = Signal(signed(ib), name=f"a{r}_{i}", reset_less=True)
-                m.d.sync += a.eq(inp(r, i))
+                lane = []
+                for k in range(copies):
+                    a = Signal(signed(ib), name=f"a{r}_{i}" + (f"_{k}" if k else ""),
+                               reset_less=True)  # fmt: skip
+                    if k == 0:
+                        m.d.sync += a.eq(inp(r, i))
+                    else:
+                        with m.If(self.valid):
+                            m.d.sync += a.eq(inp(r, i))
+                    lane.append(a)
+
+                def a_for(o, lane=lane):  # the copy output `o` (packed: its pair) reads
+                    return lane[(o // 2 if self.packed else o) * copies // outputs]
+
                 if self.packed:
                     for o in range(0, bo, 2):
                         both = Signal(
                             signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}", reset_less=True
                         )
-                        m.d.sync += both.eq(a * weights[o, i])
+                        m.d.sync += both.eq(a_for(o) * weights[o, i])
                         low = both[:PACK_SHIFT].as_signed()
                         high = (both - low) >> PACK_SHIFT
                         prod[r, o, i], prod[r, o + 1, i] = low, high
                 else:
                     for o in range(bo):
                         p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}", reset_less=True)
-                        m.d.sync += p.eq(a * weights[o, i])
+                        m.d.sync += p.eq(a_for(o) * weights[o, i])
                         prod[r, o, i] = p
         # the adder trees, registered halfway (their first levels, then the rest)
         split = (bi.bit_length() - 1 + 1) // 2  # levels before the middle register

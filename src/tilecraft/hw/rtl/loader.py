@@ -48,8 +48,12 @@ class LoadEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.read), client.read)
 
         insn = Signal.like(self.insn)
-        mem = insn.mem
-        m.d.comb += self.mem.eq(mem)
+        m.d.comb += self.mem.eq(insn.mem)
+        # the target, one flip-flop per memory set as the instruction arrives: the muxes that
+        # pick a target's stream, depth and element size select on a flip-flop, not on a
+        # compare of `mem` (the 86.3 MHz route's worst path ran insn.mem into the write's
+        # decision)
+        sel = {mem_id: Signal(name=f"sel_{BUFFER_NAMES[mem_id]}") for mem_id in self.targets}
         size_bits = self.spec.field("x_size").width
         # the padded box's width and height, summed into registers as the instruction arrives
         # (so PLAN's multiply starts from flip-flops, not from two adders)
@@ -57,7 +61,7 @@ class LoadEngine(wiring.Component):
         height = Signal(size_bits + 1)
         depth = Signal(32)
         for mem_id in self.targets:
-            with m.If(mem == mem_id):
+            with m.If(sel[mem_id]):
                 m.d.comb += depth.eq(cfg.depth(BUFFER_NAMES[mem_id]))
 
         def in_bytes(elems, bits):
@@ -65,7 +69,7 @@ class LoadEngine(wiring.Component):
             scaled = Signal(bits)
             for mem_id in self.targets:
                 shift = log2_exact(cfg.elem_bytes(BUFFER_NAMES[mem_id]))
-                with m.If(mem == mem_id):
+                with m.If(sel[mem_id]):
                     m.d.comb += scaled.eq(elems << shift)
             return scaled
 
@@ -77,7 +81,7 @@ class LoadEngine(wiring.Component):
             es = ElementStream(cfg.axi_data_bits, self.elem_bits[mem_id], size_bits)
             m.submodules[f"elems_{BUFFER_NAMES[mem_id]}"] = streams[mem_id] = es
             m.d.comb += [es.beats.payload.eq(client.beats.payload)]
-            with m.If(mem == mem_id):
+            with m.If(sel[mem_id]):
                 m.d.comb += [
                     es.beats.valid.eq(client.beats.valid),
                     client.beats.ready.eq(es.beats.ready),
@@ -85,10 +89,13 @@ class LoadEngine(wiring.Component):
 
         y = Signal(size_bits + 1)
         x = Signal(size_bits + 1)
-        addr = Signal(32)
+        addr = Signal(len(self.write.addr))  # CHECK keeps sram_base + area within depth
         data_row = Signal(size_bits + 1)  # data rows started so far
         # the padded box's bounds, summed in PLAN so WRITE only compares registers
         x_data_last, x_last, y_last = (Signal(size_bits + 1) for _ in range(3))
+        # x == x_last, kept in a flip-flop (set from x == x_last - 1 as x steps), so the write's
+        # row end gates x, y and the flags without a compare in front
+        x_at_last, x_last_1 = Signal(), Signal(size_bits + 1)
         y_data_last = Signal(size_bits + 2)  # pad0 + size - 1: pad0 - 1 without rows
         # whether y and x are inside the data box, kept in registers: set where the counter
         # leaves the padding before it, cleared where it leaves the data (equality compares
@@ -110,14 +117,14 @@ class LoadEngine(wiring.Component):
         elem_valid = Signal()
         elem = Signal.like(self.write.data)
         for mem_id, head in heads.items():
-            with m.If(mem == mem_id):
+            with m.If(sel[mem_id]):
                 m.d.comb += [elem_valid.eq(head.o.valid), elem.eq(head.o.payload)]
         pad = Signal.like(self.write.data)  # INP: pad_value in every lane; others: zeros
         if MemId.INP in self.targets:
             lanes = cfg.batch * cfg.block_in
             lane = Signal(signed(cfg.inp_bits))
             m.d.comb += lane.eq(insn.pad_value)  # sign-extended
-            with m.If(mem == MemId.INP):
+            with m.If(sel[MemId.INP]):
                 m.d.comb += pad.eq(Cat(*([lane] * lanes)))
         # the scratchpad write leaves from registers: it lands a cycle later, in DONE at the latest
         write = Signal()
@@ -129,20 +136,22 @@ class LoadEngine(wiring.Component):
             self.write.en.eq(write),
         ]
         for mem_id, head in heads.items():
-            m.d.comb += head.o.ready.eq(write & is_data & (mem == mem_id))
+            m.d.comb += head.o.ready.eq(write & is_data & sel[mem_id])
         narrow = any(cfg.elem_bytes(BUFFER_NAMES[t]) < cfg.axi_bytes for t in self.targets)
         per_beat = {
             t: max(cfg.axi_bytes // cfg.elem_bytes(BUFFER_NAMES[t]), 1) for t in self.targets
         }
         row_setup = Signal()
-        row_elem = Signal(48)  # element index (in DRAM) of the current data row's first element
+        # the current data row's first element index in DRAM, modulo the elements per beat
+        # (all its use): a few bits, not a 48-bit adder on the write's enable
+        row_elem = Signal(max(max(per_beat.values()).bit_length() - 1, 1))
         offset = Signal(8)
         for mem_id, per in per_beat.items():
-            with m.If(mem == mem_id):
+            with m.If(sel[mem_id]):
                 m.d.comb += offset.eq(row_elem % per if per > 1 else 0)
         for mem_id, es in streams.items():
             m.d.comb += [
-                es.row_start.eq(row_setup & (mem == mem_id)),
+                es.row_start.eq(row_setup & sel[mem_id]),
                 es.row_offset.eq(offset),
                 es.row_elems.eq(insn.x_size),
             ]
@@ -156,12 +165,22 @@ class LoadEngine(wiring.Component):
         area = Signal(2 * (size_bits + 1))  # scratchpad rows written, pads included
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
-        last_now = in_bytes(insn.dram_base + span_now, 64)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        # the transfer's end: its low word, and whether it lies past 4 GiB (so CHECK compares
-        # 32 bits with the region's size, not 64)
-        last_byte, past_4g = Signal(32), Signal()
-        sram_end = Signal(max(len(insn.sram_base), len(area)) + 1)  # no wrap: it is range-checked
+        # the DRAM check, (dram_base + span) x element bytes > dram_size, as the span's rows
+        # part against what the rest leaves, dram_size // element bytes - dram_base - x_size
+        # (`room`, in PLAN): SUMS compares two registers and CHECK reads a flip-flop (as in
+        # the store, whose sum-then-compare was on the 86.3 MHz route's list)
+        size_elems = Signal(32)
+        for mem_id in self.targets:
+            with m.If(sel[mem_id]):
+                shift = log2_exact(cfg.elem_bytes(BUFFER_NAMES[mem_id]))
+                m.d.comb += size_elems.eq(self.dram_size >> shift)
+        room = Signal(signed(34))
+        dram_over = Signal()
+        # the SRAM check, sram_base + area > depth, as area against depth - sram_base
+        # (`sram_room`, in PLAN with area), compared in SUMS like the DRAM check
+        sram_room = Signal(signed(max(len(insn.sram_base), len(depth)) + 2))
+        sram_over = Signal()
         first_addr = Signal(ADDR_BITS)
         row_bytes, stride = in_bytes(insn.x_size, 32), in_bytes(insn.x_stride, 32)
         error = Signal(8)
@@ -187,6 +206,7 @@ class LoadEngine(wiring.Component):
                         height.eq(given.y_pad0 + given.y_size + given.y_pad1),
                         rows_1.eq(given.y_size - 1),
                     ]
+                    m.d.sync += [sel[t].eq(given.mem == t) for t in self.targets]
                     m.next = "PLAN"
                     with m.If(self.insn.x_size == 0):  # nothing to move: no plan
                         m.next = "CHECK"
@@ -194,7 +214,9 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
                     rows_stride.eq(rows_1 * insn.x_stride),
+                    room.eq(size_elems - insn.dram_base - insn.x_size),
                     area.eq(width * height),
+                    sram_room.eq(depth - insn.sram_base),
                     y_data_last.eq(insn.y_pad0 + insn.y_size - 1),
                     y_before.eq(insn.y_pad0 - 1),
                     x_before.eq(insn.x_pad0 - 1),
@@ -202,6 +224,7 @@ class LoadEngine(wiring.Component):
                     pad0_zero.eq(insn.x_pad0 == 0),
                     x_data_last.eq(insn.x_pad0 + insn.x_size - 1),
                     x_last.eq(width - 1),
+                    x_last_1.eq(width - 2),
                     y_last.eq(height - 1),
                 ]
                 m.next = "SUMS"
@@ -209,9 +232,8 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
                     span_elems.eq(span_now),
-                    last_byte.eq(last_now[:32]),
-                    past_4g.eq(last_now[32:] != 0),
-                    sram_end.eq(insn.sram_base + area),
+                    dram_over.eq(rows_stride > room),
+                    sram_over.eq(area > sram_room),
                     first_addr.eq(row_addr0),
                 ]
                 m.next = "CHECK"
@@ -219,14 +241,15 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0),
                              in_rows.eq((insn.y_pad0 == 0) & (insn.y_size != 0)),
-                             in_cols.eq(cols_first), at_pad0.eq(pad0_zero)]  # fmt: skip
+                             in_cols.eq(cols_first), at_pad0.eq(pad0_zero),
+                             x_at_last.eq(x_last == 0)]  # fmt: skip
                 with m.If(insn.x_size == 0):
                     m.d.sync += error.eq(0)
                     m.next = "DONE"
-                with m.Elif(sram_end > depth):
+                with m.Elif(sram_over):
                     m.d.sync += error.eq(regs.ErrorCode.SRAM_RANGE)
                     m.next = "DONE"
-                with m.Elif((insn.y_size != 0) & (past_4g | (last_byte > self.dram_size))):
+                with m.Elif((insn.y_size != 0) & dram_over):
                     m.d.sync += error.eq(regs.ErrorCode.DRAM_RANGE)
                     m.next = "DONE"
                 with m.Else():
@@ -248,9 +271,9 @@ class LoadEngine(wiring.Component):
                     m.d.sync += addr.eq(addr + 1)
                     with m.If(is_data & (x == x_data_last)):
                         m.d.sync += row_elem.eq(row_elem + insn.x_stride)
-                    with m.If(x == x_last):
+                    with m.If(x_at_last):
                         m.d.sync += [x.eq(0), y.eq(y + 1), in_cols.eq(cols_first),
-                                     at_pad0.eq(pad0_zero)]  # fmt: skip
+                                     at_pad0.eq(pad0_zero), x_at_last.eq(x_last == 0)]  # fmt: skip
                         with m.If(y == y_data_last):
                             m.d.sync += in_rows.eq(0)
                         with m.Elif(y == y_before):
@@ -258,7 +281,8 @@ class LoadEngine(wiring.Component):
                         with m.If(y == y_last):
                             m.next = "DONE"
                     with m.Else():
-                        m.d.sync += [x.eq(x + 1), at_pad0.eq(x == x_before)]
+                        m.d.sync += [x.eq(x + 1), at_pad0.eq(x == x_before),
+                                     x_at_last.eq(x == x_last_1)]  # fmt: skip
                         with m.If(x == x_data_last):
                             m.d.sync += in_cols.eq(0)
                         with m.Elif(x == x_before):

@@ -74,6 +74,13 @@ class WritePort(wiring.Signature):
 
 
 SRAM_READ_LATENCY = 2  # a scratchpad read's data is registered once past the block RAM
+# A scratchpad's attributes where no read needs the memory's answer to a read and a write of
+# the same row in one cycle (INP and WGT: the load stage writes them, the GEMM unit reads them,
+# the two ordered by tokens): yosys then maps a block RAM as it is, where it otherwise keeps
+# the old-data answer by delaying each write a cycle and muxing its data into the read (a LUT
+# and a route between every block RAM output and its register: the 86.3 MHz route's inp_mem ->
+# inp_q path). Simulation still gives old data.
+NO_RW_CHECK = {"no_rw_check": 1}
 
 
 class ReadAddress(wiring.Signature):

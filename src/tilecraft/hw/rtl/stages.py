@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import MemId, Opcode, isa_for
-from tilecraft.hw.rtl.dma import BEATS_BITS, BurstPlanner, SkidBuffer
+from tilecraft.hw.rtl.dma import BEATS_BITS, BurstPlanner, SkidBuffer, log2_exact
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.signatures import (
@@ -150,8 +150,17 @@ class StoreStage(wiring.Component):
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
-        last_byte, past_4g = Signal(32), Signal()  # its low word; beyond 4 GiB (see LoadEngine)
-        sram_end = Signal(33)
+        # the DRAM check, (dram_base + span) * eb > dram_size, as span's rows part against what
+        # the rest leaves: dram_size // eb - dram_base - x_size (`room`, in PLAN), compared in
+        # SUMS, so CHECK reads a flip-flop (the 86.3 MHz route ran a 32-bit compare of the sum
+        # with DRAM_SIZE into the error register's enable)
+        room = Signal(signed(34))
+        dram_over = Signal()
+        # likewise the SRAM check, sram_base + total > depth, as total against depth -
+        # sram_base (`sram_room`, in PLAN with total): a flip-flop by CHECK (the 88.1 MHz
+        # route had the sum's compare into the error register's enable)
+        sram_room = Signal(signed(len(insn.sram_base) + 2))
+        sram_over = Signal()
         first_addr = Signal.like(run.dram_base)
         # AW from the planner through a skid buffer; the burst's beat count goes to the W side
         burst = plan.bursts
@@ -241,15 +250,16 @@ class StoreStage(wiring.Component):
             with m.State("PLAN"):
                 m.d.sync += [
                     total.eq(insn.x_size * insn.y_size),
+                    sram_room.eq(cfg.depth("acc") - insn.sram_base),
                     rows_stride.eq(rows_1 * insn.x_stride),
+                    room.eq((run.dram_size >> log2_exact(eb)) - insn.dram_base - insn.x_size),
                 ]
                 m.next = "SUMS"
             with m.State("SUMS"):
                 m.d.sync += [
                     span_elems.eq(span_now),
-                    last_byte.eq(((insn.dram_base + span_now) * eb)[:32]),
-                    past_4g.eq(((insn.dram_base + span_now) * eb)[32:] != 0),
-                    sram_end.eq(insn.sram_base + total),
+                    dram_over.eq(rows_stride > room),
+                    sram_over.eq(total > sram_room),
                     first_addr.eq(run.dram_base + insn.dram_base * eb),
                 ]
                 m.next = "CHECK"
@@ -259,10 +269,10 @@ class StoreStage(wiring.Component):
                     m.next = "PUSH"
                     with m.If(~push):
                         m.next = "IDLE"
-                with m.Elif(sram_end > cfg.depth("acc")):
+                with m.Elif(sram_over):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
-                with m.Elif(past_4g | (last_byte > run.dram_size)):
+                with m.Elif(dram_over):
                     fail(regs.ErrorCode.DRAM_RANGE)
                     m.next = "IDLE"
                 with m.Else():

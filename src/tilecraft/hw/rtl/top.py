@@ -23,7 +23,14 @@ from tilecraft.hw.rtl.dma import ReadArbiter
 from tilecraft.hw.rtl.fetch import Fetch
 from tilecraft.hw.rtl.queues import StreamRegister, command_queue, token_queue
 from tilecraft.hw.rtl.regfile import RegisterFile
-from tilecraft.hw.rtl.signatures import ADDR_BITS, Axi4, AxiLite, RunControl, flat_ports
+from tilecraft.hw.rtl.signatures import (
+    ADDR_BITS,
+    NO_RW_CHECK,
+    Axi4,
+    AxiLite,
+    RunControl,
+    flat_ports,
+)
 from tilecraft.hw.rtl.stages import LoadStage, StoreStage
 
 AXI_CACHE = 0b0011  # normal non-cacheable bufferable (HP ports; coherent ACP needs 0b1111)
@@ -136,7 +143,8 @@ class Accelerator(wiring.Component):
             ("inp", load.inp_write, compute.inp),
             ("wgt", load.wgt_write, compute.wgt),
         ):
-            mem = Memory(shape=unsigned(cfg.elem_bytes(name) * 8), depth=cfg.depth(name), init=[])
+            mem = Memory(shape=unsigned(cfg.elem_bytes(name) * 8), depth=cfg.depth(name), init=[],
+                         attrs=NO_RW_CHECK)  # fmt: skip
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
             word = Signal.like(r.data, name=f"{name}_q")  # registered: SRAM_READ_LATENCY

@@ -71,9 +71,11 @@ class LoopSequencer(wiring.Component):
         i, j = Signal(self.iter_bits), Signal(self.iter_bits)
         strides_out, strides_in = Signal.like(self.strides_out), Signal.like(self.strides_in)
         outer = Signal.like(self.offsets)
-        # the loops' last values, latched at start: no subtraction before the compares
-        end_1 = Signal.like(self.uop_end)
-        n_out_1, n_in_1 = Signal(self.iter_bits), Signal(self.iter_bits)
+        # the loops' values one before their last, latched at start: a step's "now last"
+        # compares the counter itself, with no adder before the compare (the 92.4 MHz route
+        # had `i + 1 == n_out - 1` on a path)
+        end_2 = Signal.like(self.uop_end)
+        n_out_2, n_in_2 = Signal(self.iter_bits), Signal(self.iter_bits)
         # latched at start: one micro-op with no inner src stride; and no outer one either
         same_in, same_out = Signal(), Signal()
         # whether u, j and i are at their last values, kept in registers (set from the next
@@ -81,12 +83,15 @@ class LoopSequencer(wiring.Component):
         last_u, last_j, last_i = Signal(), Signal(), Signal()
         one_u, one_j = Signal(), Signal()  # the loops of one micro-op, of one inner step
         m.d.comb += self.last.eq(last_u & last_j & last_i)
-        with m.If(self.start):
+        # an idle sequencer follows the instruction every cycle (a unit starts only when idle),
+        # so `start` sets `valid` alone: the issue's decision never reaches the loop registers'
+        # enables (the 92.4 MHz route ran a token queue's flag through it into `j`)
+        with m.If(~self.valid):
             m.d.sync += [
                 bgn.eq(self.uop_bgn),
-                end_1.eq(self.uop_end - 1),
-                n_out_1.eq(self.iter_out - 1),
-                n_in_1.eq(self.iter_in - 1),
+                end_2.eq(self.uop_end - 2),
+                n_out_2.eq(self.iter_out - 2),
+                n_in_2.eq(self.iter_in - 2),
                 i.eq(0),
                 j.eq(0),
                 self.u.eq(self.uop_bgn),
@@ -98,9 +103,6 @@ class LoopSequencer(wiring.Component):
                 last_i.eq(self.iter_out == 1),
                 same_out.eq(self.strides_out.src == 0),
                 self.src_repeats.eq(0),
-                self.valid.eq(
-                    (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
-                ),
             ]
             m.d.sync += [
                 strides_out.eq(self.strides_out),
@@ -110,12 +112,12 @@ class LoopSequencer(wiring.Component):
             ]
         with m.Elif(self.valid & self.advance):
             with m.If(~last_u):
-                m.d.sync += [self.u.eq(self.u + 1), last_u.eq(self.u + 1 == end_1)]
+                m.d.sync += [self.u.eq(self.u + 1), last_u.eq(self.u == end_2)]
             with m.Else():
                 m.d.sync += [self.u.eq(bgn), last_u.eq(one_u)]
                 with m.If(~last_j):
                     m.d.sync += [j.eq(j + 1), self.src_repeats.eq(same_in)]
-                    m.d.sync += last_j.eq(j + 1 == n_in_1)
+                    m.d.sync += last_j.eq(j == n_in_2)
                     for f in STRIDED:
                         off = self.offsets[f]
                         m.d.sync += off.eq(off + strides_in[f])
@@ -123,12 +125,16 @@ class LoopSequencer(wiring.Component):
                     m.d.sync += [j.eq(0), last_j.eq(one_j)]
                     with m.If(~last_i):
                         m.d.sync += [i.eq(i + 1), self.src_repeats.eq(same_in & same_out)]
-                        m.d.sync += last_i.eq(i + 1 == n_out_1)
+                        m.d.sync += last_i.eq(i == n_out_2)
                         for f in STRIDED:
                             nxt = outer[f] + strides_out[f]
                             m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
                     with m.Else():
                         m.d.sync += self.valid.eq(0)
+        with m.If(self.start):
+            m.d.sync += self.valid.eq(
+                (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
+            )
         return m
 
 
