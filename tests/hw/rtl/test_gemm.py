@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+from amaranth import Signal
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
+from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL, Mult18x18dModel, mult18x18d_pins
 from tilecraft.hw.rtl.gemm import GemmCore
 
 
@@ -21,7 +23,15 @@ def unpack(word, n, bits):
 
 
 @pytest.mark.parametrize(
-    "config,packed", [("1x8x8", True), ("1x8x8", False), ("2x16x16", True), ("1x16x8", True)]
+    "config,packed",
+    [
+        ("1x8x8", True),
+        ("1x8x8", False),
+        ("2x16x16", True),
+        ("1x16x8", True),
+        ("1x8x8", ECP5_DSP_MODEL),  # the MULT18X18D pins the ECP5 flows build, on the model
+        ("2x16x16", ECP5_DSP_MODEL),
+    ],
 )
 def test_dot_products_match_numpy_every_cycle(config, packed):
     cfg = preset(config)
@@ -54,4 +64,22 @@ def test_dot_products_match_numpy_every_cycle(config, packed):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert dut.multipliers == (b * bi * bo // 2 if packed else b * bi * bo)
+    assert dut.multipliers == (b * bi * bo // 2 if packed is True else b * bi * bo)
+
+
+def test_the_ecp5_build_instantiates_registered_dsps():
+    """The Verilog of the ECP5 flows has one MULT18X18D per product, its operands and product
+    registered in the DSP (no operand or product flip-flops of its own), and the model refuses
+    pins it does not cover."""
+    from amaranth.back import verilog
+
+    cfg = preset("1x8x8")
+    core = GemmCore(cfg, packed=ECP5_DSP)
+    text = verilog.convert(core, name="core")
+    assert text.count("MULT18X18D") == cfg.batch * cfg.block_in * cfg.block_out
+    for param in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"):
+        assert text.count(f'.{param}("CLK0")') == 64, param
+    assert "a0_0" not in text and " w0_0" not in text  # the DSP holds the operands
+    with pytest.raises(ValueError, match="REG_OUTPUT_CLK"):
+        pins = mult18x18d_pins(Signal(8), Signal(8), Signal(36))
+        Mult18x18dModel({**pins, "p_REG_OUTPUT_CLK": "NONE"})

@@ -2,6 +2,8 @@
 random instructions (loops, reset, immediates, tensor operands, rows rewritten within an
 instruction, range errors)."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 from amaranth import Module, Signal, unsigned
@@ -10,6 +12,7 @@ from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Uop, insn_table, isa_for, uop_table
+from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY
 from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 from tilecraft.sim import semantics
@@ -69,7 +72,7 @@ def run_unit(cfg, unit_cls, machine, insns, cycles=None):
     ]
     registered(m, uop_r.data, unit.uop.data, unit.uop.en)
     registered(m, acc_r.data, unit.acc_read.data)
-    if unit_cls is GemmUnit:
+    if isinstance(unit, GemmUnit):
         for name, port in (("inp", unit.inp), ("wgt", unit.wgt)):
             mem = Memory(
                 shape=unsigned(cfg.elem_bytes(name) * 8),
@@ -133,9 +136,9 @@ def machine_with(cfg, uops, seed):
 SMALL = "1x8x8"
 
 
-def assert_alu_matches(cfg, m, insns):
+def assert_alu_matches(cfg, m, insns, unit=AluUnit):
     """The ALU unit over `m`'s scratchpads ends where the simulator's semantics do, no errors."""
-    acc, errors = run_unit(cfg, AluUnit, m, insns)
+    acc, errors = run_unit(cfg, unit, m, insns)
     for insn in insns:
         row = insn_table([insn])[0]
         semantics.alu(m, {k: row[k] for k in row.dtype.names})
@@ -143,8 +146,12 @@ def assert_alu_matches(cfg, m, insns):
     assert acc == words(m.acc)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_gemm_unit_matches_the_simulator(seed):
+# the ECP5 flows' registered MULT18X18D pins, on their model (hw/rtl/dsp.py)
+ON_DSPS = [(0, ECP5_DSP_MODEL)]
+
+
+@pytest.mark.parametrize(("seed", "dsp"), [(s, None) for s in range(3)] + ON_DSPS)
+def test_gemm_unit_matches_the_simulator(seed, dsp):
     cfg = preset(SMALL)
     rng = np.random.default_rng(seed)
     uops = [
@@ -170,15 +177,29 @@ def test_gemm_unit_matches_the_simulator(seed):
         Gemm(uop_bgn=1, uop_end=3, iter_out=1, iter_in=1),
     ]
     m = machine_with(cfg, uops, seed)
-    acc, errors = run_unit(cfg, GemmUnit, m, insns)
+    acc, errors = run_unit(cfg, partial(GemmUnit, packed=dsp), m, insns)
     for insn in insns:
         semantics.gemm(m, insn_table([insn])[0])
     assert errors == [False] * len(insns)
     assert acc == words(m.acc)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_alu_unit_matches_the_simulator(seed):
+@pytest.mark.parametrize("dsp", [None, ECP5_DSP_MODEL])
+def test_alu_multiplies_wrapping_at_the_lane_width(dsp):
+    """MUL alone (no later op overwrites its rows): tensor and immediate products of lanes of
+    both signs up to +-2**20 (products past 32 bits wrap), each micro-op on rows of its own."""
+    cfg = preset(SMALL)
+    uops = [Uop(k, 20 + k, 0) for k in range(6)]
+    insns = [
+        Alu(op=AluOp.MUL, uop_bgn=0, uop_end=3, iter_out=1, iter_in=1),
+        Alu(op=AluOp.MUL, use_imm=True, imm=-12345, uop_bgn=3, uop_end=6, iter_out=1),
+    ]
+    m = machine_with(cfg, uops, 7)
+    assert_alu_matches(cfg, m, insns, partial(AluUnit, dsp=dsp))
+
+
+@pytest.mark.parametrize(("seed", "dsp"), [(s, None) for s in range(3)] + ON_DSPS)
+def test_alu_unit_matches_the_simulator(seed, dsp):
     cfg = preset(SMALL)
     rng = np.random.default_rng(seed + 10)
     uops = [Uop(int(rng.integers(0, 40)), int(rng.integers(0, 40)), 0) for _ in range(5)]
@@ -217,7 +238,7 @@ def test_alu_unit_matches_the_simulator(seed):
     insns.append(Alu(op=AluOp.ADD, uop_bgn=5, uop_end=8, iter_out=2, iter_in=1))
     insns.append(Alu(op=AluOp.MUL, use_imm=True, imm=0, uop_bgn=5, uop_end=8, iter_out=1))
     m = machine_with(cfg, uops, seed)
-    assert_alu_matches(cfg, m, insns)
+    assert_alu_matches(cfg, m, insns, partial(AluUnit, dsp=dsp))
 
 
 @pytest.mark.parametrize("op", list(AluOp))

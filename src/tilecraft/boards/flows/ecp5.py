@@ -23,6 +23,7 @@ from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
 from tilecraft.files import write_atomic
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.rtl.dsp import ECP5_DSP
 from tilecraft.progress import status
 
 DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
@@ -30,8 +31,9 @@ DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
 # DSP48's trick: its 25 x 18 multiplier takes the combined 25-bit weight. An ECP5 MULT18X18D is
 # 18 x 18, so a packed product takes two of them and a fabric adder on the critical path (the
 # 61.4 MHz route's worst path); ECP5 builds multiply each product on its own: the same
-# datapath, latency and cycles, as many MULT18X18D.
-ECP5_PACKED = False
+# datapath, latency and cycles, as many MULT18X18D, each instantiated with its input and output
+# registers on (`gemm.ECP5_DSP`: they stand for the core's operand and product flip-flops).
+ECP5_PACKED = ECP5_DSP
 PHASES = (  # nextpnr log markers -> what the progress line says
     ("Packing", "packing"),
     ("Running placement", "placing"),

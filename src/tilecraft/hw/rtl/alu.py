@@ -8,18 +8,20 @@ by the full width gives 0); MIN and MAX share one compare; CLIP is min(max(a, lo
 the bounds two signed bytes of its operand (hw/isa `clip_bounds`), its compares side by side.
 
 The lane ops sit between the unit's operand registers and its write-data register (a write
-reaches the operands a cycle later, from that register: units.AluUnit's `hazard`). The op's
-flags (`OpFlags`, registers decoded as the instruction starts) pick what they can before the
-compares end, so the compares decide only between three values (`select`): where a switch on
-the op field made a priority chain of four LUT levels, and an AND-OR of seven picked values
-three, a bit is now one LUT after the compares.
+reaches the operands a cycle later, from that register: units.AluUnit's `hazard`), so the
+result is an AND-OR of each candidate under a one-hot pick (`select`): the op's flags
+(`OpFlags`, registers decoded as the instruction starts) and the compares make a per-lane pick
+of a, b, hi or lo, then each bit is two LUT levels, where a switch on the op field made a
+priority chain of four. (Two late picks over three values made from the flags, tried on
+2026-11-27, mapped to more LUT levels after the compares, not fewer: 13.4 ns routes.)
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Instance, Module, Mux, Signal, signed
 
 from tilecraft.hw.isa import CLIP_BOUND_BITS, AluOp, IsaSpec
+from tilecraft.hw.rtl.dsp import DSP_WIDTH, ECP5_DSP, Mult18x18dModel, mult18x18d_pins
 
 SELECTED = ("min", "max", "add", "clip", "shr", "mul")  # one-hot: which op the flags select
 
@@ -99,24 +101,25 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
 
 
 def select(m: Module, flags: OpFlags, c: dict, bits: int):
-    """The lane's result under `flags` (0 where no flag is set), as two late picks over three
-    values made from the flags alone: `s1 ? x : s0 ? lo : z`. The compares decide s1 (MIN/MAX's
-    a < b, CLIP's above hi) and s0 (CLIP's below lo); x (hi, or MIN's a, MAX's b) and z (CLIP's
-    a, MIN's b, MAX's a, SHR's or MUL's value, or ADD's sum ORed in as it arrives) are muxes
-    on the flags, ready before the compares' carry chains end. So a bit is a LUT on the sum and
-    a 5-input pick after the compares (an AND-OR of seven picked values was three LUT levels
-    after them: the ALU's X stage on the 92.4 MHz route)."""
-    a, b = c["a"][:bits], c["b"][:bits]
-    hi, lo = c["hi"][:bits], c["lo"][:bits]
-    minmax = flags["min"] | flags["max"]
-    s1 = (minmax & c["lt"]) | (flags["clip"] & (c["above_hi"] | c["empty"]))
-    s0 = flags["clip"] & c["below_lo"]
-    x = Mux(flags["clip"], hi, Mux(flags["min"], a, b))
-    others = Mux(flags["shr"], c["shr"][:bits], Mux(flags["mul"], c["mul"][:bits], 0))
-    early = Mux(flags["clip"], a, Mux(minmax, Mux(flags["min"], b, a), others))
-    z = early | Mux(flags["add"], c["add"][:bits], 0)
+    """The lane's result under `flags` (0 where no flag is set): per-lane picks of a, b, hi
+    and lo from the compares, then an AND-OR of every candidate under its pick or flag."""
+    clip_hi = c["above_hi"] | c["empty"]
+    picks = {
+        "a": Mux(c["lt"], flags["min"], flags["max"])
+        | (flags["clip"] & ~clip_hi & ~c["below_lo"]),
+        "b": Mux(c["lt"], flags["max"], flags["min"]),
+        "hi": flags["clip"] & clip_hi,
+        "lo": flags["clip"] & ~clip_hi & c["below_lo"],
+        "add": flags["add"],
+        "shr": flags["shr"],
+        "mul": flags["mul"],
+    }
+    total = None
+    for name, pick in picks.items():
+        term = Mux(pick, c[name][:bits], 0)
+        total = term if total is None else total | term
     result = Signal(signed(bits))
-    m.d.comb += result.eq(Mux(s1, x, Mux(s0, lo, z)))
+    m.d.comb += result.eq(total)
     return result
 
 
@@ -124,3 +127,46 @@ def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
     """Combinational result of the op `flags` select on two signed accumulator lanes."""
     bits = spec.config.acc_bits
     return select(m, flags, lane_candidates(m, spec, a, b, product), bits)
+
+
+# MUL: a lane group's operands, then its partial products, then their sum are registered in
+# turn (lane_multiply), so the last group's products are in MUL_TAIL cycles after its phase
+MUL_TAIL = 3
+
+
+def lane_multiply(m: Module, x, y, bits: int, name: str):
+    """(x * y) mod 2**bits, from registers holding the three half-width products of x and y of
+    the cycle before (each fits an 18x18 DSP multiplier): x*y = xl*yl + ((xh*yl + xl*yh) << h)
+    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes.
+    Each product is registered straight from its multiplier (the cross terms are added after,
+    with the low product: no adder sits behind a DSP)."""
+    h = bits // 2
+    xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
+    low = Signal(2 * h, name=f"{name}_low", reset_less=True)
+    cross = [Signal(bits - h, name=f"{name}_cross{k}", reset_less=True) for k in range(2)]
+    m.d.sync += [
+        low.eq(xl * yl),
+        cross[0].eq((xh * yl)[: bits - h]),
+        cross[1].eq((xl * yh)[: bits - h]),
+    ]
+    return (low + (((cross[0] + cross[1])[: bits - h]) << h))[:bits]
+
+
+def lane_multiply_dsp(m: Module, x, y, bits: int, name: str, dsp: str):
+    """`lane_multiply` of the operands x and y as they are now (not registered: each
+    MULT18X18D registers its own copy, then its product), so the same three products are
+    there two cycles later, as with lane_multiply's operand registers (see gemm.ECP5_DSP)."""
+    h = bits // 2
+    if h + 1 > DSP_WIDTH:
+        raise ValueError(f"{bits}-bit lanes need halves of at most {DSP_WIDTH - 1} bits")
+    zero = Const(0, 1)  # the halves are unsigned: a zero above them keeps the signed DSP right
+    xl, xh, yl, yh = (Cat(v, zero) for v in (x[:h], x[h:], y[:h], y[h:]))
+    products = []
+    for k, (a, b) in enumerate(((xl, yl), (xh, yl), (xl, yh))):
+        p = Signal(2 * DSP_WIDTH, name=f"{name}_p{k}")
+        pins = mult18x18d_pins(a, b, p)
+        cell = Instance("MULT18X18D", **pins) if dsp == ECP5_DSP else Mult18x18dModel(pins)
+        m.submodules[f"{name}_dsp{k}"] = cell
+        products.append(p)
+    low, cross0, cross1 = products[0][: 2 * h], products[1][: bits - h], products[2][: bits - h]
+    return (low + (((cross0 + cross1)[: bits - h]) << h))[:bits]

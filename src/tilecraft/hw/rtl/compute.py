@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from tilecraft.hw import regs
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import INSN_BITS, MemId, Opcode, isa_for
+from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL
 from tilecraft.hw.rtl.layouts import insn_union, uop_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.signatures import (
@@ -54,14 +55,14 @@ def narrow(cfg: HwConfig, acc_row):
 
 
 class Compute(wiring.Component):
-    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+    def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
         spec = isa_for(cfg)
         self.bank_bits = spec.acc_idx_bits - 1
         self.loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC))
         self.gemm = GemmUnit(cfg, packed)
-        self.alu = AluUnit(cfg)
+        self.alu = AluUnit(cfg, packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None)
         super().__init__(
             {
                 "cmd": In(command()),

@@ -89,10 +89,10 @@ class BurstPlanner(wiring.Component):
         contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
         run_bytes = Signal(32)
         m.d.comb += run_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"]))
+        # each count one adder from the run's bytes, each compare against a constant (no
+        # adder before it: the first try, its compares after two adders, was a 12.7 ns path)
         rounded = Signal(33)  # the run's bytes + ab - 1
         m.d.comb += rounded.eq(run_bytes + ab - 1)
-        row_beats_1 = Signal(left_bits)  # a separate signal: read by the two compares below
-        m.d.comb += row_beats_1.eq((rounded >> sh) + 1)
         with m.If(g["start"]):
             m.d.sync += [
                 addr.eq(g["addr"]),
@@ -101,9 +101,10 @@ class BurstPlanner(wiring.Component):
                 ),
                 stride.eq(g["stride"]),
                 row_beats[0].eq(rounded >> sh),
-                row_beats[1].eq(row_beats_1),
-                row_fits[0].eq((rounded >> sh) <= self.burst_len),
-                row_fits[1].eq(row_beats_1 <= self.burst_len),
+                row_beats[1].eq((run_bytes + 2 * ab - 1) >> sh),
+                # (run_bytes + ab - 1) >> sh <= bl, and that + 1 <= bl, without the sums
+                row_fits[0].eq(run_bytes <= self.burst_len * ab),
+                row_fits[1].eq(run_bytes <= (self.burst_len - 1) * ab),
                 row_rem.eq(rounded[:sh]),
             ]
 

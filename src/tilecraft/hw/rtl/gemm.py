@@ -5,15 +5,26 @@ With `packed`, two products that share an input lane share one multiplier (the D
 cf. Xilinx WP486): a * ((w1 << 16) + w0) = (a*w1 << 16) + a*w0, and since |a*w0| <= 2**14 the
 low product is the sign-extended low 16 bits and the high one the rest. A 16x16 array then needs
 128 multipliers instead of 256 (a Zynq-7020 has 220 DSP48E1).
+
+With `packed=ECP5_DSP` (the ECP5 flows), each product is a MULT18X18D instance with its input
+and output registers on, in place of the operand and product flip-flops: the same latency and
+cycles (see dsp.py).
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Instance, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.rtl.dsp import (
+    DSP_WIDTH,
+    ECP5_DSP,
+    ECP5_DSP_MODEL,
+    Mult18x18dModel,
+    mult18x18d_pins,
+)
 
 PACK_SHIFT = 16
 
@@ -22,8 +33,13 @@ class GemmCore(wiring.Component):
     LATENCY = 4  # operands (the packed weights combined), products, the adder trees' first
     # levels, the rest
 
-    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+    def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
+        self.dsp = packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None
+        if self.dsp and (cfg.inp_bits > DSP_WIDTH or (1 << cfg.log_wgt_width) > DSP_WIDTH):
+            raise ValueError(f"MULT18X18D operands are at most {DSP_WIDTH} bits")
+        if self.dsp:
+            packed = False
         self.packed = (cfg.block_out % 2 == 0) if packed is None else packed
         if self.packed and (cfg.block_out % 2 or cfg.inp_bits > 8 or cfg.log_wgt_width > 3):
             raise ValueError("multiplier packing needs int8 operands and an even BLOCK_OUT")
@@ -56,10 +72,24 @@ class GemmCore(wiring.Component):
         def wgt(o, i):
             return self.wgt[(o * bi + i) * wb : (o * bi + i + 1) * wb].as_signed()
 
+        prod = {}  # (r, o, i) -> registered product
+        # the datapath's registers have no reset (only `valid` says what they hold)
+        sums = Signal.like(self.sums, reset_less=True)
+        m.d.comb += self.sums.eq(sums)
+        if self.dsp:  # the DSPs' own registers hold the operands and the products
+            for r in range(b):
+                for o in range(bo):
+                    for i in range(bi):
+                        product = Signal(2 * DSP_WIDTH, name=f"p{r}_{o}_{i}")
+                        pins = mult18x18d_pins(inp(r, i), wgt(o, i), product)
+                        cell = (Instance("MULT18X18D", **pins) if self.dsp == ECP5_DSP
+                                else Mult18x18dModel(pins))  # fmt: skip
+                        m.submodules[f"mult{r}_{o}_{i}"] = cell
+                        prod[r, o, i] = product[: ib + wb].as_signed()
         # the operands are registered first, the packed weights already combined, so only a
         # flip-flop sits in front of each multiplier (its adder would otherwise be on the path)
         weights = {}
-        for i in range(bi):
+        for i in range(bi if not self.dsp else 0):
             if self.packed:
                 for o in range(0, bo, 2):
                     w = Signal(signed(wb + PACK_SHIFT + 1), name=f"w{o}_{i}", reset_less=True)
@@ -70,46 +100,23 @@ class GemmCore(wiring.Component):
                     w = Signal(signed(wb), name=f"w{o}_{i}", reset_less=True)
                     m.d.sync += w.eq(wgt(o, i))
                     weights[o, i] = w
-        prod = {}  # (r, o, i) -> registered product
-        # the datapath's registers have no reset (only `valid` says what they hold)
-        sums = Signal.like(self.sums, reset_less=True)
-        m.d.comb += self.sums.eq(sums)
-        # an input lane feeds a multiplier per output (per pair, packed): two copies of its
-        # register, each for half of them, halve the fan-out the route to the DSPs spreads
-        # (the 92.4 MHz route's most common failing path was a0_i -> DSP -> p). The second
-        # copy loads only with `valid`, as nothing reads a product without it, so yosys keeps
-        # it (a plain copy it merges back into one).
-        outputs = bo // 2 if self.packed else bo
-        copies = 2 if outputs >= 4 else 1
-        for r in range(b):
+        for r in range(b if not self.dsp else 0):
             for i in range(bi):
-                lane = []
-                for k in range(copies):
-                    a = Signal(signed(ib), name=f"a{r}_{i}" + (f"_{k}" if k else ""),
-                               reset_less=True)  # fmt: skip
-                    if k == 0:
-                        m.d.sync += a.eq(inp(r, i))
-                    else:
-                        with m.If(self.valid):
-                            m.d.sync += a.eq(inp(r, i))
-                    lane.append(a)
-
-                def a_for(o, lane=lane):  # the copy output `o` (packed: its pair) reads
-                    return lane[(o // 2 if self.packed else o) * copies // outputs]
-
+                a = Signal(signed(ib), name=f"a{r}_{i}", reset_less=True)
+                m.d.sync += a.eq(inp(r, i))
                 if self.packed:
                     for o in range(0, bo, 2):
                         both = Signal(
                             signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}", reset_less=True
                         )
-                        m.d.sync += both.eq(a_for(o) * weights[o, i])
+                        m.d.sync += both.eq(a * weights[o, i])
                         low = both[:PACK_SHIFT].as_signed()
                         high = (both - low) >> PACK_SHIFT
                         prod[r, o, i], prod[r, o + 1, i] = low, high
                 else:
                     for o in range(bo):
                         p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}", reset_less=True)
-                        m.d.sync += p.eq(a_for(o) * weights[o, i])
+                        m.d.sync += p.eq(a * weights[o, i])
                         prod[r, o, i] = p
         # the adder trees, registered halfway (their first levels, then the rest)
         split = (bi.bit_length() - 1 + 1) // 2  # levels before the middle register

@@ -50,7 +50,7 @@ def _members(cfg: HwConfig) -> dict:
 
 
 class Accelerator(wiring.Component):
-    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+    def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
         super().__init__(_members(cfg))
@@ -149,10 +149,19 @@ class Accelerator(wiring.Component):
             w, r = mem.write_port(), mem.read_port()
             word = Signal.like(r.data, name=f"{name}_q")  # registered: SRAM_READ_LATENCY
             m.d.sync += word.eq(r.data)
+            # the write reaches the block RAM through a register of its own (what yosys's
+            # read-during-write emulation built before NO_RW_CHECK), so the load engine's one
+            # write-data register does not drive both memories' 45 block RAMs across the chip
+            # (without it, routes of this RTL stalled on congestion). A row lands a cycle
+            # later, still well before a token lets the GEMM unit read it.
+            w_addr = Signal.like(w.addr, name=f"{name}_w_addr", reset_less=True)
+            w_data = Signal.like(w.data, name=f"{name}_w_data", reset_less=True)
+            w_en = Signal(name=f"{name}_w_en")
+            m.d.sync += [w_addr.eq(write.addr), w_data.eq(write.data), w_en.eq(write.en)]
             m.d.comb += [
-                w.addr.eq(write.addr),
-                w.data.eq(write.data),
-                w.en.eq(write.en),
+                w.addr.eq(w_addr),
+                w.data.eq(w_data),
+                w.en.eq(w_en),
                 r.addr.eq(read.addr),
                 read.data.eq(word),
             ]
@@ -201,7 +210,7 @@ class Accelerator(wiring.Component):
 class Top(wiring.Component):
     """`Accelerator` with an AXI-style clock and active-low reset, for Verilog and boards."""
 
-    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+    def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
         super().__init__(top_signature(cfg))
@@ -221,7 +230,7 @@ class Top(wiring.Component):
         return m
 
 
-def verilog(cfg: HwConfig, name: str = "tilecraft_top", packed: bool | None = None) -> str:
+def verilog(cfg: HwConfig, name: str = "tilecraft_top", packed: bool | str | None = None) -> str:
     """The top level's Verilog, its AXI ports named `s_axi_control_*` and `m_axi_*`."""
     from amaranth.back import verilog as back
 

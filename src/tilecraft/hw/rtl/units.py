@@ -29,7 +29,14 @@ from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
-from tilecraft.hw.rtl.alu import OpFlags, lane_candidates, select
+from tilecraft.hw.rtl.alu import (
+    MUL_TAIL,
+    OpFlags,
+    lane_candidates,
+    lane_multiply,
+    lane_multiply_dsp,
+    select,
+)
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
@@ -83,10 +90,7 @@ class LoopSequencer(wiring.Component):
         last_u, last_j, last_i = Signal(), Signal(), Signal()
         one_u, one_j = Signal(), Signal()  # the loops of one micro-op, of one inner step
         m.d.comb += self.last.eq(last_u & last_j & last_i)
-        # an idle sequencer follows the instruction every cycle (a unit starts only when idle),
-        # so `start` sets `valid` alone: the issue's decision never reaches the loop registers'
-        # enables (the 92.4 MHz route ran a token queue's flag through it into `j`)
-        with m.If(~self.valid):
+        with m.If(self.start):
             m.d.sync += [
                 bgn.eq(self.uop_bgn),
                 end_2.eq(self.uop_end - 2),
@@ -103,6 +107,9 @@ class LoopSequencer(wiring.Component):
                 last_i.eq(self.iter_out == 1),
                 same_out.eq(self.strides_out.src == 0),
                 self.src_repeats.eq(0),
+                self.valid.eq(
+                    (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
+                ),
             ]
             m.d.sync += [
                 strides_out.eq(self.strides_out),
@@ -131,10 +138,6 @@ class LoopSequencer(wiring.Component):
                             m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
                     with m.Else():
                         m.d.sync += self.valid.eq(0)
-        with m.If(self.start):
-            m.d.sync += self.valid.eq(
-                (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
-            )
         return m
 
 
@@ -230,29 +233,6 @@ class WriteHistory:
         return value
 
 
-# MUL: a lane group's operands, then its partial products, then their sum are registered in
-# turn (lane_multiply), so the last group's products are in MUL_TAIL cycles after its phase
-MUL_TAIL = 3
-
-
-def lane_multiply(m: Module, x, y, bits: int, name: str):
-    """(x * y) mod 2**bits, from registers holding the three half-width products of x and y of
-    the cycle before (each fits an 18x18 DSP multiplier): x*y = xl*yl + ((xh*yl + xl*yh) << h)
-    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes.
-    Each product is registered straight from its multiplier (the cross terms are added after,
-    with the low product: no adder sits behind a DSP)."""
-    h = bits // 2
-    xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
-    low = Signal(2 * h, name=f"{name}_low", reset_less=True)
-    cross = [Signal(bits - h, name=f"{name}_cross{k}", reset_less=True) for k in range(2)]
-    m.d.sync += [
-        low.eq(xl * yl),
-        cross[0].eq((xh * yl)[: bits - h]),
-        cross[1].eq((xl * yh)[: bits - h]),
-    ]
-    return (low + (((cross[0] + cross[1])[: bits - h]) << h))[:bits]
-
-
 def _index(base, offset, name: str) -> Signal:
     """A register for base + offset, wide enough never to wrap (the range check sees it all)."""
     bits = max(Value.cast(base).shape().width, Value.cast(offset).shape().width) + 1
@@ -272,7 +252,7 @@ def _delayed(m: Module, value, cycles: int, name: str, hold=None) -> list:
 
 
 class GemmUnit(wiring.Component):
-    def __init__(self, cfg: HwConfig, packed: bool | None = None):
+    def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
         spec = isa_for(cfg)
@@ -373,8 +353,10 @@ class GemmUnit(wiring.Component):
 
 
 class AluUnit(wiring.Component):
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, dsp: str | None = None):
+        """`dsp`: gemm.ECP5_DSP (or its model) for MUL's products on registered MULT18X18D."""
         self.cfg = cfg
+        self.dsp = dsp
         spec = isa_for(cfg)
         super().__init__(_loop_members(cfg) | {"insn": In(insn_layout(spec, Opcode.ALU))})
         self.idx_bits = max(spec.acc_idx_bits, spec.src_idx_bits)
@@ -559,10 +541,15 @@ class AluUnit(wiring.Component):
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
-            x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
-            y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
-            m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
-            p = lane_multiply(m, x, y, ab, f"mul{i}")
+            if self.dsp:  # the DSPs register the operands
+                x, y = Signal(ab, name=f"mul_x{i}"), Signal(ab, name=f"mul_y{i}")
+                m.d.comb += [x.eq(xs[g]), y.eq(ys[g])]
+                p = lane_multiply_dsp(m, x, y, ab, f"mul{i}", self.dsp)
+            else:
+                x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
+                y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
+                m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
+                p = lane_multiply(m, x, y, ab, f"mul{i}")
             for j in range(groups):
                 with m.If(active[-1] & (slot[-1] == j)):
                     k = j * group + i

@@ -1,0 +1,84 @@
+"""Registered ECP5 multipliers: MULT18X18D instances with their input and output registers on
+(two cycles, as an operand register and a product register around a plain multiplier), for the
+ECP5 flows, and `Mult18x18dModel`, the same pins for simulation.
+
+The timing reason: nextpnr times a plain product as register -> route -> 3.9 ns of DSP ->
+route -> register, and the register placed away from the DSP makes that the 92.4 MHz route's
+most common failing path; with the DSP's own registers, the routes run from and to them.
+Lattice's simulation model of MULT18X18D (its ECP5 library: input register, multiplier, an
+optional pipeline register, output register) makes that two cycles; nextpnr times a cell with
+both input registers and the output register as clocked (REGS_ALL) and writes REG_INPUTA/B_CLK
+and REG_OUTPUT_CLK into the bitstream. yosys has no model of the cell (a blackbox), so the tests
+run the same pins on `Mult18x18dModel`.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, ClockSignal, Const, Elaboratable, Module, Signal, signed
+
+ECP5_DSP = "ecp5-dsp"  # `packed`: one registered MULT18X18D instance per product
+ECP5_DSP_MODEL = "ecp5-dsp-model"  # the same pins on Mult18x18dModel, for simulation
+DSP_WIDTH = 18  # a MULT18X18D's operands
+
+
+def mult18x18d_pins(a, b, product) -> dict:
+    """Instance arguments of a signed MULT18X18D, a and b registered in the DSP and its product
+    registered at P (two cycles), on the `sync` clock with CE0 high and RST0 low."""
+    kw = {
+        "p_REG_INPUTA_CLK": "CLK0", "p_REG_INPUTB_CLK": "CLK0", "p_REG_OUTPUT_CLK": "CLK0",
+        "p_REG_PIPELINE_CLK": "NONE", "p_REG_INPUTC_CLK": "NONE",
+        "p_REG_INPUTA_CE": "CE0", "p_REG_INPUTB_CE": "CE0", "p_REG_OUTPUT_CE": "CE0",
+        "p_REG_INPUTA_RST": "RST0", "p_REG_INPUTB_RST": "RST0", "p_REG_OUTPUT_RST": "RST0",
+        "p_GSR": "DISABLED", "p_RESETMODE": "SYNC", "p_MULT_BYPASS": "DISABLED",
+        "p_SOURCEB_MODE": "B_SHIFT", "p_CLK0_DIV": "ENABLED",
+        "i_CLK0": ClockSignal(), "i_CE0": Const(1), "i_RST0": Const(0),
+        "i_SIGNEDA": Const(1), "i_SIGNEDB": Const(1), "i_SOURCEA": Const(0), "i_SOURCEB": Const(0),
+    }  # fmt: skip
+
+    def extended(x):  # sign-extended to the DSP's width
+        return Cat(x, x[-1].replicate(DSP_WIDTH - len(x)))
+
+    wide_a, wide_b = extended(a), extended(b)
+    for k in range(DSP_WIDTH):
+        kw[f"i_A{k}"], kw[f"i_B{k}"], kw[f"i_C{k}"] = wide_a[k], wide_b[k], Const(0)
+    for k in range(2 * DSP_WIDTH):
+        kw[f"o_P{k}"] = product[k]
+    return kw
+
+
+class Mult18x18dModel(Elaboratable):
+    """MULT18X18D at its pins, for the modes `mult18x18d_pins` uses (signed operands, input
+    registers and the output register on CLK0 = the sync domain, CE0 high, RST0 low, no
+    pipeline register): what simulation runs in place of the instance."""
+
+    def __init__(self, pins: dict):
+        self._MustUse__silence = True  # a refused set of pins is not an unused elaboratable
+        p = {k[2:]: v for k, v in pins.items() if k.startswith("p_")}
+        want = {"REG_INPUTA_CLK": "CLK0", "REG_INPUTB_CLK": "CLK0", "REG_OUTPUT_CLK": "CLK0",
+                "REG_PIPELINE_CLK": "NONE", "MULT_BYPASS": "DISABLED"}  # fmt: skip
+        for name, value in want.items():
+            if p.get(name) != value:
+                raise ValueError(f"the model covers {name}={value!r}, not {p.get(name)!r}")
+        for pin in ("CE0", "RST0", "SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB"):
+            if not isinstance(pins[f"i_{pin}"], Const):
+                raise ValueError(f"the model covers {pin} tied to a constant")
+        if pins["i_CE0"].value != 1 or pins["i_RST0"].value != 0:
+            raise ValueError("the model covers CE0 high and RST0 low")
+        if pins["i_SIGNEDA"].value != 1 or pins["i_SIGNEDB"].value != 1:
+            raise ValueError("the model covers signed operands")
+        self._MustUse__silence = False
+        self.pins = pins
+
+    def elaborate(self, platform):
+        m = Module()
+        pins = self.pins
+        a_reg = Signal(signed(DSP_WIDTH), reset_less=True)
+        b_reg = Signal(signed(DSP_WIDTH), reset_less=True)
+        p_reg = Signal(signed(2 * DSP_WIDTH), reset_less=True)
+        m.d.sync += [
+            a_reg.eq(Cat(*(pins[f"i_A{k}"] for k in range(DSP_WIDTH)))),
+            b_reg.eq(Cat(*(pins[f"i_B{k}"] for k in range(DSP_WIDTH)))),
+            p_reg.eq(a_reg * b_reg),
+        ]
+        m.d.comb += [pins[f"o_P{k}"].eq(p_reg[k]) for k in range(2 * DSP_WIDTH)]
+        return m
