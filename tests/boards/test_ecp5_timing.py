@@ -110,6 +110,7 @@ def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
         assert ("--seed" in args) == (seed is not None)
         if seed is not None:
             assert args[args.index("--seed") + 1] == "3"
+        assert " ".join(ecp5.PLACER) in " ".join(args)  # the flow's placer setting
         assert r.seed == seed and r.to_dict()["seed"] == seed and shown in r.format()
 
 
