@@ -72,3 +72,24 @@ def test_ties_go_to_the_lower_client_and_reads_before_writes():
     port.request("fetch", FETCH_CLIENT, [(2, 2)], at=3)
     order = [k for k, _, _ in _drain(port)]
     assert order == ["fetch", "load", "store"]
+
+
+def test_a_slow_consumer_holds_the_data_bus_once_its_fifo_is_full():
+    # 64 beats taken one every three cycles (narrow elements, one written a cycle): R carries
+    # the first read_buffer beats at the bus's pace, the rest at the consumer's, and the next
+    # transfer's data follows its last beat
+    C = T.read_buffer
+    beats = 64
+    assert beats > C
+    port = DramPort(T)
+    port.request("uop", COMPUTE_CLIENT, [(16, 1)] * 4, at=0, drain=3 * beats)
+    port.request("fetch", FETCH_CLIENT, [(8, 1)], at=1)
+    done = dict((k, (first, free)) for k, first, free in _drain(port))
+    first = done["uop"][0]
+    assert done["fetch"][0] == first + 3 * (beats - C) + GAP
+    # at the bus's pace (no drain) the fetch's data follows the four bursts and their gaps
+    port = DramPort(T)
+    port.request("uop", COMPUTE_CLIENT, [(16, 1)] * 4, at=0)
+    port.request("fetch", FETCH_CLIENT, [(8, 1)], at=1)
+    done = dict((k, (first, free)) for k, first, free in _drain(port))
+    assert done["fetch"][0] == done["uop"][0] + 4 * (16 + GAP)

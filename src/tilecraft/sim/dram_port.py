@@ -10,6 +10,10 @@
 - The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
   `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
   the previous burst's last beat.
+- A transfer whose consumer takes its beats slower than one a cycle (`drain` cycles for all of
+  them: a LOAD of narrow elements, one written a cycle) holds R once its client's FIFO
+  (`Timing.read_buffer` beats) is full, so the bursts after it get their data no sooner than
+  its last beat is taken.
 
 The engine registers a transfer when its instruction starts and learns when its data came once
 its last burst is accepted. Acceptances are taken in time order, after every other event of the
@@ -34,6 +38,7 @@ class _Transfer:
     at: int  # when its next burst is presented
     sent: int = 0  # bursts accepted so far
     first: int = 0  # cycle of its first data beat
+    drain: int = 0  # cycles its consumer takes for all its beats (0: one a cycle)
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,14 @@ class DramPort:
         self.last_accept = -1  # one address per cycle
         self.data_free = 0  # earliest first beat of the next burst
 
-    def request(self, key, client: int, bursts: list[tuple[int, int]], at: int) -> None:
-        """Transfer `key` presents its first burst at cycle `at`."""
+    def request(
+        self, key, client: int, bursts: list[tuple[int, int]], at: int, drain: int = 0
+    ) -> None:
+        """Transfer `key` presents its first burst at cycle `at`; `drain`: the cycles its
+        consumer takes for its beats, where that is more than one a beat."""
         if not bursts:
             raise ValueError(f"transfer {key!r} has no bursts")
-        tr = _Transfer(key, client, bursts, at)
+        tr = _Transfer(key, client, bursts, at, drain=drain)
         (self.writes if client == STORE_CLIENT else self.waiting).append(tr)
 
     def _next_read(self) -> tuple[int, _Transfer] | None:
@@ -104,6 +112,7 @@ class DramPort:
                     tr.sent += 1
                     if tr.sent == n:
                         self.owner = None
+                        self._held(tr)
                         return Done(tr.key, tr.first, self.data_free)
                     tr.at = c + bursts[tr.sent][1]
             t = self.next_time()
@@ -136,6 +145,18 @@ class DramPort:
             return None
         if tr is self.owner:
             self.owner = None
+            self._held(tr)
         else:
             self.writes.popleft()
         return Done(tr.key, tr.first, self.data_free)
+
+    def _held(self, tr: _Transfer) -> None:
+        """A read transfer's last burst is in: where its consumer is slower than the data bus,
+        R carries its last beat only once the consumer has taken all but `read_buffer` of
+        them, and the next burst's data follows that."""
+        beats = sum(b for b, _ in tr.bursts)
+        over = beats - self.timing.read_buffer
+        if tr.drain <= beats or over <= 0:
+            return
+        last = tr.first + -(-over * tr.drain // beats)  # the consumer's pace, over the FIFO
+        self.data_free = max(self.data_free, last + self.timing.burst_gap)

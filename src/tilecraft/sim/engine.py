@@ -201,7 +201,7 @@ class Engine:
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
             lead = self.timing.dma_overhead + self.timing.dma_plan
-            self.port.request(k, PORT_CLIENT[s], bursts, t + lead)
+            self.port.request(k, PORT_CLIENT[s], bursts, t + lead, drain=self.plan.writes[k])
             self.in_flight[s] = (k, t)
             return
         busy = self.plan.busy[k]

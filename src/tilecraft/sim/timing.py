@@ -42,6 +42,8 @@ class Timing:
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
     alu_mul_tail: int = 3  # MUL: from the last lane group's operands to its products
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
+    read_buffer: int = 32  # beats a read client holds ahead of a consumer slower than the
+    # data bus (its FIFO, hw/rtl/dma.py ReadClient): past them, R waits for the consumer
     row_delay: int = 1  # a new row's first burst follows the last one's acceptance (the burst
     # planner works out each row a cycle ahead, see hw/rtl/dma.py)
     pad_ii: int = 1  # cycles per zero-padding element written
