@@ -140,10 +140,11 @@ class EpilogueEmitter:
         return out
 
     # ---- per tile ----------------------------------------------------------------------------
-    def tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool) -> dict:
-        """An ALU loop over every accumulator of `tile` in slot `a`, reading `src` (a row, or a
-        per-channel vector's first row) when the op takes a tensor operand."""
-        dst = self.slots.acc[a]
+    def tile_loop(self, tile: Tile, a: int, src: int, per_channel: bool, row: int = 0) -> dict:
+        """An ALU loop over every accumulator of `tile` in slot `a` (from the slot's row `row`
+        on), reading `src` (a row, or a per-channel vector's first row) when the op takes a
+        tensor operand."""
+        dst = self.slots.acc[a] + row
         return self.kernels.loop(
             ("tile", dst, src, per_channel, tile.toc, tile.pix),
             [Uop(dst, src)],
@@ -151,15 +152,17 @@ class EpilogueEmitter:
             inner=(tile.pix, 1, 0, 0),
         )
 
-    def tile(self, tile: Tile, a: int) -> list:
-        """The epilogue of the tile in accumulator slot `a`."""
+    def tile(self, tile: Tile, a: int, row: int = 0) -> list:
+        """The epilogue of the tile in accumulator slot `a` (its accumulators from the slot's
+        row `row` on: a part of a larger tile)."""
         ep = self.ep
         copy = (a % ACC_BANKS) % len(self.vectors)  # the copy in slot a's bank
         vec, round_row = self.vectors[copy], self.round_rows[copy]
-        imm = self.tile_loop(tile, a, 0, False)
+        imm = self.tile_loop(tile, a, 0, False, row)
 
-        def tensor(row: int, per_channel: bool = True) -> dict:
-            return self.tile_loop(tile, a, row + (tile.oc0 if per_channel else 0), per_channel)
+        def tensor(src: int, per_channel: bool = True) -> dict:
+            src += tile.oc0 if per_channel else 0
+            return self.tile_loop(tile, a, src, per_channel, row)
 
         out = []
         if ep.acc_bounds:

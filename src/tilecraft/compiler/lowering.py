@@ -7,8 +7,10 @@ every tile of the same shape and buffer slots. DMA: the input window of a tile i
 its zero padding made by LOAD itself (nothing padded in DRAM). Epilogue (epilogue.py): ALU
 instructions on the accumulator tile. Buffers: with double buffering each scratchpad has two
 slots; a load whose data is still resident in a slot (weights across tiles in `oc_outer` order,
-the input window in `spatial_outer`) is skipped. Dependence flags come afterwards, from
-tokens.insert_tokens.
+the input window in `spatial_outer`) is skipped. The ends of the layer are cut finer, since
+nothing overlaps them: the first step's GEMM goes one input block at a time behind its LOADs,
+and the last tile's epilogue and store one output block at a time. Dependence flags come
+afterwards, from tokens.insert_tokens.
 """
 
 from __future__ import annotations
@@ -244,9 +246,12 @@ class _ConvEmitter:
                     block = ic0 + (tile.oc0 if low.grouped else 0)
                     key = (tile.nb, block, tile.oh0, tile.toh, tile.ow0, tile.tow)
                     islot, ihit = inp_cache.get(key)
+                    wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
+                    if t == 0 and i == 0 and tic > 1 and not (ihit or whit or self._merged(tile)):
+                        self._first_step(tile, ic0, tic, islot, wslot, a)
+                        continue
                     if not ihit:
                         self._load_window(tile, ic0, tic, islot)
-                    wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
                     if not whit:
                         self._load_weights(tile, ic0, tic, wslot)
                     self._gemm(tile, tic, islot, wslot, a)
@@ -257,9 +262,33 @@ class _ConvEmitter:
             if not early and t + 1 < len(order):
                 self._zero(order[t + 1], (t + 1) % n_acc)
         if pipelined:
-            self.insns += self._finish(order[-1], (len(order) - 1) % n_acc)
+            self.insns += self._finish_last(order[-1], (len(order) - 1) % n_acc)
         self.insns.append(Finish())
         return self.insns
+
+    def _first_step(self, tile: Tile, ic0: int, tic: int, islot: int, wslot: int, a: int):
+        """The layer's first reduction step with its GEMM one input-channel block at a time,
+        each part right behind its block's input LOAD (the weights come first, whole): the
+        GEMM core starts on the first block's data instead of waiting for the step's whole
+        window (ResNet-18's C4: its first GEMM 2,406 cycles in, with four 435-cycle input
+        LOADs ahead of it). Only where the window takes a LOAD per block anyway: where one
+        LOAD moves every block, more LOADs cost the load stage more than the GEMM core gains
+        (C7 and C10: +382 and +309 cycles)."""
+        self._load_weights(tile, ic0, tic, wslot)
+        block = self._window_rows(tile)
+        for j in range(tic):
+            self._load_window(tile, ic0 + j, 1, islot, offset=j * block)
+            self._gemm(tile, tic, islot, wslot, a, part=j)
+
+    def _merged(self, tile: Tile) -> bool:
+        """Whether one LOAD moves the window of every input-channel block."""
+        w = self._window(tile)
+        wr, _ = window(self.low, tile.toh, tile.tow)
+        return wr == w.rows and merged_blocks(self.low, w.rows, w.y_pad0 + w.y_pad1, w.row_stride)
+
+    def _window_rows(self, tile: Tile) -> int:
+        wr, wc = window(self.low, tile.toh, tile.tow)
+        return wr * wc
 
     def _zero(self, tile: Tile, a: int) -> None:
         """Clear the accumulator tile on whichever unit has the slack: the ALU (a left shift by
@@ -271,9 +300,22 @@ class _ConvEmitter:
         else:
             self.insns.append(Alu(op=AluOp.SHR, use_imm=True, imm=-self.cfg.acc_bits, **fields))
 
-    def _finish(self, tile: Tile, a: int) -> list:
-        """The tile's epilogue and its store."""
-        return self.epilogue.tile(tile, a) + self._store(tile, a)
+    def _finish(self, tile: Tile, a: int, row: int = 0) -> list:
+        """The tile's epilogue and its store (its accumulators from slot `a`'s row `row` on)."""
+        return self.epilogue.tile(tile, a, row) + self._store(tile, a, row)
+
+    def _finish_last(self, tile: Tile, a: int) -> list:
+        """The last tile's epilogue and store one output-channel block at a time, so the store
+        stage writes each block while the ALU works on the next one: nothing comes after this
+        tile to hide its epilogue behind (ResNet-18's C7: a 1,593-cycle tail for one 8-block
+        tile). A residual epilogue (its GEMM, its loads) keeps the whole tile."""
+        if self.low.epilogue.residual or tile.toc == 1:
+            return self._finish(tile, a)
+        out = []
+        for o in range(tile.toc):
+            block = Tile(tile.nb, tile.oc0 + o, 1, tile.oh0, tile.toh, tile.ow0, tile.tow)
+            out += self._finish(block, a, o * tile.pix)
+        return out
 
     def _spread(self, insns: list, steps: int) -> list[list]:
         """`insns` split into one chunk per reduction step of the next tile, by the compute
@@ -328,7 +370,9 @@ class _ConvEmitter:
         ys, xs = max(wr - y_pad0 - y_pad1, 0), max(wc - x_pad0 - x_pad1, 0)
         return _Window(r_lo, max(c_lo, 0), ys, xs, ystride, y_pad0, y_pad1, x_pad0, x_pad1)
 
-    def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
+    def _load_window(self, tile: Tile, ic0: int, tic: int, slot: int, offset: int = 0) -> None:
+        """The window's `tic` input-channel blocks from `ic0` into the slot (from its row
+        `offset` on)."""
         low, w = self.low, self._window(tile)
         wr, wc = window(low, tile.toh, tile.tow)
         pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1,
@@ -336,8 +380,8 @@ class _ConvEmitter:
         block = ic0 + (tile.oc0 if low.grouped else 0)  # a depthwise block reads its own
         first = self.dram.input + ((tile.nb * low.input_blocks + block) * low.h + w.row) * low.w
         first += w.col
-        base = self.slots.inp[slot]
-        if merged_blocks(low, w.rows, w.y_pad0 + w.y_pad1, w.row_stride) and wr == w.rows:
+        base = self.slots.inp[slot] + offset
+        if self._merged(tile):
             # the window's rows go on evenly from one channel block into the next (whole
             # planes, or every row_skip row of them): one LOAD for all the blocks
             self.insns.append(
@@ -380,10 +424,17 @@ class _ConvEmitter:
             )
         )
 
-    def _gemm(self, tile: Tile, tic: int, islot: int, wslot: int, a: int) -> None:
+    def _gemm(self, tile: Tile, tic: int, islot: int, wslot: int, a: int,
+              part: int | None = None) -> None:  # fmt: skip
+        """The step's GEMM, or with `part` only its input-channel block `part`."""
         dims = step_dims(self.low, tile.toc, tic, tile.toh, tile.tow)
-        loops, rest = gemm_loops(dims)
         base = (self.slots.acc[a], self.slots.inp[islot], self.slots.wgt[wslot])
+        if part is not None:
+            ic = next(k for k, d in enumerate(dims) if d[0] == "ic")
+            name, _, dst, src, wgt = dims[ic]
+            dims[ic] = (name, 1, dst, src, wgt)
+            base = (base[0], base[1] + part * src, base[2] + part * wgt)
+        loops, rest = gemm_loops(dims)
         bgn, end = self.kernels.get(
             ("gemm", base, tuple(dims)), lambda: [Uop(*u) for u in kernel_uops(rest, base)]
         )
@@ -403,12 +454,12 @@ class _ConvEmitter:
             )
         )
 
-    def _store(self, tile: Tile, a: int) -> list:
+    def _store(self, tile: Tile, a: int, row: int = 0) -> list:
         low = self.low
         plane = low.oh * low.ow
         first = self.dram.output + (tile.nb * low.ocb + tile.oc0) * plane
         first += tile.oh0 * low.ow + tile.ow0
-        acc = self.slots.acc[a]
+        acc = self.slots.acc[a] + row
         if tile.tow == low.ow:
             return [Store(sram_base=acc, dram_base=first, y_size=tile.toc, x_size=tile.pix,
                           x_stride=plane)]  # fmt: skip

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from tilecraft.compiler.mapping import MappedConv
+from tilecraft.compiler.mapping import MappedConv, alu_passes
 from tilecraft.compiler.tensorize import kernel_size, window
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
@@ -174,7 +174,11 @@ def instruction_bound(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> int:
     per_step = s.tile_ic + 2  # a LOAD per input block, the weights, the GEMM
     residual = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
     per_tile = 8 + residual + 1 + s.tile_oc  # zeroing, epilogue passes, residual, stores
-    return n_tiles * (steps * per_step + per_tile) + 16 + 2 * low.ocb
+    # the last tile's epilogue goes one channel block at a time (its passes once per block),
+    # and the first step's GEMM one input block at a time (lowering.py)
+    passes = 0 if low.epilogue.residual else sum(alu_passes(low)) - 1  # zeroing left out
+    split = (s.tile_oc - 1) * passes + s.tile_ic - 1
+    return n_tiles * (steps * per_step + per_tile) + split + 16 + 2 * low.ocb
 
 
 def check(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilecraft.compiler.clip import clip_passes
-from tilecraft.compiler.mapping import MappedConv
+from tilecraft.compiler.mapping import MappedConv, alu_passes
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import ConvSchedule, Multiplier
 from tilecraft.sim.timing import Timing
@@ -15,19 +14,6 @@ from tilecraft.sim.timing import Timing
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def alu_passes(low: MappedConv) -> tuple[int, int]:
-    """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
-    ep = low.epilogue
-    imm = 1 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
-    imm += clip_passes(ep.low, ep.high) if ep.final_clip else 0  # CLIP, or MAX and MIN
-    imm += int(bool(ep.offset))  # the zero points' ADD
-    tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias) + 2 * int(ep.acc_bounds)
-    imm, tensor = imm + int(bool(ep.pre_shift)), tensor + int(bool(ep.pre_shift))  # >>p, x m2
-    if (ep.pre_shift or not ep.bias) and ep.shift:  # the rounding is a pass of its own
-        imm, tensor = (imm, tensor + 1) if low.round_row else (imm + 1, tensor)
-    return imm, tensor
 
 
 @dataclass(frozen=True)
