@@ -131,3 +131,17 @@ def _mem(program, k: int) -> str:
     from tilecraft.hw.isa import MemId
 
     return MemId(_rows(program)[k]["mem"]).name
+
+
+def test_a_first_step_of_many_blocks_is_not_split():
+    """52 input blocks in one step (a 5x5 kernel's taps folded into the reduction), one tile a
+    pixel: split block by block, each part's tokens filled the dependence queues of 16 both
+    ways and the stages deadlocked (found by the schedule-space property test). It compiles,
+    verified, with the first step whole, and is exact."""
+    cfg = preset("default")
+    op = Conv2d(1, 33, 7, 6, 1, kernel=(5, 5), pad=(4, 0))
+    program = conv2d(cfg, op, Epilogue(), schedule=ConvSchedule(1, 52, 1, 1))
+    rows = _rows(program)
+    first = next(k for k, r in enumerate(rows) if r["opcode"] == Opcode.GEMM and not r["reset"])
+    assert rows[first]["uop_end"] - rows[first]["uop_bgn"] > 1  # the whole step's kernel
+    _exact(program, 7)

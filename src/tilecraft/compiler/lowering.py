@@ -247,7 +247,7 @@ class _ConvEmitter:
                     key = (tile.nb, block, tile.oh0, tile.toh, tile.ow0, tile.tow)
                     islot, ihit = inp_cache.get(key)
                     wslot, whit = wgt_cache.get((tile.oc0, tile.toc, ic0))
-                    if t == 0 and i == 0 and tic > 1 and not (ihit or whit or self._merged(tile)):
+                    if t == 0 and i == 0 and self._splits(tile, tic) and not (ihit or whit):
                         self._first_step(tile, ic0, tic, islot, wslot, a)
                         continue
                     if not ihit:
@@ -279,6 +279,14 @@ class _ConvEmitter:
         for j in range(tic):
             self._load_window(tile, ic0 + j, 1, islot, offset=j * block)
             self._gemm(tile, tic, islot, wslot, a, part=j)
+
+    def _splits(self, tile: Tile, tic: int) -> bool:
+        """Whether the first step goes block by block (`_first_step`): a window of several
+        blocks, each with a LOAD of its own, and few enough of them that their tokens (one
+        each way per part) stay well inside the dependence queues; 52 parts on queues of 16
+        deadlocked the stages (the schedule-space property test)."""
+        small = tic <= self.cfg.dep_queue_depth // 3
+        return tic > 1 and small and not self._merged(tile)
 
     def _merged(self, tile: Tile) -> bool:
         """Whether one LOAD moves the window of every input-channel block."""
