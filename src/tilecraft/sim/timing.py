@@ -24,23 +24,24 @@ class Timing:
     dram_latency: int
     burst_len: int
     # Calibrated against the RTL (hw/, under cocotb + Verilator; see tests/sim/test_rtl.py):
-    insn_overhead: int = 2  # decode and issue of a GEMM/ALU instruction
+    insn_overhead: int = 4  # decode and issue of a GEMM/ALU instruction (its first micro-op
+    # read, SRAM_READ_LATENCY; the unit starts a cycle after the issue decision)
     barrier_overhead: int = 3  # LOAD/FINISH on the compute stage that moves no data
     dma_overhead: int = 7  # LOAD/STORE: decode, range checks, burst planning before the address
     dma_plan: int = 2  # LOAD/STORE that move elements: the registered plan before the checks
     # (the multiplies, then the sums: pipelined for the clock, see hw/rtl/loader.py)
     gemm_ii: int = 1  # cycles per GEMM micro-op
-    gemm_depth: int = 9  # GEMM pipeline drain: micro-op (2), indices, SRAM (2), operands,
+    gemm_depth: int = 10  # GEMM pipeline drain: micro-op (3), indices, SRAM (3), operands,
     # products, the adder trees (2), accumulate (hw/rtl/units.py: every SRAM read is registered)
     reset_depth: int = 3  # a reset writes zeros from registers after its indices' range check
     alu_ii_imm: int = 1  # cycles per ALU micro-op with an immediate (one acc read)
     alu_ii_tensor: int = 2  # with a tensor operand (two acc reads on one port; one where the
     # src is the micro-op before's, see alu_repeats)
-    alu_depth: int = 6  # micro-op (2), indices, read (2), operate, write
+    alu_depth: int = 8  # micro-op (3), indices, read (3), lane ops, pick, write (overlapping)
     alu_hazard: int = 1  # a micro-op of one phase (immediate, or a repeated src) that reads
     # the row the micro-op before writes waits for that write (see alu_hazards)
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
-    alu_mul_tail: int = 3  # MUL: from the last lane group's operands to its products
+    alu_mul_tail: int = 3  # MUL: from the last lane group's pick to its products
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     read_buffer: int = 32  # beats a read client holds ahead of a consumer slower than the
     # data bus (its FIFO, hw/rtl/dma.py ReadClient): past them, R waits for the consumer
@@ -51,9 +52,9 @@ class Timing:
     queue_latency: int = 2  # a routed instruction reaches its stage (block-RAM command queue)
     store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
-    issue_ii: int = 5  # compute-stage cycles between issuing two GEMM/ALU instructions
+    issue_ii: int = 6  # compute-stage cycles between issuing two GEMM/ALU instructions
     barrier_issue: int = 2  # from issuing a GEMM/ALU to a LOAD/FINISH (once the units are idle)
-    unit_handoff: int = 2  # a unit's next instruction reads its first micro-op once it is idle
+    unit_handoff: int = 3  # a unit's next instruction reads its first micro-op once it is idle
     push_hold: int = 1  # an instruction that pushes a token frees its unit or stage a cycle late
     barrier_restart: int = 1  # from a compute-stage LOAD's completion to the next LOAD's start
     fetch_streams: bool = True  # dispatch an instruction as soon as its own beats arrive

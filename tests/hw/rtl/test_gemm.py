@@ -83,3 +83,8 @@ def test_the_ecp5_build_instantiates_registered_dsps():
     with pytest.raises(ValueError, match="REG_OUTPUT_CLK"):
         pins = mult18x18d_pins(Signal(8), Signal(8), Signal(36))
         Mult18x18dModel({**pins, "p_REG_OUTPUT_CLK": "NONE"})
+    # the input registers both off (the ALU's multipliers) or both on, not one of them
+    pins = mult18x18d_pins(Signal(8), Signal(8), Signal(36), input_registers=False)
+    assert Mult18x18dModel(pins).input_registers is False
+    with pytest.raises(ValueError, match="REG_INPUTB_CLK"):
+        Mult18x18dModel({**pins, "p_REG_INPUTA_CLK": "CLK0"})

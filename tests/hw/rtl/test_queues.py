@@ -68,18 +68,22 @@ def test_command_queue_keeps_order_and_depth(seed):
     _run(command_queue(CFG), CMD_BITS, CFG.cmd_queue_depth, seed, items=CFG.cmd_queue_depth + 200)
 
 
-def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data: bool = True):
+def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data: bool = True,
+                late_room: bool = False, staged: bool = False):
     """Random traffic on a queue with stream ports: what goes in comes out in order, once
     (`data`; else only the count matters); `w_stream.ready` is clear exactly when it holds
     `depth` items and `r_stream.valid` exactly when it is empty, as SyncFIFO's w_rdy and r_rdy
-    are; the data is there the cycle it is."""
+    are; the data is there the cycle it is. `late_room`: an item taken frees its place a cycle
+    later (a TokenCounter), so `ready` counts the one taken the cycle before as held.
+    `staged`: an item put shows a cycle later (FlaggedFIFO(staged=True)), but holds its place
+    from the cycle it is put."""
     rng = random.Random(seed)
     sent = [rng.getrandbits(width) for _ in range(items)]
-    got, held = [], 0
+    got, held, took, put = [], 0, 0, 0
     seen = {"full": 0, "empty": 0}
 
     async def bench(ctx):
-        nonlocal held
+        nonlocal held, took, put
         k = 0
         for cycle in range(20 * items):
             write = k < items and rng.random() < 0.6
@@ -88,9 +92,13 @@ def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data:
             ctx.set(fifo.w_stream.payload, sent[k] if k < items else 0)
             ctx.set(fifo.r_stream.ready, read)
             ready, valid = ctx.get(fifo.w_stream.ready), ctx.get(fifo.r_stream.valid)
-            assert ready == (held < depth) and valid == (held > 0), (cycle, held, ready, valid)
+            room = held + (took if late_room else 0) < depth
+            shown = held - (put if staged else 0)
+            assert ready == room and valid == (shown > 0), (cycle, held, ready, valid)
             seen["full"] += held == depth
             seen["empty"] += held == 0
+            took = int(valid and read)
+            put = int(write and ready)
             if valid and read:
                 got.append(ctx.get(fifo.r_stream.payload) if data else 0)
                 held -= 1
@@ -109,12 +117,19 @@ def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data:
 @pytest.mark.parametrize(("seed", "depth"), [(0, None), (1, 1), (2, 3)])
 def test_token_queue_keeps_count_and_depth(seed, depth):
     """A counter, not a FIFO: full at `depth` tokens (the config's, or any other, one
-    included), empty at none, never more given than taken."""
+    included; a token taken frees its place a cycle later), empty at none (the cycle a last
+    token is taken, not after), never more given than taken."""
     queue = token_queue(CFG) if depth is None else TokenCounter(depth)
-    _run_stream(queue, 1, depth or CFG.dep_queue_depth, seed, data=False)
+    _run_stream(queue, 1, depth or CFG.dep_queue_depth, seed, data=False, late_room=True)
 
 
 @pytest.mark.parametrize(("seed", "depth"), [(0, 4), (1, 2), (2, 8)])
 def test_flagged_fifo_keeps_order_and_flags_its_level_as_syncfifo_does(seed, depth):
     """The read clients' beat queue (and the store's burst lengths)."""
     _run_stream(FlaggedFIFO(12, depth), 12, depth, seed)
+
+
+@pytest.mark.parametrize(("seed", "depth"), [(0, 4), (1, 2), (2, 32)])
+def test_a_staged_flagged_fifo_shows_a_put_a_cycle_later_and_never_overfills(seed, depth):
+    """The read arbiter's route queue: a grant's put goes through a register first."""
+    _run_stream(FlaggedFIFO(5, depth, staged=True), 5, depth, seed, staged=True)

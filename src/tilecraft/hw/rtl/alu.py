@@ -100,6 +100,24 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
     }  # fmt: skip
 
 
+def registered(m: Module, spec: IsaSpec, c: dict, name: str) -> dict:
+    """`lane_candidates` a cycle later, from registers (MUL's product left out: the caller
+    gives it): the lane ops split from their pick (the 92.9 MHz route had the operands through
+    the compares and the pick into the write data at 10.5 ns). CLIP's bounds are bytes of the
+    registered b."""
+    k = CLIP_BOUND_BITS
+    out = {}
+    for key in ("a", "b", "add", "shr", "lt", "above_hi", "below_lo", "empty"):
+        value = c[key]
+        reg = Signal.like(value, name=f"{name}_{key}_q", reset_less=True)
+        m.d.sync += reg.eq(value)
+        out[key] = reg
+    bits = spec.config.acc_bits
+    hi, lo = Signal(signed(bits)), Signal(signed(bits))
+    m.d.comb += [hi.eq(out["b"][:k].as_signed()), lo.eq(out["b"][k : 2 * k].as_signed())]
+    return out | {"hi": hi, "lo": lo}
+
+
 def select(m: Module, flags: OpFlags, c: dict, bits: int):
     """The lane's result under `flags` (0 where no flag is set): per-lane picks of a, b, hi
     and lo from the compares, then an AND-OR of every candidate under its pick or flag."""
@@ -129,8 +147,9 @@ def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
     return select(m, flags, lane_candidates(m, spec, a, b, product), bits)
 
 
-# MUL: a lane group's operands, then its partial products, then their sum are registered in
-# turn (lane_multiply), so the last group's products are in MUL_TAIL cycles after its phase
+# MUL: a lane group's operands are picked into registers, then its partial products (the DSPs'
+# output registers, their input registers off), then their sum are registered in turn, so the
+# last group's products are in MUL_TAIL cycles after its phase (sim.timing's alu_mul_tail)
 MUL_TAIL = 3
 
 
@@ -153,9 +172,9 @@ def lane_multiply(m: Module, x, y, bits: int, name: str):
 
 
 def lane_multiply_dsp(m: Module, x, y, bits: int, name: str, dsp: str):
-    """`lane_multiply` of the operands x and y as they are now (not registered: each
-    MULT18X18D registers its own copy, then its product), so the same three products are
-    there two cycles later, as with lane_multiply's operand registers (see gemm.ECP5_DSP)."""
+    """`lane_multiply` of x and y, registers the caller holds (each MULT18X18D multiplies them
+    with its input registers off and registers its product: REGS_OUTPUT), so the same three
+    products are there a cycle later, as lane_multiply's (see gemm.ECP5_DSP)."""
     h = bits // 2
     if h + 1 > DSP_WIDTH:
         raise ValueError(f"{bits}-bit lanes need halves of at most {DSP_WIDTH - 1} bits")
@@ -164,7 +183,7 @@ def lane_multiply_dsp(m: Module, x, y, bits: int, name: str, dsp: str):
     products = []
     for k, (a, b) in enumerate(((xl, yl), (xh, yl), (xl, yh))):
         p = Signal(2 * DSP_WIDTH, name=f"{name}_p{k}")
-        pins = mult18x18d_pins(a, b, p)
+        pins = mult18x18d_pins(a, b, p, input_registers=False)
         cell = Instance("MULT18X18D", **pins) if dsp == ECP5_DSP else Mult18x18dModel(pins)
         m.submodules[f"{name}_dsp{k}"] = cell
         products.append(p)

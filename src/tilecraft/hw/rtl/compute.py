@@ -26,22 +26,26 @@ from tilecraft.hw.isa import INSN_BITS, MemId, Opcode, isa_for
 from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL
 from tilecraft.hw.rtl.layouts import insn_union, uop_layout
 from tilecraft.hw.rtl.loader import LoadEngine
+from tilecraft.hw.rtl.replicas import pick, replicated
 from tilecraft.hw.rtl.signatures import (
     INDEX_BITS,
+    NO_RW_CHECK,
     SRAM_READ_LATENCY,
     ErrorReport,
     ReadAddress,
     ReadPort,
     RunControl,
     command,
+    read_registers,
     token,
 )
 from tilecraft.hw.rtl.units import AluUnit, GemmUnit
 
 
-def delayed(m: Module, value, name: str):
-    """`value` SRAM_READ_LATENCY cycles later: which bank a read's data comes from."""
-    for k in range(SRAM_READ_LATENCY):
+def delayed(m: Module, value, name: str, cycles: int = SRAM_READ_LATENCY):
+    """`value` `cycles` cycles later (by default SRAM_READ_LATENCY: which bank a read's data
+    comes from)."""
+    for k in range(cycles):
         held = Signal(name=f"{name}_{k + 1}")
         m.d.sync += held.eq(value)
         value = held
@@ -104,8 +108,12 @@ class Compute(wiring.Component):
         acc_en = loads.en & (loader.mem == MemId.ACC)
 
         # ---- micro-op memory: one read port per unit, written by LOAD UOP ----------------
+        # NO_RW_CHECK: a read that meets LOAD UOP's write to its row is never used (the units
+        # are idle through the load, and the word DECIDE reads is read after CHECK, after it);
+        # yosys's old-data emulation put a LUT between each block RAM output and its register
+        # (the 92.9 MHz route's uop_mem -> uop_gemm_q path, 5.8 ns of clock-to-out before it)
         m.submodules.uop_mem = uop_mem = Memory(
-            shape=unsigned(cfg.uop_bytes * 8), depth=cfg.depth("uop"), init=[]
+            shape=unsigned(cfg.uop_bytes * 8), depth=cfg.depth("uop"), init=[], attrs=NO_RW_CHECK
         )
         # LOAD UOP runs only while both units are idle, so its writes share the GEMM unit's
         # port: one named address signal lets yosys map a true dual-port BRAM (one copy, not
@@ -115,13 +123,13 @@ class Compute(wiring.Component):
         # being issued): PEEK waits for the unit to be idle, so the port's address is picked by
         # the unit's busy flip-flop alone, not by the issue FSM's state
         peek_addr = Signal(uop_w.addr.shape())
+        peek_wait = Signal(range(SRAM_READ_LATENCY))  # PEEKED's cycles left
         uop_data = {}
         for n, unit in units.items():
             rp = uop_mem.read_port()
             addr = Signal(uop_w.addr.shape(), name=f"uop_{n}_addr")
-            word = Signal.like(rp.data, name=f"uop_{n}_q", reset_less=True)  # SRAM_READ_LATENCY
-            with m.If(rp.en):  # a unit's stall holds both registers
-                m.d.sync += word.eq(rp.data)
+            # SRAM_READ_LATENCY; a unit's stall holds the block RAM and its registers
+            word = read_registers(m, rp.data, f"uop_{n}", en=rp.en)
             m.d.comb += [
                 rp.en.eq(~unit.busy | unit.uop.en),
                 rp.addr.eq(addr),
@@ -137,6 +145,7 @@ class Compute(wiring.Component):
         # ---- accumulator and OUT banks ----------------------------------------------------
         bb = self.bank_bits
         acc_w_bits, out_w_bits = cfg.elem_bytes("acc") * 8, cfg.elem_bytes("out") * 8
+        bank_rows = []  # each bank's read data
         for b in range(ACC_BANKS):
             # no NO_RW_CHECK here, though no read needs the memory's answer to a collision (a
             # bank is one unit's at a time, and the unit forwards its own writes): yosys's
@@ -149,9 +158,8 @@ class Compute(wiring.Component):
             aw, ow = acc.write_port(), out.write_port()
             # not transparent: each unit forwards its own recent writes (units.WriteHistory)
             ar, orp = acc.read_port(), out.read_port()
-            ar_q = Signal(acc_w_bits, name=f"acc{b}_q", reset_less=True)  # read data: no reset
-            orp_q = Signal(out_w_bits, name=f"out{b}_q", reset_less=True)
-            m.d.sync += [ar_q.eq(ar.data), orp_q.eq(orp.data)]
+            ar_q = read_registers(m, ar.data, f"acc{b}")
+            orp_q = read_registers(m, orp.data, f"out{b}")
             # writes: the GEMM unit, else the ALU unit, else LOAD ACC (when both are idle)
             writers = (
                 (loads.addr, loads.data, acc_en),
@@ -172,12 +180,19 @@ class Compute(wiring.Component):
             m.d.comb += ar.addr.eq(gemm.acc_read.addr[:bb])
             with m.If(alu.acc_read.en & (alu.acc_read.addr[bb] == b)):
                 m.d.comb += ar.addr.eq(alu.acc_read.addr[:bb])
-            for n, unit in units.items():
-                with m.If(delayed(m, unit.acc_read.addr[bb] == b, f"{n}_bank{b}_sel")):
-                    m.d.comb += unit.acc_read.data.eq(ar_q)
+            bank_rows.append(ar_q)
             m.d.comb += orp.addr.eq(self.out.addr[:bb])
             with m.If(delayed(m, self.out.addr[bb] == b, f"out_bank{b}_sel")):
                 m.d.comb += self.out.data.eq(orp_q)
+
+        # each unit's read data from the bank its read went to: the select's last register
+        # copied once per lane, each copy picking its lane (replicas.py)
+        assert ACC_BANKS == 2
+        lanes = cfg.batch * cfg.block_out
+        for n, unit in units.items():
+            sel = delayed(m, unit.acc_read.addr[bb], f"{n}_bank_sel", SRAM_READ_LATENCY - 1)
+            copies = replicated(m, sel, lanes, f"{n}_bank_sel_{SRAM_READ_LATENCY}", self.packed)
+            m.d.comb += unit.acc_read.data.eq(pick(copies, bank_rows[1], bank_rows[0]))
 
         # ---- issue ------------------------------------------------------------------------
         cmd = self.cmd
@@ -185,6 +200,8 @@ class Compute(wiring.Component):
         head = insn_union(spec)(insn_word)
         op = head.load.opcode
         cur = Signal(INSN_BITS)
+        issue_start = {n: Signal(name=f"{n}_issue_start") for n in units}
+        m.d.sync += [issue_start[n].eq(0) for n in units]  # a pulse: DECIDE sets it below
         cur_view = insn_union(spec)(cur)
         cur_index = Signal(INDEX_BITS)
         # per-unit in-flight bookkeeping: half written, pushes owed, issue order, index
@@ -253,9 +270,13 @@ class Compute(wiring.Component):
                     ~gemm.busy & ~inflight["gemm"]["owed"],
                 )
                 with m.If(own_free):
+                    m.d.sync += peek_wait.eq(SRAM_READ_LATENCY - 2)
                     m.next = "PEEKED"
-            with m.State("PEEKED"):  # the word leaves the SRAM; it is registered for DECIDE
-                m.next = "DECIDE"
+            with m.State("PEEKED"):  # the word leaves the SRAM and its registers for DECIDE
+                with m.If(peek_wait == 0):
+                    m.next = "DECIDE"
+                with m.Else():
+                    m.d.sync += peek_wait.eq(peek_wait - 1)
             with m.State("DECIDE"):
                 half = Signal()
                 m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
@@ -266,7 +287,7 @@ class Compute(wiring.Component):
                     m.d.comb += pop.eq(1)
                     for n, t in (("gemm", 0), ("alu", 1)):
                         with m.If(target == t):
-                            m.d.comb += units[n].start.eq(1)
+                            m.d.sync += issue_start[n].eq(1)
                             m.d.sync += [
                                 inflight[n]["half"].eq(half),
                                 inflight[n]["push_prev"].eq(cur_view.load.push_prev),
@@ -297,6 +318,10 @@ class Compute(wiring.Component):
                 m.d.comb += self.finished.eq(1)
         m.d.comb += loader.insn.eq(cur)
         m.d.comb += [gemm.insn.eq(cur), alu.insn.eq(cur)]
+        # a unit starts the cycle after DECIDE, from a flip-flop (the issue decision's tokens,
+        # halves and state never reach the loop sequencer's registers in one cycle); `cur`
+        # still holds the instruction then (IDLE takes the next one a cycle later)
+        m.d.comb += [units[n].start.eq(issue_start[n]) for n in units]
 
         # ---- completion: errors, then pushes in program order per queue --------------------
         done = {"gemm": gemm.done, "alu": alu.done, "load": loader.done}

@@ -85,14 +85,34 @@ class BurstPlanner(wiring.Component):
         row_beats = [Signal(left_bits, name=f"row_beats{k}") for k in range(2)]
         row_fits = [Signal(name=f"row_fits{k}") for k in range(2)]  # row_beats[k] <= burst_len
         row_rem = Signal(sh)  # (row_bytes + ab - 1) % ab
+        # row_beats[k] >= a page's beats + 1: a row that long never ends within its first
+        # page, so the new row's compares need only row_beats' low bits (short carry chains)
+        row_long = [Signal(name=f"row_long{k}") for k in range(2)]
         g = given
         contiguous = g["stride"] == g["row_bytes"]  # rows back to back: one run
-        run_bytes = Signal(32)
-        m.d.comb += run_bytes.eq(Mux(contiguous, g["span"], g["row_bytes"]))
+
+        def run(f):
+            """f of the run's bytes (span where contiguous, else row_bytes), worked out for
+            both side by side and picked after (the 92.2 MHz route's planner path was the
+            equality compare's pick into the compares)"""
+            return Mux(contiguous, f(g["span"]), f(g["row_bytes"]))
+
         # each count one adder from the run's bytes, each compare against a constant (no
         # adder before it: the first try, its compares after two adders, was a 12.7 ns path)
         rounded = Signal(33)  # the run's bytes + ab - 1
-        m.d.comb += rounded.eq(run_bytes + ab - 1)
+        m.d.comb += rounded.eq(run(lambda b: b + ab - 1))
+        # the next row's address, and the current one's beats to its 4 KiB boundary and its
+        # offset's carry, kept in registers as `addr` moves: a new row's cut is compares of
+        # registers (the 85.9 MHz route's worst planner path ran `page - addr` and the carry's
+        # sum into them, 10.7 ns)
+        addr_next = Signal(ADDR_BITS)
+        addr_to_4k, addr_carry = Signal(13 - sh), Signal()
+        with m.If(g["start"]):
+            m.d.sync += [
+                addr_next.eq(g["addr"] + g["stride"]),
+                addr_to_4k.eq(page - g["addr"][sh:12]),
+                addr_carry.eq((rounded[:sh] + g["addr"][:sh]) >> sh),
+            ]
         with m.If(g["start"]):
             m.d.sync += [
                 addr.eq(g["addr"]),
@@ -101,11 +121,14 @@ class BurstPlanner(wiring.Component):
                 ),
                 stride.eq(g["stride"]),
                 row_beats[0].eq(rounded >> sh),
-                row_beats[1].eq((run_bytes + 2 * ab - 1) >> sh),
-                # (run_bytes + ab - 1) >> sh <= bl, and that + 1 <= bl, without the sums
-                row_fits[0].eq(run_bytes <= self.burst_len * ab),
-                row_fits[1].eq(run_bytes <= (self.burst_len - 1) * ab),
+                row_beats[1].eq(run(lambda b: (b + 2 * ab - 1) >> sh)),
+                # (run bytes + ab - 1) >> sh <= bl, and that + 1 <= bl, without the sums
+                row_fits[0].eq(run(lambda b: b <= self.burst_len * ab)),
+                row_fits[1].eq(run(lambda b: b <= (self.burst_len - 1) * ab)),
                 row_rem.eq(rounded[:sh]),
+                # (b + ab - 1) >> sh > page, and (b + 2ab - 1) >> sh > page
+                row_long[0].eq(run(lambda b: b > page * ab)),
+                row_long[1].eq(run(lambda b: b > (page - 1) * ab)),
             ]
 
         # rows, worked out ahead of their cutting into a queue of two: its count is a register,
@@ -124,13 +147,15 @@ class BurstPlanner(wiring.Component):
                 "ends_page": Signal(name=f"{name}_ends_page"),
             }
 
-        def cut(n_left, n_to_4k, fits=None):
-            """(beats, row ends, page ends) of a burst with `n_left` beats left in its row
-            (`fits`, where given, is n_left <= burst_len)."""
-            fits = (n_left <= self.burst_len) if fits is None else fits
-            ends_row = fits & (n_left <= n_to_4k)
-            ends_page = (n_to_4k <= n_left) & (n_to_4k <= self.burst_len)
-            n = Mux(ends_row, n_left, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
+        def cut(n_left, n_to_4k, fits, long):
+            """(beats, row ends, page ends) of a new row's first burst, with `n_left` beats in
+            the row, `fits` = n_left <= burst_len and `long` = n_left > page (>= n_to_4k): the
+            compares with n_to_4k (at most a page) take n_left's low bits alone (the 93.3 MHz
+            route's planner paths ran the whole 30-bit count through them)."""
+            low = n_left[: 14 - sh]  # up to 2 * page: holds any n_left that is not long
+            ends_row = fits & ~long & (low <= n_to_4k)
+            ends_page = (long | (n_to_4k <= low)) & (n_to_4k <= self.burst_len)
+            n = Mux(ends_row, low, Mux(n_to_4k < self.burst_len, n_to_4k, self.burst_len))
             return n, ends_row, ends_page
 
         bl = self.burst_len
@@ -154,16 +179,24 @@ class BurstPlanner(wiring.Component):
         new_left, new_to_4k = Signal(left_bits), Signal(13 - sh)
         carry = Signal()  # the row's offset in its first beat adds a beat
         m.d.comb += [
-            carry.eq((row_rem + addr[:sh]) >> sh),
+            carry.eq(addr_carry),
             new_left.eq(Mux(carry, row_beats[1], row_beats[0])),
-            new_to_4k.eq(page - addr[sh:12]),
+            new_to_4k.eq(addr_to_4k),
         ]
         new = {"cur": addr >> sh, "left": new_left, "to_4k": new_to_4k, "last": rows == 1}
         new_fits = Mux(carry, row_fits[1], row_fits[0])
-        new.update(zip(("beats", "ends_row", "ends_page"), cut(new_left, new_to_4k, new_fits)))
+        new_long = Mux(carry, row_long[1], row_long[0])
+        new_cut = cut(new_left, new_to_4k, new_fits, new_long)
+        new.update(zip(("beats", "ends_row", "ends_page"), new_cut))
         make = (rows != 0) & (queued != 2) & ~g["start"]
         with m.If(make):
-            m.d.sync += [addr.eq(addr + stride), rows.eq(rows - 1)]
+            m.d.sync += [
+                addr.eq(addr_next),
+                addr_next.eq(addr_next + stride),
+                addr_to_4k.eq(page - addr_next[sh:12]),
+                addr_carry.eq((row_rem + addr_next[:sh]) >> sh),
+                rows.eq(rows - 1),
+            ]
         # the row being cut into bursts; the next burst's length and whether it ends its row or a
         # 4 KiB page are worked out as its counts change, into registers
         cut_valid, cut_last = Signal(), Signal()
@@ -368,7 +401,9 @@ class ReadArbiter(wiring.Component):
         # flip-flops: a burst's data follows its address by the DRAM latency, never sooner
         # (a FlaggedFIFO, its ready a flip-flop and its level no carry chain after AR's grant,
         # then a SkidBuffer: OUTSTANDING + SKID entries in all, as the SyncFIFOBuffered before)
-        m.submodules.route_fifo = route_fifo = FlaggedFIFO(idw, OUTSTANDING)
+        # (staged: the grant's fire reaches one flip-flop, not the FIFO's flags and storage:
+        # the 81.8 MHz route's worst path, 12.2 ns from the compute loader's planner)
+        m.submodules.route_fifo = route_fifo = FlaggedFIFO(idw, OUTSTANDING, staged=True)
         m.submodules.route = route = SkidBuffer(idw)
         wiring.connect(m, route_fifo.r_stream, route.i)
         # the granted burst goes out through a skid buffer: AR comes from registers, and the

@@ -21,11 +21,14 @@ ECP5_DSP_MODEL = "ecp5-dsp-model"  # the same pins on Mult18x18dModel, for simul
 DSP_WIDTH = 18  # a MULT18X18D's operands
 
 
-def mult18x18d_pins(a, b, product) -> dict:
+def mult18x18d_pins(a, b, product, input_registers: bool = True) -> dict:
     """Instance arguments of a signed MULT18X18D, a and b registered in the DSP and its product
-    registered at P (two cycles), on the `sync` clock with CE0 high and RST0 low."""
+    registered at P (two cycles), on the `sync` clock with CE0 high and RST0 low; without
+    `input_registers`, a and b go straight into the multiplier (one cycle: for operands that
+    come from flip-flops of their own, nextpnr then times them into P, REGS_OUTPUT)."""
+    clk_in = "CLK0" if input_registers else "NONE"
     kw = {
-        "p_REG_INPUTA_CLK": "CLK0", "p_REG_INPUTB_CLK": "CLK0", "p_REG_OUTPUT_CLK": "CLK0",
+        "p_REG_INPUTA_CLK": clk_in, "p_REG_INPUTB_CLK": clk_in, "p_REG_OUTPUT_CLK": "CLK0",
         "p_REG_PIPELINE_CLK": "NONE", "p_REG_INPUTC_CLK": "NONE",
         "p_REG_INPUTA_CE": "CE0", "p_REG_INPUTB_CE": "CE0", "p_REG_OUTPUT_CE": "CE0",
         "p_REG_INPUTA_RST": "RST0", "p_REG_INPUTB_RST": "RST0", "p_REG_OUTPUT_RST": "RST0",
@@ -47,14 +50,17 @@ def mult18x18d_pins(a, b, product) -> dict:
 
 
 class Mult18x18dModel(Elaboratable):
-    """MULT18X18D at its pins, for the modes `mult18x18d_pins` uses (signed operands, input
-    registers and the output register on CLK0 = the sync domain, CE0 high, RST0 low, no
-    pipeline register): what simulation runs in place of the instance."""
+    """MULT18X18D at its pins, for the modes `mult18x18d_pins` uses (signed operands, the
+    input registers (both, or neither) and the output register on CLK0 = the sync domain, CE0
+    high, RST0 low, no pipeline register): what simulation runs in place of the instance."""
 
     def __init__(self, pins: dict):
         self._MustUse__silence = True  # a refused set of pins is not an unused elaboratable
         p = {k[2:]: v for k, v in pins.items() if k.startswith("p_")}
-        want = {"REG_INPUTA_CLK": "CLK0", "REG_INPUTB_CLK": "CLK0", "REG_OUTPUT_CLK": "CLK0",
+        # the input registers both on or both off
+        self.input_registers = p.get("REG_INPUTA_CLK") == "CLK0"
+        clk_in = "CLK0" if self.input_registers else "NONE"
+        want = {"REG_INPUTA_CLK": clk_in, "REG_INPUTB_CLK": clk_in, "REG_OUTPUT_CLK": "CLK0",
                 "REG_PIPELINE_CLK": "NONE", "MULT_BYPASS": "DISABLED"}  # fmt: skip
         for name, value in want.items():
             if p.get(name) != value:
@@ -75,10 +81,10 @@ class Mult18x18dModel(Elaboratable):
         a_reg = Signal(signed(DSP_WIDTH), reset_less=True)
         b_reg = Signal(signed(DSP_WIDTH), reset_less=True)
         p_reg = Signal(signed(2 * DSP_WIDTH), reset_less=True)
-        m.d.sync += [
-            a_reg.eq(Cat(*(pins[f"i_A{k}"] for k in range(DSP_WIDTH)))),
-            b_reg.eq(Cat(*(pins[f"i_B{k}"] for k in range(DSP_WIDTH)))),
-            p_reg.eq(a_reg * b_reg),
-        ]
+        a = Cat(*(pins[f"i_A{k}"] for k in range(DSP_WIDTH)))
+        b = Cat(*(pins[f"i_B{k}"] for k in range(DSP_WIDTH)))
+        domain = m.d.sync if self.input_registers else m.d.comb
+        domain += [a_reg.eq(a), b_reg.eq(b)]
+        m.d.sync += p_reg.eq(a_reg * b_reg)
         m.d.comb += [pins[f"o_P{k}"].eq(p_reg[k]) for k in range(2 * DSP_WIDTH)]
         return m

@@ -176,6 +176,9 @@ class LoadEngine(wiring.Component):
                 shift = log2_exact(cfg.elem_bytes(BUFFER_NAMES[mem_id]))
                 m.d.comb += size_elems.eq(self.dram_size >> shift)
         room = Signal(signed(34))
+        # dram_base + x_size, summed as the instruction arrives: PLAN's `room` is then one
+        # subtraction after the target's pick (two chained were 10.8 ns from `sel_wgt`)
+        base_x = Signal(34)
         dram_over = Signal()
         # the SRAM check, sram_base + area > depth, as area against depth - sram_base
         # (`sram_room`, in PLAN with area), compared in SUMS like the DRAM check
@@ -205,6 +208,7 @@ class LoadEngine(wiring.Component):
                         width.eq(given.x_pad0 + given.x_size + given.x_pad1),
                         height.eq(given.y_pad0 + given.y_size + given.y_pad1),
                         rows_1.eq(given.y_size - 1),
+                        base_x.eq(given.dram_base + given.x_size),
                     ]
                     m.d.sync += [sel[t].eq(given.mem == t) for t in self.targets]
                     m.next = "PLAN"
@@ -214,7 +218,7 @@ class LoadEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
                     rows_stride.eq(rows_1 * insn.x_stride),
-                    room.eq(size_elems - insn.dram_base - insn.x_size),
+                    room.eq(size_elems - base_x),
                     area.eq(width * height),
                     sram_room.eq(depth - insn.sram_base),
                     y_data_last.eq(insn.y_pad0 + insn.y_size - 1),

@@ -42,11 +42,30 @@ class StreamRegister(wiring.Component):
         return m
 
 
-def _flags(m: Module, depth: int, put, take) -> tuple[Signal, Signal]:
+class HeadRegister(wiring.Component):
+    """One register stage on a stream of `width` bits (as StreamRegister on commands): behind a
+    queue, its consumer's handshake starts from flip-flops and ends at the queue's take, not
+    through the queue's storage (read without a register) back into its read pointer."""
+
+    def __init__(self, width: int):
+        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        free = self.o.ready | ~self.o.valid
+        payload = Signal.like(self.i.payload, reset_less=True)  # data: `valid` is reset
+        m.d.comb += [self.i.ready.eq(free), self.o.payload.eq(payload)]
+        with m.If(free):
+            m.d.sync += [self.o.valid.eq(self.i.valid), payload.eq(self.i.payload)]
+        return m
+
+
+def _flags(m: Module, depth: int, put, take) -> tuple[Signal, Signal, Signal, Signal]:
     """(full, empty) of a queue of `depth` that takes `put` and gives `take` each cycle, as
     flip-flops set from flip-flops: one short of full and one short of empty are registers
     too, so no adder or compare lies between the handshakes and the flags (SyncFIFO's w_rdy
-    and r_rdy compare its level)."""
+    and r_rdy compare its level). Returns (full, empty, near_empty: level == 1, near_full:
+    level == depth - 1)."""
     # the level and the level one up and one down, all registers: a handshake picks one (a mux),
     # no carry chain follows it (the 86.3 MHz route had a token counter's `level + put - take`
     # on its third-worst path)
@@ -64,19 +83,23 @@ def _flags(m: Module, depth: int, put, take) -> tuple[Signal, Signal]:
         full.eq(Mux(grow, near_full, full & ~shrink)),
         empty.eq(Mux(shrink, near_empty, empty & ~grow)),
     ]
-    return full, empty
+    return full, empty, near_empty, near_full
 
 
 class FlaggedFIFO(wiring.Component):
     """A first-in first-out queue like Amaranth's SyncFIFO (data out the cycle it is there,
     storage read without a register), whose `w_stream.ready` (not full) and `r_stream.valid`
     (not empty) are flip-flops (`_flags`): neither a level's compare nor the producer's valid
-    sits in front of the storage's write enable."""
+    sits in front of the storage's write enable.
 
-    def __init__(self, width: int, depth: int):
+    `staged`: a put is registered first and reaches the storage and flags a cycle later (its
+    entry shows a cycle later too), so the producer's handshake ends at one flip-flop; ready
+    leaves room for the staged put (not full, and not one short of full with a put staged)."""
+
+    def __init__(self, width: int, depth: int, staged: bool = False):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two of at least 2, not {depth}")
-        self.width, self.depth = width, depth
+        self.width, self.depth, self.staged = width, depth, staged
         super().__init__(
             {"w_stream": In(stream.Signature(width)), "r_stream": Out(stream.Signature(width))}
         )
@@ -90,14 +113,20 @@ class FlaggedFIFO(wiring.Component):
         w_ptr, r_ptr = Signal(range(self.depth)), Signal(range(self.depth))
         ready, valid = Signal(), Signal()
         put, take = w.valid & ready, r.ready & valid
-        full, empty = _flags(m, self.depth, put, take)
+        data = w.payload
+        if self.staged:
+            staged_put = Signal()
+            data = Signal.like(w.payload, reset_less=True)
+            m.d.sync += [staged_put.eq(put), data.eq(w.payload)]
+            put = staged_put
+        full, empty, _, near_full = _flags(m, self.depth, put, take)
         m.d.comb += [
-            ready.eq(~full),
+            ready.eq(~full & ~(near_full & put) if self.staged else ~full),
             valid.eq(~empty),
             w.ready.eq(ready),
             r.valid.eq(valid),
             wp.addr.eq(w_ptr),
-            wp.data.eq(w.payload),
+            wp.data.eq(data),
             wp.en.eq(put),
             rp.addr.eq(r_ptr),
             r.payload.eq(rp.data),
@@ -108,7 +137,13 @@ class FlaggedFIFO(wiring.Component):
 
 class TokenCounter(wiring.Component):
     """A dependence-token queue: only the count matters, so a counter of up to `depth` tokens
-    with no storage, its flags from flip-flops (`_flags`); the payload bit is unused."""
+    with no storage, its flags from flip-flops (`_flags`); the payload bit is unused.
+
+    A token taken leaves the count the cycle after (`taken`, a flip-flop), so the consumer's
+    decision to take one ends at a flip-flop, not in the count's muxes (the 92.9 MHz route's
+    worst path ran from `empty` through the compute stage's issue decision into them); until
+    then the count less that token decides `valid` (the last token no longer shows), and a
+    full counter shows full a cycle longer."""
 
     def __init__(self, depth: int):
         if depth < 1:
@@ -119,7 +154,13 @@ class TokenCounter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, r = self.w_stream, self.r_stream
-        ready, valid = Signal(), Signal()
-        full, empty = _flags(m, self.depth, w.valid & ready, r.ready & valid)
-        m.d.comb += [ready.eq(~full), valid.eq(~empty), w.ready.eq(ready), r.valid.eq(valid)]
+        ready, valid, taken = Signal(), Signal(), Signal()
+        m.d.sync += taken.eq(r.ready & valid)
+        full, empty, near_empty, _ = _flags(m, self.depth, w.valid & ready, taken)
+        m.d.comb += [
+            ready.eq(~full),
+            valid.eq(~empty & ~(taken & near_empty)),
+            w.ready.eq(ready),
+            r.valid.eq(valid),
+        ]
         return m

@@ -9,7 +9,7 @@ port's AR stream; the arbiter takes `In(ReadPort)`, the flipped view).
 
 from __future__ import annotations
 
-from amaranth.hdl import unsigned
+from amaranth.hdl import Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -73,7 +73,25 @@ class WritePort(wiring.Signature):
         super().__init__({"addr": Out(addr_bits), "data": Out(data_bits), "en": Out(1)})
 
 
-SRAM_READ_LATENCY = 2  # a scratchpad read's data is registered once past the block RAM
+SRAM_READ_LATENCY = 3  # a scratchpad read's data is registered twice past the block RAM:
+# the first register can sit beside the block RAM (its clock-to-out is 5.8 ns in nextpnr's
+# ECP5 model), the second takes the route to wherever the data is used
+
+
+def read_registers(m, data, name: str, en=None):
+    """`data` (a block RAM's read port) through the SRAM_READ_LATENCY - 1 registers behind it,
+    each holding its value in a cycle where `en` (given) is low; read data: no reset."""
+    out = data
+    for k in range(SRAM_READ_LATENCY - 1):
+        reg = Signal.like(data, name=f"{name}_q{k}" if k else f"{name}_q", reset_less=True)
+        if en is None:
+            m.d.sync += reg.eq(out)
+        else:
+            with m.If(en):
+                m.d.sync += reg.eq(out)
+        out = reg
+    return out
+
 # A scratchpad's attributes where no read needs the memory's answer to a read and a write of
 # the same row in one cycle (INP and WGT: the load stage writes them, the GEMM unit reads them,
 # the two ordered by tokens): yosys then maps a block RAM as it is, where it otherwise keeps

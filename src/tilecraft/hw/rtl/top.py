@@ -30,6 +30,7 @@ from tilecraft.hw.rtl.signatures import (
     AxiLite,
     RunControl,
     flat_ports,
+    read_registers,
 )
 from tilecraft.hw.rtl.stages import LoadStage, StoreStage
 
@@ -147,8 +148,7 @@ class Accelerator(wiring.Component):
                          attrs=NO_RW_CHECK)  # fmt: skip
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
-            word = Signal.like(r.data, name=f"{name}_q")  # registered: SRAM_READ_LATENCY
-            m.d.sync += word.eq(r.data)
+            word = read_registers(m, r.data, name)  # SRAM_READ_LATENCY
             # the write reaches the block RAM through a register of its own (what yosys's
             # read-during-write emulation built before NO_RW_CHECK), so the load engine's one
             # write-data register does not drive both memories' 45 block RAMs across the chip

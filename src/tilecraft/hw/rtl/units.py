@@ -14,7 +14,8 @@ GEMM core -> accumulator value (forwarded) + sums -> accumulator (and narrowed O
 
 `AluUnit`: uop read -> indices -> accumulator reads of dst (and, for a tensor operand, of src
 the next cycle: two reads on one port) -> operands (forwarded, and kept up to date with the
-unit's writes a cycle after each) -> lane ops -> write, so an immediate op takes one cycle per
+unit's writes: a cycle after each, and the cycle of it from the write-data register) -> lane
+ops into registers -> their pick -> write, so an immediate op takes one cycle per
 micro-op and a tensor op two, or one where its src is the micro-op before's (the loop's
 `src_repeats`: a per-channel operand across a tile's pixels), whose copy is still current; a
 micro-op of one cycle that reads the row the micro-op before writes waits one more (`hazard`:
@@ -35,10 +36,13 @@ from tilecraft.hw.rtl.alu import (
     lane_candidates,
     lane_multiply,
     lane_multiply_dsp,
+    registered,
     select,
 )
+from tilecraft.hw.rtl.forwarding import WriteHistory
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
+from tilecraft.hw.rtl.replicas import pick, replicated
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
 
 STRIDED = ("dst", "src", "wgt")  # the micro-op indices a loop advances
@@ -183,56 +187,6 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
     return seq, insn, running, failed
 
 
-class WriteHistory:
-    """A unit's accumulator writes of this cycle and the last `SRAM_READ_LATENCY` ones: what a
-    read issued that many cycles ago cannot have seen. `upcoming` is (en, addr) of the write the
-    unit will make next cycle, so whether a row is hit is worked out a cycle ahead, into
-    registers (a compare is never on the path from a write's data to the next operation)."""
-
-    def __init__(self, m: Module, write, upcoming):
-        self.m = m
-        self.write = write
-        self.upcoming = upcoming
-        self.past = []  # (en, addr, data), most recent first
-        prev = (write.en, write.addr, write.data)
-        for k in range(SRAM_READ_LATENCY):
-            held = tuple(  # the data is no use without its valid flag: no reset
-                Signal.like(x, name=f"hist{k}_{f}", reset_less=f == "d")
-                for x, f in zip(prev, "vad")
-            )
-            m.d.sync += [h.eq(x) for h, x in zip(held, prev)]
-            self.past.append(held)
-            prev = held
-
-    def hits(self, next_addr, name: str) -> list:
-        """Registered flags, for the row `next_addr` names now and a signal will name next
-        cycle: [next cycle's write hits it, this cycle's does, the ones before]."""
-        en, addr = self.upcoming
-        writes = [(en, addr), (self.write.en, self.write.addr)]
-        writes += [(e, a) for e, a, _ in self.past[: SRAM_READ_LATENCY - 1]]
-        flags = []
-        for k, (e, a) in enumerate(writes):
-            flag = Signal(name=f"{name}_hit{k}")
-            self.m.d.sync += flag.eq(e & (a == next_addr))
-            flags.append(flag)
-        return flags
-
-    def upcoming_hit(self, next_addr, enable=1):
-        """Whether next cycle's write goes to the row `next_addr` names (combinational: the
-        input of `hits`' first flag)."""
-        en, addr = self.upcoming
-        return enable & en & (addr == next_addr)
-
-    def latest(self, flags: list, read):
-        """The row as read `SRAM_READ_LATENCY` cycles ago (`read`) plus every write since, this
-        cycle's included (`flags` from `hits` a cycle ago)."""
-        datas = [self.write.data] + [d for _, _, d in self.past]
-        value = read
-        for flag, written in reversed(list(zip(flags, datas))):
-            value = Mux(flag, written, value)
-        return value
-
-
 def _index(base, offset, name: str) -> Signal:
     """A register for base + offset, wide enough never to wrap (the range check sees it all)."""
     bits = max(Value.cast(base).shape().width, Value.cast(offset).shape().width) + 1
@@ -314,29 +268,42 @@ class GemmUnit(wiring.Component):
             self.acc_read.en.eq(vals[to_sums - lat]),
         ]
         w = self.acc_write
-        history = WriteHistory(m, w, upcoming=(vals[to_sums], dsts[to_sums]))
         lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
-        row = history.latest(history.hits(dsts[to_sums - 1], "row"), self.acc_read.data)
-        total = Signal.like(w.data, reset_less=True)  # data: `vals` says when it is written
-        for k in range(lanes):
-            m.d.sync += total[k * ab : (k + 1) * ab].eq(
-                row[k * ab : (k + 1) * ab] + core.sums[k * ab : (k + 1) * ab]
-            )
-        w_dst, w_val = dsts[to_sums + 1], vals[to_sums + 1]
+        history = WriteHistory(m, w, (vals[to_sums], dsts[to_sums]), lanes, self.packed)
+        # this cycle's write against the row named next cycle, a cycle early: the write is
+        # next cycle's (vals and dsts one step back, or the reset's zeros about to be taken),
+        # the row dsts[to_sums - 2] (dsts is a shift register: the GEMM pipeline never holds)
+        w_hit = Signal(name="row_w_hit")
+        row_next = dsts[to_sums - 2]
+        m.d.sync += w_hit.eq(
+            (vals[to_sums] & (dsts[to_sums] == row_next))
+            | (vi & reset & ~bad & (dst[: len(w.addr)] == row_next))
+        )
+        hits = history.hits(dsts[to_sums - 1], "row", current=w_hit)
+        row = history.latest(hits, self.acc_read.data)
         # a reset's write comes from registers a cycle after its range check, so neither the
         # check's compare nor the index reaches the banks' write ports or the forwarding's
-        # row-hit compares in one cycle (that was the routed worst path, hw timing at 60 MHz)
+        # row-hit compares in one cycle (that was the routed worst path, hw timing at 60 MHz).
+        # The write port is registers alone: a reset's zeros are the sum register's synchronous
+        # reset, its row picked a cycle ahead (the 85.9 MHz route had the zeros' pick between
+        # the sum register and the accumulator's block RAMs)
+        zero_next = Signal()
+        m.d.comb += zero_next.eq(vi & reset & ~bad)
+        total = Signal.like(w.data, reset_less=True)  # data: `w_en` says when it is written
+        for k in range(lanes):
+            m.d.sync += total[k * ab : (k + 1) * ab].eq(
+                Mux(zero_next, 0, row[k * ab : (k + 1) * ab] + core.sums[k * ab : (k + 1) * ab])
+            )
+        w_val = vals[to_sums + 1]
         zero_en, zero_last = Signal(), Signal()
-        zero_dst = Signal.like(w.addr, name="zero_dst")
+        w_addr, w_en = Signal.like(w.addr, name="w_addr"), Signal(name="w_en")
         m.d.sync += [
-            zero_en.eq(vi & reset & ~bad),
+            zero_en.eq(zero_next),
             zero_last.eq(lasti),
-            zero_dst.eq(dst[: len(w.addr)]),
+            w_addr.eq(Mux(zero_next, dst[: len(w.addr)], dsts[to_sums])),
+            w_en.eq(zero_next | vals[to_sums]),
         ]
-        with m.If(zero_en):
-            m.d.comb += [w.addr.eq(zero_dst), w.data.eq(0), w.en.eq(1)]
-        with m.Else():
-            m.d.comb += [w.addr.eq(w_dst), w.data.eq(total), w.en.eq(w_val)]
+        m.d.comb += [w.addr.eq(w_addr), w.data.eq(total), w.en.eq(w_en)]
         # completion: the last micro-op's write (or reset), or an error
         reset_done = zero_en & zero_last
         gemm_done = lasts[to_sums + 1] & w_val
@@ -423,10 +390,11 @@ class AluUnit(wiring.Component):
         vi, lasti, phi, repi = Signal(), Signal(), Signal(8), Signal()
         reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
         # The hazard: a micro-op of one phase (an immediate op, or a tensor op whose src
-        # repeats) has its X the cycle after the micro-op before's, whose result reaches the
-        # operand registers only from its write a cycle later (the lane ops and the write-data
-        # register are the operands' only loop: two cycles). Where it reads the row that one
-        # writes (its dst, or the src it repeats), it waits a cycle at I. Decided as it enters
+        # repeats) has its X1 the cycle after the micro-op before's, whose result is written
+        # two cycles after that X1 (at X1, the lane ops take a write of that cycle from the
+        # write-data register: the loop through the lane ops, their pick and that register is
+        # three cycles). Where it reads the row that one writes (its dst, or the src it
+        # repeats), it waits a cycle at I. Decided as it enters
         # I, from the index sums against the indices of the slot at I (the micro-op before's
         # last phase), into a register: `stall` starts from flip-flops.
         single = ~is_mul & (~tensor | reps[lat])
@@ -465,17 +433,18 @@ class AluUnit(wiring.Component):
         ]
         # I -> O = I+lat: the read's data; every step also carries dst, phase, last, valid
         tags = _delayed(m, tag, lat, "tag")
-        dsts = _delayed(m, dst[:width], lat + 2, "dst")
+        dsts = _delayed(m, dst[:width], lat + 3, "dst")
         vals = _delayed(m, vi & ~bad & ~stall, lat, "val")  # a stall sends a bubble on
-        lasts = _delayed(m, lasti, lat + 2, "lst")
+        lasts = _delayed(m, lasti, lat + 3, "lst")
         phos = _delayed(m, phi, lat, "pho")
         repos = _delayed(m, repi, lat, "repo")
         w = self.acc_write
         # decoded a cycle early from the stage before's copies (the same registers' inputs)
-        done_x, done_x_next = Signal(), Signal()  # X writes next cycle; the cycle after
+        done_x, done_x_next = Signal(), Signal()  # X1 now; next cycle
+        done_x2 = Signal()  # X2 now: its write is next cycle
         m.d.comb += done_x_next.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
-        m.d.sync += done_x.eq(done_x_next)
-        history = WriteHistory(m, w, upcoming=(done_x, dsts[lat + 1]))
+        m.d.sync += [done_x.eq(done_x_next), done_x2.eq(done_x)]
+        history = WriteHistory(m, w, (done_x2, dsts[lat + 2]), lanes, self.dsp)
         # O: the operands, with the unit's writes the reads missed, then kept up to date from
         # each write to their row (so a src read once serves the micro-ops after it that repeat
         # it: within an instruction, only this unit writes the rows it reads, see
@@ -496,35 +465,54 @@ class AluUnit(wiring.Component):
             reg = Signal.like(read.data, name=name, reset_less=True)  # data: no reset
             tag = Signal(width, name=f"{name}_tag")
             capture = Signal(name=f"{name}_capture")  # decoded a cycle early, as done_x
-            ph_early = phos[lat - 1]
+            # capture_next: the read at O-1 is this operand's, worked out from O-2's copies
+            # into a register (the pipeline's delay lines never hold): the 85.9 MHz route ran
+            # repos through reads()' compare and the tag's muxes into b_hit (10.96 ns)
+            ph_early = phos[lat - 2]
             capture_next = Signal(name=f"{name}_capture_next")
-            m.d.comb += capture_next.eq(
-                vals[lat - 1] & (ph_early == phase) & (ph_early < reads(repos[lat - 1]))
+            m.d.sync += capture_next.eq(
+                vals[lat - 2] & (ph_early == phase) & (ph_early < reads(repos[lat - 2]))
             )
             m.d.sync += capture.eq(capture_next)
             # `hit`: this cycle's write goes to the operand's row (its tag as of next cycle),
-            # worked out a cycle ahead into a register: that write is X's (done_x and
-            # dsts[lat + 1]) a cycle ahead, and the tag as of next cycle follows from the
-            # captures due
+            # worked out a cycle ahead into a register: that write is X2's (done_x2 and
+            # dsts[lat + 2]) a cycle ahead, and the tag as of next cycle follows from the
+            # captures due; `bypass`: it goes to the row the operand holds now, whose copy
+            # takes it only next cycle (X1 takes it from the write-data register instead)
             enable = 1 if name == "a" else tensor
             tag_next = Mux(capture, tags[lat], tag)  # the tag as of next cycle
             tag_after = Mux(capture_next, tags[lat - 1], tag_next)  # and the cycle after
             hit = Signal(name=f"{name}_hit")
-            m.d.sync += hit.eq(enable & done_x & (dsts[lat + 1] == tag_after))
+            m.d.sync += hit.eq(enable & done_x2 & (dsts[lat + 2] == tag_after))
+            # one flag per lane (replicas.py): one flag for every bit of the operand was the
+            # 91.0 MHz route's worst net (3.9 ns). Worked out two cycles ahead (X1's write and
+            # the tag the cycle after next, as `hit`) into one register, which the copies take
+            # a cycle later: the compare drives one flip-flop, not one per lane (11.8 ns)
+            bypass_next = Signal(name=f"{name}_bypass_next")
+            m.d.sync += bypass_next.eq(enable & done_x & (dsts[lat + 1] == tag_after))
+            bypass = replicated(m, bypass_next, lanes, f"{name}_bypass", self.dsp)
             load_imm = first & insn.use_imm if name == "b" else Const(0)
             held = Mux(load_imm, Cat(*([imm] * lanes)), Mux(capture, value, reg))
             m.d.sync += reg.eq(Mux(hit, w.data, held))
             with m.If(capture):
                 m.d.sync += tag.eq(tags[lat])
-            operands[name] = reg  # X = O+1: the operand as the lane ops see it
+            # X1 = O+1: the operand as the lane ops and MUL's lane-group picks see it
+            current = Signal.like(reg, name=f"{name}_current")
+            m.d.comb += current.eq(pick(bypass, w.data, reg))
+            operands[name] = current
         lhs, rhs = operands["a"], operands["b"]
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
         product = Signal.like(w.data, reset_less=True)
         result = Signal.like(w.data)
+        # X1: the lane ops' candidates into registers; X2: the pick (`select`) into `res`.
+        # MUL's products are read at X2 straight from their register (the next micro-op's
+        # first lane group is in it several cycles later)
         for k in range(lanes):
             lane = slice(k * ab, (k + 1) * ab)
             x, y = lhs[lane].as_signed(), rhs[lane].as_signed()
-            cands = lane_candidates(m, spec, x, y, product=product[lane])
+            cands = lane_candidates(m, spec, x, y, product[lane])
+            cands = registered(m, spec, cands, f"lane{k}")
+            cands["mul"] = product[lane]
             m.d.comb += result[lane].eq(select(m, flags, cands, ab))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
@@ -541,23 +529,24 @@ class AluUnit(wiring.Component):
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
-            if self.dsp:  # the DSPs register the operands
-                x, y = Signal(ab, name=f"mul_x{i}"), Signal(ab, name=f"mul_y{i}")
-                m.d.comb += [x.eq(xs[g]), y.eq(ys[g])]
+            # the group's operands, picked into fabric registers, which the DSPs multiply with
+            # their input registers off (the pick's select fans out to every operand bit:
+            # straight into the DSPs' input registers, the 92.2 MHz route's worst paths)
+            x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
+            y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
+            m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
+            if self.dsp:
                 p = lane_multiply_dsp(m, x, y, ab, f"mul{i}", self.dsp)
             else:
-                x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
-                y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
-                m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
                 p = lane_multiply(m, x, y, ab, f"mul{i}")
             for j in range(groups):
                 with m.If(active[-1] & (slot[-1] == j)):
                     k = j * group + i
                     m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
-        # W = X+1: the write, from registers
+        # W = X2+1: the write, from registers
         res, w_val = Signal.like(w.data, reset_less=True), Signal()
-        m.d.sync += [res.eq(result), w_val.eq(done_x)]
-        w_dst, w_last = dsts[lat + 2], lasts[lat + 2]
+        m.d.sync += [res.eq(result), w_val.eq(done_x2)]
+        w_dst, w_last = dsts[lat + 3], lasts[lat + 3]
         m.d.comb += [w.addr.eq(w_dst), w.data.eq(res), w.en.eq(w_val)]
         finished = Signal()
         m.d.comb += finished.eq(running & ((w_val & w_last) | bad | (first & ~seq.valid)))

@@ -1,0 +1,67 @@
+"""A unit's forwarding of its own recent accumulator writes: a read issued
+`SRAM_READ_LATENCY` cycles ago cannot have seen them, so the row it returns is patched with
+every write since (hw/rtl/units.py: the GEMM's accumulate, the ALU's operands)."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+
+from tilecraft.hw.rtl.replicas import pick, replicated
+from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY
+
+
+class WriteHistory:
+    """A unit's accumulator writes of this cycle and the last `SRAM_READ_LATENCY` ones: what a
+    read issued that many cycles ago cannot have seen. `upcoming` is (en, addr) of the write the
+    unit will make next cycle, so whether a row is hit is worked out a cycle ahead, into
+    registers (a compare is never on the path from a write's data to the next operation)."""
+
+    def __init__(self, m: Module, write, upcoming, copies: int = 1, dsp: str | None = None):
+        """`copies` of each hit flag, each picking its share of the row (replicas.py)."""
+        self.m = m
+        self.write = write
+        self.upcoming = upcoming
+        self.copies, self.dsp = copies, dsp
+        self.past = []  # (en, addr, data), most recent first
+        prev = (write.en, write.addr, write.data)
+        for k in range(SRAM_READ_LATENCY):
+            held = tuple(  # the data is no use without its valid flag: no reset
+                Signal.like(x, name=f"hist{k}_{f}", reset_less=f == "d")
+                for x, f in zip(prev, "vad")
+            )
+            m.d.sync += [h.eq(x) for h, x in zip(held, prev)]
+            self.past.append(held)
+            prev = held
+
+    def hits(self, next_addr, name: str, current=None) -> list:
+        """Registered flags, for the row `next_addr` names now and a signal will name next
+        cycle: [next cycle's write hits it, this cycle's does, the ones before]. `current`,
+        if given, is this cycle's hit worked out a cycle earlier into a register (the copies
+        then take a flip-flop, not a compare: the 85.9 MHz route's GEMM row_hit1 copies)."""
+        en, addr = self.upcoming
+        writes = [(en, addr), (self.write.en, self.write.addr)]
+        writes += [(e, a) for e, a, _ in self.past[: SRAM_READ_LATENCY - 1]]
+        flags = []
+        for k, (e, a) in enumerate(writes):
+            hit = Signal(name=f"{name}_hit{k}_next")
+            if k == 1 and current is not None:
+                self.m.d.comb += hit.eq(current)
+            else:
+                self.m.d.comb += hit.eq(e & (a == next_addr))
+            flags.append(replicated(self.m, hit, self.copies, f"{name}_hit{k}", self.dsp))
+        return flags
+
+    def upcoming_hit(self, next_addr, enable=1):
+        """Whether next cycle's write goes to the row `next_addr` names (combinational: the
+        input of `hits`' first flag)."""
+        en, addr = self.upcoming
+        return enable & en & (addr == next_addr)
+
+    def latest(self, flags: list, read):
+        """The row as read `SRAM_READ_LATENCY` cycles ago (`read`) plus every write since, this
+        cycle's included (`flags` from `hits` a cycle ago)."""
+        datas = [self.write.data] + [d for _, _, d in self.past]
+        value = read
+        for copies, written in reversed(list(zip(flags, datas))):
+            value = pick(copies, written, value)
+        return value
