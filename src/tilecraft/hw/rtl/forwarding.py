@@ -62,6 +62,11 @@ class WriteHistory:
         cycle's included (`flags` from `hits` a cycle ago)."""
         datas = [self.write.data] + [d for _, _, d in self.past]
         value = read
-        for copies, written in reversed(list(zip(flags, datas))):
-            value = pick(copies, written, value)
+        for k, (copies, written) in reversed(list(enumerate(zip(flags, datas)))):
+            # each pick into a wire of its own: slicing the pick before it (a Cat of Muxes)
+            # copies that whole expression into every share, and the Verilog grows with the
+            # lanes squared (9 MB for 1x8x8, minutes and gigabytes for the default config)
+            picked = Signal.like(read, name=f"fwd{k}")
+            self.m.d.comb += picked.eq(pick(copies, written, value))
+            value = picked
         return value
