@@ -42,22 +42,15 @@ class StreamRegister(wiring.Component):
         return m
 
 
-class HeadRegister(wiring.Component):
-    """One register stage on a stream of `width` bits (as StreamRegister on commands): behind a
-    queue, its consumer's handshake starts from flip-flops and ends at the queue's take, not
+class HeadRegister(StreamRegister):
+    """One register stage on a stream of `width` bits (StreamRegister's, on any payload): behind
+    a queue, its consumer's handshake starts from flip-flops and ends at the queue's take, not
     through the queue's storage (read without a register) back into its read pointer."""
 
     def __init__(self, width: int):
-        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
-
-    def elaborate(self, platform):
-        m = Module()
-        free = self.o.ready | ~self.o.valid
-        payload = Signal.like(self.i.payload, reset_less=True)  # data: `valid` is reset
-        m.d.comb += [self.i.ready.eq(free), self.o.payload.eq(payload)]
-        with m.If(free):
-            m.d.sync += [self.o.valid.eq(self.i.valid), payload.eq(self.i.payload)]
-        return m
+        wiring.Component.__init__(
+            self, {"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))}
+        )
 
 
 def _flags(m: Module, depth: int, put, take) -> tuple[Signal, Signal, Signal, Signal]:
