@@ -15,9 +15,11 @@ from tilecraft.hw.rtl.top import Accelerator
 BASE = 0x1000
 
 
-def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, watch=None):
+def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, watch=None,
+                packed=None):
+    """`packed` as Accelerator's: ECP5_DSP_MODEL runs the ECP5 flows' DSP pins on the model."""
     cfg = program.config
-    dut = Accelerator(cfg)
+    dut = Accelerator(cfg, packed)
     dram = program.dram_image(inputs)
     ab = cfg.axi_bytes
     state = {"done": False, "cycles": None}

@@ -9,13 +9,14 @@ from axi_model import ReadSlave
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import BUFFER_NAMES, Load, MemId, insn_table, isa_for
+from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
 
 
-def run_loads(cfg, targets, loads, dram, seed=0):
-    dut = LoadEngine(cfg, targets)
+def run_loads(cfg, targets, loads, dram, seed=0, dsp=None):
+    dut = LoadEngine(cfg, targets, dsp)
     srams = {BUFFER_NAMES[t]: {} for t in targets}
     results = []
     base = 0
@@ -167,7 +168,8 @@ def test_range_errors():
         (MemId.WGT, 1, 16, regs.ErrorCode.DRAM_RANGE),
     ],
 )
-def test_dram_range_at_the_boundary(mem, dram_base, y_size, want):
+@pytest.mark.parametrize("dsp", [None, ECP5_DSP_MODEL])  # PLAN's products: `*` or MULT18X18D
+def test_dram_range_at_the_boundary(mem, dram_base, y_size, want, dsp):
     """The DRAM check, (dram_base + span) x element bytes > DRAM size, worked out as the span's
     rows part against what the rest leaves, at and one element or row past the end; per
     target, as each has its own element size."""
@@ -175,11 +177,12 @@ def test_dram_range_at_the_boundary(mem, dram_base, y_size, want):
     dram = np.zeros(4096, np.uint8)  # 256 INP elements (16 bytes), 16 WGT ones (256)
     x = 4 if mem == MemId.INP else 1
     load = Load(mem=mem, sram_base=0, dram_base=dram_base, y_size=y_size, x_size=x, x_stride=x)
-    _, errors = run_loads(cfg, (MemId.INP, MemId.WGT), [load], dram)
+    _, errors = run_loads(cfg, (MemId.INP, MemId.WGT), [load], dram, dsp=dsp)
     assert errors == [want]
 
 
-def test_random_padded_boxes_match_the_spec():
+@pytest.mark.parametrize("dsp", [None, ECP5_DSP_MODEL])
+def test_random_padded_boxes_match_the_spec(dsp):
     """Padding on every side, rows without data (y_size 0), one-column rows: the data box's
     edges, which the engine tracks in registers as its counters cross them."""
     cfg = preset("1x8x8")
@@ -196,7 +199,7 @@ def test_random_padded_boxes_match_the_spec():
                           **pads))  # fmt: skip
         boxes.append((base, height * width))
         base += height * width
-    srams, errors = run_loads(cfg, (MemId.INP,), loads, dram, seed=4)
+    srams, errors = run_loads(cfg, (MemId.INP,), loads, dram, seed=4, dsp=dsp)
     assert errors == [0] * len(loads)
     want = expected(cfg, loads, dram).inp
     got = srams["inp"]
@@ -207,11 +210,12 @@ def test_random_padded_boxes_match_the_spec():
 
 
 @pytest.mark.parametrize(("rows_from_end", "want"), [(4, 0), (3, regs.ErrorCode.SRAM_RANGE)])
-def test_sram_range_at_the_boundary(rows_from_end, want):
+@pytest.mark.parametrize("dsp", [None, ECP5_DSP_MODEL])
+def test_sram_range_at_the_boundary(rows_from_end, want, dsp):
     """The SRAM check, sram_base + rows written (pads included) > depth, worked out as the rows
     against what the scratchpad leaves: four rows ending at its last one, and one past it."""
     cfg = preset("default")
     load = Load(mem=MemId.INP, sram_base=cfg.depth("inp") - rows_from_end, dram_base=0,
                 y_size=1, x_size=3, x_stride=3, x_pad0=1)  # fmt: skip
-    _, errors = run_loads(cfg, (MemId.INP,), [load], np.zeros(4096, np.uint8))
+    _, errors = run_loads(cfg, (MemId.INP,), [load], np.zeros(4096, np.uint8), dsp=dsp)
     assert errors == [want]

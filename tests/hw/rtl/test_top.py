@@ -11,6 +11,7 @@ from tilecraft.compiler.conv2d import conv2d
 from tilecraft.errors import AccessError
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
+from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
 from tilecraft.hw.rtl.signatures import flat_ports
 from tilecraft.hw.rtl.top import Top, top_signature
 from tilecraft.ops import Conv2d, Epilogue, GemmTiles
@@ -42,8 +43,8 @@ def test_the_register_map_fits_the_control_port():
     assert widths["s_axi_control_awaddr"] == widths["s_axi_control_araddr"] == regs.ADDR_BITS
 
 
-def _check(program, inputs, latency=6):
-    done, outputs, _ = run_program(program, inputs, latency=latency)
+def _check(program, inputs, latency=6, packed=None):
+    done, outputs, _ = run_program(program, inputs, latency=latency, packed=packed)
     assert done, "the accelerator never raised its interrupt"
     want = get_device("sim").run(program, inputs).outputs
     for name, value in want.items():
@@ -60,13 +61,14 @@ def test_blocked_gemm_runs_bit_exact(tiles):
     _check(program, pack_inputs(program, {"a": a, "b": w}))
 
 
-def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact():
+@pytest.mark.parametrize("packed", [None, ECP5_DSP_MODEL])  # ECP5: every product on MULT18X18D
+def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact(packed):
     cfg = preset("1x8x8")
     op = Conv2d(1, 12, 6, 6, 10, kernel=3, stride=2, pad=1)
     ep = Epilogue(bias=True, multiplier="channel", shift=12, residual=True, relu=True)
     program = conv2d(cfg, op, ep)
     inputs = pack_inputs(program, random_inputs(program, np.random.default_rng(1)))
-    _check(program, inputs, latency=11)
+    _check(program, inputs, latency=11, packed=packed)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +82,8 @@ def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact():
         (4, 4, 3, regs.ErrorCode.SRAM_RANGE),  # one row past them
     ],
 )
-def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end, want):
+@pytest.mark.parametrize("packed", [None, ECP5_DSP_MODEL])
+def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end, want, packed):
     """STORE's range checks at and just past the end: DRAM ((dram_base + span) x element bytes
     > DRAM_SIZE, worked out as the span's rows part against what the rest of the region
     leaves) and SRAM (sram_base + elements > depth, as the elements against what is left)."""
@@ -103,7 +106,7 @@ def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end
         if ctx.get(dut.regs.error):
             codes.append(ctx.get(dut.regs.error_code))
 
-    done, _, _ = run_program(program, {}, watch=watch)
+    done, _, _ = run_program(program, {}, watch=watch, packed=packed)
     assert done
     assert (codes[-1] if codes else 0) == want
     if want:

@@ -64,9 +64,10 @@ class Compute(wiring.Component):
         self.packed = packed
         spec = isa_for(cfg)
         self.bank_bits = spec.acc_idx_bits - 1
-        self.loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC))
+        dsp = packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None
+        self.loader = LoadEngine(cfg, (MemId.UOP, MemId.ACC), dsp)
         self.gemm = GemmUnit(cfg, packed)
-        self.alu = AluUnit(cfg, packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None)
+        self.alu = AluUnit(cfg, dsp)
         super().__init__(
             {
                 "cmd": In(command()),

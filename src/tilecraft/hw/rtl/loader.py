@@ -16,14 +16,16 @@ from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, MemId, Opcode, isa_for
 from tilecraft.hw.rtl.dma import ElementStream, ReadClient, ReadyBuffer, log2_exact
+from tilecraft.hw.rtl.dsp import registered_product
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.signatures import ADDR_BITS, ERROR_CODE_BITS, ReadPort, WritePort
 
 
 class LoadEngine(wiring.Component):
-    def __init__(self, cfg: HwConfig, targets: tuple[MemId, ...]):
+    def __init__(self, cfg: HwConfig, targets: tuple[MemId, ...], dsp: str | None = None):
         self.cfg = cfg
         self.targets = targets
+        self.dsp = dsp  # where PLAN's products are registered (dsp.registered_product)
         self.spec = isa_for(cfg)
         self.elem_bits = {t: cfg.elem_bytes(BUFFER_NAMES[t]) * 8 for t in targets}
         super().__init__(
@@ -159,10 +161,13 @@ class LoadEngine(wiring.Component):
         # The transfer's plan, in two registered steps before CHECK (Timing.dma_plan cycles): the
         # multiplies, then the sums. In one cycle with the checks it was the design's longest
         # path (a MULT18X18D and three carry chains: 33 MHz on an ECP5).
-        rows_stride = Signal(33)  # (y_size - 1) * x_stride
         # y_size - 1, taken as the instruction arrives: PLAN's multiply starts from a register
         rows_1 = Signal(signed(len(self.insn.y_size) + 1))
-        area = Signal(2 * (size_bits + 1))  # scratchpad rows written, pads included
+        rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        m.d.comb += rows_stride.eq(registered_product(m, rows_1, insn.x_stride, "rows_x", self.dsp))
+        # scratchpad rows written, pads included; both products are ready in SUMS: their
+        # operands are registers by PLAN, and the products are registered every cycle
+        area = registered_product(m, width, height, "area", self.dsp)
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
@@ -217,9 +222,7 @@ class LoadEngine(wiring.Component):
             with m.State("PLAN"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
-                    rows_stride.eq(rows_1 * insn.x_stride),
                     room.eq(size_elems - base_x),
-                    area.eq(width * height),
                     sram_room.eq(depth - insn.sram_base),
                     y_data_last.eq(insn.y_pad0 + insn.y_size - 1),
                     y_before.eq(insn.y_pad0 - 1),

@@ -20,6 +20,7 @@ from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import MemId, Opcode, isa_for
 from tilecraft.hw.rtl.dma import BEATS_BITS, BurstPlanner, ReadyBuffer, SkidBuffer, log2_exact
+from tilecraft.hw.rtl.dsp import registered_product
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.queues import FlaggedFIFO, HeadRegister
@@ -50,8 +51,9 @@ def _stage_members(pop: str, push: str) -> dict:
 
 
 class LoadStage(wiring.Component):
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, dsp: str | None = None):
         self.cfg = cfg
+        self.dsp = dsp  # where the engine's PLAN products are registered
         spec = isa_for(cfg)
         super().__init__(
             {
@@ -67,7 +69,7 @@ class LoadStage(wiring.Component):
         m = Module()
         cfg = self.cfg
         spec = isa_for(cfg)
-        m.submodules.engine = engine = LoadEngine(cfg, (MemId.INP, MemId.WGT))
+        m.submodules.engine = engine = LoadEngine(cfg, (MemId.INP, MemId.WGT), self.dsp)
         wiring.connect(m, wiring.flipped(self.read), engine.read)
         for mem, port in ((MemId.INP, self.inp_write), (MemId.WGT, self.wgt_write)):
             m.d.comb += [
@@ -112,8 +114,9 @@ class LoadStage(wiring.Component):
 
 
 class StoreStage(wiring.Component):
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, dsp: str | None = None):
         self.cfg = cfg
+        self.dsp = dsp  # where PLAN's products are registered (dsp.registered_product)
         eb = cfg.elem_bytes("out")
         if eb % cfg.axi_bytes:
             raise ValueError(
@@ -155,9 +158,11 @@ class StoreStage(wiring.Component):
         push = Signal()
         # The transfer's plan, in two registered steps before CHECK (Timing.dma_plan cycles), as
         # in the LOAD engine: the multiplies, then the sums
-        total = Signal(32)  # elements to send
-        rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        # (the products registered every cycle from registers, ready in SUMS)
+        total = registered_product(m, insn.x_size, insn.y_size, "total", self.dsp)  # elements
         rows_1 = Signal(signed(len(insn.y_size) + 1))  # y_size - 1, taken with the instruction
+        rows_stride = Signal(33)  # (y_size - 1) * x_stride
+        m.d.comb += rows_stride.eq(registered_product(m, rows_1, insn.x_stride, "rows_x", self.dsp))
         span_now = Signal(33)
         m.d.comb += span_now.eq(rows_stride + insn.x_size)
         span_elems = Signal(33)  # first element of the first row to the end of the last
@@ -267,9 +272,7 @@ class StoreStage(wiring.Component):
                         m.next = "CHECK"
             with m.State("PLAN"):
                 m.d.sync += [
-                    total.eq(insn.x_size * insn.y_size),
                     sram_room.eq(cfg.depth("acc") - insn.sram_base),
-                    rows_stride.eq(rows_1 * insn.x_stride),
                     room.eq((run.dram_size >> log2_exact(eb)) - base_x),
                 ]
                 m.next = "SUMS"

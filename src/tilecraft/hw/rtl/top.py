@@ -20,6 +20,7 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage, TokenQueue
 from tilecraft.hw.rtl.compute import Compute
 from tilecraft.hw.rtl.dma import ReadArbiter
+from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL
 from tilecraft.hw.rtl.fetch import Fetch
 from tilecraft.hw.rtl.queues import StreamRegister, command_queue, token_queue
 from tilecraft.hw.rtl.regfile import RegisterFile
@@ -58,9 +59,10 @@ class Accelerator(wiring.Component):
         # built here, not in elaborate, so benches can watch their ports
         self.regs = RegisterFile(cfg)
         self.fetch = Fetch(cfg)
-        self.load = LoadStage(cfg)
+        dsp = packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None
+        self.load = LoadStage(cfg, dsp)
         self.compute = Compute(cfg, packed)
-        self.store = StoreStage(cfg)
+        self.store = StoreStage(cfg, dsp)
 
     def elaborate(self, platform):
         m = Module()
