@@ -16,7 +16,7 @@ from tilecraft.sim.dram_port import (
 from tilecraft.sim.timing import Timing
 
 T = Timing.from_config(preset("1x8x8"))  # 8-byte beats, 16-beat bursts
-L, GAP = T.dram_latency, T.burst_gap
+L, GAP, G = T.dram_latency, T.burst_gap, T.read_grant
 
 
 def _drain(port):
@@ -44,34 +44,52 @@ def test_bursts_follow_the_planner():
 def test_one_transfer_streams_its_bursts():
     port = DramPort(T)
     port.request("a", LOAD_CLIENT, [(8, 2), (8, 2)], at=10)
-    assert _drain(port) == [("a", 10 + L, 10 + L + 2 * (8 + GAP))]  # the bus, not the latency
+    # the arbiter's pick, then the bus (not the latency)
+    assert _drain(port) == [("a", 10 + G + L, 10 + G + L + 2 * (8 + GAP))]
 
 
 def test_a_store_burst_slips_into_a_read_transfers_row_gap():
     port = DramPort(T)
-    port.request("acc", COMPUTE_CLIENT, [(8, 2), (8, 2)], at=0)  # rows: AR at 0 and 2
-    port.request("store", STORE_CLIENT, [(1, 2)], at=0)  # AW: the first cycle without an AR
+    port.request("acc", COMPUTE_CLIENT, [(8, 2), (8, 2)], at=0)  # rows: AR at G and G + 2
+    port.request("store", STORE_CLIENT, [(1, 2)], at=G)  # AW: the first cycle without an AR
     done = dict((k, (first, free)) for k, first, free in _drain(port))
-    assert done["store"][0] == L + 8 + GAP  # between the two rows' data
-    assert done["acc"] == (L, done["store"][0] + 1 + GAP + 8 + GAP)
+    assert done["store"][0] == G + L + 8 + GAP  # between the two rows' data
+    assert done["acc"] == (G + L, done["store"][0] + 1 + GAP + 8 + GAP)
 
 
 def test_a_read_transfer_owns_the_channel_until_its_last_burst():
     port = DramPort(T)
-    port.request("load", LOAD_CLIENT, [(4, 2), (4, 2), (4, 2)], at=0)  # AR at 0, 2, 4
-    port.request("compute", COMPUTE_CLIENT, [(4, 2)], at=1)  # waits for the lock: AR at 5
+    port.request("load", LOAD_CLIENT, [(4, 2), (4, 2), (4, 2)], at=0)  # AR at G, G + 2, G + 4
+    port.request("compute", COMPUTE_CLIENT, [(4, 2)], at=1)  # waits for the lock: AR at G + 6
     done = dict((k, (first, free)) for k, first, free in _drain(port))
-    assert done["load"][0] == L
-    assert done["compute"][0] == L + 3 * (4 + GAP)  # after all three of load's bursts
+    assert done["load"][0] == G + L
+    assert done["compute"][0] == G + L + 3 * (4 + GAP)  # after all three of load's bursts
 
 
 def test_ties_go_to_the_lower_client_and_reads_before_writes():
     port = DramPort(T)
     port.request("load", LOAD_CLIENT, [(2, 2)], at=3)
-    port.request("store", STORE_CLIENT, [(2, 2)], at=3)
+    port.request("store", STORE_CLIENT, [(2, 2)], at=3 + G)  # AW with the reads' AR
     port.request("fetch", FETCH_CLIENT, [(2, 2)], at=3)
     order = [k for k, _, _ in _drain(port)]
-    assert order == ["fetch", "load", "store"]
+    # fetch wins the pick and its AR goes before the store's AW in the same cycle; the store
+    # takes the cycle of the next pick, load the one after
+    assert order == ["fetch", "store", "load"]
+
+
+def test_the_pick_after_a_transfer_takes_a_cycle():
+    """The arbiter's registered grant: a waiting transfer's first burst is picked the cycle
+    after the owner's last burst and accepted the cycle after that."""
+    port = DramPort(T)
+    port.request("load", LOAD_CLIENT, [(1, 1)], at=0)  # AR at G
+    port.request("fetch", FETCH_CLIENT, [(1, 1)], at=G)  # presented as load's AR goes
+    port.step()
+    assert port.next_time() == 2 * G + 1  # picked at G + 1, accepted a grant later
+    port = DramPort(dataclasses.replace(T, read_grant=0))
+    port.request("load", LOAD_CLIENT, [(1, 1)], at=0)
+    port.request("fetch", FETCH_CLIENT, [(1, 1)], at=0)
+    port.step()  # fetch (the lower client) at 0
+    assert port.next_time() == 1  # with an unregistered pick: load in the next cycle
 
 
 def test_a_slow_consumer_holds_the_data_bus_once_its_fifo_is_full():

@@ -3,7 +3,8 @@
 - Reads (fetch, the compute stage's loads, the load stage) share the AR channel
   (`hw/rtl/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
   its last one's; among transfers waiting for it the lower client wins a tie (fetch, compute,
-  load). Within a transfer the next burst is presented one cycle after the previous one is
+  load). The pick is registered: a first burst is accepted `Timing.read_grant` cycles after it
+  is presented at the soonest, and after the cycle following the last transfer's last burst. Within a transfer the next burst is presented one cycle after the previous one is
   accepted (`Timing.bursts`, `Timing.row_delay` at a new row).
 - The store's bursts go on AW and are accepted only in a cycle where no read is presented, so
   they wait for a gap between read bursts.
@@ -58,6 +59,7 @@ class DramPort:
         self.owner: _Transfer | None = None  # the read transfer owning AR
         self.writes: deque[_Transfer] = deque()
         self.last_accept = -1  # one address per cycle
+        self.read_end = -2  # the last read transfer's last acceptance (the pick follows it)
         self.data_free = 0  # earliest first beat of the next burst
 
     def request(
@@ -75,8 +77,9 @@ class DramPort:
         if self.owner:
             return max(self.owner.at, soonest), self.owner
         best = None
+        picked = self.read_end + 1  # the first cycle the arbiter picks again
         for tr in self.waiting:
-            c = max(tr.at, soonest)
+            c = max(max(tr.at, picked) + self.timing.read_grant, soonest)
             if best is None or (c, tr.client) < (best[0], best[1].client):
                 best = (c, tr)
         return best
@@ -112,6 +115,7 @@ class DramPort:
                     tr.sent += 1
                     if tr.sent == n:
                         self.owner = None
+                        self.read_end = c
                         self._held(tr)
                         return Done(tr.key, tr.first, self.data_free)
                     tr.at = c + bursts[tr.sent][1]
@@ -145,6 +149,7 @@ class DramPort:
             return None
         if tr is self.owner:
             self.owner = None
+            self.read_end = c
             self._held(tr)
         else:
             self.writes.popleft()

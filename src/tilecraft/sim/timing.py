@@ -45,6 +45,8 @@ class Timing:
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
     read_buffer: int = 32  # beats a read client holds ahead of a consumer slower than the
     # data bus (its FIFO, hw/rtl/dma.py ReadClient): past them, R waits for the consumer
+    read_grant: int = 1  # a read transfer's first burst waits for the arbiter's registered
+    # pick (a cycle), which is free again the cycle after the previous transfer's last burst
     row_delay: int = 1  # a new row's first burst follows the last one's acceptance (the burst
     # planner works out each row a cycle ahead, see hw/rtl/dma.py)
     pad_ii: int = 1  # cycles per zero-padding element written

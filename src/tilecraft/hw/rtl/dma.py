@@ -415,30 +415,49 @@ class ReadArbiter(wiring.Component):
             self.arvalid.eq(ar.o.valid),
             ar.o.ready.eq(self.arready),
         ]
+        # The grant is registered: a cycle picks the client (the lowest presenting a burst),
+        # the next lets its bursts through, so a client's ready comes from flip-flops (the
+        # grant, the AR skid's and the route FIFO's readies) and no client's valid reaches
+        # another's ready (the 81.1 MHz route ran the compute loader's planner through the
+        # pick into every client's ReadyBuffer, 12.1 ns). A transfer keeps the grant from its
+        # first burst's acceptance to its last one's; the pick after it takes a cycle
+        # (Timing.read_grant).
         owner = Signal(idw)
-        locked = Signal()
+        granted = [Signal(name=f"granted_{k}") for k in range(self.n)]  # (owner == k), held
+        mid = Signal()  # the owner's transfer is between its first and last burst
         chosen = Signal(idw)
-        any_req = Signal()
         for k in reversed(range(self.n)):
             with m.If(self.clients[k].ar.valid):
-                m.d.comb += [chosen.eq(k), any_req.eq(1)]
-        who = Mux(locked, owner, chosen)
+                m.d.comb += chosen.eq(k)
         ar_valid = Signal()
         ar_last = Signal()
         for k, client in enumerate(self.clients):
-            with m.If(who == k):
+            with m.If(owner == k):
                 m.d.comb += [
                     ar.i.payload.eq(Cat(client.ar.payload.addr, client.ar.payload.len)),
-                    ar_valid.eq(client.ar.valid),
                     ar_last.eq(client.ar.payload.last),
                 ]
-        m.d.comb += ar.i.valid.eq(ar_valid & route_fifo.w_stream.ready)
+        offers = (g & c.ar.valid for g, c in zip(granted, self.clients, strict=True))
+        m.d.comb += ar_valid.eq(Cat(*offers).any())
+        room = Signal()
+        m.d.comb += [
+            room.eq(ar.i.ready & route_fifo.w_stream.ready),
+            ar.i.valid.eq(ar_valid & route_fifo.w_stream.ready),
+        ]
         fire = ar.i.valid & ar.i.ready
         for k, client in enumerate(self.clients):
-            m.d.comb += client.ar.ready.eq(fire & (who == k))
-        m.d.comb += [route_fifo.w_stream.payload.eq(who), route_fifo.w_stream.valid.eq(fire)]
+            m.d.comb += client.ar.ready.eq(granted[k] & room)
+        m.d.comb += [route_fifo.w_stream.payload.eq(owner), route_fifo.w_stream.valid.eq(fire)]
         with m.If(fire):
-            m.d.sync += [owner.eq(who), locked.eq(~ar_last)]
+            with m.If(ar_last):  # the transfer's last burst: pick again next cycle
+                m.d.sync += [mid.eq(0)] + [g.eq(0) for g in granted]
+            with m.Else():
+                m.d.sync += mid.eq(1)
+        with m.Elif(~mid):  # between transfers: (re)pick among those presenting a burst
+            m.d.sync += owner.eq(chosen)
+            for k, g in enumerate(granted):
+                lower = Cat(Const(0, 1), *(c.ar.valid for c in self.clients[:k]))
+                m.d.sync += g.eq(self.clients[k].ar.valid & ~lower.any())
         # R: to the client at the head of the route FIFO
         head = route.o.payload
         for k, client in enumerate(self.clients):
