@@ -278,6 +278,34 @@ def test_units_flag_out_of_range_indices():
     assert errors == [True]
 
 
+BOUNDARY = [  # (the micro-op's field, the stride, iterations, whether an index is out of range)
+    (-2, 1, 2, False),  # the last index at depth - 1
+    (-1, 1, 2, True),  # at depth
+    (0, -1, 2, False),  # the offset alone reaches depth - 1
+    (0, -1, 3, True),  # and past depth (the check's room negative)
+]
+
+
+@pytest.mark.parametrize(("field", "stride", "iters", "over"), BOUNDARY)
+@pytest.mark.parametrize(("unit", "name"), [("gemm", "dst"), ("gemm", "src"), ("gemm", "wgt"),
+                                            ("alu", "dst"), ("alu", "src")])  # fmt: skip
+def test_range_checks_at_the_boundary(unit, name, field, stride, iters, over):
+    """Each index's check, index >= depth, worked out as the micro-op's field against depth -
+    offset (a register from the offset a cycle early): at the last row, one past it, and with
+    the offset alone past the depth."""
+    cfg = preset(SMALL)
+    depth = cfg.depth({"dst": "acc", "src": "inp" if unit == "gemm" else "acc", "wgt": "wgt"}[name])
+    fields = {"dst": 0, "src": 0, "wgt": 0, name: field % depth}
+    m = machine_with(cfg, [Uop(**fields)], 0)
+    loop = {f"{name}_in": stride % depth, "iter_out": 1, "iter_in": iters, "uop_bgn": 0,
+            "uop_end": 1}  # fmt: skip
+    if unit == "gemm":
+        _, errors = run_unit(cfg, GemmUnit, m, [Gemm(**loop)])
+    else:
+        _, errors = run_unit(cfg, AluUnit, m, [Alu(op=AluOp.ADD, **loop)])
+    assert errors == [over]
+
+
 KERNEL = [Uop(3, 0, 0), Uop(3, 0, 0), Uop(40, 0, 0), Uop(7, 8, 0), Uop(8, 50, 0), Uop(12, 20, 0)]
 IMM = dict(use_imm=True, imm=5)
 

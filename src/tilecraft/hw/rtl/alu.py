@@ -148,17 +148,17 @@ def alu_lane(m: Module, spec: IsaSpec, flags: OpFlags, a, b, product=None):
 
 
 # MUL: a lane group's operands are picked into registers, then its partial products (the DSPs'
-# output registers, their input registers off), then their sum are registered in turn, so the
-# last group's products are in MUL_TAIL cycles after its phase (sim.timing's alu_mul_tail)
+# output registers, their input registers off), then the lane's partial products are
+# registered in turn, so the last group's are in MUL_TAIL cycles after its phase
+# (sim.timing's alu_mul_tail); `lane_product` sums them in front of the pick (X2)
 MUL_TAIL = 3
 
 
-def lane_multiply(m: Module, x, y, bits: int, name: str):
-    """(x * y) mod 2**bits, from registers holding the three half-width products of x and y of
-    the cycle before (each fits an 18x18 DSP multiplier): x*y = xl*yl + ((xh*yl + xl*yh) << h)
-    mod 2**bits, where xl, yl are the low h bits and xh, yh the rest; xh*yh << 2h vanishes.
-    Each product is registered straight from its multiplier (the cross terms are added after,
-    with the low product: no adder sits behind a DSP)."""
+def lane_multiply(m: Module, x, y, bits: int, name: str) -> tuple:
+    """The three half-width products of x and y (each fits an 18x18 DSP multiplier), from
+    registers, a cycle after x and y: xl*yl, xh*yl and xl*yh, where xl, yl are the low h bits
+    and xh, yh the rest (`lane_product` sums them to x*y mod 2**bits; xh*yh << 2h vanishes).
+    Each product is registered straight from its multiplier (no adder behind a DSP)."""
     h = bits // 2
     xl, xh, yl, yh = x[:h], x[h:], y[:h], y[h:]
     low = Signal(2 * h, name=f"{name}_low", reset_less=True)
@@ -168,7 +168,14 @@ def lane_multiply(m: Module, x, y, bits: int, name: str):
         cross[0].eq((xh * yl)[: bits - h]),
         cross[1].eq((xl * yh)[: bits - h]),
     ]
-    return (low + (((cross[0] + cross[1])[: bits - h]) << h))[:bits]
+    return low, cross[0], cross[1]
+
+
+def lane_product(parts, bits: int):
+    """x * y mod 2**bits from `lane_multiply`'s three products: xl*yl + ((xh*yl + xl*yh) << h)."""
+    low, cross0, cross1 = parts
+    h = bits // 2
+    return (low + (((cross0 + cross1)[: bits - h]) << h))[:bits]
 
 
 def lane_multiply_dsp(m: Module, x, y, bits: int, name: str, dsp: str):
@@ -187,5 +194,4 @@ def lane_multiply_dsp(m: Module, x, y, bits: int, name: str, dsp: str):
         cell = Instance("MULT18X18D", **pins) if dsp == ECP5_DSP else Mult18x18dModel(pins)
         m.submodules[f"{name}_dsp{k}"] = cell
         products.append(p)
-    low, cross0, cross1 = products[0][: 2 * h], products[1][: bits - h], products[2][: bits - h]
-    return (low + (((cross0 + cross1)[: bits - h]) << h))[:bits]
+    return products[0][: 2 * h], products[1][: bits - h], products[2][: bits - h]

@@ -36,6 +36,7 @@ from tilecraft.hw.rtl.alu import (
     lane_candidates,
     lane_multiply,
     lane_multiply_dsp,
+    lane_product,
     registered,
     select,
 )
@@ -193,6 +194,19 @@ def _index(base, offset, name: str) -> Signal:
     return Signal(bits, name=f"{name}_idx")
 
 
+def _room(m: Module, depth, offset, name: str, hold=None) -> Signal:
+    """depth - offset, from the offset a cycle before it is added (`offset`, one stage of a
+    `_delayed` chain, kept alike under `hold`): the range check, index >= depth, is then the
+    micro-op's field against this register, one carry chain, not the sum's and a compare's
+    (the 93.1 MHz route's worst path, 10.7 ns). Signed: an offset past the depth leaves it
+    negative, and every field is then over."""
+    width = max(Value.cast(depth).shape().width, Value.cast(offset).shape().width) + 1
+    room = Signal(signed(width), name=f"{name}_room")
+    with m.If(~hold if hold is not None else 1):
+        m.d.sync += room.eq(depth - offset)
+    return room
+
+
 def _delayed(m: Module, value, cycles: int, name: str, hold=None) -> list:
     """`value` and its copies 1..cycles cycles later (each register keeps its value in a cycle
     where `hold` is set: a stalled pipeline's front)."""
@@ -237,9 +251,9 @@ class GemmUnit(wiring.Component):
         for f, mem in zip(STRIDED, ("acc", "inp", "wgt")):
             idx[f] = _index(u[f], off[lat][f], f)
             total = Signal.like(idx[f], name=f"{f}_sum")
-            over[f] = total >= cfg.depth(mem)
             m.d.comb += total.eq(u[f] + off[lat][f])
             m.d.sync += idx[f].eq(total)
+            over[f] = u[f] >= _room(m, cfg.depth(mem), off[lat - 1][f], f)
         vi, lasti = Signal(), Signal()
         # the range check, registered with the indices: `bad` (the unit's error, and what
         # stops it) is a flip-flop, so only its fan-out lies between it and the error report
@@ -387,6 +401,8 @@ class AluUnit(wiring.Component):
         dst, src = _index(u.dst, off[lat].dst, "dst"), _index(u.src, off[lat].src, "src")
         dst_sum, src_sum = Signal.like(dst, name="dst_sum"), Signal.like(src, name="src_sum")
         m.d.comb += [dst_sum.eq(u.dst + off[lat].dst), src_sum.eq(u.src + off[lat].src)]
+        early = off[lat - 1]
+        rooms = {f: _room(m, depth, getattr(early, f), f, hold=stall) for f in ("dst", "src")}
         vi, lasti, phi, repi = Signal(), Signal(), Signal(8), Signal()
         reading, src_phase = Signal(), Signal()  # decoded a cycle early, for the read port
         # The hazard: a micro-op of one phase (an immediate op, or a tensor op whose src
@@ -406,7 +422,7 @@ class AluUnit(wiring.Component):
         hazard, stalled = Signal(), Signal()
         # the range check, registered with the indices (the error report starts from `bad`)
         bad = Signal()
-        over = (dst_sum >= depth) | (tensor & (src_sum >= depth))
+        over = (u.dst >= rooms["dst"]) | (tensor & (u.src >= rooms["src"]))
         with m.If(~stall):
             m.d.sync += [
                 dst.eq(dst_sum),
@@ -502,17 +518,26 @@ class AluUnit(wiring.Component):
             operands[name] = current
         lhs, rhs = operands["a"], operands["b"]
         # MUL: `group` shared multipliers, one lane group per cycle, pipelined (see lane_multiply)
-        product = Signal.like(w.data, reset_less=True)
+        # each lane's three partial products, registered as they leave the DSPs (their sum
+        # behind the DSPs' routing was the 81.1 MHz route's 10.75 ns path)
+        h = ab // 2
+        parts = [
+            tuple(Signal(n, name=f"mul_part{k}_{j}", reset_less=True)
+                  for j, n in enumerate((2 * h, ab - h, ab - h)))
+            for k in range(lanes)
+        ]  # fmt: skip
         result = Signal.like(w.data)
         # X1: the lane ops' candidates into registers; X2: the pick (`select`) into `res`.
-        # MUL's products are read at X2 straight from their register (the next micro-op's
-        # first lane group is in it several cycles later)
+        # MUL's products are summed at X2 from their registers (the next micro-op's first lane
+        # group is in them several cycles later)
         for k in range(lanes):
             lane = slice(k * ab, (k + 1) * ab)
             x, y = lhs[lane].as_signed(), rhs[lane].as_signed()
-            cands = lane_candidates(m, spec, x, y, product[lane])
+            product = Signal(signed(ab), name=f"mul_product{k}")
+            m.d.comb += product.eq(lane_product(parts[k], ab))
+            cands = lane_candidates(m, spec, x, y, product)
             cands = registered(m, spec, cands, f"lane{k}")
-            cands["mul"] = product[lane]
+            cands["mul"] = product
             m.d.comb += result[lane].eq(select(m, flags, cands, ab))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
         g, multiplying = Signal(8), Signal()
@@ -542,7 +567,7 @@ class AluUnit(wiring.Component):
             for j in range(groups):
                 with m.If(active[-1] & (slot[-1] == j)):
                     k = j * group + i
-                    m.d.sync += product[k * ab : (k + 1) * ab].eq(p)
+                    m.d.sync += [r.eq(v) for r, v in zip(parts[k], p, strict=True)]
         # W = X2+1: the write, from registers
         res, w_val = Signal.like(w.data, reset_less=True), Signal()
         m.d.sync += [res.eq(result), w_val.eq(done_x2)]
