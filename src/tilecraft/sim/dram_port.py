@@ -4,8 +4,9 @@
   (`hw/rtl/dma.py` ReadArbiter): one transfer at a time owns it from its first burst's acceptance to
   its last one's; among transfers waiting for it the lower client wins a tie (fetch, compute,
   load). The pick is registered: a first burst is accepted `Timing.read_grant` cycles after it
-  is presented at the soonest, and after the cycle following the last transfer's last burst. Within a transfer the next burst is presented one cycle after the previous one is
-  accepted (`Timing.bursts`, `Timing.row_delay` at a new row).
+  is presented at the soonest, and after the cycle following the last transfer's last burst.
+  Within a transfer the next burst is presented one cycle after the previous one is accepted
+  (`Timing.bursts`, `Timing.row_delay` at a new row).
 - The store's bursts go on AW and are accepted only in a cycle where no read is presented, so
   they wait for a gap between read bursts.
 - The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
