@@ -115,3 +115,33 @@ def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end
             get_device("sim").run(program, {})
     else:
         get_device("sim").run(program, {})
+
+
+@pytest.mark.parametrize("unit", ["gemm", "alu"])
+def test_a_units_range_error_reaches_the_report_with_its_index(unit):
+    """A GEMM or ALU index past the accumulator (the unit's range check, then the compute stage's
+    error capture, a cycle behind it): the report's code and instruction index are the
+    simulator's (the second instruction's, not the first's)."""
+    from tilecraft.compiler.builder import ProgramBuilder
+    from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm
+    from tilecraft.runtime.buffers import Role
+
+    cfg = preset("1x8x8")
+    pb = ProgramBuilder(cfg, f"{unit}_range")
+    pb.buffer("o", Role.OUTPUT, (4, 1, cfg.block_out), np.int8)
+    past = {"uop_bgn": 0, "uop_end": 1, "iter_out": 1, "iter_in": 3,
+            "dst_in": cfg.depth("acc") - 1}  # fmt: skip  # the third index is past the end
+    bad = Gemm(**past) if unit == "gemm" else Alu(op=AluOp.ADD, use_imm=True, imm=1, **past)
+    program = pb.build([Gemm(uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), bad, Finish()])
+    reports = []
+
+    def watch(ctx, dut, cycle):
+        if ctx.get(dut.regs.error):
+            reports.append((ctx.get(dut.regs.error_code), ctx.get(dut.regs.error_index)))
+
+    done, _, _ = run_program(program, {}, watch=watch)
+    assert done
+    with pytest.raises(AccessError) as sim_error:
+        get_device("sim").run(program, {})
+    assert sim_error.value.index > 0
+    assert reports and reports[-1] == (regs.ErrorCode.SRAM_RANGE, sim_error.value.index)
