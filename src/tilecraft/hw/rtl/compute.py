@@ -232,8 +232,6 @@ class Compute(wiring.Component):
         m.d.comb += blocked.eq(Cat(*(inflight[n]["owed"] for n in inflight)).any())
 
         error = self.error
-        failures = []  # the units' failures of the cycle before, not yet in the report
-        failing = Signal()
 
         def fail(code, idx):
             m.d.sync += [error.code.eq(code), error.index.eq(idx), error.valid.eq(1)]
@@ -248,7 +246,7 @@ class Compute(wiring.Component):
         )
         target = Signal()  # 0: gemm, 1: alu
         with m.FSM():
-            with m.State("IDLE"), m.If(cmd.valid & ~run.halt & ~error.valid & ~failing):
+            with m.State("IDLE"), m.If(cmd.valid & ~run.halt & ~error.valid):
                 m.d.comb += cmd.ready.eq(1)
                 m.d.sync += [cur.eq(insn_word), cur_index.eq(index)]
                 with m.If((op == Opcode.GEMM) | (op == Opcode.ALU)):
@@ -334,22 +332,11 @@ class Compute(wiring.Component):
             "alu": regs.ErrorCode.SRAM_RANGE,
             "load": loader.error,
         }
-        # a unit's failure reaches the error report a cycle later, from registers: its flag,
-        # code and instruction index (the units' done and error flags and their pick into the
-        # report's enable and its index were the 93.9 MHz route's 29 failing endpoints, 10.65
-        # ns). The issue FSM waits on `failing` as on the report, so nothing issues after it.
         for n in inflight:
-            failed = Signal(name=f"{n}_failed")
-            code = Signal.like(error.code, name=f"{n}_failed_code")
-            index = Signal.like(inflight[n]["index"], name=f"{n}_failed_index")
-            m.d.sync += [failed.eq(done[n] & errs[n]), code.eq(codes[n]),
-                         index.eq(inflight[n]["index"])]  # fmt: skip
-            failures.append(failed)
-            with m.If(failed):
-                fail(code, index)
-            with m.If(done[n] & ~errs[n] & (inflight[n]["push_prev"] | inflight[n]["push_next"])):
+            with m.If(done[n] & errs[n]):
+                fail(codes[n], inflight[n]["index"])
+            with m.Elif(done[n] & (inflight[n]["push_prev"] | inflight[n]["push_next"])):
                 m.d.sync += inflight[n]["owed"].eq(1)
-        m.d.comb += failing.eq(Cat(*failures).any())
         # the units finish out of order, but each queue takes its tokens in program order: a
         # push waits for older instructions still running or owing a push to the same queue
         prev_pushes, next_pushes = [], []
