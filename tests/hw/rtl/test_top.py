@@ -120,8 +120,8 @@ def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end
 @pytest.mark.parametrize("unit", ["gemm", "alu"])
 def test_a_units_range_error_reaches_the_report_with_its_index(unit):
     """A GEMM or ALU index past the accumulator (the unit's range check, then the compute stage's
-    error capture, a cycle behind it): the report's code and instruction index are the
-    simulator's (the second instruction's, not the first's)."""
+    error capture): the report's code and instruction index are the simulator's (the second
+    instruction's, not the first's)."""
     from tilecraft.compiler.builder import ProgramBuilder
     from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm
     from tilecraft.runtime.buffers import Role
