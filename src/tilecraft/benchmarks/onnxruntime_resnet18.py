@@ -17,6 +17,7 @@ import numpy as np
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.hw.config import HwConfig
+from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime
 from tilecraft.models.zoo import resnet18
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
@@ -26,27 +27,10 @@ CALIBRATION = 4
 
 
 def _quantized(tmp: Path, activations: str, rng) -> Path:
-    import onnx
-    from onnxruntime import quantization as q
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    src, pre, out = tmp / "r18.onnx", tmp / "r18_pre.onnx", tmp / f"r18_{activations}.onnx"
-    onnx.save(resnet18(seed=0), str(src))
-    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-    batches = iter([{"input": rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)}
-                    for _ in range(CALIBRATION)])  # fmt: skip
-
-    class Reader(q.CalibrationDataReader):
-        def get_next(self):
-            return next(batches, None)
-
-    unsigned = activations == "uint8"
-    q.quantize_static(str(pre), str(out), Reader(), quant_format=q.QuantFormat.QDQ,
-                      per_channel=True, weight_type=q.QuantType.QInt8,
-                      activation_type=q.QuantType.QUInt8 if unsigned else q.QuantType.QInt8,
-                      extra_options={"ActivationSymmetric": not unsigned,
-                                     "WeightSymmetric": True})  # fmt: skip
-    return out
+    samples = [{"input": rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)}
+               for _ in range(CALIBRATION)]  # fmt: skip
+    return quantize_with_onnxruntime(resnet18(seed=0), tmp / f"r18_{activations}.onnx", samples,
+                                     activations=activations)  # fmt: skip
 
 
 def _tensors(path: Path, x: np.ndarray, unsigned: bool):

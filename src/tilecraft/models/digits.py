@@ -42,23 +42,8 @@ def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool
     calibrated on the first `images` training images; `form` "qdq" or "qoperator"), written to
     `out`: the model a user brings that tilecraft must run as onnxruntime does. Needs
     onnxruntime."""
-    from onnxruntime import quantization as q
+    from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime as quantize
 
-    formats = {"qdq": q.QuantFormat.QDQ, "qoperator": q.QuantFormat.QOperator}
-    if form not in formats:
-        raise ValueError(f"form must be one of {sorted(formats)}, not {form!r}")
-    types = {"int8": q.QuantType.QInt8, "uint8": q.QuantType.QUInt8}
-    if activations not in types:
-        raise ValueError(f"activations must be one of {sorted(types)}, not {activations!r}")
-
-    batches = iter([{"input": x_train[i : i + 1]} for i in range(images)])
-
-    class Reader(q.CalibrationDataReader):
-        def get_next(self):
-            return next(batches, None)
-
-    q.quantize_static(str(ONNX_PATH), str(out), Reader(), quant_format=formats[form],
-                      per_channel=True, activation_type=types[activations],
-                      weight_type=q.QuantType.QInt8,
-                      extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
-    return out  # fmt: skip
+    samples = [{"input": x_train[i : i + 1]} for i in range(images)]
+    return quantize(ONNX_PATH, out, samples, activations=activations, symmetric=symmetric,
+                    form=form, preprocess=False)  # fmt: skip

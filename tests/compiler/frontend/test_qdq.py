@@ -133,3 +133,41 @@ def test_a_batchnorm_the_model_rounds_before_is_folded_with_a_warning(tmp_path):
     with pytest.warns(ModelWarning, match="1 BatchNormalization node.*quant_pre_process"):
         graph = import_model(out)
     assert not any(n.op is OpType.BATCHNORM for n in graph.nodes)
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+def test_the_evaluator_and_the_calibrator_round_where_the_model_rounds(tmp_path, activations):
+    """The Q/DQ pairs absorb_qdq takes out of the graph stay in its meaning: every tensor the
+    model quantizes is, in the float evaluator (and so in calibration), onnxruntime's
+    DequantizeLinear output (its session unoptimized, each node as written), to float32
+    rounding. With uint8 activations onnxruntime's quantizer drops the ReLUs (the range implies
+    them): without the rounding, the evaluator would run the network without them."""
+    import onnx
+    from network_models import quantized_by_onnxruntime, small_cnn
+
+    from tilecraft.compiler.frontend.evaluate import evaluate
+    from tilecraft.compiler.quant.calibrate import calibrate
+
+    path = quantized_by_onnxruntime(small_cnn(), tmp_path / "q.onnx", activations)
+    model = onnx.load(str(path))
+    graph = import_model(model)
+    dq = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    rounded = {q.input[0]: dq[q.output[0]] for q in model.graph.node
+               if q.op_type == "QuantizeLinear" and q.input[0] in graph.scales}  # fmt: skip
+    for name in rounded.values():
+        model.graph.output.append(onnx.helper.make_tensor_value_info(name, 1, None))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"input": x})))
+    ours = evaluate(graph, {"input": x}, keep_all=True)
+    ranges = calibrate(graph, {"input": x})
+    rounded = {t: theirs_name for t, theirs_name in rounded.items() if t in ours}  # not fused
+    assert len(rounded) >= 5, rounded
+    for tensor, their_name in rounded.items():
+        step = graph.scales[tensor]
+        off = np.abs(ours[tensor] - theirs[their_name]) / step
+        assert off.max() <= 2 + 1e-3 and np.mean(off < 0.5) >= 0.99, (tensor, off.max())
+        top = float(np.abs(theirs[their_name]).max())
+        assert abs(ranges.thresholds[tensor] - top) <= 2 * step, (tensor, top)

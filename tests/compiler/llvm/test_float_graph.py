@@ -1,15 +1,17 @@
 """Float networks on the host's float32 kernels: the same outputs as onnxruntime on the
 original model (within 1e-5 of the largest output), every node on a kernel where one exists,
-and the nodes without one (a grouped conv) run in numpy and named."""
+and the nodes without one (a grouped conv) run in numpy and named. A model quantized by
+onnxruntime runs fake-quantized, as its QuantizeLinear/DequantizeLinear nodes say."""
 
 import numpy as np
 import pytest
-from network_models import tiny_resnet
+from network_models import quantized_by_onnxruntime, small_cnn, tiny_resnet
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.llvm.float_graph import FloatGraph
 from tilecraft.errors import ModelError
 from tilecraft.models.onnx_builder import Builder
+from tilecraft.models.zoo import mobilenet_v2, resnet18
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -55,3 +57,47 @@ def test_bad_inputs_are_named(jit):
         fg.run({"input": np.zeros((1, 3, 8, 8), np.float32)})
     with pytest.raises(ModelError, match="input 'input' is missing"):
         fg.run({})
+
+
+def _unoptimized_onnxruntime(path, x):
+    """onnxruntime with its graph optimizations off: each QuantizeLinear/DequantizeLinear runs
+    as written (with them on it fuses the pairs into int8 kernels: another computation)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: x})[0]
+
+
+def _check_fake_quantized(jit, model, path, activations):
+    """The float path of a model quantized by onnxruntime against its unoptimized session:
+    the same top-1, and the logits equal but where a float32 sum landed on the other side of
+    a rounding boundary than onnxruntime's (one step there, at most 2 after it compounds)."""
+    import onnx
+
+    q = quantized_by_onnxruntime(model, path, activations)
+    if activations == "uint8":  # the quantizer dropped every ReLU: the uint8 range implies it
+        assert not any(n.op_type == "Relu" for n in onnx.load(str(q)).graph.node)
+    graph = import_model(str(q))
+    fg = FloatGraph(graph, jit)
+    assert fg.fake_quantized == len(graph.scales) > 0
+    x = np.random.default_rng(7).standard_normal(graph.shape("input")).astype(np.float32)
+    want = _unoptimized_onnxruntime(q, x)
+    got = fg.run({"input": x})[graph.outputs[0]]
+    step = graph.scales[graph.outputs[0]]
+    assert got.argmax() == want.argmax()
+    off = np.abs(got - want) / step
+    assert off.max() <= 2 + 1e-3 and np.mean(off < 0.5) >= 0.9, (off.max(), np.mean(off < 0.5))
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+def test_a_quantized_model_runs_as_its_quantization_nodes_say(jit, tmp_path, activations):
+    _check_fake_quantized(jit, small_cnn(), tmp_path / "q.onnx", activations)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+@pytest.mark.parametrize("make", [resnet18, mobilenet_v2])
+def test_zoo_networks_quantized_by_onnxruntime_run_as_onnxruntime(jit, tmp_path, make,
+                                                                   activations):  # fmt: skip
+    _check_fake_quantized(jit, make(size=64), tmp_path / "q.onnx", activations)

@@ -1,6 +1,12 @@
 """A float evaluator of the graph IR in numpy: the semantics of each operator (imported or
 normalised), used to check that the passes keep the network's meaning (tests compare it with
-onnxruntime on the original model) and to read every tensor of a normalised graph."""
+onnxruntime on the original model) and to read every tensor of a normalised graph.
+
+A quantized model's QuantizeLinear/DequantizeLinear pairs leave the graph as the scales and
+zero points of the tensors they rounded (`Graph.scales`, `Graph.zero_points`): the evaluator
+rounds each of those tensors to its grid where it is made (`fake_quantize`), as the pairs did.
+Without that, a model whose quantizer dropped a ReLU (the int8 range implies it) would run
+without it."""
 
 from __future__ import annotations
 
@@ -41,6 +47,21 @@ def pool(x, kernel, stride, pads, kind: str, count_include_pad: bool = False) ->
     ones = np.pad(np.ones(x.shape[2:]), ((t, bot), (left, r)))
     counts = np.lib.stride_tricks.sliding_window_view(ones, kernel)[:: stride[0], :: stride[1]]
     return win.sum(axis=(4, 5)) / counts.sum(axis=(2, 3))
+
+
+def fake_quantize(x: np.ndarray, scale: float, zero: int = 0) -> np.ndarray:
+    """`x` through ONNX's QuantizeLinear and DequantizeLinear at `scale`, in x's dtype: divided
+    by the float32 scale, rounded half to even, plus the zero point, saturated to the stored
+    int8 range, then back. `zero` is the zero point as stored (a uint8 one less 128, so the
+    range is -128..127 either way)."""
+    s = x.dtype.type(np.float32(scale))
+    q = np.clip(np.rint(x / s) + zero, -128, 127)
+    return ((q - zero) * s).astype(x.dtype, copy=False)
+
+
+def quantization_points(graph: Graph) -> dict[str, tuple[float, int]]:
+    """The tensors a quantized model rounds, with their scale and stored zero point."""
+    return {t: (s, graph.zero_points.get(t, 0)) for t, s in graph.scales.items()}
 
 
 def _clip(y, clip):
@@ -93,7 +114,9 @@ def run_node(node: Node, args: list) -> np.ndarray:
 
 
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray], keep_all: bool = False) -> dict:
-    """The graph's outputs (every tensor with `keep_all`) for float `inputs`, in float64."""
+    """The graph's outputs (every tensor with `keep_all`) for float `inputs`, in float64; a
+    quantized model's tensors rounded where it rounds them (`fake_quantize`)."""
+    points = quantization_points(graph)
     values = {k: np.asarray(v, np.float64) for k, v in graph.constants.items()}
     for name in graph.inputs:
         if name not in inputs:
@@ -101,9 +124,11 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray], keep_all: bool = False
         x = np.asarray(inputs[name], np.float64)
         if x.shape != graph.shape(name):
             raise ModelError(f"input {name!r} has shape {x.shape}; expected {graph.shape(name)}")
-        values[name] = x
+        values[name] = fake_quantize(x, *points[name]) if name in points else x
     for node in graph.nodes:
         args = [values[i] if i else None for i in node.inputs]
-        values[node.output] = run_node(node, args)
+        y = run_node(node, args)
+        values[node.output] = fake_quantize(y, *points[node.output]) \
+            if node.output in points else y  # fmt: skip
     keys = [k for k in values if k not in graph.constants] if keep_all else graph.outputs
     return {k: values[k] for k in keys}

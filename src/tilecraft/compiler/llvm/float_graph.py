@@ -2,7 +2,11 @@
 float32 kernels: the CPU baseline a user compares the accelerator with, and the float
 fallback. Each node gets its kernel when it is built (convs, depthwise convs, dense layers,
 adds, clips, pooling, softmax); a node with none (a grouped or dilated conv, a transposed
-Gemm operand, BatchNorm left unfolded, ...) runs in numpy, and `numpy_nodes` names them."""
+Gemm operand, BatchNorm left unfolded, ...) runs in numpy, and `numpy_nodes` names them.
+
+A quantized model (QDQ, QOperator, QONNX) runs as its quantization nodes say: each tensor it
+rounds is rounded to its int8 grid where it is made (`evaluate.fake_quantize`, in float32),
+which is what onnxruntime computes with its graph optimizations off."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tilecraft.compiler.frontend.evaluate import run_node
+from tilecraft.compiler.frontend.evaluate import fake_quantize, quantization_points, run_node
 from tilecraft.compiler.frontend.ir import Graph, Node, OpType
 from tilecraft.compiler.llvm.kernels import conv, dense, window
 from tilecraft.compiler.llvm.kernels import elementwise as EW
@@ -28,6 +32,7 @@ class FloatGraph:
 
         self.graph, self.jit = graph, jit or Jit()
         self.consts = {k: np.asarray(v, np.float32) for k, v in graph.constants.items()}
+        self.points = quantization_points(graph)
         self.steps: list[tuple[Node, Callable | None]] = []
         for node in graph.nodes:
             self.steps.append((node, None if node.op in VIEWS else self._kernel(node)))
@@ -46,12 +51,20 @@ class FloatGraph:
             if x.shape != self.graph.shape(name):
                 raise ModelError(f"input {name!r} has shape {x.shape}; expected "
                                  f"{self.graph.shape(name)}")  # fmt: skip
-            values[name] = x
+            values[name] = self._rounded(name, x)
         for node, kernel in self.steps:
             args = [values[i] if i else None for i in node.inputs]
             y = kernel(args) if kernel else run_node(node, args)
-            values[node.output] = np.asarray(y, np.float32)
+            values[node.output] = self._rounded(node.output, np.asarray(y, np.float32))
         return {k: values[k] for k in self.graph.outputs}
+
+    @property
+    def fake_quantized(self) -> int:
+        """How many tensors the model rounds to int8 (0: a float model)."""
+        return len(self.points)
+
+    def _rounded(self, name: str, x: np.ndarray) -> np.ndarray:
+        return fake_quantize(x, *self.points[name]) if name in self.points else x
 
     # ---- a kernel per node ---------------------------------------------------------------
     def _kernel(self, node: Node) -> Callable | None:
