@@ -115,7 +115,7 @@ def run_model(
             moved = getattr(result.report, "dram_bytes", None)
             dram = sum(moved.values()) if isinstance(moved, dict) else None
         for b in step.outputs:
-            values[b.tensor] = outs[b.buffer]
+            values[b.tensor] = _as_tensor(model, b.tensor, outs[b.buffer])
         place = "cpu" if hasattr(device, "run_layers") else "accelerator"
         reports.append(StepReport(step.name, place, time.perf_counter() - start,
                                   cycles, dram, pack))  # fmt: skip
@@ -140,6 +140,15 @@ def _view(program, buffer: str, value: np.ndarray) -> np.ndarray:
     if layout is not None and value.shape != tuple(layout.logical) and \
             value.size == int(np.prod(layout.logical)):  # fmt: skip
         return value.reshape(layout.logical)
+    return value
+
+
+def _as_tensor(model: CompiledModel, name: str, value: np.ndarray) -> np.ndarray:
+    """A buffer's value as the model's tensor: a dense layer read through a Flatten stores
+    (N, C, 1, 1) for the (N, C) tensor, the same values."""
+    shape = model.tensor(name).shape
+    if value.shape != tuple(shape) and value.size == int(np.prod(shape)):
+        return value.reshape(shape)
     return value
 
 

@@ -57,22 +57,26 @@ class NetworkCompilation:
     ranges: Ranges
     seconds: dict[str, float]  # import, calibrate, quantize, compile
     layer_programs: dict[str, Program]  # each accelerator layer's own program, by layer name
+    moved: dict[str, str]  # layers the partition placed on the accelerator, run on the host
 
 
 ON_ACCELERATOR = (AccelLayer, PoolLayer, AddLayer)
 FIXED = (PoolLayer, AddLayer)  # layers with one program whatever the schedule
 
 
-def _pool_program(cfg: HwConfig, layer: PoolLayer | AddLayer) -> Program | None:
+def _pool_program(cfg: HwConfig, layer: PoolLayer | AddLayer,
+                  moved: dict[str, str]) -> Program | None:  # fmt: skip
     """The pooling (or scaled add) layer's program, or None when the accelerator cannot hold
-    it (the host runs it then)."""
+    it (a shape past a limit the partition does not see: the host runs it then, and `moved`
+    says why)."""
     try:
         if isinstance(layer, AddLayer):
             return compile_scaled_add(cfg, layer.op, layer.name)
         if isinstance(layer.op, MaxPool2d):
             return compile_maxpool(cfg, layer.op, layer.name)
         return compile_global_avgpool(cfg, layer.op, layer.name)
-    except ScheduleError:
+    except ScheduleError as e:
+        moved[layer.name] = str(e)
         return None
 
 
@@ -131,19 +135,22 @@ def _step(layer, index: int) -> AcceleratorStep:
 def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
                 chain: bool = True, budget: int = DEFAULT_BUDGET,
                 layer_programs: dict | None = None, records=None,
-                jobs: int | None = None) -> CompiledModel:  # fmt: skip
+                jobs: int | None = None, moved: dict | None = None) -> CompiledModel:  # fmt: skip
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
     blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
     its producer's. `layer_programs`, if given, receives each layer's own program; `records`
     (`tune.records.Records`), the schedules tuning found, used for each layer they cover;
-    `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`)."""
+    `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`);
+    `moved`, if given, receives each layer the partition placed on the accelerator that runs
+    on the host, with the reason."""
     steps, programs, host_constants = [], [], {}
-    pools = {layer.name: _pool_program(cfg, layer) for layer in net.layers
+    moved = {} if moved is None else moved
+    pools = {layer.name: _pool_program(cfg, layer, moved) for layer in net.layers
              if isinstance(layer, FIXED)}  # fmt: skip
     layers = [_host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None
               else layer for layer in net.layers]  # fmt: skip
-    if cfg.block_in != cfg.block_out:
+    if cfg.block_in != cfg.block_out:  # a network quantized without the config (the tuner's)
         layers = [_host_depthwise(layer) if isinstance(getattr(layer, "op", None),
                   DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
@@ -300,11 +307,12 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
         ranges = calibrate(graph, calibration, observer)
     seconds["calibrate"] = time.perf_counter() - start
     start = time.perf_counter()
-    net = quantize(graph, ranges, exact_requant)
+    net = quantize(graph, ranges, exact_requant, cfg)
     seconds["quantize"] = time.perf_counter() - start
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
-    model = build_model(cfg, net, measure, chain=chain, budget=budget,
+    moved: dict[str, str] = {}
+    model = build_model(cfg, net, measure, chain=chain, budget=budget, moved=moved,
                         layer_programs=layer_programs, records=records, jobs=jobs)  # fmt: skip
     seconds["compile"] = time.perf_counter() - start
-    return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs)
+    return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs, moved)

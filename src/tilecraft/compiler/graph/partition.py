@@ -1,5 +1,13 @@
 """The partitioner: each node of a normalised graph goes to the accelerator or the host, with
-the reason for every host node, its MACs and its share of the network's MACs."""
+the reason for every node, its MACs and its share of the network's MACs.
+
+`partition` is the one placement: `tilecraft partition` reports it and the quantizer builds
+the network from it (`quant.quantize`), so the report cannot disagree with what is compiled.
+Given the config, it also says what the config decides (a depthwise conv needs square channel
+blocks). A Flatten the dense layers after it read on the accelerator moves nothing: an
+(N, C, 1, 1) map is its (N, C) rows byte for byte, and a dense layer reading a whole (N, C, H,
+W) map reads it in the accelerator's blocked layout, its weights permuted to match (an H x W
+convolution with one output pixel: the same MACs, the same values)."""
 
 from __future__ import annotations
 
@@ -22,9 +30,17 @@ class Reason(str, Enum):
     POOL_ALU = "max pool: window maximum on the vector ALU"
     POOL_AVG = "global average pool: GEMM row sums and requantization on the ALU"
     VIEW = "a view of the data: nothing moves"
+    FLATTEN_VIEW = "(N, C, 1, 1) read as (N, C) rows by the dense layers after it: the same bytes"
+    FLATTEN_ABSORBED = ("flatten of an (N, C, H, W) map into the dense layers after it: they read "
+                        "the blocked layout, their weights in its order (an HxW conv)")  # fmt: skip
+    FLATTEN_HOST = "flatten read on the host (or a graph output): unpacked there in NCHW order"
     DEPTHWISE = ("depthwise conv: a diagonal weight block per channel block on the GEMM core "
                  "(1/BLOCK_OUT of its products are the layer's)")  # fmt: skip
     DEPTHWISE_HOST = "depthwise conv with dilation or asymmetric padding (host kernel)"
+    WIDEN_BLOCKS = ("pooling or a scaled Add on a config with BLOCK_IN != BLOCK_OUT: the GEMM "
+                    "cannot widen its rows into the accumulator (host kernel)")  # fmt: skip
+    DEPTHWISE_BLOCKS = ("depthwise conv on a config with BLOCK_IN != BLOCK_OUT: no diagonal "
+                        "weight blocks (host kernel)")  # fmt: skip
     GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
     DILATED = "dilated conv: not offloaded"
     ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
@@ -62,8 +78,11 @@ def node_macs(graph: Graph, node: Node) -> int:
     return 0
 
 
-def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
+def place(graph: Graph, node: Node, cfg=None) -> tuple[Place, Reason]:
+    """Where `node` runs and why; `cfg` (an HwConfig), if given, adds what the config decides."""
     op = node.op
+    if op is OpType.FLATTEN:
+        return _flatten(graph, node, cfg)
     if op is OpType.CONV:
         a = node.attrs
         ic = graph.shape(node.inputs[0])[1]
@@ -72,6 +91,8 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
         if a.groups != 1:
             if a.dilation != (1, 1) or a.symmetric_pad is None:
                 return Place.HOST, Reason.DEPTHWISE_HOST
+            if cfg is not None and cfg.block_in != cfg.block_out:
+                return Place.HOST, Reason.DEPTHWISE_BLOCKS
             return Place.ACCELERATOR, Reason.DEPTHWISE
         if a.dilation != (1, 1):
             return Place.HOST, Reason.DILATED
@@ -80,15 +101,17 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
         return Place.ACCELERATOR, Reason.GEMM
     if op is OpType.DENSE:
         return Place.ACCELERATOR, Reason.GEMM
+    square = cfg is None or cfg.block_in == cfg.block_out  # rows widened through the GEMM
     if op is OpType.GLOBALAVGPOOL:
-        return Place.ACCELERATOR, Reason.POOL_AVG
-    if op is OpType.MAXPOOL:
-        return Place.ACCELERATOR, Reason.POOL_ALU  # its LOADs pad with -128: ONNX's -inf
+        return (Place.ACCELERATOR, Reason.POOL_AVG) if square else (Place.HOST, Reason.WIDEN_BLOCKS)
+    if op is OpType.MAXPOOL:  # its LOADs pad with -128: ONNX's -inf
+        return (Place.ACCELERATOR, Reason.POOL_ALU) if square else (Place.HOST, Reason.WIDEN_BLOCKS)
     if op is OpType.ADD and any(i in graph.scales for i in node.inputs):
         shapes = {graph.shape(i) for i in node.inputs}
-        if len(shapes) == 1 and len(next(iter(shapes))) == 4:
-            return Place.ACCELERATOR, Reason.ADD_SCALED
-        return Place.HOST, Reason.ADD_ROUNDED
+        if len(shapes) != 1 or len(next(iter(shapes))) != 4:
+            return Place.HOST, Reason.ADD_ROUNDED
+        return (Place.ACCELERATOR, Reason.ADD_SCALED) if square else \
+            (Place.HOST, Reason.WIDEN_BLOCKS)  # fmt: skip
     host = {
         OpType.AVGPOOL: Reason.POOLING,
         OpType.ADD: Reason.ADD,
@@ -96,15 +119,30 @@ def place(graph: Graph, node: Node) -> tuple[Place, Reason]:
         OpType.SOFTMAX: Reason.SOFTMAX,
         OpType.BATCHNORM: Reason.UNFUSED, OpType.MUL: Reason.UNFUSED,
         OpType.QUANTIZE: Reason.QUANT, OpType.DEQUANTIZE: Reason.QUANT,
-        OpType.FLATTEN: Reason.VIEW, OpType.RESHAPE: Reason.VIEW, OpType.IDENTITY: Reason.VIEW,
+        OpType.RESHAPE: Reason.VIEW, OpType.IDENTITY: Reason.VIEW,
     }  # fmt: skip
     return Place.HOST, host.get(op, Reason.FLOAT)
 
 
-def partition(graph: Graph) -> list[Placement]:
+def _flatten(graph: Graph, node: Node, cfg) -> tuple[Place, Reason]:
+    """A Flatten of an (N, C, H, W) map whose every reader is a dense layer (on the
+    accelerator) moves nothing; any other is the host's."""
+    shape = graph.shape(node.inputs[0])
+    readers = graph.consumers().get(node.output, [])
+    if (len(shape) != 4 or node.attrs.axis != 1 or node.output in graph.outputs or not readers
+            or any(r.op is not OpType.DENSE or r.inputs[0] != node.output for r in readers)):
+        return Place.HOST, Reason.FLATTEN_HOST  # fmt: skip
+    if shape[2:] == (1, 1):
+        return Place.ACCELERATOR, Reason.FLATTEN_VIEW
+    return Place.ACCELERATOR, Reason.FLATTEN_ABSORBED
+
+
+def partition(graph: Graph, cfg=None) -> list[Placement]:
+    """Every node's placement, in graph order; `cfg` (an HwConfig), if given, adds what the
+    config decides (see `place`)."""
     out = []
     for node in graph.nodes:
-        where, why = place(graph, node)
+        where, why = place(graph, node, cfg)
         out.append(Placement(node.name, node.op.value, where, why, node_macs(graph, node)))
     return out
 
@@ -120,7 +158,7 @@ def report(placements: list[Placement]) -> str:
     width = max(len(p.node) for p in placements)
     lines = [f"{'node':<{width}}  {'op':<18} {'place':<11} {'MACs':>13} {'share':>6}  reason"]
     for p in placements:
-        why = p.reason.value if p.place is Place.HOST else ""
+        why = p.reason.value if p.place is Place.HOST or p.op == OpType.FLATTEN.value else ""
         lines.append(f"{p.node:<{width}}  {p.op:<18} {p.place.value:<11} {p.macs:>13,} "
                      f"{p.macs / total:>6.1%}  {why}")  # fmt: skip
     on = sum(1 for p in placements if p.place is Place.ACCELERATOR)

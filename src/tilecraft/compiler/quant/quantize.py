@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecraft.compiler.frontend.ir import Graph, Node, OpType
-from tilecraft.compiler.graph.partition import Place, place
+from tilecraft.compiler.graph.partition import Place, Reason, partition, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
 from tilecraft.errors import ModelError, UnsupportedOperatorError
@@ -261,7 +261,11 @@ def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis
     return ep, {"multiplier": m.astype(np.int32)}
 
 
-def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool):
+def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool,
+                accelerator: bool = True, absorbed: str | None = None):  # fmt: skip
+    """A conv or dense node's int8 layer. `absorbed`: the (N, C, H, W) map a dense layer reads
+    through a Flatten (its x), which it reads as an H x W convolution with one output pixel,
+    its (C*H*W, N) weights as (N, C, H, W): the Flatten's NCHW order is the weights' order."""
     x, w_name, b_name = node.inputs[:3]
     a = node.attrs
     s_x, s_y = scales[x], scales[node.output]
@@ -283,7 +287,7 @@ def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool):
     ep, vectors = _requant(node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact,
                            offset)  # fmt: skip
     out = name_of(node.output)
-    if conv and a.groups > 1 and place(graph, node)[0] is Place.HOST:
+    if conv and a.groups > 1 and not accelerator:
         op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep, z_x)
         consts = {"weight": qw, "bias": qb.astype(np.int32), **vectors}
         return HostLayer(node.name, op, (name_of(x),), out, consts)
@@ -293,6 +297,10 @@ def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool):
     elif conv:
         n, ic, h, wd = graph.shape(x)
         op = Conv2d(n, ic, h, wd, qw.shape[0], a.kernel, a.stride, a.symmetric_pad, z_x)
+    elif absorbed is not None:
+        n, c, h, wd = graph.shape(absorbed)
+        qw = np.ascontiguousarray(qw.T.reshape(qw.shape[1], c, h, wd))
+        op = Conv2d(n, c, h, wd, qw.shape[0], (h, wd), 1, 0, z_x)
     else:
         (mm, k), nn = graph.shape(x), qw.shape[1]
         op = Dense(mm, k, nn)
@@ -417,25 +425,30 @@ def model_zero_points(graph: Graph, ranges: Ranges) -> dict[str, int]:
     return zeros
 
 
-def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> QuantizedNetwork:
+def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None,
+             cfg=None) -> QuantizedNetwork:  # fmt: skip
     """The int8 network of `graph` with activation ranges `ranges`. `exact` requantization
     (the default for a model that brings its own scales) reproduces the float32 rounding of
     the runtime that quantized the model (onnxruntime) on all but a few elements in 10**4, at
-    four more ALU passes per accumulator tile (see `_requant`)."""
+    four more ALU passes per accumulator tile (see `_requant`). Each node goes where
+    `partition(graph, cfg)` places it (`cfg` None: what does not depend on the config)."""
     exact = ranges.observer is Observer.MODEL if exact is None else exact
     check_supported(graph)
     scales = activation_scales(graph, ranges)
     zeros = model_zero_points(graph, ranges)
 
-    users = graph.consumers()
-    views = {n.output: n.inputs[0] for n in graph.nodes  # (N, C, 1, 1) -> (N, C): same bytes
-             if n.op is OpType.FLATTEN and graph.shape(n.inputs[0])[2:] == (1, 1)
-             and n.output not in graph.outputs
-             and all(u.op is OpType.DENSE for u in users.get(n.output, []))}  # fmt: skip
+    placed = {p.node: p for p in partition(graph, cfg)}  # the one placement: what is built
+    views = {n.output: n.inputs[0] for n in graph.nodes
+             if placed[n.name].reason in (Reason.FLATTEN_VIEW, Reason.FLATTEN_ABSORBED)}
+    absorbed = {n.output: n.inputs[0] for n in graph.nodes
+                if placed[n.name].reason is Reason.FLATTEN_ABSORBED}  # read as an HxW conv
 
     def name_of(t: str) -> str:
         t = views.get(t, t)
         return f"{t}:q" if t in graph.inputs or t in graph.outputs else t
+
+    def on_accelerator(node: Node) -> bool:
+        return placed[node.name].place is Place.ACCELERATOR
 
     layers: list = []
     for x in graph.inputs:
@@ -443,15 +456,17 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None) -> Quantiz
         layers.append(HostLayer(f"quantize:{x}", quant, (x,), name_of(x)))
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
-            layers.append(_conv_layer(graph, node, scales, zeros, name_of, exact))
-        elif node.op is OpType.MAXPOOL and place(graph, node)[0] is Place.ACCELERATOR:
+            through = absorbed.get(node.inputs[0]) if node.op is OpType.DENSE else None
+            layers.append(_conv_layer(graph, node, scales, zeros, name_of, exact,
+                                      on_accelerator(node), through))  # fmt: skip
+        elif node.op is OpType.MAXPOOL and on_accelerator(node):
             n, c, h, w = graph.shape(node.inputs[0])
             a = node.attrs
             op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=INT8[0])  # -inf
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         elif node.op is OpType.GLOBALAVGPOOL:
             layers.append(_gap_layer(graph, node, scales, zeros, name_of))
-        elif node.op is OpType.ADD and place(graph, node)[0] is Place.ACCELERATOR:
+        elif node.op is OpType.ADD and on_accelerator(node):
             layers.append(_add_layer(graph, node, scales, zeros, name_of))
         elif node.output in views:
             continue
