@@ -7,7 +7,7 @@ import pytest
 
 from tilecraft.boards import board
 from tilecraft.boards.block_design import block_design
-from tilecraft.boards.flows.vivado import build, write_project
+from tilecraft.boards.flows.vivado import build, timing_gate, write_project
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 
@@ -37,7 +37,9 @@ def test_the_project_describes_the_block_design(tmp_path, name):
     assert d.intc_base == (0xA0010000 if d.zynqmp else 0x41800000)
     assert "DIVISOR" not in bd  # Vivado derives the divisors from the frequency
     assert f"create_project -force tilecraft $here/vivado -part {d.board.part}" in project
-    assert 'error "timing is not met' in project and "hw_handoff/tilecraft.hwh" in project
+    assert timing_gate(d) in project and "hw_handoff/tilecraft.hwh" in project
+    assert project.index(timing_gate(d)) < project.index("file copy -force [lindex [glob")
+    assert "set allow_timing_failure 0\n" in project
     assert HwConfig.load(tmp_path / "overlay" / "tilecraft.toml") == d.config
     assert (tmp_path / "tilecraft_top.v").read_text().count("module tilecraft_top") == 1
     assert (tmp_path / "build.sh").stat().st_mode & 0o111
@@ -98,3 +100,37 @@ def test_a_failing_or_silent_vivado_is_reported(tmp_path, monkeypatch, quick_ver
     _fake_vivado(tmp_path / "bin", "2024.1", "true", monkeypatch)
     with pytest.raises(DeviceError, match="Vivado finished but wrote no .bit, .hwh"):
         build(d, tmp_path / "q")
+
+
+@pytest.mark.parametrize("wns, whs, allow, handed_over", [
+    (0.31, 0.05, 0, True), (-0.2, 0.1, 0, False), (0.2, -0.01, 0, False), (-0.2, 0.1, 1, True),
+])  # fmt: skip
+def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(tmp_path, wns, whs, allow,
+                                                                handed_over):  # fmt: skip
+    """The build script's gate, run in Tcl with Vivado's timing queries stood in for: a setup
+    or hold miss stops it before the .bit is copied out, unless the build was asked to take
+    it; its message names flags `tilecraft build` takes."""
+    import re
+    import shutil
+    import subprocess
+
+    from tilecraft.cli import _parser
+
+    tclsh = shutil.which("tclsh")
+    if tclsh is None:
+        pytest.skip("no tclsh here to run the build script's timing gate")
+    d = block_design(board("pynq-z1"))
+    script = tmp_path / "gate.tcl"
+    script.write_text(
+        f"proc get_timing_paths {{args}} {{ return [expr {{\"-hold\" in $args}}] }}\n"
+        f"proc get_property {{name hold}} {{ expr {{$hold ? {whs} : {wns}}} }}\n"
+        f"set allow_timing_failure {allow}\n{timing_gate(d)}\nputs handed-over\n"
+    )
+    done = subprocess.run([tclsh, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode == 0 and "handed-over" in done.stdout) is handed_over, done
+    if wns < 0 or whs < 0:
+        text = done.stdout + done.stderr
+        assert f"timing is not met at 100 MHz (WNS {wns} ns, WHS {whs} ns)" in text
+        build_flags = next(a for a in _parser()._actions if a.dest != "help").choices["build"]
+        known = {o for a in build_flags._actions for o in a.option_strings}
+        assert set(re.findall(r"--[a-z][a-z-]*", text)) <= known

@@ -1,8 +1,11 @@
 """`tilecraft compile MODEL.onnx`, `tilecraft run`: the whole-network commands, and their
 errors on bad input."""
 
+import json
+
 import numpy as np
-from network_models import tiny_resnet
+import pytest
+from network_models import quantized_by_onnxruntime, small_cnn, tiny_resnet
 
 from tilecraft.cli import main
 
@@ -11,17 +14,23 @@ def test_compile_then_run(tmp_path, capsys):
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     model = tmp_path / "tiny.tcm"
+    summary = tmp_path / "tiny.json"
     argv = ["compile", str(onnx_file), "--config", "1x8x8", "--calib-random", "4", "--report",
-            "3", "--requant", "exact", "-o", str(model)]  # fmt: skip
+            "3", "--requant", "exact", "-o", str(model), "--json", str(summary)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "1 accelerator program(s), 2 host step(s)" in out and "SQNR dB" in out
+    # what it built, on the cycle model: the count `run` gives on the simulator
+    built = json.loads(summary.read_text())
+    cycles = built["modeled_cycles"]
+    assert f"modeled: {cycles:,} accelerator cycles = {cycles / 1e5:.3f} ms at 100 MHz" in out
+    assert built["programs"] == 1 and built["host_steps"] == 2 and built["clock_mhz"] == 100
     x = tmp_path / "x.npy"
     np.save(x, np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32))
     result = tmp_path / "y.npz"
     assert main(["run", str(model), "--input", str(x), "--top-k", "2", "-o", str(result)]) == 0
     out = capsys.readouterr().out
-    assert "cycles" in out and "top-2" in out
+    assert f"accelerator: {cycles:,} cycles" in out and "top-2" in out
     assert np.load(result)["gemm_55_out"].shape == (1, 10)
 
 
@@ -88,3 +97,51 @@ def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypa
     assert np.load(floats)["gemm_55_out"].shape == (1, 10)
     assert main(["run", str(onnx_file), "--input", str(x)]) == 1
     assert "runs in float on --device cpu, not 'sim'" in capsys.readouterr().err
+
+
+def test_compile_conv2d_says_its_modeled_cycles(tmp_path, capsys):
+    out_json = tmp_path / "c.json"
+    argv = ["compile", "conv2d", "--H", "8", "--W", "8", "--IC", "16", "--OC", "32", "--relu",
+            "-o", str(tmp_path / "c.tcp"), "--json", str(out_json)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    built = json.loads(out_json.read_text())
+    assert f"modeled: {built['modeled_cycles']:,} accelerator cycles" in out
+    assert main(["sim", str(tmp_path / "c.tcp"), "--json", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["cycles"] == built["modeled_cycles"]
+
+
+def test_a_quantized_models_float_path_is_onnxruntimes(tmp_path, capsys):
+    """`run Q.onnx --device cpu` on a model onnxruntime quantized (uint8: its ReLUs dropped)
+    prints onnxruntime's top classes, its Q/DQ nodes rounding as they say."""
+    pytest.importorskip("llvmlite")
+    ort = pytest.importorskip("onnxruntime")
+    path = quantized_by_onnxruntime(small_cnn(), tmp_path / "q.onnx", "uint8")
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npz"
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--device", "cpu",
+                 "-o", str(out)]) == 0  # fmt: skip
+    assert "fake-quantized (" in capsys.readouterr().out
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(str(path), options).run(None, {"input": x})[0]
+    (got,) = np.load(out).values()
+    assert got.argmax() == want.argmax()
+    from tilecraft.compiler.frontend import import_model
+
+    graph = import_model(str(path))
+    step = graph.scales[graph.outputs[0]]
+    assert np.abs(got - want).max() <= 2.001 * step  # a float32 sum across a rounding edge
+
+
+def test_run_takes_the_shape_options_and_says_where_they_belong(tmp_path, capsys):
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    model = tmp_path / "tiny.tcm"
+    assert main(["compile", str(onnx_file), "--calib-random", "1", "--report", "0", "-o",
+                 str(model)]) == 0  # fmt: skip
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 3, 16, 16), np.float32))
+    assert main(["run", str(model), "--input", str(x), "--input-shape", "input=1,3,16,16"]) == 1
+    assert "give --input-shape to tilecraft compile" in capsys.readouterr().err

@@ -134,8 +134,50 @@ def cmd_compile(args) -> int:
     )
     comp = compile_operator(cfg, op, ep, **options, **params)
     print(comp.format())
+    chosen = next((c.cycles for c in comp.candidates if c.schedule == comp.schedule), None)
+    modeled = modeled_cycles([comp.program], [chosen])
+    print(modeled.format())
     _write(args.output, comp.program.save, "program")
+    summary = {"operator": op.describe(), "config": cfg.tag, "schedule": comp.schedule.describe(),
+               "instructions": len(comp.program.insns), "output": args.output,
+               **modeled.to_dict()}  # fmt: skip
+    _write(args.json, lambda p: _json(p, summary), "JSON")
     return 0
+
+
+class Modeled:
+    """The cycle model's count for compiled programs, run one after another at the config's
+    clock: what `compile` says it built."""
+
+    def __init__(self, cycles: list[int], clock_mhz: float):
+        self.cycles, self.clock_mhz = cycles, clock_mhz
+
+    @property
+    def total(self) -> int:
+        return sum(self.cycles)
+
+    @property
+    def ms(self) -> float:
+        return self.total / (self.clock_mhz * 1e3)
+
+    def format(self) -> str:
+        parts = f" ({len(self.cycles)} programs)" if len(self.cycles) > 1 else ""
+        return (f"modeled: {self.total:,} accelerator cycles = {self.ms:.3f} ms at "
+                f"{self.clock_mhz:g} MHz{parts} (the cycle model)")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"modeled_cycles": self.total, "modeled_ms": self.ms,
+                "clock_mhz": self.clock_mhz, "program_cycles": list(self.cycles)}  # fmt: skip
+
+
+def modeled_cycles(programs, known=None) -> Modeled:
+    """`programs` on the cycle model (timing does not depend on data), each count in `known`
+    taken as it is (the schedule search's measurement)."""
+    from tilecraft.sim.simulator import model_report
+
+    known = list(known or [None] * len(programs))
+    cycles = [k if k is not None else model_report(p).cycles for p, k in zip(programs, known)]
+    return Modeled(cycles, programs[0].config.clock_mhz if programs else 0.0)
 
 
 def cmd_bench(args) -> int:
@@ -341,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
             help=f"refuse a layer whose program would exceed N instructions (default {MAX_INSNS})",
         )
         q.add_argument("-o", "--output", required=True, help="program file to write (.tcp)")
+        q.add_argument("--json", help="write what was built (schedule, modeled cycles) here")
 
     from tilecraft.benchmarks import SUITES
 

@@ -63,6 +63,8 @@ def cmd_build(args) -> int:
 
     b = board(args.board)
     cfg = resolve_config(args.config) if args.config else b.config
+    if args.clock_mhz is not None and b.open is None:
+        cfg = cfg.replace(clock_mhz=args.clock_mhz)  # the fabric clock the block design makes
     if b.open is not None:
         return _build_open(b, cfg, args)
     design = block_design(b, cfg, args.name)
@@ -73,7 +75,8 @@ def cmd_build(args) -> int:
         print("warning: the synthesis figures say this config does not fit the part")
     example = conv2d(cfg, Conv2d(1, 64, 14, 14, 64, 3, 1, 1), Epilogue(shift=9, relu=True))
     result = build(design, args.folder, example=example.replace(name="example_conv"),
-                   any_vivado=args.any_vivado)  # fmt: skip
+                   any_vivado=args.any_vivado,
+                   allow_timing_failure=args.allow_timing_failure)  # fmt: skip
     print(f"wrote the Verilog, bd.tcl, project.tcl, build.sh and the overlay package "
           f"(package/) to {args.folder}")  # fmt: skip
     if result["ran"]:
@@ -88,11 +91,20 @@ def cmd_build(args) -> int:
 def _build_open(b, cfg, args) -> int:
     from tilecraft.boards.flows.ecp5_board import build_bitstream
 
-    print(f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes)")
-    made = build_bitstream(b, args.folder, cfg, route_timeout_s=args.route_timeout)
+    print(f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes a "
+          f"route; a route short of its clock is routed again at a lower one)")  # fmt: skip
+    made = build_bitstream(b, args.folder, cfg, route_timeout_s=args.route_timeout,
+                           clock_mhz=args.clock_mhz,
+                           allow_timing_failure=args.allow_timing_failure)  # fmt: skip
     print(made.timing.format())
-    print(f"wrote {made.path} ({made.path.stat().st_size:,} bytes; PLL {made.pll_mhz:g} MHz) "
-          f"and {made.path.with_suffix('.json').name}")  # fmt: skip
+    print(made.describe())
+    if not made.timing.met:
+        print(f"warning: {made.path.name} is clocked above its route's Fmax, as asked "
+              f"(--allow-timing-failure): it may fail on the board")  # fmt: skip
+    print(f"wrote {made.path} ({made.path.stat().st_size:,} bytes), "
+          f"{made.path.with_suffix('.json').name} and {made.config_file.name} (the config at "
+          f"{made.pll_mhz:g} MHz: model this board's figures with --config "
+          f"{made.config_file})")  # fmt: skip
     return 0
 
 
@@ -187,4 +199,10 @@ def add_parsers(sub) -> None:
                    help="open-flow boards: give up routing after S seconds")  # fmt: skip
     b.add_argument("--any-vivado", action="store_true",
                    help="build with any Vivado on the PATH, not only the board's")  # fmt: skip
+    b.add_argument("--clock-mhz", type=float, metavar="MHZ",
+                   help="the accelerator's clock (default: the config's; an open-flow build "
+                   "lowers it until a route meets it, unless given)")  # fmt: skip
+    b.add_argument("--allow-timing-failure", action="store_true",
+                   help="write the bitstream even for a clock its route misses (it may fail "
+                   "on the board)")  # fmt: skip
     b.set_defaults(func=cmd_build)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.errors import ModelError
@@ -47,7 +48,12 @@ def cmd_partition(args) -> int:
     from tilecraft.files import write_atomic
 
     graph = import_model(args.model, input_shapes(args.input_shape))
-    placements = partition(graph)
+    cfg = None
+    if args.config:
+        from tilecraft.boards import resolve_config
+
+        cfg = resolve_config(args.config)
+    placements = partition(graph, cfg)
     print(report(placements))
     if args.json:
         write_atomic(args.json, to_json(placements).encode())
@@ -57,6 +63,7 @@ def cmd_partition(args) -> int:
 
 def cmd_compile_model(args) -> int:
     from tilecraft.boards import resolve_config
+    from tilecraft.cli import modeled_cycles
     from tilecraft.compiler.frontend import import_model
     from tilecraft.compiler.graph.network import compile_network
     from tilecraft.compiler.quant.calibrate import (
@@ -93,6 +100,11 @@ def cmd_compile_model(args) -> int:
         f"{model.name}: {len(model.programs)} accelerator program(s), "
         f"{steps - len(model.programs)} host step(s), on {cfg.tag}"
     )
+    for name, why in result.moved.items():  # what `tilecraft partition` could not know
+        print(f"  {name}: on the host, not the accelerator ({why})")
+    modeled = modeled_cycles(list(model.programs))
+    if model.programs:
+        print(modeled.format())
     print("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items()))
     if args.report and data is not None:
         batch = [x for _, x in zip(range(4), samples(graph, data))]
@@ -105,6 +117,14 @@ def cmd_compile_model(args) -> int:
     print(f"compiled model written to {args.output}")
     if args.host_target:
         _write_kernels(model, args.host_target, args.output)
+    if args.json:
+        from tilecraft.files import write_atomic
+
+        summary = {"model": model.name, "config": cfg.tag, "programs": len(model.programs),
+                   "host_steps": steps - len(model.programs), "output": args.output,
+                   **modeled.to_dict(), "seconds": result.seconds}  # fmt: skip
+        write_atomic(args.json, (json.dumps(summary, indent=1) + "\n").encode())
+        print(f"JSON written to {args.json}")
     return 0
 
 
@@ -131,6 +151,10 @@ def cmd_run_model(args) -> int:
 
     if args.model.endswith(".onnx"):
         return _run_float(args)
+    if args.input_shape:
+        raise ModelError(f"--input-shape fixes an ONNX model's dynamic dimensions; "
+                         f"{args.model!r} was compiled with its shapes fixed (give "
+                         f"--input-shape to tilecraft compile)")  # fmt: skip
     config = resolve_config(args.config) if args.config else None
     model = CompiledModel.load(args.model, config)
     inputs = _inputs(args.input, model.inputs[0])
@@ -187,7 +211,7 @@ def _run_float(args) -> int:
         raise ModelError(f"an ONNX model runs in float on --device cpu, not "
                          f"{args.device!r}; compile it (tilecraft compile MODEL.onnx) for the "
                          f"accelerator")  # fmt: skip
-    graph = import_model(args.model)
+    graph = import_model(args.model, input_shapes(args.input_shape))
     inputs = _inputs(args.input, graph.inputs[0])
     net = FloatGraph(graph)
     net.run(inputs)  # the first run pays numpy's start-up costs
@@ -195,7 +219,10 @@ def _run_float(args) -> int:
     outputs = net.run(inputs)
     ms = (time.perf_counter() - start) * 1e3
     on_numpy = f"; in numpy: {', '.join(net.numpy_nodes)}" if net.numpy_nodes else ""
-    print(f"float {graph.name}: {len(graph.nodes)} nodes on the host's kernels in {ms:.1f} ms "
+    kind = "float"
+    if net.fake_quantized:  # a quantized model: its Q/DQ pairs round, as onnxruntime's do
+        kind = f"fake-quantized ({net.fake_quantized} tensors rounded to the model's int8 grid)"
+    print(f"{kind} {graph.name}: {len(graph.nodes)} nodes on the host's kernels in {ms:.1f} ms "
           f"here, one thread{on_numpy}")  # fmt: skip
     _print_top(outputs, args.top_k)
     _save_outputs(outputs, args.output)
@@ -241,7 +268,9 @@ def add_parsers(sub, count) -> None:
 
     part = sub.add_parser("partition", help="where each node of an ONNX model runs, and why")
     part.add_argument("model", help="an ONNX file (opset >= 13)")
-    _shape_option(part)
+    shape_option(part)
+    part.add_argument("--config", help="also place what the config decides (compile's "
+                      "placement on that config; default: what holds on every config)")
     part.add_argument("--json", help="write the placements as JSON here")
     part.set_defaults(func=cmd_partition)
 
@@ -269,15 +298,16 @@ def add_parsers(sub, count) -> None:
     comp.add_argument("--host-target", metavar="TARGET", help="also build the model's host "
                       "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
                       "beside the output: NAME.kernels.so + NAME.kernels.json")  # fmt: skip
-    _shape_option(comp)
+    shape_option(comp)
     comp.add_argument("--jobs", type=count, metavar="N", help="worker processes the layers "
                       "are compiled on (default: one per core)")  # fmt: skip
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
+    comp.add_argument("--json", help="write what was built (programs, modeled cycles) here")
     comp.set_defaults(func=cmd_compile_model)
 
     run = sub.add_parser("run", help="run a compiled model on an input")
     run.add_argument("model", help="a compiled model (.tcm), or an ONNX model (.onnx: float, "
-                     "on --device cpu)")
+                     "or fake-quantized as its Q/DQ nodes say, on --device cpu)")
     run.add_argument("--input", required=True, help="float input: .npy, or .npz by input name")
     run.add_argument("--device", default="sim", help="sim, rtl, cpu (every step on the host's "
                      "generated kernels), or reference (no device)")  # fmt: skip
@@ -285,11 +315,12 @@ def add_parsers(sub, count) -> None:
                      "compile ... --host-target): host steps, and the cpu device, run from it")
     run.add_argument("--config", help="refuse a model compiled for another config")
     run.add_argument("--top-k", type=count, default=5)
+    shape_option(run)
     run.add_argument("-o", "--output", help="write the float outputs here (.npz)")
     run.set_defaults(func=cmd_run_model)
 
 
-def _shape_option(p: argparse.ArgumentParser) -> None:
+def shape_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input-shape", action="append", metavar="NAME=D0,D1,...",
         help="fix a dynamic input's shape (repeat per input)",

@@ -19,12 +19,19 @@ def layer_task(args):
     return Task(resolve_config(args.config), op, ep)
 
 
-def cmd_tune(args) -> int:
-    if args.op == "resnet18-layers":
-        return _tune_all(args, _resnet18_tasks(args))
-    if args.op == "model":
-        return _tune_all(args, _model_tasks(args))
+def cmd_tune_layer(args) -> int:
+    """`tilecraft tune conv2d|dense`: one layer."""
     return _tune_one(args, layer_task(args))
+
+
+def cmd_tune_resnet18(args) -> int:
+    """`tilecraft tune resnet18-layers`: C1-C11 in turn."""
+    return _tune_all(args, _resnet18_tasks(args))
+
+
+def cmd_tune_model(args) -> int:
+    """`tilecraft tune MODEL.onnx`: every distinct conv and dense layer of a network."""
+    return _tune_all(args, _model_tasks(args))
 
 
 def _resnet18_tasks(args) -> list:
@@ -167,20 +174,22 @@ def _plot(path: str, task, tuned, random) -> None:
 
 
 def add_parsers(sub, count) -> None:
+    from tilecraft.cli.network import shape_option
+
     tune = sub.add_parser("tune", help="tune a layer's schedule (XGBoost cost model, records)")
     ops = tune.add_subparsers(title="operator")
     conv = ops.add_parser("conv2d", help="a conv2d layer")
     for name, default in (("N", 1), ("IC", 64), ("H", 56), ("W", 56), ("OC", 64), ("K", 3),
                           ("S", 1), ("P", 1)):  # fmt: skip
         conv.add_argument(f"--{name}", type=int, default=default)
-    conv.set_defaults(func=cmd_tune, op="conv2d")
+    conv.set_defaults(func=cmd_tune_layer, op="conv2d")
     dense = ops.add_parser("dense", help="a dense layer")
     for name, default in (("M", 64), ("K", 256), ("N", 128)):
         dense.add_argument(f"--{name}", type=int, default=default)
-    dense.set_defaults(func=cmd_tune, op="dense")
+    dense.set_defaults(func=cmd_tune_layer, op="dense")
     every = ops.add_parser("resnet18-layers", help="ResNet-18's conv layers C1-C11 in turn "
                            "(the resnet18-layers epilogue), into one records file")  # fmt: skip
-    every.set_defaults(func=cmd_tune, op="resnet18-layers")
+    every.set_defaults(func=cmd_tune_resnet18, op="resnet18-layers")
     model = ops.add_parser("model", help="(tilecraft tune MODEL.onnx ...) every distinct conv "
                            "and dense layer of a network, quantized as compile does")  # fmt: skip
     model.add_argument("model", help="an ONNX file (opset >= 13)")
@@ -188,8 +197,8 @@ def add_parsers(sub, count) -> None:
     model.add_argument("--calib-random", type=count, metavar="N", help="N random inputs")
     model.add_argument("--observer", choices=["minmax", "percentile", "entropy"],
                        default="minmax")  # fmt: skip
-    model.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
-    model.set_defaults(func=cmd_tune, op="model")
+    shape_option(model)
+    model.set_defaults(func=cmd_tune_model, op="model")
     for q in (conv, dense, every, model):
         q.add_argument("--config", default="default", help="config name or .toml/.json")
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")

@@ -5,6 +5,13 @@ the two-pin timing harness (`ecp5.harness`): the oscillator through the ECP5 PLL
 the config's clock, the shift chain fed from a button, the folded outputs on an LED. It proves
 the RTL goes through synthesis, placement, routing and `ecppack` on a real part and package
 with real pins, and reports whether it meets the clock there.
+
+No bitstream is written for a clock its route misses unless the caller asks for one
+(`allow_timing_failure`): a route short of the config's clock is placed and routed again with
+the PLL at 95% of the Fmax it reached (each route is its own placement), up to `ROUTES` routes
+in all; the clock that met is the bitstream's, recorded in its `.json` and in a config file
+beside it (`tilecraft.toml`: the config at that clock, for every modeled figure of the board).
+A clock the caller names (`clock_mhz`) is not lowered: missed, it is an error naming the Fmax.
 """
 
 from __future__ import annotations
@@ -28,15 +35,38 @@ from tilecraft.errors import ConfigError, DeviceError
 from tilecraft.files import write_atomic
 from tilecraft.hw.config import HwConfig
 
+ROUTES = 3  # the asked clock, then up to two lower ones
+MARGIN = 0.95  # a re-route's PLL against the Fmax the route before it reached
+
 
 @dataclass
 class Bitstream:
     path: Path
-    pll_mhz: float  # the clock the PLL makes (ecppll's nearest to the config's)
-    timing: TimingReport
+    pll_mhz: float  # the clock the PLL makes: the accelerator's clock on the board
+    timing: TimingReport  # the route the bitstream holds
+    config_mhz: float  # the clock the config asked for
+    routes: tuple[tuple[float, float | None], ...] = ()  # every route: (PLL MHz, routed Fmax)
+
+    @property
+    def config_file(self) -> Path:
+        return self.path.with_suffix(".toml")
 
     def to_dict(self) -> dict:
-        return {"bitstream": str(self.path), "pll_mhz": self.pll_mhz, **self.timing.to_dict()}
+        return {"bitstream": str(self.path), "pll_mhz": self.pll_mhz, "clock_mhz": self.pll_mhz,
+                "config_clock_mhz": self.config_mhz, "config": str(self.config_file),
+                "routes": [{"pll_mhz": p, "fmax_mhz": f} for p, f in self.routes],
+                **self.timing.to_dict()}  # fmt: skip
+
+    def describe(self) -> str:
+        """What the bitstream's clock is and why."""
+        met = "meets" if self.timing.met else "does NOT meet (--allow-timing-failure)"
+        text = (f"PLL {self.pll_mhz:g} MHz: the route {met} it (Fmax "
+                f"{self.timing.fmax_mhz:.1f} MHz)")  # fmt: skip
+        if len(self.routes) > 1:
+            missed = ", ".join(f"{f:.1f} MHz at {p:g}" for p, f in self.routes[:-1])
+            text += (f"; the config's {self.config_mhz:g} MHz was missed ({missed}), so the "
+                     f"PLL was lowered and the design routed again")  # fmt: skip
+        return text
 
 
 def pll(oscillator_mhz: float, mhz: float, work: Path) -> float:
@@ -82,42 +112,66 @@ def build_bitstream(
     folder: str | Path,
     config: HwConfig | None = None,
     route_timeout_s: float | None = None,
+    *,
+    clock_mhz: float | None = None,
+    allow_timing_failure: bool = False,
+    seed: int | None = None,
 ) -> Bitstream:
-    """`folder/tilecraft.bit` (and its report) for an open-flow board. `folder` must not be
-    under /tmp (the YoWASP tools cannot open paths there)."""
+    """`folder/tilecraft.bit` (and its report, and its config at the bitstream's clock) for an
+    open-flow board, at `clock_mhz` (default: the config's, lowered until a route meets it; see
+    the module's docstring). `folder` must not be under /tmp (the YoWASP tools cannot open paths
+    there). Nothing is written in `folder` but the flow's work files unless a route is taken."""
     if board.open is None:
         raise ConfigError(f"{board.name} is a PYNQ board: its bitstream comes from Vivado")
     device = next((k for k, v in DEVICES.items() if v == board.part), None)
     if device is None:
         raise ConfigError(f"{board.part} is not an ECP5 part the flow knows ({DEVICES})")
     cfg = config or board.config
+    asked = cfg.clock_mhz if clock_mhz is None else float(clock_mhz)
+    if not 1.0 <= asked <= 2000.0:
+        raise ConfigError(f"clock {asked:g} MHz is out of range: give 1 to 2000 MHz")
     from tilecraft.hw.rtl.top import verilog
 
     work = Path(folder)
     work.mkdir(parents=True, exist_ok=True)
-    made = pll(board.open.oscillator_mhz, cfg.clock_mhz, work)
-    sources = {
-        "top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg),
-        "board.v": board_top(), "pll.v": (work / "pll.v").read_text(),
-    }  # fmt: skip
     write_atomic(work / "board.lpf", constraints(board))
-    timing = place_and_route(
-        cfg, work, sources, "board_top", device=device, package=board.open.package,
-        speed=board.open.speed, target_mhz=made, route_timeout_s=route_timeout_s,
-        nextpnr_args=("--lpf", "board.lpf", "--textcfg", "board.config"),
-    )  # fmt: skip
-    if not timing.routed:
-        raise DeviceError(
-            f"routing did not finish within {route_timeout_s} s: no bitstream (the estimate "
-            f"after placement was {timing.fmax_mhz} MHz)"
-        )
+    want, routes, top = asked, [], None
+    while True:
+        made = pll(board.open.oscillator_mhz, want, work)
+        top = top or verilog(cfg, "tilecraft_top", ECP5_PACKED)
+        sources = {"top.v": top, "harness.v": harness(cfg), "board.v": board_top(),
+                   "pll.v": (work / "pll.v").read_text()}  # fmt: skip
+        timing = place_and_route(
+            cfg, work, sources, "board_top", device=device, package=board.open.package,
+            speed=board.open.speed, target_mhz=made, route_timeout_s=route_timeout_s,
+            nextpnr_args=("--lpf", "board.lpf", "--textcfg", "board.config"), seed=seed,
+        )  # fmt: skip
+        if not timing.routed:
+            raise DeviceError(
+                f"routing did not finish within {route_timeout_s} s: no bitstream (the estimate "
+                f"after placement was {timing.fmax_mhz} MHz)"
+            )
+        routes.append((made, timing.fmax_mhz))
+        if timing.met or allow_timing_failure:
+            break
+        tried = ", ".join(f"{f:.1f} MHz at {p:g}" for p, f in routes)
+        if clock_mhz is not None or len(routes) == ROUTES:
+            raise DeviceError(
+                f"no bitstream: the route reached {timing.fmax_mhz:.1f} MHz, short of its "
+                f"{made:g} MHz PLL (routes: {tried}); ask for a clock it meets (--clock-mhz "
+                f"{int(timing.fmax_mhz * MARGIN)}), or write one for a clock it misses with "
+                f"--allow-timing-failure"
+            )
+        want = int(timing.fmax_mhz * MARGIN * 10) / 10
     ecppack = find_tool("yowasp-ecppack", "ecppack", extra="rtl")
     done = subprocess.run(
-        [ecppack, "--compress", "board.config", "tilecraft.bit"],
+        [ecppack, "--compress", "board.config", "tilecraft.bit.tmp"],
         cwd=work, capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
         raise DeviceError(f"ecppack failed ({done.returncode}): {done.stderr[-1000:]}")
-    result = Bitstream(work / "tilecraft.bit", made, timing)
+    (work / "tilecraft.bit.tmp").replace(work / "tilecraft.bit")
+    result = Bitstream(work / "tilecraft.bit", made, timing, cfg.clock_mhz, tuple(routes))
+    write_atomic(result.config_file, cfg.replace(clock_mhz=made).to_toml())
     write_atomic(work / "tilecraft.json", json.dumps(result.to_dict(), indent=2) + "\n")
     return result

@@ -100,12 +100,15 @@ if {{abs($actual - {d.clock.mhz:.6f}) > {d.clock.mhz * 0.01:.4f}}} {{
 """
 
 
-def project_tcl(d: BlockDesign) -> str:
+def project_tcl(d: BlockDesign, allow_timing_failure: bool = False) -> str:
     name = d.name
     return f"""\
 # The {name} overlay for the {d.board.description}: run with build.sh (Vivado {d.board.pynq.vivado},
 # the release PYNQ {d.board.pynq.release} overlays are built with).
 set here [file dirname [file normalize [info script]]]
+# 1: hand over a .bit whose implemented timing misses the clock (tilecraft build
+# --allow-timing-failure); 0: stop with an error instead
+set allow_timing_failure {int(allow_timing_failure)}
 create_project -force {name} $here/vivado -part {d.board.part}
 if {{[llength [get_board_parts -quiet {d.board.board_part}]]}} {{
     set_property board_part {d.board.board_part} [current_project]
@@ -127,10 +130,7 @@ open_run impl_1
 file mkdir $here/overlay
 report_timing_summary -file $here/overlay/{name}.timing.rpt
 report_utilization -file $here/overlay/{name}.utilization.rpt
-set wns [get_property SLACK [get_timing_paths -max_paths 1 -setup]]
-if {{$wns < 0}} {{
-    error "timing is not met at {d.clock.mhz:g} MHz (WNS $wns ns): see overlay/{name}.timing.rpt"
-}}
+{timing_gate(d)}
 file copy -force [lindex [glob $here/vivado/{name}.runs/impl_1/*.bit] 0] $here/overlay/{name}.bit
 set hwh [glob -nocomplain \\
     $here/vivado/{name}.gen/sources_1/bd/{name}/hw_handoff/{name}.hwh \\
@@ -145,21 +145,44 @@ if {{[file isdirectory $here/package/{package_name(d)}]}} {{
 """
 
 
+def timing_gate(d: BlockDesign) -> str:
+    """Tcl that stops the build before any .bit is copied out when the implemented design
+    misses the fabric clock, setup (WNS) or hold (WHS), unless `allow_timing_failure` is 1."""
+    mhz, name = f"{d.clock.mhz:g}", d.name
+    return f"""\
+set wns [get_property SLACK [get_timing_paths -max_paths 1 -nworst 1 -setup]]
+set whs [get_property SLACK [get_timing_paths -max_paths 1 -nworst 1 -hold]]
+if {{$wns eq "" || $whs eq ""}} {{
+    error "no timing paths after implementation: cannot tell whether {mhz} MHz is met"
+}}
+if {{$wns < 0 || $whs < 0}} {{
+    set missed "timing is not met at {mhz} MHz (WNS $wns ns, WHS $whs ns)"
+    append missed ": see overlay/{name}.timing.rpt"
+    if {{!$allow_timing_failure}} {{
+        append missed "; no .bit written (a lower clock: tilecraft build --clock-mhz MHZ;"
+        error "$missed to take it anyway: --allow-timing-failure)"
+    }}
+    puts "tilecraft: WARNING: $missed; the .bit is written anyway (--allow-timing-failure)"
+}}"""
+
+
 BUILD_COMMAND = (
     "vivado -mode batch -notrace -source project.tcl -log vivado.log -journal vivado.jou"
 )
 
 
-def write_project(design: BlockDesign, folder: str | Path, example=None) -> list[Path]:
+def write_project(design: BlockDesign, folder: str | Path, example=None,
+                  allow_timing_failure: bool = False) -> list[Path]:  # fmt: skip
     """Everything Vivado needs, in `folder`; the overlay folder gets the config already. With
-    `example` (a conv program), also the overlay package (`package/`), which the build fills."""
+    `example` (a conv program), also the overlay package (`package/`), which the build fills.
+    The build hands over no .bit whose timing misses the clock, unless `allow_timing_failure`."""
     folder = Path(folder)
     if example is not None:
         write_package(design, folder / "package", example)
     written = export_verilog(design.config, folder)
     written += [
         write_atomic(folder / "bd.tcl", bd_tcl(design)),
-        write_atomic(folder / "project.tcl", project_tcl(design)),
+        write_atomic(folder / "project.tcl", project_tcl(design, allow_timing_failure)),
         write_atomic(folder / "build.sh", f'#!/bin/sh\ncd "$(dirname "$0")" && {BUILD_COMMAND}\n'),
     ]
     (folder / "build.sh").chmod(0o755)
@@ -182,12 +205,13 @@ def vivado_version(vivado: str) -> str:
     return found.group(1)
 
 
-def build(design: BlockDesign, folder: str | Path, *, example=None, any_vivado: bool = False):
+def build(design: BlockDesign, folder: str | Path, *, example=None, any_vivado: bool = False,
+          allow_timing_failure: bool = False):  # fmt: skip
     """Write the project; run Vivado when it is on the PATH and its version is the board's
     (or `any_vivado`). Returns what happened: `ran`, `command`, `overlay` and, if it did not
     run, `reason`."""
     folder = Path(folder)
-    write_project(design, folder, example)
+    write_project(design, folder, example, allow_timing_failure)
     result = {"ran": False, "command": f"cd {folder} && ./build.sh", "folder": str(folder),
               "overlay": str(folder / "overlay")}  # fmt: skip
     vivado = shutil.which("vivado")
