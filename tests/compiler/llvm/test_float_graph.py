@@ -69,14 +69,14 @@ def _unoptimized_onnxruntime(path, x):
     return s.run(None, {s.get_inputs()[0].name: x})[0]
 
 
-def _check_fake_quantized(jit, model, path, activations):
+def _check_fake_quantized(jit, model, path, activations, form="qdq"):
     """The float path of a model quantized by onnxruntime against its unoptimized session:
     the same top-1, and the logits equal but where a float32 sum landed on the other side of
     a rounding boundary than onnxruntime's (one step there, at most 2 after it compounds)."""
     import onnx
 
-    q = quantized_by_onnxruntime(model, path, activations)
-    if activations == "uint8":  # the quantizer dropped every ReLU: the uint8 range implies it
+    q = quantized_by_onnxruntime(model, path, activations, form=form)
+    if activations == "uint8" and form == "qdq":  # the quantizer dropped every ReLU: the uint8 range implies it
         assert not any(n.op_type == "Relu" for n in onnx.load(str(q)).graph.node)
     graph = import_model(str(q))
     fg = FloatGraph(graph, jit)
@@ -90,9 +90,11 @@ def _check_fake_quantized(jit, model, path, activations):
     assert off.max() <= 2 + 1e-3 and np.mean(off < 0.5) >= 0.9, (off.max(), np.mean(off < 0.5))
 
 
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
-def test_a_quantized_model_runs_as_its_quantization_nodes_say(jit, tmp_path, activations):
-    _check_fake_quantized(jit, small_cnn(), tmp_path / "q.onnx", activations)
+def test_a_quantized_model_runs_as_its_quantization_nodes_say(jit, tmp_path, activations, form):
+    """QOperator's QLinearConv rounds where the QDQ form's pairs do: the same check."""
+    _check_fake_quantized(jit, small_cnn(), tmp_path / "q.onnx", activations, form)
 
 
 @pytest.mark.slow
