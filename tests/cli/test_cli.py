@@ -11,7 +11,7 @@ import pytest
 from tilecraft.benchmarks import sim_speed
 from tilecraft.boards import config_names
 from tilecraft.cli import main
-from tilecraft.compiler.blocked_gemm import blocked_gemm
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime import Program
 from tilecraft.runtime.layout import logical_shape

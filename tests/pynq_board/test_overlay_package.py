@@ -12,7 +12,7 @@ pytest.importorskip("pynq.overlay")
 from tilecraft.boards import board  # noqa: E402
 from tilecraft.boards.block_design import block_design  # noqa: E402
 from tilecraft.boards.flows.overlay_package import package_name, write_package  # noqa: E402
-from tilecraft.compiler.conv2d import conv2d  # noqa: E402
+from tilecraft.compiler.operator.conv2d import conv2d  # noqa: E402
 from tilecraft.hw.config import toml_loads  # noqa: E402
 from tilecraft.ops import Conv2d, Epilogue  # noqa: E402
 

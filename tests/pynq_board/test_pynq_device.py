@@ -10,7 +10,7 @@ pytest.importorskip("pynq.overlay")
 
 import pynq  # noqa: E402
 
-from tilecraft.compiler.conv2d import conv2d  # noqa: E402
+from tilecraft.compiler.operator.conv2d import conv2d  # noqa: E402
 from tilecraft.errors import (  # noqa: E402
     AccessError,
     ConfigError,
@@ -156,7 +156,7 @@ def test_the_config_digest_register_is_checked(pynq_z1, make_board, tmp_path):
 def test_a_program_for_another_config_is_refused(pynq_z1, make_board):
     design, bit = pynq_z1
     make_board(design)
-    from tilecraft.compiler.blocked_gemm import blocked_gemm
+    from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 
     program = blocked_gemm(preset("1x8x8"), 8, 16, 16)
     with pytest.raises(Exception, match="1x8x8|block_in"):

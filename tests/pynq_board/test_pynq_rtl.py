@@ -19,8 +19,8 @@ except ImportError:
         allow_module_level=True,
     )
 
-from tilecraft.compiler.builder import ProgramBuilder  # noqa: E402
-from tilecraft.compiler.conv2d import conv2d  # noqa: E402
+from tilecraft.compiler.operator.builder import ProgramBuilder  # noqa: E402
+from tilecraft.compiler.operator.conv2d import conv2d  # noqa: E402
 from tilecraft.errors import AccessError, ConfigError  # noqa: E402
 from tilecraft.hw.config import preset  # noqa: E402
 from tilecraft.hw.isa import Finish, Load, MemId  # noqa: E402

@@ -161,7 +161,7 @@ def test_layout_records_are_read_strictly():
 
 
 def test_logical_inputs_are_checked_by_name_before_packing():
-    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.compiler.operator.conv2d import conv2d
     from tilecraft.errors import DeviceError
     from tilecraft.ops import Conv2d
 

@@ -9,7 +9,7 @@ import pytest
 
 from tilecraft.artifact import digest as _digest
 from tilecraft.boards import board
-from tilecraft.compiler.blocked_gemm import blocked_gemm
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.hw.config import HwConfig, preset
 from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
@@ -351,7 +351,7 @@ def test_unknown_device():
 
 
 def test_load_refuses_a_program_for_another_config(tmp_path):
-    from tilecraft.compiler.blocked_gemm import blocked_gemm
+    from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
     from tilecraft.hw.config import preset
 
     path = blocked_gemm(preset("default"), 16, 32, 32).save(tmp_path / "p.tcp")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tilecraft.artifact import digest
-from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.errors import ArtifactError, TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, Epilogue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from tilecraft.hw.config import preset
+from tilecraft.hw.timing import Timing
 from tilecraft.sim.dram_port import (
     COMPUTE_CLIENT,
     FETCH_CLIENT,
@@ -13,7 +14,6 @@ from tilecraft.sim.dram_port import (
     STORE_CLIENT,
     DramPort,
 )
-from tilecraft.sim.timing import Timing
 
 T = Timing.from_config(preset("1x8x8"))  # 8-byte beats, 16-beat bursts
 L, GAP, G = T.dram_latency, T.burst_gap, T.read_grant

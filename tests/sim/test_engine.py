@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 from tilecraft.errors import (
     AccessError,
     DeadlockError,
@@ -262,7 +262,7 @@ def test_overlapping_units_must_keep_to_their_halves(stray):
     with pytest.raises(HazardError, match=f"reads acc row {stray}, outside its bank"):
         run(cfg, insns, uops=uops)
     no_dual = dataclasses.replace(
-        __import__("tilecraft.sim.timing", fromlist=["Timing"]).Timing.from_config(cfg),
+        __import__("tilecraft.hw.timing", fromlist=["Timing"]).Timing.from_config(cfg),
         dual_issue=False,
     )
     run(cfg, insns, uops=uops, timing=no_dual)  # serialized units: no overlap, no hazard

@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm
-from tilecraft.compiler.conv2d import conv2d
-from tilecraft.compiler.eltwise import compile_scaled_add
-from tilecraft.compiler.pipeline import compile_operator
-from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
+from tilecraft.compiler.operator.conv2d import conv2d
+from tilecraft.compiler.operator.pipeline import compile_operator
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
+from tilecraft.compiler.programs.eltwise import compile_scaled_add
+from tilecraft.compiler.programs.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
 from tilecraft.ops import (
@@ -45,7 +45,10 @@ MAX_CYCLE_ERROR = 0.02
 
 
 def _programs(cfg):
-    from tilecraft.compiler.random_programs import out_of_order_program, random_program
+    from tilecraft.compiler.programs.random_test_programs import (
+        out_of_order_program,
+        random_program,
+    )
 
     rng = np.random.default_rng(0)
     jobs = [(f"random seed {s}", *random_program(cfg, s)) for s in range(RANDOM)]
@@ -157,7 +160,7 @@ def test_a_slow_load_holds_the_dram_data_for_the_transfers_behind_it():
 
 
 def test_dram_latency_and_backpressure_do_not_change_results():
-    from tilecraft.compiler.random_programs import random_program
+    from tilecraft.compiler.programs.random_test_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(CONFIG)
@@ -173,7 +176,7 @@ def test_dram_latency_and_backpressure_do_not_change_results():
 
 
 def test_bad_programs_raise_the_simulators_error_class():
-    from tilecraft.compiler.builder import ProgramBuilder
+    from tilecraft.compiler.operator.builder import ProgramBuilder
     from tilecraft.hw.isa import Finish, Load, MemId
     from tilecraft.runtime.buffers import Role
     from tilecraft.sim.rtl.device import RtlDevice
@@ -225,7 +228,7 @@ def test_bad_programs_raise_the_simulators_error_class():
 
 
 def test_waves_on_request(tmp_path):
-    from tilecraft.compiler.random_programs import random_program
+    from tilecraft.compiler.programs.random_test_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(CONFIG)
@@ -242,7 +245,7 @@ def test_waves_on_request(tmp_path):
 
 
 def test_an_unknown_or_missing_simulator_is_a_clear_error():
-    from tilecraft.compiler.random_programs import random_program
+    from tilecraft.compiler.programs.random_test_programs import random_program
     from tilecraft.errors import DeviceError
     from tilecraft.sim.rtl.device import RtlDevice
 
@@ -257,7 +260,7 @@ def test_an_unknown_or_missing_simulator_is_a_clear_error():
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog is not installed")
 def test_icarus_agrees_with_verilator():
-    from tilecraft.compiler.random_programs import random_program
+    from tilecraft.compiler.programs.random_test_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(CONFIG)

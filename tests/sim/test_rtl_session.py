@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.errors import DeviceError
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset

@@ -12,7 +12,7 @@ import numpy as np
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.evaluate import evaluate
 from tilecraft.compiler.graph.network import compile_network
-from tilecraft.compiler.graph.partition import accelerator_mac_share, partition
+from tilecraft.compiler.partition import accelerator_mac_share, partition
 from tilecraft.compiler.quant.report import LayerError, error_report, format_report
 from tilecraft.hw.config import HwConfig
 from tilecraft.models.digits import ONNX_PATH, digits_split

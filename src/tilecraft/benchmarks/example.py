@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Gemm, GemmTiles
 from tilecraft.ops.reference import gemm

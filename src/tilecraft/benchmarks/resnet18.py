@@ -19,7 +19,7 @@ import numpy as np
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.arena import model_arena
 from tilecraft.compiler.graph.network import compile_network
-from tilecraft.compiler.graph.partition import accelerator_mac_share, partition
+from tilecraft.compiler.partition import accelerator_mac_share, partition
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.compiler.quant.report import error_report
 from tilecraft.hw.config import HwConfig

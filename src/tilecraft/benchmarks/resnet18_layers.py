@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
-from tilecraft.compiler.conv2d import compile_conv2d, conv2d
-from tilecraft.compiler.pipeline import single_buffered
+from tilecraft.compiler.operator.conv2d import compile_conv2d, conv2d
+from tilecraft.compiler.operator.pipeline import single_buffered
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Epilogue, reference

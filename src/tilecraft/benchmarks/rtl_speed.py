@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.progress import track
@@ -50,7 +50,10 @@ def run(cfg: HwConfig | None = None, seed: int = 0, random: int = 0) -> dict:
 
 def random_programs(cfg: HwConfig, count: int) -> dict:
     """Seeds 0..count-1 of the random program generator, plus the out-of-order-units program."""
-    from tilecraft.compiler.random_programs import out_of_order_program, random_program
+    from tilecraft.compiler.programs.random_test_programs import (
+        out_of_order_program,
+        random_program,
+    )
     from tilecraft.sim.rtl.device import RtlDevice
 
     seeds = track(range(count), "random programs")

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
-from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Epilogue
 from tilecraft.progress import track

@@ -105,7 +105,7 @@ def run(cfg: HwConfig | None = None, seeds: int = 3, layers: list[str] | None = 
 
 
 def _layer(name: str, tasks: dict, cycles: dict, seeds: int) -> dict:
-    from tilecraft.compiler.pipeline import compile_operator
+    from tilecraft.compiler.operator.pipeline import compile_operator
     from tilecraft.sim.simulator import model_report
 
     task, c = tasks[name], cycles[name]

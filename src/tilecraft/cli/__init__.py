@@ -116,8 +116,8 @@ def cmd_example(args) -> int:
 
 def cmd_compile(args) -> int:
     from tilecraft.boards import resolve_config
-    from tilecraft.compiler.params import random_params
-    from tilecraft.compiler.pipeline import compile_operator, plan_operator
+    from tilecraft.compiler.operator.params import random_params
+    from tilecraft.compiler.operator.pipeline import compile_operator, plan_operator
     from tilecraft.ops import Conv2d, Dense, Epilogue
 
     cfg = resolve_config(args.config)
@@ -346,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", help="write the figures as JSON here")
     ex.set_defaults(func=cmd_example)
 
-    from tilecraft.compiler.builder import MAX_INSNS
+    from tilecraft.compiler.operator.builder import MAX_INSNS
 
     comp = sub.add_parser("compile", help="compile an operator to a program file")
     ops = comp.add_subparsers(title="operator")

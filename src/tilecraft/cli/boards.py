@@ -58,7 +58,7 @@ def cmd_build(args) -> int:
     from tilecraft.boards.block_design import block_design
     from tilecraft.boards.fit import fit
     from tilecraft.boards.flows.vivado import build
-    from tilecraft.compiler.conv2d import conv2d
+    from tilecraft.compiler.operator.conv2d import conv2d
     from tilecraft.ops import Conv2d, Epilogue
 
     b = board(args.board)

@@ -44,7 +44,7 @@ def cmd_models_write(args) -> int:
 
 def cmd_partition(args) -> int:
     from tilecraft.compiler.frontend import import_model
-    from tilecraft.compiler.graph.partition import partition, report, to_json
+    from tilecraft.compiler.partition import partition, report, to_json
     from tilecraft.files import write_atomic
 
     graph = import_model(args.model, input_shapes(args.input_shape))

@@ -4,31 +4,32 @@ Prebuilt kernels (a board's ARM core, or this machine) are a shared object and i
 (`compiler.llvm.library`), loaded with ctypes; the target is checked twice before anything
 runs, from the manifest and from the object's own ELF header. `CpuDevice` runs what the
 accelerator would (each program's computations, bit-exact with `ops.reference`) on a
-`ComputeKernels` backend: JIT-compiled here (`compiler.llvm.compute.JitCompute`) or from a
-library on a board (`LibraryCompute`). numpy only."""
+`ComputeKernels` backend: JIT-compiled here (the `jit` kernel compiler the compiler registers,
+`runtime.device.KERNEL_COMPILERS`) or from a library on a board (`LibraryCompute`). numpy
+only."""
 
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
 
 from tilecraft.errors import DeviceError, KernelError
-from tilecraft.ops import host as host_ops
 from tilecraft.ops.reference import RESULT
 from tilecraft.runtime.check import chain_outputs
 from tilecraft.runtime.device import RunResult, check_inputs
-from tilecraft.runtime.kernels import NativeKernel
+from tilecraft.runtime.kernels import (
+    ComputeKernels,
+    HostStepKernels,
+    NativeKernel,
+    computation_key,
+    kernel_arguments,
+)
 from tilecraft.runtime.layout import pack, unpack
 from tilecraft.runtime.program import Program
-from tilecraft.serial import to_json
 
 MANIFEST_FORMAT = "tilecraft-kernels-1"
 _MACHINES = {40: "armv7", 183: "aarch64", 62: "x86_64"}  # ELF e_machine
@@ -100,81 +101,28 @@ def load_library(manifest: str | Path) -> KernelLibrary:
     return KernelLibrary(manifest)
 
 
-def host_key(op, shapes) -> str:
-    """How a host step's kernel is found: its operator record and its input shapes."""
-    return json.dumps([to_json(op), [list(map(int, s)) for s in shapes]], sort_keys=True)
-
-
-class LibraryKernels:
+class LibraryKernels(HostStepKernels):
     """`HostKernels` from a prebuilt library (a board): each host step's kernel is found by
     its operator and input shapes (`host_key`) in the manifest's `host` table. A step with no
-    kernel there is an error naming it; Flatten is a view and needs none."""
+    kernel there is an error naming it."""
 
     name = "library"
 
     def __init__(self, library: KernelLibrary):
+        super().__init__()
         self.library = library
         self.table = library.host
 
-    def run(self, op, inputs, constants):
-        if isinstance(op, host_ops.Flatten):
-            return host_ops.run(op, inputs, constants)
-        key = host_key(op, [np.shape(x) for x in inputs])
+    def find(self, op, shapes, key):
         entry = self.table.get(key)
         if entry is None:
             raise KernelError(f"the kernel library has no kernel for {type(op).__name__} on "
-                              f"inputs {[list(np.shape(x)) for x in inputs]} (rebuild it for "
-                              f"this model)")  # fmt: skip
-        return call_host(self.library[entry["symbol"]], op, entry["bind"], inputs, constants)
-
-
-def call_host(kernel, op, bind: list, inputs: list, constants: dict) -> np.ndarray:
-    """Call a host step's `kernel` with its arguments in the kernel's order: `bind` names, per
-    kernel input, the step's input position or a constant's name (floats go in as float32)."""
-    args = []
-    for source in bind:
-        if isinstance(source, int):
-            value = inputs[source]
-            args.append(np.asarray(value, np.float32)
-                        if isinstance(op, host_ops.Quantize) else value)  # fmt: skip
-        else:
-            args.append(constants[source])
-    return kernel(*args)
+                              f"inputs {[list(s) for s in shapes]} (rebuild it for this "
+                              f"model)")  # fmt: skip
+        return self.library[entry["symbol"]], entry["bind"]
 
 
 # ---- accelerator computations on the CPU ----------------------------------------------------
-def computation_key(comp) -> str:
-    """How a computation's kernel is found: the computation record (shapes included)."""
-    return json.dumps(to_json(comp), sort_keys=True)
-
-
-def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
-    """A computation kernel's inputs from the program's tensors, by name (a per-tensor
-    multiplier is the computation's own value; the reshape of a flatten the compiler left out
-    is undone; epilogue vectors go in as int32)."""
-    args = []
-    for name in names:
-        if name == "multiplier" and comp.multiplier is not None:
-            args.append(np.array([comp.multiplier], np.int32))
-            continue
-        if name not in tensors:
-            raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
-        value = np.asarray(tensors[name])
-        vector = name not in ("input", "weight", "residual")
-        args.append(value.astype(np.int32) if vector else value)
-    shape = getattr(comp.op, "input_shape", None)
-    if shape is not None and args[0].shape != shape and args[0].size == np.prod(shape):
-        args[0] = args[0].reshape(shape)
-    return args
-
-
-class ComputeKernels(Protocol):
-    """Runs one accelerator computation on host kernels: `outputs` as `ops.reference.outputs`
-    (the result tensor by its program name), bit for bit."""
-
-    def outputs(self, comp, tensors: dict) -> dict[str, np.ndarray]: ...
-
-
 class LibraryCompute:
     """`ComputeKernels` from a prebuilt library: each computation's kernel found in the
     manifest's `compute` table."""
@@ -237,13 +185,15 @@ class CpuDevice:
 
 def cpu_device(library: str | Path | None = None) -> CpuDevice:
     """`get_device("cpu")`: kernels from a prebuilt `library` (a manifest path: a board), or
-    JIT-compiled here by the compiler's code generator (loaded by name, as every backend)."""
+    JIT-compiled here by the registered `jit` kernel compiler (the compiler's llvmlite code
+    generator)."""
+    from tilecraft.runtime.device import KERNEL_COMPILERS, load_plugin
+
     if library is not None:
         return CpuDevice(LibraryCompute(load_library(library)))
     try:
-        compute = importlib.import_module("tilecraft.compiler.llvm.compute")
-        return CpuDevice(compute.JitCompute())
-    except (ImportError, KernelError) as exc:
+        return CpuDevice(load_plugin(KERNEL_COMPILERS, "jit", "kernel compiler")())
+    except (DeviceError, KernelError) as exc:
         raise DeviceError(
             f"the cpu device compiles its kernels with llvmlite here ({exc}); install "
             f"tilecraft[llvm], or on a board give library=<kernels.json> built for it"

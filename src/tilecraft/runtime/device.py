@@ -1,11 +1,19 @@
 """One Device API over every backend: run a Program with named numpy inputs, get named outputs
 and a report. Backends are found by name (`get_device("sim")` is the behavioral simulator,
-`"rtl"` the generated Verilog, `"cpu"` the host's generated kernels, `"pynq"` the accelerator
-in a PYNQ overlay); `register_device` adds one."""
+`"rtl"` the generated Verilog, `"cpu"` the host's generated kernels, `"gpu"` the same on PTX
+kernels, `"pynq"` the accelerator in a PYNQ overlay); `register_device` adds one.
+
+Each backend registers itself, as a `tilecraft.devices` entry point in pyproject.toml
+(`name = "module:factory"`), loaded on first use: the runtime names no backend's package, so
+a board needs neither the simulators nor the compiler, and nothing below imports what is
+above it. The same way, the `cpu` and `gpu` devices find the code that compiles their kernels
+(`tilecraft.kernel_compilers`: `jit`, `ptx`). A device that counts cycles without computing
+(the simulator's cycle model) has `cycles(program)`: a `Timer`, what the compiler measures
+schedule candidates with (`cycle_model`)."""
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,16 +51,34 @@ def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, n
     return {b.name: check_tensor(b.name, inputs[b.name], b.shape, b.dtype) for b in program.inputs}
 
 
-# Backends by name: "module:attribute" of a factory taking the device's options, imported on
-# first use (so a board needs neither the simulators nor the compiler), plus any registered.
-_BUILTIN = {
-    "sim": "tilecraft.sim.device:SimDevice",
-    "rtl": "tilecraft.sim.rtl.device:RtlDevice",
-    "cpu": "tilecraft.runtime.cpu:cpu_device",
-    "gpu": "tilecraft.runtime.gpu:gpu_device",
-    "pynq": "tilecraft.runtime.pynq:pynq_device",
-}
+Timer = Callable[[Program], int]  # a program's cycles (timing never depends on data)
+
+DEVICES = "tilecraft.devices"  # entry-point groups: the backends, by name
+KERNEL_COMPILERS = "tilecraft.kernel_compilers"  # what the cpu and gpu devices compile with
 _REGISTERED: dict[str, Callable[..., Device]] = {}
+
+
+@functools.cache
+def plugins(group: str) -> dict[str, Any]:
+    """The entry points of `group` (installed packages' registrations), by name."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def load_plugin(group: str, name: str, what: str):
+    """The object `name` registers in `group`; a DeviceError naming what is available, or why
+    it cannot load here (a missing extra)."""
+    found = plugins(group).get(name)
+    if found is None:
+        known = ", ".join(sorted(plugins(group))) or "none (is tilecraft installed?)"
+        raise DeviceError(f"unknown {what} {name!r}; available: {known}")
+    try:
+        return found.load()
+    except ImportError as exc:
+        raise DeviceError(
+            f"the {name!r} {what} cannot be loaded here: {exc} (is its extra installed?)"
+        ) from None
 
 
 def register_device(name: str, factory: Callable[..., Device]) -> None:
@@ -66,17 +92,17 @@ def get_device(name: str = "sim", **options) -> Device:
     """A device by backend name (available: see `device_names()`)."""
     factory = _REGISTERED.get(name)
     if factory is None:
-        if name not in _BUILTIN:
+        if name not in plugins(DEVICES):
             raise DeviceError(f"unknown device {name!r}; available: {', '.join(device_names())}")
-        module, attr = _BUILTIN[name].split(":")
-        try:
-            factory = getattr(importlib.import_module(module), attr)
-        except ImportError as exc:
-            raise DeviceError(
-                f"the {name!r} device cannot be loaded here: {exc} (is its extra installed?)"
-            ) from None
+        factory = load_plugin(DEVICES, name, "device")
     return factory(**options)
 
 
+def cycle_model() -> Timer:
+    """The cycle model (the `sim` device's `cycles`): what a schedule search measures with
+    unless it is given another `Timer`."""
+    return get_device("sim").cycles
+
+
 def device_names() -> list[str]:
-    return sorted(set(_BUILTIN) | set(_REGISTERED))
+    return sorted(set(plugins(DEVICES)) | set(_REGISTERED))

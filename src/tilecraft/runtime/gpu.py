@@ -87,11 +87,12 @@ def _check(result) -> None:
 
 def gpu_device():
     """`get_device("gpu")`: accelerator computations on PTX kernels generated here."""
+    from tilecraft.runtime.cpu import CpuDevice
+    from tilecraft.runtime.device import KERNEL_COMPILERS, load_plugin
+
     cuda()  # no GPU: the error says so before anything is generated
     try:
-        compute = importlib.import_module("tilecraft.compiler.llvm.compute")
-    except ImportError as exc:
+        compute = load_plugin(KERNEL_COMPILERS, "ptx", "kernel compiler")
+    except DeviceError as exc:
         raise DeviceError(f"the gpu device generates its kernels with llvmlite ({exc})") from None
-    from tilecraft.runtime.cpu import CpuDevice
-
-    return CpuDevice(compute.GpuCompute(), name="gpu")
+    return CpuDevice(compute(), name="gpu")

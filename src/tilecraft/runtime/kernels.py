@@ -1,16 +1,23 @@
-"""Calling a compiled host kernel (JIT-compiled here, or from a prebuilt shared object on a
-board): every kernel is `void f(void **args)`, one pointer per buffer of its signature, in
-order. `NativeKernel` checks the inputs against the signature, allocates the outputs and the
-scratch space, and calls it. numpy and ctypes only."""
+"""The host kernels' ABI, one home for every side that builds or calls them (the compiler's
+code generator, the `cpu` and `gpu` devices, a board's prebuilt library): every kernel is
+`void f(void **args)`, one pointer per buffer of its signature, in order. `NativeKernel`
+checks the inputs against the signature, allocates the outputs and the scratch space, and
+calls it. A host step's kernel is found by `host_key` and called in its binding's order
+(`call_host`, `HostStepKernels`); an accelerator computation's by `computation_key`, its
+arguments from the program's tensors (`kernel_arguments`). numpy and ctypes only."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from tilecraft.errors import DeviceError
+from tilecraft.errors import DeviceError, KernelError
+from tilecraft.ops import host as host_ops
+from tilecraft.serial import to_json
 
 
 @dataclass(frozen=True)
@@ -60,3 +67,86 @@ class NativeKernel:
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         self._fn(ctypes.addressof(pointers))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+# ---- host steps ------------------------------------------------------------------------------
+def host_key(op, shapes) -> str:
+    """How a host step's kernel is found: its operator record and its input shapes."""
+    return json.dumps([to_json(op), [list(map(int, s)) for s in shapes]], sort_keys=True)
+
+
+def call_host(kernel, op, bind: list, inputs: list, constants: dict) -> np.ndarray:
+    """Call a host step's `kernel` with its arguments in the kernel's order: `bind` names, per
+    kernel input, the step's input position or a constant's name (floats go in as float32)."""
+    args = []
+    for source in bind:
+        if isinstance(source, int):
+            value = inputs[source]
+            args.append(np.asarray(value, np.float32)
+                        if isinstance(op, host_ops.Quantize) else value)  # fmt: skip
+        else:
+            args.append(constants[source])
+    return kernel(*args)
+
+
+class HostStepKernels:
+    """The graph executor's `HostKernels` on compiled kernels: each host step's kernel found
+    once per operator and input shapes (`find`, by `host_key`), then called in its binding's
+    order (`call_host`). Flatten is a view and needs none. Subclasses say where kernels come
+    from: JIT-compiled here (`compiler.llvm.host.LlvmKernels`), or a board's prebuilt library
+    (`runtime.cpu.LibraryKernels`)."""
+
+    name = "kernels"
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, tuple] = {}
+
+    def find(self, op, shapes: list[tuple[int, ...]], key: str) -> tuple:
+        """(kernel, binding) for `op` on inputs of `shapes`."""
+        raise NotImplementedError
+
+    def run(self, op, inputs, constants):
+        if isinstance(op, host_ops.Flatten):
+            return host_ops.run(op, inputs, constants)
+        shapes = [tuple(np.shape(x)) for x in inputs]
+        key = host_key(op, shapes)
+        found = self._kernels.get(key)
+        if found is None:
+            found = self._kernels[key] = self.find(op, shapes, key)
+        kernel, bind = found
+        return call_host(kernel, op, bind, inputs, constants)
+
+
+# ---- accelerator computations ----------------------------------------------------------------
+def computation_key(comp) -> str:
+    """How a computation's kernel is found: the computation record (shapes included)."""
+    return json.dumps(to_json(comp), sort_keys=True)
+
+
+def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
+    """A computation kernel's inputs from the program's tensors, by name (a per-tensor
+    multiplier is the computation's own value; the reshape of a flatten the compiler left out
+    is undone; epilogue vectors go in as int32)."""
+    args = []
+    for name in names:
+        if name == "multiplier" and comp.multiplier is not None:
+            args.append(np.array([comp.multiplier], np.int32))
+            continue
+        if name not in tensors:
+            raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
+        value = np.asarray(tensors[name])
+        vector = name not in ("input", "weight", "residual")
+        args.append(value.astype(np.int32) if vector else value)
+    shape = getattr(comp.op, "input_shape", None)
+    if shape is not None and args[0].shape != shape and args[0].size == np.prod(shape):
+        args[0] = args[0].reshape(shape)
+    return args
+
+
+class ComputeKernels(Protocol):
+    """Runs one accelerator computation on host kernels: `outputs` as `ops.reference.outputs`
+    (the result tensor by its program name), bit for bit."""
+
+    def outputs(self, comp, tensors: dict) -> dict[str, np.ndarray]: ...
+
+

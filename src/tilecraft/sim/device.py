@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.hw.config import HwConfig
+from tilecraft.hw.timing import Timing
 from tilecraft.runtime.device import RunResult, check_inputs, check_program
 from tilecraft.runtime.program import Program
-from tilecraft.sim.simulator import simulate
-from tilecraft.sim.timing import Timing
+from tilecraft.sim.simulator import run_image, simulate
 
 
 class SimDevice:
@@ -44,3 +44,13 @@ class SimDevice:
         )
         outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
         return RunResult(outputs, report)
+
+    def cycles(self, program: Program) -> int:
+        """`program`'s cycles on the cycle model alone (timing does not depend on data): the
+        compiler's `Timer` (`runtime.device.cycle_model`)."""
+        config = self.config or program.config
+        check_program(program, config)
+        report, _ = run_image(config, program.dram_image(), program.insn_offset,
+                              len(program.insns), timing=self.timing, functional=False,
+                              check_races=False)  # fmt: skip
+        return report.cycles

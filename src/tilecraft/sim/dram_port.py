@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from tilecraft.sim.timing import Timing
+from tilecraft.hw.timing import Timing
 
 FETCH_CLIENT, COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT = 0, 1, 2, 3
 

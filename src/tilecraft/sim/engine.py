@@ -33,10 +33,10 @@ from tilecraft.hw.isa import (
     Unit,
     format_row,
 )
+from tilecraft.hw.timing import Timing
 from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, DramPort
 from tilecraft.sim.fetch import FETCH_KEY, Fetch
 from tilecraft.sim.plan import Plan
-from tilecraft.sim.timing import Timing
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 PORT = 4  # actor id of the DRAM port

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import INSN_BYTES, Stage
+from tilecraft.hw.timing import Timing
 from tilecraft.sim.dram_port import FETCH_CLIENT, DramPort
 from tilecraft.sim.plan import Plan
-from tilecraft.sim.timing import Timing
 
 FETCH_KEY = "fetch"  # fetch's transfers on the port (the stages' are instruction indices)
 

@@ -17,7 +17,7 @@ from tilecraft.hw.isa import (
     Unit,
     unit_of,
 )
-from tilecraft.sim.timing import Timing, busy_cycles, dma_shape, pad_split
+from tilecraft.hw.timing import Timing, busy_cycles, dma_shape, pad_split
 
 
 class Plan:

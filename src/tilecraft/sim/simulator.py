@@ -25,13 +25,13 @@ from tilecraft.hw.isa import (
     stage_of,
     unit_of,
 )
+from tilecraft.hw.timing import Timing, alu_hazards
 from tilecraft.sim import semantics
 from tilecraft.sim.engine import STAGE_NAMES, Engine
 from tilecraft.sim.machine import Machine
 from tilecraft.sim.plan import Plan
 from tilecraft.sim.races import RaceChecker
 from tilecraft.sim.report import SimReport, StageStats
-from tilecraft.sim.timing import Timing, alu_hazards
 from tilecraft.sim.trace import chrome_trace
 
 _EXEC = {

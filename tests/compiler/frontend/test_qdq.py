@@ -7,7 +7,7 @@ import pytest
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import OpType
 from tilecraft.compiler.graph.network import compile_network
-from tilecraft.compiler.graph.partition import Place, Reason, place
+from tilecraft.compiler.partition import Place, Reason, place
 from tilecraft.compiler.quant.quantize import AccelLayer
 from tilecraft.errors import ModelError
 from tilecraft.hw.config import preset

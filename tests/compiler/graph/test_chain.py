@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from network_models import tiny_resnet
 
+from tilecraft.compiler.analysis.verify import verify
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.compiler.quant.calibrate import random_calibration
-from tilecraft.compiler.verify import verify
 from tilecraft.errors import VerifyError
 from tilecraft.hw.config import HwConfig, preset
 from tilecraft.hw.isa import Load, MemId, Opcode, encode, isa_for, table_insns
@@ -73,8 +73,8 @@ def test_dram_order_rule():
     different stages, needs the other complete at its start."""
     from types import SimpleNamespace as A
 
-    from tilecraft.compiler.completion import LOAD_LANE, STORE_LANE
-    from tilecraft.compiler.dram_order import dram_order_problem
+    from tilecraft.compiler.analysis.completion import LOAD_LANE, STORE_LANE
+    from tilecraft.compiler.analysis.dram_order import dram_order_problem
     from tilecraft.hw.isa import Stage
 
     store = A(index=0, stage=Stage.STORE, dram_reads=[], dram_writes=[(0, 64)])
@@ -105,8 +105,8 @@ def test_layouts_that_do_not_line_up_stay_apart():
 
 
 def test_relocation_refuses_what_it_cannot_move():
-    from tilecraft.compiler.conv2d import conv2d
     from tilecraft.compiler.graph.chain import Part, _relocate, chain_programs
+    from tilecraft.compiler.operator.conv2d import conv2d
     from tilecraft.errors import ScheduleError
     from tilecraft.ops import Conv2d, Epilogue
 
@@ -126,8 +126,8 @@ def test_relocation_refuses_what_it_cannot_move():
 
 def _two_layers(first=None, verified_parts=False):
     """Two 1x1 convolutions chained through tensor y (`first` replaces the first's program)."""
-    from tilecraft.compiler.conv2d import conv2d
     from tilecraft.compiler.graph.chain import Part, chain_programs
+    from tilecraft.compiler.operator.conv2d import conv2d
     from tilecraft.ops import Conv2d, Epilogue
 
     cfg = preset("1x8x8")

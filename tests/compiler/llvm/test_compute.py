@@ -10,7 +10,7 @@ from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.compiler.llvm.compute import JitCompute
 from tilecraft.compiler.llvm.host import LlvmKernels
-from tilecraft.compiler.pipeline import compile_operator
+from tilecraft.compiler.operator.pipeline import compile_operator
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, Epilogue, Multiplier

@@ -76,7 +76,7 @@ def _check_fake_quantized(jit, model, path, activations, form="qdq"):
     import onnx
 
     q = quantized_by_onnxruntime(model, path, activations, form=form)
-    if activations == "uint8" and form == "qdq":  # the quantizer dropped every ReLU: the uint8 range implies it
+    if activations == "uint8" and form == "qdq":  # the quantizer dropped every ReLU: implied
         assert not any(n.op_type == "Relu" for n in onnx.load(str(q)).graph.node)
     graph = import_model(str(q))
     fg = FloatGraph(graph, jit)

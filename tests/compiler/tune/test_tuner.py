@@ -7,15 +7,15 @@ import hashlib
 
 import pytest
 
-from tilecraft.compiler.heuristic import estimate
+from tilecraft.compiler.operator.heuristic import estimate
 from tilecraft.compiler.tune.measure import CycleModel, Result, measurer
 from tilecraft.compiler.tune.records import Records, tool_version
 from tilecraft.compiler.tune.task import Task, schedule_key
 from tilecraft.compiler.tune.tuner import best_schedule, tune
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import preset
+from tilecraft.hw.timing import Timing
 from tilecraft.ops import Conv2d
-from tilecraft.sim.timing import Timing
 
 pytest.importorskip("xgboost", reason="the cost model needs xgboost (the tune extra)")
 
@@ -58,6 +58,7 @@ class Remembered(CycleModel):
     """The cycle model, remembering what it measured."""
 
     def __init__(self):
+        super().__init__()
         self.seen = {}
 
     def measure(self, task, s) -> Result:

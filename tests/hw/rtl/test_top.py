@@ -6,8 +6,8 @@ import pytest
 from amaranth.hdl import Shape
 from system_model import run_program
 
-from tilecraft.compiler.blocked_gemm import blocked_gemm
-from tilecraft.compiler.conv2d import conv2d
+from tilecraft.compiler.operator.conv2d import conv2d
+from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
 from tilecraft.errors import AccessError
 from tilecraft.hw import regs
 from tilecraft.hw.config import preset
@@ -87,7 +87,7 @@ def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end
     """STORE's range checks at and just past the end: DRAM ((dram_base + span) x element bytes
     > DRAM_SIZE, worked out as the span's rows part against what the rest of the region
     leaves) and SRAM (sram_base + elements > depth, as the elements against what is left)."""
-    from tilecraft.compiler.builder import ProgramBuilder
+    from tilecraft.compiler.operator.builder import ProgramBuilder
     from tilecraft.hw.isa import Finish, Store
     from tilecraft.runtime.buffers import Role
 
@@ -122,7 +122,7 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
     """A GEMM or ALU index past the accumulator (the unit's range check, then the compute stage's
     error capture): the report's code and instruction index are the simulator's (the second
     instruction's, not the first's)."""
-    from tilecraft.compiler.builder import ProgramBuilder
+    from tilecraft.compiler.operator.builder import ProgramBuilder
     from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm
     from tilecraft.runtime.buffers import Role
 

@@ -332,7 +332,7 @@ def test_alu_unit_waits_where_a_micro_op_reads_the_row_written_just_before(pair)
     operands see a write a cycle after it), as sim.timing.alu_hazards counts: the unit takes
     exactly that many cycles more than on the same loop over rows apart, and the results
     agree with the simulator's."""
-    from tilecraft.sim.timing import alu_hazards
+    from tilecraft.hw.timing import alu_hazards
 
     cfg = preset(SMALL)
     cycles, stalls = [], []

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilecraft.compiler.analysis.verify import verify, verify_queues
 from tilecraft.compiler.graph.arena import Interval, plan_arena
-from tilecraft.compiler.verify import verify, verify_queues
 from tilecraft.errors import ScheduleError, VerifyError
 from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import (

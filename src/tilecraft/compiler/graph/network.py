@@ -1,10 +1,8 @@
 """A network from ONNX to a compiled model: import and normalise, check every node up front,
 calibrate, quantize, then compile each accelerator layer through the operator pipeline and
-string the steps together (`CompiledModel`, run by `runtime.executor`).
-
-Today each conv/dense is its own program and the host passes int8 NCHW tensors between them;
-one program per accelerator segment (activations kept in the blocked DRAM layout, a planned
-arena) is the next step of the whole-network issue.
+string the steps together (`CompiledModel`, run by `runtime.executor`): each run of
+consecutive accelerator layers is one program (`chain`), its activations kept in DRAM in the
+blocked layout and placed in a liveness arena (`arena`); the host passes tensors between runs.
 """
 
 from __future__ import annotations
@@ -13,15 +11,15 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
-from tilecraft.compiler.conv2d import compile_operator
-from tilecraft.compiler.eltwise import compile_scaled_add
+from tilecraft.compiler.analysis.verify import verify
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs, compatible
-from tilecraft.compiler.jobs import map_jobs
-from tilecraft.compiler.pipeline import MEASURED
-from tilecraft.compiler.pool import compile_global_avgpool, compile_maxpool
+from tilecraft.compiler.operator.conv2d import compile_operator
+from tilecraft.compiler.operator.pipeline import MEASURED
+from tilecraft.compiler.programs.eltwise import compile_scaled_add
+from tilecraft.compiler.programs.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
 from tilecraft.compiler.quant.quantize import (
     AccelLayer,
@@ -34,9 +32,9 @@ from tilecraft.compiler.quant.quantize import (
 )
 from tilecraft.compiler.tune.task import Task
 from tilecraft.compiler.tune.tuner import best_schedule
-from tilecraft.compiler.verify import verify
 from tilecraft.errors import ModelError, ScheduleError
 from tilecraft.hw.config import HwConfig
+from tilecraft.jobs import map_jobs
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
 from tilecraft.runtime.model import (
@@ -135,7 +133,8 @@ def _step(layer, index: int) -> AcceleratorStep:
 def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
                 chain: bool = True, budget: int = DEFAULT_BUDGET,
                 layer_programs: dict | None = None, records=None,
-                jobs: int | None = None, moved: dict | None = None) -> CompiledModel:  # fmt: skip
+                jobs: int | None = None, moved: dict | None = None,
+                timer=None) -> CompiledModel:  # fmt: skip
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
     blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
@@ -143,7 +142,8 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     (`tune.records.Records`), the schedules tuning found, used for each layer they cover;
     `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`);
     `moved`, if given, receives each layer the partition placed on the accelerator that runs
-    on the host, with the reason."""
+    on the host, with the reason; `timer`, what schedule candidates are measured with
+    (`compile_operator`'s: the cycle model unless given)."""
     steps, programs, host_constants = [], [], {}
     moved = {} if moved is None else moved
     pools = {layer.name: _pool_program(cfg, layer, moved) for layer in net.layers
@@ -155,7 +155,7 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
                   DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
-    programs_of = _compile_layers(cfg, runs, measure, records=records, jobs=jobs,
+    programs_of = _compile_layers(cfg, runs, measure, records=records, jobs=jobs, timer=timer,
                                   description=f"compiling {net.name}")  # fmt: skip
     for k, run in enumerate(runs):
         if not isinstance(run[0], ON_ACCELERATOR):
@@ -231,7 +231,8 @@ def _reads(layer) -> list[str]:
 
 
 def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, records,
-                    jobs: int | None, description: str) -> dict[str, Program]:  # fmt: skip
+                    jobs: int | None, description: str,
+                    timer=None) -> dict[str, Program]:  # fmt: skip
     """Each conv/dense layer's program, by name, verified. Layers of one shape (operator and
     epilogue shape, `_schedule_key`) are one job: the first searches the schedule, the others
     take it. The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
@@ -245,18 +246,20 @@ def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, records,
                 fold = None if layer.input not in made else False  # fed by the host: may fold
                 groups.setdefault(_schedule_key(layer) + (fold,), []).append((layer, fold))
     work = sorted(groups.values(), key=lambda g: -g[0][0].op.macs)
-    compile_group = partial(_compile_group, cfg, measure=measure, records=records)
+    compile_group = partial(_compile_group, cfg, measure=measure, records=records, timer=timer)
     return {layer.name: program
             for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
             for (layer, _), program in zip(group, programs)}  # fmt: skip
 
 
-def _compile_group(cfg: HwConfig, group: list, *, measure: int, records) -> list[Program]:
+def _compile_group(cfg: HwConfig, group: list, *, measure: int, records,
+                   timer=None) -> list[Program]:  # fmt: skip
     chosen: dict[tuple, ConvSchedule] = {}
-    return [_compile(cfg, layer, chosen, measure, fold, records) for layer, fold in group]
+    return [_compile(cfg, layer, chosen, measure, fold, records, timer) for layer, fold in group]
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None):
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None,
+             timer=None):  # fmt: skip
     """The layer's program, verified by every rule but dataflow (which a network's chain never
     ran: half a layer's verification time; tests/compiler/graph checks the networks bit-exact
     against the integer reference). A schedule the records hold for the layer's shape is taken
@@ -268,7 +271,8 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
             chosen[key] = best
     params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
               **layer.vectors,
-              "name": layer.name, "fold": fold, "measure": measure, "check": False}  # fmt: skip
+              "name": layer.name, "fold": fold, "measure": measure, "check": False,
+              "timer": timer}  # fmt: skip
     try:
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
     except ScheduleError:
@@ -291,10 +295,12 @@ def _schedule_key(layer: AccelLayer) -> tuple:
 def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
                     input_shapes=None, measure: int = MEASURED, chain: bool = True,
                     budget: int = DEFAULT_BUDGET, exact_requant: bool | None = None,
-                    records=None, jobs: int | None = None) -> NetworkCompilation:  # fmt: skip
+                    records=None, jobs: int | None = None,
+                    timer=None) -> NetworkCompilation:  # fmt: skip
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
-    see `quantize` (default: for a model that brings its own scales); `jobs`: see `build_model`."""
+    see `quantize` (default: for a model that brings its own scales); `jobs`, `timer`: see
+    `build_model`."""
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)
@@ -312,7 +318,7 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
     moved: dict[str, str] = {}
-    model = build_model(cfg, net, measure, chain=chain, budget=budget, moved=moved,
+    model = build_model(cfg, net, measure, chain=chain, budget=budget, moved=moved, timer=timer,
                         layer_programs=layer_programs, records=records, jobs=jobs)  # fmt: skip
     seconds["compile"] = time.perf_counter() - start
     return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs, moved)

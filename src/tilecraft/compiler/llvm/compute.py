@@ -16,7 +16,7 @@ from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.errors import KernelError
 from tilecraft.ops import operators as O
 from tilecraft.ops.reference import RESULT
-from tilecraft.runtime.cpu import computation_key, kernel_arguments
+from tilecraft.runtime.kernels import computation_key, kernel_arguments
 
 
 def computation_kernel(comp: O.Computation, gpu: bool = False) -> tuple[Spec, list[str]]:

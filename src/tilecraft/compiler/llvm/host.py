@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from tilecraft.compiler.llvm.kernels import elementwise as EW
 from tilecraft.compiler.llvm.kernels import window as W
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
 from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.errors import KernelError
 from tilecraft.ops import host as H
-from tilecraft.runtime.cpu import call_host, host_key
+from tilecraft.runtime.kernels import HostStepKernels, host_key
 
 Bind = list  # per input buffer of the kernel: an input's position, or a constant's name
 
@@ -49,7 +47,7 @@ def host_kernel(op: H.HostOp, shapes: Sequence[tuple[int, ...]]) -> tuple[Spec, 
     raise KernelError(f"no host kernel for {type(op).__name__}")
 
 
-class LlvmKernels:
+class LlvmKernels(HostStepKernels):
     """`HostKernels` on this machine: kernels JIT-compiled on first use (`jit.Jit`, cached on
     disk), bit-exact with `ops.host.run`."""
 
@@ -58,19 +56,12 @@ class LlvmKernels:
     def __init__(self, jit=None):
         from tilecraft.compiler.llvm.jit import Jit
 
+        super().__init__()
         self.jit = jit or Jit()
-        self._kernels: dict[str, tuple] = {}
 
-    def run(self, op, inputs, constants):
-        if isinstance(op, H.Flatten):
-            return H.run(op, inputs, constants)
-        key = host_key(op, [np.shape(x) for x in inputs])
-        found = self._kernels.get(key)
-        if found is None:
-            spec, bind = host_kernel(op, [np.shape(x) for x in inputs])
-            found = self._kernels[key] = (self.jit.kernel(spec), bind)
-        kernel, bind = found
-        return call_host(kernel, op, bind, inputs, constants)
+    def find(self, op, shapes, key):
+        spec, bind = host_kernel(op, shapes)
+        return self.jit.kernel(spec), bind
 
 
 def host_entries(steps) -> list[tuple[Spec, dict]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecraft.compiler.frontend.ir import Graph, Node, OpType
-from tilecraft.compiler.graph.partition import Place, Reason, partition, place
+from tilecraft.compiler.partition import Place, Reason, partition, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
 from tilecraft.errors import ModelError, UnsupportedOperatorError

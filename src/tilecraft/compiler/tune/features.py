@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.compiler import schedule as S
-from tilecraft.compiler.heuristic import estimate
-from tilecraft.compiler.tile_work import tile_work
+from tilecraft.compiler.operator import schedule as S
+from tilecraft.compiler.operator.heuristic import estimate
+from tilecraft.compiler.operator.tile_work import tile_work
+from tilecraft.hw.timing import Timing
 from tilecraft.ops import ConvSchedule, LoopOrder
-from tilecraft.sim.timing import Timing
 
 NAMES = (
     "log_tile_oc", "log_tile_ic", "log_tile_oh", "log_tile_ow", "oc_outer", "double_buffer",

@@ -42,18 +42,22 @@ def _timed(run) -> Result:
 
 
 class CycleModel:
-    """The cycle model (`sim.simulator.model_report`) on the program the schedule builds."""
+    """The cycle model (the `sim` device's, `runtime.device.cycle_model`, or another `Timer`)
+    on the program the schedule builds."""
 
     name = "cycle-model"
 
+    def __init__(self, timer=None):
+        self.timer = timer
+
     def measure(self, task, schedule) -> Result:
-        from tilecraft.compiler.pipeline import compile_operator
-        from tilecraft.sim.simulator import model_report
+        from tilecraft.compiler.operator.pipeline import compile_operator
+        from tilecraft.runtime.device import cycle_model
 
         def run():
             program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
                                        fold=task.mapped.folded, check=False).program  # fmt: skip
-            return model_report(program).cycles
+            return (self.timer or cycle_model())(program)
 
         return _timed(run)
 
@@ -66,7 +70,7 @@ class Rtl:
     def measure(self, task, schedule) -> Result:
         import numpy as np
 
-        from tilecraft.compiler.pipeline import compile_operator
+        from tilecraft.compiler.operator.pipeline import compile_operator
         from tilecraft.runtime import get_device
         from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -101,7 +105,7 @@ class Board:
     def measure(self, task, schedule) -> Result:
         import numpy as np
 
-        from tilecraft.compiler.pipeline import compile_operator
+        from tilecraft.compiler.operator.pipeline import compile_operator
         from tilecraft.runtime import get_device
         from tilecraft.runtime.layout import pack_inputs, random_inputs
 

@@ -13,10 +13,10 @@ from functools import partial
 
 import numpy as np
 
-from tilecraft.compiler.jobs import check_jobs, map_jobs
 from tilecraft.compiler.tune.measure import Measurer, Result
 from tilecraft.compiler.tune.task import Task, schedule_key
 from tilecraft.errors import TilecraftError
+from tilecraft.jobs import check_jobs, map_jobs
 
 
 def space_digest(task: Task) -> str:

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tilecraft.compiler import schedule as S
-from tilecraft.compiler.mapping import MappedConv, map_conv2d, map_dense
+from tilecraft.compiler.mapping.blocks import MappedConv, map_conv2d, map_dense
+from tilecraft.compiler.operator import schedule as S
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue

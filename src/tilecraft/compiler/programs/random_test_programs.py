@@ -1,0 +1,188 @@
+"""Seeded random programs for differential tests (simulator vs RTL): every opcode, LOAD
+padding, 2-D strides, micro-op loops, GEMM resets, immediate and tensor ALU ops, several
+STOREs. Dependence flags come from the token pass, and every program passes the static
+verifier, so any difference between two devices is a bug in one of them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecraft.compiler.analysis.tokens import insert_tokens
+from tilecraft.compiler.analysis.verify import verify
+from tilecraft.compiler.operator.builder import ProgramBuilder
+from tilecraft.errors import TilecraftError
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.runtime.buffers import Role
+from tilecraft.runtime.program import Program
+
+ROWS = 24  # scratchpad rows each random program uses, per buffer
+POOL = 4  # micro-ops per (unit, accumulator half)
+
+
+def random_program(cfg: HwConfig, seed: int, length: int = 24) -> tuple[Program, dict]:
+    """A verified random program and random inputs for it (tries a few draws per seed)."""
+    for attempt in range(50):
+        try:
+            program = _draw(cfg, np.random.default_rng([seed, attempt]), length, f"random{seed}")
+            verify(program)
+        except TilecraftError:
+            continue
+        rng = np.random.default_rng(seed)
+        inputs = {}
+        for b in program.inputs:
+            info = np.iinfo(np.dtype(b.dtype))
+            lo, hi = (-(1 << 20), 1 << 20) if info.bits > 8 else (info.min, info.max)
+            inputs[b.name] = rng.integers(lo, hi + 1, b.shape, dtype=np.dtype(b.dtype))
+        return program, inputs
+    raise AssertionError(f"no verified random program for seed {seed}")
+
+
+def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Program:
+    pb = ProgramBuilder(cfg, name)
+    half = cfg.acc_bank_rows
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    src = {
+        "inp": pb.buffer("inp", Role.INPUT, (64, b, bi), np.int8),
+        "wgt": pb.buffer("wgt", Role.INPUT, (32, bo, bi), np.int8),
+        "acc": pb.buffer("acc", Role.INPUT, (32, b, bo), np.int32),
+    }
+    out = pb.buffer("out", Role.OUTPUT, (64, b, bo), np.int8)
+    # micro-ops: small indices so loops stay in range; four pools of POOL, for GEMM or ALU
+    # (whose src is an ACC row too) in the lower or upper accumulator half, so an instruction
+    # keeps to one half (what the units need to run side by side, see sim/simulator.py)
+    uops, pools = [], {}
+    for unit in ("gemm", "alu"):
+        for base in (0, half):
+            pools[unit, base] = len(uops)
+            for _ in range(POOL):
+                dst, row = base + int(rng.integers(0, 6)), int(rng.integers(0, 8))
+                uops.append(Uop(dst, row + (base if unit == "alu" else 0), int(rng.integers(0, 8))))
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
+    # initialise what the random part may read
+    for kind, mem, bases in (
+        ("inp", MemId.INP, (0,)),
+        ("wgt", MemId.WGT, (0,)),
+        ("acc", MemId.ACC, (0, half)),
+    ):
+        dram = pb.elem(src[kind], kind)
+        for base in bases:
+            insns.append(
+                Load(mem=mem, sram_base=base, dram_base=dram, y_size=1, x_size=ROWS, x_stride=ROWS)
+            )
+    out_next = 0
+    # INP padding values from a stream of their own (the rest draws as it always did)
+    pad_values = rng.spawn(1)[0].integers(-128, 128, length).tolist()
+    for _ in range(length):
+        kind = rng.choice(["inp", "wgt", "acc", "gemm", "reset", "alu", "alu", "store"])
+        if kind in ("inp", "wgt", "acc"):
+            mem = {"inp": MemId.INP, "wgt": MemId.WGT, "acc": MemId.ACC}[kind]
+            x, y = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+            pads = [int(rng.integers(0, 2)) for _ in range(4)]
+            width, height = pads[2] + x + pads[3], pads[0] + y + pads[1]
+            base = int(rng.integers(0, ROWS - width * height + 1))
+            if kind == "acc":
+                base += int(rng.choice([0, half]))
+            stride = x + int(rng.integers(0, 3))
+            first = int(rng.integers(0, 8))
+            insns.append(
+                Load(
+                    mem=mem,
+                    sram_base=base,
+                    dram_base=pb.elem(src[kind], kind) + first,
+                    y_size=y,
+                    x_size=x,
+                    x_stride=stride,
+                    y_pad0=pads[0],
+                    y_pad1=pads[1],
+                    x_pad0=pads[2],
+                    x_pad1=pads[3],
+                    pad_value=pad_values.pop() if kind == "inp" else 0,
+                )
+            )
+        elif kind in ("gemm", "reset", "alu"):
+            first = pools["alu" if kind == "alu" else "gemm", int(rng.choice([0, half]))]
+            bgn = first + int(rng.integers(0, POOL))
+            end = int(rng.integers(bgn + 1, min(bgn + 3, first + POOL) + 1))
+            loop = dict(
+                uop_bgn=bgn,
+                uop_end=end,
+                iter_out=int(rng.integers(1, 3)),
+                iter_in=int(rng.integers(1, 3)),
+                dst_out=int(rng.integers(0, 3)),
+                dst_in=int(rng.integers(0, 2)),
+                src_out=int(rng.integers(0, 3)),
+                src_in=int(rng.integers(0, 2)),
+            )
+            if kind == "alu":
+                op = AluOp(int(rng.integers(0, len(AluOp))))
+                use_imm = bool(rng.random() < 0.6)
+                imm = (
+                    int(rng.integers(-40, 40)) if op == AluOp.SHR else int(rng.integers(-999, 999))
+                )
+                insns.append(Alu(op=op, use_imm=use_imm, imm=imm, **loop))
+            else:
+                insns.append(
+                    Gemm(
+                        reset=kind == "reset",
+                        wgt_out=int(rng.integers(0, 2)),
+                        wgt_in=int(rng.integers(0, 2)),
+                        **loop,
+                    )
+                )
+        else:
+            x, y = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+            base = int(rng.integers(0, 6)) + int(rng.choice([0, half]))
+            stride = x + int(rng.integers(0, 2))
+            if out_next + (y - 1) * stride + x > 64:
+                continue
+            insns.append(
+                Store(
+                    sram_base=base,
+                    dram_base=pb.elem(out, "out") + out_next,
+                    y_size=y,
+                    x_size=x,
+                    x_stride=stride,
+                )
+            )
+            out_next += (y - 1) * stride + x
+    insns.append(Finish())
+    return pb.build(insert_tokens(cfg, insns, uops, region))
+
+
+def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
+    """A long GEMM over the last 64 rows of the lower accumulator half, then a short ALU pass
+    on the upper half's first row (it runs alongside the GEMM and finishes first), then a
+    STORE of all 65 rows. The token pass gives the STORE one token, from the ALU: it must
+    vouch for the older GEMM as well."""
+    pb = ProgramBuilder(cfg, "out-of-order units")
+    half = cfg.acc_bank_rows
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    shapes = {"inp": (8, b, bi), "wgt": (1, bo, bi), "acc": (65, b, bo)}
+    src = {
+        name: pb.buffer(name, Role.INPUT, shape, np.int32 if name == "acc" else np.int8)
+        for name, shape in shapes.items()
+    }
+    out = pb.buffer("out", Role.OUTPUT, (65, b, bo), np.int8)
+    uops = [Uop(half - 64, 0, 0), Uop(half, 0, 0)]
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
+    for name, mem in (("inp", MemId.INP), ("wgt", MemId.WGT), ("acc", MemId.ACC)):
+        n, sram = shapes[name][0], half - 64 if name == "acc" else 0
+        dram = pb.elem(src[name], name)
+        insns.append(Load(mem=mem, sram_base=sram, dram_base=dram, y_size=1, x_size=n, x_stride=n))
+    insns += [
+        Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1, src_in=1),
+        Alu(op=AluOp.ADD, use_imm=True, imm=7, uop_bgn=1, uop_end=2),
+        Store(sram_base=half - 64, dram_base=pb.elem(out, "out"), y_size=1, x_size=65, x_stride=65),
+        Finish(),
+    ]
+    program = pb.build(insert_tokens(cfg, insns, uops, region))
+    verify(program)
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name, shape in shapes.items():
+        lo, hi, dtype = (-(1 << 20), 1 << 20, np.int32) if name == "acc" else (-128, 128, np.int8)
+        inputs[name] = rng.integers(lo, hi, shape, dtype=dtype)
+    return program, inputs
