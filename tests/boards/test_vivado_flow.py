@@ -114,7 +114,7 @@ def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(tmp_path, wns, whs
     import shutil
     import subprocess
 
-    from tilecraft.cli import _parser
+    from tilecraft.cli import build_parser
 
     tclsh = shutil.which("tclsh")
     if tclsh is None:
@@ -131,6 +131,6 @@ def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(tmp_path, wns, whs
     if wns < 0 or whs < 0:
         text = done.stdout + done.stderr
         assert f"timing is not met at 100 MHz (WNS {wns} ns, WHS {whs} ns)" in text
-        build_flags = next(a for a in _parser()._actions if a.dest != "help").choices["build"]
+        build_flags = next(a for a in build_parser()._actions if a.dest != "help").choices["build"]
         known = {o for a in build_flags._actions for o in a.option_strings}
         assert set(re.findall(r"--[a-z][a-z-]*", text)) <= known

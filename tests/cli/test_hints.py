@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tilecraft
-from tilecraft.cli import _parser, main
+from tilecraft.cli import build_parser, main
 
 PACKAGE = Path(tilecraft.__file__).parent
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -33,7 +33,7 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
         yield path, parser
 
 
-COMMANDS = dict(_commands(_parser()))
+COMMANDS = dict(_commands(build_parser()))
 ALIASES = {("compile",): ("compile-model",), ("tune",): ("tune", "model")}  # `compile MODEL.onnx`
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tilecraft.cli import _parser
+from tilecraft.cli import build_parser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -27,7 +27,7 @@ def test_the_quickstart_runs_as_written(tmp_path, monkeypatch, capsys):
 def test_the_cli_table_lists_every_subcommand():
     text = README.read_text()
     listed = set(re.findall(r"^\| `tilecraft ([a-z-]+(?: [a-z0-9-]+)?)", text, re.M))
-    parser = _parser()
+    parser = build_parser()
     commands = set()
     for action in parser._subparsers._group_actions:
         for name, sub in action.choices.items():

@@ -7,13 +7,26 @@ import sys
 
 import numpy as np
 
+from tilecraft.cli.common import (
+    add_layer_arguments,
+    count,
+    layer_of,
+    modeled_cycles,
+    names,
+    positive,
+    recorded,
+    schedule,
+    write,
+    write_json,
+    write_trace,
+)
 from tilecraft.errors import TilecraftError
 
 OUTPUTS = ("output", "json", "trace", "plot")  # file arguments checked before any work
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
     if not hasattr(args, "func"):
         parser.print_help()
@@ -92,8 +105,8 @@ def cmd_sim(args) -> int:
         inputs = random_inputs(program, np.random.default_rng(args.seed))
     result = get_device("sim").run(program, pack_inputs(program, inputs), trace=bool(args.trace))
     print(result.report.format())
-    _write(args.trace, lambda p: _trace(p, result.report.trace), "trace")
-    _write(args.json, lambda p: _json(p, result.report.to_dict()), "JSON")
+    write(args.trace, lambda p: write_trace(p, result.report.trace), "trace")
+    write(args.json, lambda p: write_json(p, result.report.to_dict()), "JSON")
     if args.check:
         ok, message = check_outputs(program, inputs, unpack_outputs(program, result.outputs))
         print(message)
@@ -108,25 +121,18 @@ def cmd_example(args) -> int:
     r = run_example(resolve_config(args.config), args.M, args.K, args.N, seed=args.seed,
                     trace=bool(args.trace))  # fmt: skip
     print(r.format())
-    _write(args.output, r.overlap.program.save, "program")
-    _write(args.trace, lambda p: _trace(p, r.overlap.report.trace), "trace")
-    _write(args.json, lambda p: _json(p, r.to_dict()), "JSON")
+    write(args.output, r.overlap.program.save, "program")
+    write(args.trace, lambda p: write_trace(p, r.overlap.report.trace), "trace")
+    write(args.json, lambda p: write_json(p, r.to_dict()), "JSON")
     return 0 if r.ok else 1
 
 
 def cmd_compile(args) -> int:
-    from tilecraft.boards import resolve_config
     from tilecraft.compiler.operator.params import random_params
     from tilecraft.compiler.operator.pipeline import compile_operator, plan_operator
-    from tilecraft.ops import Conv2d, Dense, Epilogue
 
-    cfg = resolve_config(args.config)
-    ep = Epilogue(args.bias, args.multiplier, args.shift, args.residual, args.relu)
-    if args.op == "conv2d":
-        op = Conv2d(args.N, args.IC, args.H, args.W, args.OC, args.K, args.S, args.P)
-    else:
-        op = Dense(args.M, args.K, args.N)
-    options = {"schedule": _schedule(args.schedule) or _recorded(args, cfg, op, ep),
+    cfg, op, ep = layer_of(args)
+    options = {"schedule": schedule(args.schedule) or recorded(args, cfg, op, ep),
                "max_insns": args.max_insns}  # fmt: skip
     plan_operator(cfg, op, ep, **options)  # a layer too large fails before its weights exist
     params = random_params(
@@ -137,47 +143,12 @@ def cmd_compile(args) -> int:
     chosen = next((c.cycles for c in comp.candidates if c.schedule == comp.schedule), None)
     modeled = modeled_cycles([comp.program], [chosen])
     print(modeled.format())
-    _write(args.output, comp.program.save, "program")
+    write(args.output, comp.program.save, "program")
     summary = {"operator": op.describe(), "config": cfg.tag, "schedule": comp.schedule.describe(),
                "instructions": len(comp.program.insns), "output": args.output,
                **modeled.to_dict()}  # fmt: skip
-    _write(args.json, lambda p: _json(p, summary), "JSON")
+    write(args.json, lambda p: write_json(p, summary), "JSON")
     return 0
-
-
-class Modeled:
-    """The cycle model's count for compiled programs, run one after another at the config's
-    clock: what `compile` says it built."""
-
-    def __init__(self, cycles: list[int], clock_mhz: float):
-        self.cycles, self.clock_mhz = cycles, clock_mhz
-
-    @property
-    def total(self) -> int:
-        return sum(self.cycles)
-
-    @property
-    def ms(self) -> float:
-        return self.total / (self.clock_mhz * 1e3)
-
-    def format(self) -> str:
-        parts = f" ({len(self.cycles)} programs)" if len(self.cycles) > 1 else ""
-        return (f"modeled: {self.total:,} accelerator cycles = {self.ms:.3f} ms at "
-                f"{self.clock_mhz:g} MHz{parts} (the cycle model)")  # fmt: skip
-
-    def to_dict(self) -> dict:
-        return {"modeled_cycles": self.total, "modeled_ms": self.ms,
-                "clock_mhz": self.clock_mhz, "program_cycles": list(self.cycles)}  # fmt: skip
-
-
-def modeled_cycles(programs, known=None) -> Modeled:
-    """`programs` on the cycle model (timing does not depend on data), each count in `known`
-    taken as it is (the schedule search's measurement)."""
-    from tilecraft.sim.simulator import model_report
-
-    known = list(known or [None] * len(programs))
-    cycles = [k if k is not None else model_report(p).cycles for p, k in zip(programs, known)]
-    return Modeled(cycles, programs[0].config.clock_mhz if programs else 0.0)
 
 
 def cmd_bench(args) -> int:
@@ -188,18 +159,18 @@ def cmd_bench(args) -> int:
     if args.plot and not hasattr(module, "plot"):
         raise TilecraftError(f"--plot is for resnet18-layers, not {args.suite}")
     options = {
-        "resnet18-layers": {"check": not args.no_check, "rtl": _names(args.rtl),
+        "resnet18-layers": {"check": not args.no_check, "rtl": names(args.rtl),
                             "records": args.records},
         "rtl-speed": {"random": args.random},
-        "tuner": {"seeds": args.seeds, "layers": _names(args.layers),
+        "tuner": {"seeds": args.seeds, "layers": names(args.layers),
                   "save_tables": args.save_tables},
     }.get(args.suite, {})
     config = args.config or getattr(module, "PRESET", "default")
     result = module.run(resolve_config(config), **options)
     print(module.format_table(result))
     if args.plot:
-        _write(args.plot, lambda p: module.plot(result, p), "plot")
-    _write(args.json, lambda p: _json(p, result), "JSON")
+        write(args.plot, lambda p: module.plot(result, p), "plot")
+    write(args.json, lambda p: write_json(p, result), "JSON")
     return 0 if result.get("ok", True) else 1
 
 
@@ -220,7 +191,7 @@ def cmd_hw_resources(args) -> int:
     cfg = resolve_config(args.config)
     r = synthesize(cfg, args.part)
     print(r.format())
-    _write(args.json, lambda p: _json(p, r.to_dict()), "JSON")
+    write(args.json, lambda p: write_json(p, r.to_dict()), "JSON")
     if args.record:
         from tilecraft.boards.fit import family, record
 
@@ -232,85 +203,8 @@ def cmd_hw_resources(args) -> int:
     return 0
 
 
-# ---- helpers -------------------------------------------------------------------------------
-def _write(path: str | None, write, what: str) -> None:
-    if path:
-        write(path)
-        print(f"{what} written to {path}")
-
-
-def _json(path: str, data) -> None:
-    from tilecraft.files import write_json
-
-    write_json(path, data)
-
-
-def _trace(path: str, trace: dict) -> None:
-    from tilecraft.sim.trace import write_trace
-
-    write_trace(path, trace)
-
-
-def _count(text: str) -> int:
-    """A whole number >= 0 (seeds, counts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _names(text: str | None) -> list[str] | None:
-    return [n.strip() for n in text.split(",")] if text else None
-
-
-def _schedule(text: str | None):
-    from tilecraft.errors import ScheduleError
-    from tilecraft.ops import ConvSchedule, LoopOrder
-
-    if not text:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    orders = [o.value for o in LoopOrder]
-    try:
-        tiles = [int(p) for p in parts[:4]]
-    except ValueError:
-        tiles = []
-    extra = parts[4:]
-    order = next((p for p in extra if p in orders), LoopOrder.OC_OUTER)
-    unknown = [p for p in extra if p not in orders and p != "single"]
-    if len(tiles) != 4 or unknown:
-        raise ScheduleError(
-            f"--schedule {text!r}: expected TILE_OC,TILE_IC,TILE_OH,TILE_OW[,ORDER][,single] "
-            f"with ORDER one of {', '.join(orders)}"
-        )
-    return ConvSchedule(*tiles, order=order, double_buffer="single" not in extra)
-
-
-def _recorded(args, cfg, op, ep):
-    """The best schedule `--records` holds for the layer (None without records or a match)."""
-    if not args.records:
-        return None
-    from tilecraft.compiler.tune.records import Records
-    from tilecraft.compiler.tune.task import Task
-    from tilecraft.compiler.tune.tuner import best_schedule
-
-    best = best_schedule(Records(args.records, cfg.digest, None), Task(cfg, op, ep))
-    print(f"records: {'best schedule ' + best.describe() if best else 'nothing for this layer'}")
-    return best
-
-
 # ---- arguments -----------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tilecraft", description=__doc__)
     sub = p.add_subparsers(title="commands")
 
@@ -329,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="run a program on the behavioral simulator")
     sim.add_argument("program")
     sim.add_argument("--inputs", help=".npz of named logical inputs (default: random, --seed)")
-    sim.add_argument("--seed", type=_count, default=0)
+    sim.add_argument("--seed", type=count, default=0)
     sim.add_argument("--trace", help="write a Perfetto/Chrome trace JSON here")
     sim.add_argument("--json", help="write the report as JSON here")
     sim.add_argument("--check", action="store_true", help="compare outputs with the reference")
@@ -340,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--M", type=int, default=64)
     ex.add_argument("--K", type=int, default=256)
     ex.add_argument("--N", type=int, default=128)
-    ex.add_argument("--seed", type=_count, default=0)
+    ex.add_argument("--seed", type=count, default=0)
     ex.add_argument("-o", "--output", help="save the overlapped program here (.tcp)")
     ex.add_argument("--trace", help="write the overlapped run's trace here")
     ex.add_argument("--json", help="write the figures as JSON here")
@@ -351,21 +245,10 @@ def _parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="compile an operator to a program file")
     ops = comp.add_subparsers(title="operator")
     conv = ops.add_parser("conv2d", help="conv2d, NCHW int8 -> int8")
-    for name, default in (("N", 1), ("IC", 64), ("H", 56), ("W", 56), ("OC", 64), ("K", 3),
-                          ("S", 1), ("P", 1)):  # fmt: skip
-        conv.add_argument(f"--{name}", type=int, default=default)
-    conv.set_defaults(func=cmd_compile, op="conv2d")
     dense = ops.add_parser("dense", help="dense (M, K) @ (K, N), int8 -> int8")
-    for name, default in (("M", 64), ("K", 256), ("N", 128)):
-        dense.add_argument(f"--{name}", type=int, default=default)
-    dense.set_defaults(func=cmd_compile, op="dense")
-    for q in (conv, dense):
-        q.add_argument("--config", default="default", help="config name or .toml/.json")
-        q.add_argument("--bias", action="store_true", help="add a per-channel int32 bias")
-        q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")
-        q.add_argument("--shift", type=int, default=8, help="rounding right shift (0..31)")
-        q.add_argument("--relu", action="store_true")
-        q.add_argument("--residual", action="store_true", help="add an int8 residual input")
+    for q, op in ((conv, "conv2d"), (dense, "dense")):
+        add_layer_arguments(q, op)
+        q.set_defaults(func=cmd_compile)
         q.add_argument("--schedule", help="TILE_OC,TILE_IC,TILE_OH,TILE_OW[,ORDER][,single]")
         q.add_argument("--records", help="tuning records (tilecraft tune): use the best "
                        "schedule they hold for this layer")  # fmt: skip
@@ -374,10 +257,10 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="weights/bias/multiplier as program inputs (default: random constants)",
         )
-        q.add_argument("--seed", type=_count, default=0, help="of the random parameters")
+        q.add_argument("--seed", type=count, default=0, help="of the random parameters")
         q.add_argument(
             "--max-insns",
-            type=_positive,
+            type=positive,
             default=MAX_INSNS,
             metavar="N",
             help=f"refuse a layer whose program would exceed N instructions (default {MAX_INSNS})",
@@ -400,14 +283,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--random",
-        type=_count,
+        type=count,
         default=0,
         metavar="N",
         help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
     )
     bench.add_argument("--records", help="resnet18-layers: tuning records; each layer takes "
                        "the best schedule they hold")  # fmt: skip
-    bench.add_argument("--seeds", type=_positive, default=3, help="tuner: seeds per layer")
+    bench.add_argument("--seeds", type=positive, default=3, help="tuner: seeds per layer")
     bench.add_argument("--layers", metavar="C1,C2", help="tuner: only these layers")
     bench.add_argument("--save-tables", metavar="FILE.npz", help="tuner: write the exhaustive "
                        "tables (the package's data/tuner_tables.npz)")  # fmt: skip
@@ -432,9 +315,9 @@ def _parser() -> argparse.ArgumentParser:
     from tilecraft.cli import boards, dse, network, tune
 
     boards.add_parsers(sub)
-    dse.add_parsers(sub, _count)
-    network.add_parsers(sub, _count)
-    tune.add_parsers(sub, _count)
+    dse.add_parsers(sub, count)
+    network.add_parsers(sub, count)
+    tune.add_parsers(sub, count)
     return p
 
 

@@ -30,7 +30,7 @@ def board_rows() -> list[dict]:
 
 
 def cmd_boards(args) -> int:
-    from tilecraft.cli import _json, _write
+    from tilecraft.cli.common import write, write_json
 
     rows = board_rows()
     print(f"{'board':11s} {'part':22s} {'host':8s} {'fabric':>8s} {'DDR':>6s} {'CMA':>6s}  "
@@ -49,7 +49,7 @@ def cmd_boards(args) -> int:
         print(f"  {r['board']}:")
         for config, f in r["fits"].items():
             print(f"    {config:9s} {f['verdict']}")
-    _write(args.json, lambda p: _json(p, {"boards": rows}), "JSON")
+    write(args.json, lambda p: write_json(p, {"boards": rows}), "JSON")
     return 0
 
 
@@ -110,7 +110,7 @@ def _build_open(b, cfg, args) -> int:
 
 def cmd_hw_timing(args) -> int:
     from tilecraft.boards import resolve_config
-    from tilecraft.cli import _json, _write
+    from tilecraft.cli.common import write, write_json
 
     cfg = resolve_config(args.config)
     if args.flow == "ecp5":
@@ -132,7 +132,7 @@ def cmd_hw_timing(args) -> int:
               f"synth_xilinx; a proxy: Vivado is not run), {r.seconds:.0f} s")  # fmt: skip
         data = {"flow": "xilinx", "fmax_mhz": None, "routed": False, "seconds": r.seconds,
                 **r.to_dict()}  # fmt: skip
-    _write(args.json, lambda p: _json(p, data), "JSON")
+    write(args.json, lambda p: write_json(p, data), "JSON")
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def cmd_dse(args) -> int:
-    from tilecraft.cli import _json, _write
+    from tilecraft.cli.common import write, write_json
     from tilecraft.explore.sweep import run_sweep
 
     if args.workers is not None and args.workers < 0:
@@ -14,7 +14,7 @@ def cmd_dse(args) -> int:
                        scheduler=args.scheduler, cache=args.cache,
                        trials=args.trials)  # fmt: skip
     print(format_table(result))
-    _write(args.json, lambda p: _json(p, result), "JSON")
+    write(args.json, lambda p: write_json(p, result), "JSON")
     if args.plot:
         from tilecraft.explore.plot import plot_fronts
 

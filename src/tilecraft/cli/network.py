@@ -63,7 +63,7 @@ def cmd_partition(args) -> int:
 
 def cmd_compile_model(args) -> int:
     from tilecraft.boards import resolve_config
-    from tilecraft.cli import modeled_cycles
+    from tilecraft.cli.common import modeled_cycles
     from tilecraft.compiler.frontend import import_model
     from tilecraft.compiler.graph.network import compile_network
     from tilecraft.compiler.quant.calibrate import (

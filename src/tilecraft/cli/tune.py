@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
+from tilecraft.cli.common import add_layer_arguments, layer_of
 from tilecraft.errors import TilecraftError
 
 
 def layer_task(args):
     """The `Task` of a `conv2d`/`dense` command's layer arguments."""
-    from tilecraft.boards import resolve_config
     from tilecraft.compiler.tune.task import Task
-    from tilecraft.ops import Conv2d, Dense, Epilogue
 
-    ep = Epilogue(args.bias, args.multiplier, args.shift, args.residual, args.relu)
-    if args.op == "conv2d":
-        op = Conv2d(args.N, args.IC, args.H, args.W, args.OC, args.K, args.S, args.P)
-    else:
-        op = Dense(args.M, args.K, args.N)
-    return Task(resolve_config(args.config), op, ep)
+    return Task(*layer_of(args))
 
 
 def cmd_tune_layer(args) -> int:
@@ -179,14 +173,10 @@ def add_parsers(sub, count) -> None:
     tune = sub.add_parser("tune", help="tune a layer's schedule (XGBoost cost model, records)")
     ops = tune.add_subparsers(title="operator")
     conv = ops.add_parser("conv2d", help="a conv2d layer")
-    for name, default in (("N", 1), ("IC", 64), ("H", 56), ("W", 56), ("OC", 64), ("K", 3),
-                          ("S", 1), ("P", 1)):  # fmt: skip
-        conv.add_argument(f"--{name}", type=int, default=default)
-    conv.set_defaults(func=cmd_tune_layer, op="conv2d")
     dense = ops.add_parser("dense", help="a dense layer")
-    for name, default in (("M", 64), ("K", 256), ("N", 128)):
-        dense.add_argument(f"--{name}", type=int, default=default)
-    dense.set_defaults(func=cmd_tune_layer, op="dense")
+    for q, op in ((conv, "conv2d"), (dense, "dense")):
+        add_layer_arguments(q, op)
+        q.set_defaults(func=cmd_tune_layer)
     every = ops.add_parser("resnet18-layers", help="ResNet-18's conv layers C1-C11 in turn "
                            "(the resnet18-layers epilogue), into one records file")  # fmt: skip
     every.set_defaults(func=cmd_tune_resnet18, op="resnet18-layers")
@@ -199,8 +189,9 @@ def add_parsers(sub, count) -> None:
                        default="minmax")  # fmt: skip
     shape_option(model)
     model.set_defaults(func=cmd_tune_model, op="model")
-    for q in (conv, dense, every, model):
+    for q in (every, model):
         q.add_argument("--config", default="default", help="config name or .toml/.json")
+    for q in (conv, dense, every, model):
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")
         q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
         q.add_argument("--measure", default="sim", help="sim (the cycle model), rtl, or pynq "
@@ -233,9 +224,4 @@ def add_parsers(sub, count) -> None:
             help="each measurement takes one FPGA "
             "resource (a board's worker: dask worker ... --resources FPGA=1)",
         )
-    for q in (conv, dense):
-        q.add_argument("--bias", action="store_true")
-        q.add_argument("--multiplier", choices=["none", "tensor", "channel"], default="none")
-        q.add_argument("--shift", type=int, default=8)
-        q.add_argument("--relu", action="store_true")
-        q.add_argument("--residual", action="store_true")
+

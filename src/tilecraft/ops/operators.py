@@ -9,6 +9,7 @@ from enum import Enum
 from typing import ClassVar
 
 from tilecraft.errors import ScheduleError
+from tilecraft.hw.isa import IMM_MAX  # the ALU immediate an operator's constants ride in
 from tilecraft.serial import enum_member
 
 INT8 = (-128, 127)
@@ -389,8 +390,8 @@ class ScaledAdd(_Planes):
         _positive("scaled add", n=self.n, c=self.c, h=self.h, w=self.w,
                   multiplier_a=self.multiplier_a, multiplier_b=self.multiplier_b)  # fmt: skip
         for name, lo, hi in (("shift", 0, 15), ("pre_shift", 0, 31), ("weight_a", 1, 127),
-                             ("weight_b", 1, 127), ("multiplier_a", 1, 32767),
-                             ("multiplier_b", 1, 32767)):  # fmt: skip
+                             ("weight_b", 1, 127), ("multiplier_a", 1, IMM_MAX),
+                             ("multiplier_b", 1, IMM_MAX)):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ScheduleError(f"scaled add {name} must be in {lo}..{hi}, not {value!r}")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
+    BARRIER,
     STAGE_OF,
     Opcode,
     Stage,
@@ -44,7 +45,6 @@ PORT_CLIENT = {Stage.LOAD: LOAD_CLIENT, Stage.COMPUTE: COMPUTE_CLIENT, Stage.STO
 STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store", FETCH: "fetch"}
 
 
-BARRIER = None  # the unit of a compute-stage LOAD or FINISH: it waits for both units
 OTHER_UNIT = {Unit.GEMM: Unit.ALU, Unit.ALU: Unit.GEMM}
 
 

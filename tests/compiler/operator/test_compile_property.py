@@ -1,6 +1,7 @@
 """Random operators and options through the whole compile (the heuristic's choice, no schedule
 given): each ends in a verified program that runs bit-exact against the reference, or in a
-TilecraftError that names the bad value, never another exception. Shapes reach past the legal
+TilecraftError that names the bad value (with every value legal: only a ScheduleError naming
+the limit the layer breaks), never another exception. Shapes reach past the legal
 ranges (zero, negative, padding beyond the LOAD field, shifts past 31, huge channel counts)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from tilecraft.compiler.operator.params import random_params
 from tilecraft.compiler.operator.pipeline import compile_operator, plan_operator
-from tilecraft.errors import TilecraftError
+from tilecraft.errors import ScheduleError, TilecraftError
 from tilecraft.hw.config import preset
 from tilecraft.ops import Conv2d, Dense, Epilogue
 from tilecraft.runtime import get_device
@@ -91,6 +92,12 @@ def _compile_and_run(make_op, ep_options, config, seed):
     return check_outputs(program, inputs, unpack_outputs(program, result.outputs))
 
 
+# What may refuse an operator whose every value is legal: a ScheduleError naming the limit it
+# breaks (a scratchpad's rows, a field's width, the program's size). A verifier failure, a
+# deadlock, a hazard or any other error on legal input is the bug this test exists to find.
+LIMITS = r"scratchpad|rows|micro-op|field|too large|max_insns|instructions|does not fit|fits"
+
+
 def _check(case):
     make_op, ep, config, seed, bad = case
     try:
@@ -98,6 +105,10 @@ def _check(case):
     except TilecraftError as exc:
         if bad is not None:
             assert re.search(NAMED[bad], str(exc)), f"{bad} out of range, but: {exc}"
+        else:
+            legal = type(exc) is ScheduleError and re.search(LIMITS, str(exc))
+            assert legal, (f"{make_op().describe()} [{ep}] on {config} (seed {seed}), every "
+                           f"value legal: {type(exc).__name__}: {exc}")  # fmt: skip
         event(f"{type(exc).__name__} ({bad or 'legal values'})")
         return
     assert bad is None, f"{bad} out of range compiled: {ep}"

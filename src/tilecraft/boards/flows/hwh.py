@@ -45,7 +45,7 @@ from tilecraft.boards.block_design import (
     BlockDesign,
 )
 from tilecraft.files import write_atomic
-from tilecraft.hw import regs
+from tilecraft.hw import axi, regs
 
 AXIMM = "xilinx.com:interface:aximm:1.0"
 PS_VLNVS = {
@@ -55,14 +55,12 @@ PS_VLNVS = {
 CONTROL = "s_axi_control"  # the accelerator's AXI4-Lite slave
 MASTER = "m_axi"  # its AXI4 master into DDR
 SEGMENT = "reg0"  # the address segment Vivado gives a module reference's slave
-CONTROL_DATA_BITS = 32
 INTC_VLNV = "xilinx.com:ip:axi_intc:4.1"  # its version in the Vivado releases PYNQ builds with
 INTC_SLAVE = "s_axi"
 INTC_SEGMENT = "Reg"  # the address segment Vivado gives the controller's registers
 INTC_ADDR_BITS = 9  # its C_S_AXI_ADDR_WIDTH
 NO_NET = "__NOC__"  # what Vivado names the bus of an unconnected interface
 LEVEL_HIGH = {"SENSITIVITY": "LEVEL_HIGH", "SIGIS": "INTERRUPT"}
-MASTER_ADDR_BITS = 64  # hw/rtl/signatures.py ADDR_BITS
 ACCESS = {"rw": "read-write", "r": "read-only", "w": "write-only"}
 # The address widths of the PS ports: (master, slave) on Zynq-7000 and on ZynqMP.
 PS_ADDR_BITS = {False: (32, 32), True: (40, 49)}
@@ -78,7 +76,7 @@ ZYNQMP_SLAVE_WIDTH = "128"  # and for C_SAXIGP0..6_DATA_WIDTH
 ZYNQMP_LOW_DDR = 2 << 30  # the first 2 GiB of DRAM sit at 0, the rest at ZYNQMP_HIGH_DDR
 ZYNQMP_HIGH_DDR = 0x8_0000_0000
 
-AxiSignal = tuple[str, int, bool]  # an AXI signal: (name, width, driven by the master)
+AxiSignal = axi.Signal
 End = tuple[str, str]  # one end of a net: (instance, port)
 # a port's net name and the net's other ends; None for a port Vivado leaves unconnected
 Links = dict[End, tuple[str, list[End]] | None]
@@ -163,29 +161,6 @@ def _part_fields(part: str, device: str) -> tuple[str, str, str]:
 # --- the buses and nets ---
 
 
-def _axi_lite(addr_bits: int, data_bits: int) -> tuple[AxiSignal, ...]:
-    """The signals of an AXI4-Lite bus (signatures.AxiLite)."""
-    return (
-        ("awaddr", addr_bits, True), ("awvalid", 1, True), ("awready", 1, False),
-        ("wdata", data_bits, True), ("wstrb", data_bits // 8, True), ("wvalid", 1, True),
-        ("wready", 1, False),
-        ("bresp", 2, False), ("bvalid", 1, False), ("bready", 1, True),
-        ("araddr", addr_bits, True), ("arvalid", 1, True), ("arready", 1, False),
-        ("rdata", data_bits, False), ("rresp", 2, False), ("rvalid", 1, False),
-        ("rready", 1, True),
-    )  # fmt: skip
-
-
-def _axi4(addr_bits: int, data_bits: int) -> tuple[AxiSignal, ...]:
-    """The signals of the AXI4 master (signatures.Axi4): AXI4-Lite's plus bursts."""
-    bursts = tuple(
-        (f"{channel}{name}", width, True)
-        for channel in ("ar", "aw")
-        for name, width in (("len", 8), ("size", 3), ("burst", 2), ("cache", 4), ("prot", 3))
-    )
-    return _axi_lite(addr_bits, data_bits) + bursts + (("rlast", 1, False), ("wlast", 1, True))
-
-
 def _ps_interface(design: BlockDesign, name: str, signals: tuple[AxiSignal, ...]) -> Interface:
     """A PS interface, its ports named as the PS names them: M_AXI_GP0_ARADDR on Zynq-7000,
     maxigp0_araddr on ZynqMP."""
@@ -204,7 +179,7 @@ def _accelerator_interface(name: str, master: bool, signals: tuple[AxiSignal, ..
 
 def _intc_interface() -> Interface:
     """The interrupt controller's AXI4-Lite slave: s_axi_awaddr and so on."""
-    signals = _axi_lite(INTC_ADDR_BITS, CONTROL_DATA_BITS)
+    signals = axi.axi_lite(INTC_ADDR_BITS, axi.LITE_DATA_BITS)
     ports = tuple(f"{INTC_SLAVE}_{signal}" for signal, _, _ in signals)
     return Interface(INTC, INTC_SLAVE, False, signals, ports)
 
@@ -213,8 +188,8 @@ def _control_bus(design: BlockDesign) -> Bus:
     """The PS's master port to the accelerator's registers."""
     ps_bits = PS_ADDR_BITS[design.zynqmp][0]
     return Bus(
-        _ps_interface(design, design.control_port, _axi_lite(ps_bits, CONTROL_DATA_BITS)),
-        _accelerator_interface(CONTROL, False, _axi_lite(regs.ADDR_BITS, CONTROL_DATA_BITS)),
+        _ps_interface(design, design.control_port, axi.axi_lite(ps_bits, axi.LITE_DATA_BITS)),
+        _accelerator_interface(CONTROL, False, axi.axi_lite(regs.ADDR_BITS, axi.LITE_DATA_BITS)),
     )
 
 
@@ -222,8 +197,8 @@ def _data_bus(design: BlockDesign) -> Bus:
     """The accelerator's master port to the PS's DDR port."""
     ps_bits, data_bits = PS_ADDR_BITS[design.zynqmp][1], design.config.axi_data_bits
     return Bus(
-        _accelerator_interface(MASTER, True, _axi4(MASTER_ADDR_BITS, data_bits)),
-        _ps_interface(design, design.data_port, _axi4(ps_bits, data_bits)),
+        _accelerator_interface(MASTER, True, axi.axi4(axi.ADDR_BITS, data_bits)),
+        _ps_interface(design, design.data_port, axi.axi4(ps_bits, data_bits)),
     )
 
 
@@ -366,7 +341,7 @@ def _intc_module(design: BlockDesign, links: Links, intc: Interface) -> ET.Eleme
     parameters = ET.SubElement(module, "PARAMETERS")
     for name, value in (
         ("C_S_AXI_ADDR_WIDTH", str(INTC_ADDR_BITS)),
-        ("C_S_AXI_DATA_WIDTH", str(CONTROL_DATA_BITS)),
+        ("C_S_AXI_DATA_WIDTH", str(axi.LITE_DATA_BITS)),
         ("C_NUM_INTR_INPUTS", "1"),
         ("C_KIND_OF_INTR", "0xfffffffe"),
         ("C_KIND_OF_EDGE", "0xffffffff"),

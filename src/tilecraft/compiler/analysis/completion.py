@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Stage, Unit, unit_of
+from tilecraft.hw.isa import BARRIER, Stage, Unit, unit_of
 
 LOAD_LANE, GEMM_LANE, ALU_LANE, STORE_LANE = range(4)
-BARRIER = -1  # a compute LOAD/FINISH: on both compute lanes
+BARRIER_LANE = -1  # a compute LOAD/FINISH (hw.isa BARRIER): on both compute lanes (the last
+# row of a lane table)
 UNIT_LANES = (GEMM_LANE, ALU_LANE)
 _UNIT_LANE = {Unit.GEMM: GEMM_LANE, Unit.ALU: ALU_LANE}
 
@@ -30,12 +31,12 @@ def lane_of(stage: Stage, opcode: int) -> int:
     if stage == Stage.STORE:
         return STORE_LANE
     unit = unit_of(opcode)
-    return BARRIER if unit is None else _UNIT_LANE[unit]
+    return BARRIER_LANE if unit is BARRIER else _UNIT_LANE[unit]
 
 
 def covers(clock: np.ndarray, lane: int, local: int) -> bool:
     """Whether `clock` says instruction (lane, stage-local index) is complete."""
-    if lane == BARRIER:
+    if lane == BARRIER_LANE:
         return local <= max(clock[GEMM_LANE], clock[ALU_LANE])
     return local <= clock[lane]
 
@@ -54,7 +55,7 @@ class Completion:
         self.prev_done = {Stage.LOAD: empty(), Stage.STORE: empty()}
         self.compute_start = empty()  # what the previous compute instruction started with
         self.latest: dict[int, tuple[int, int | None, np.ndarray] | None] = dict.fromkeys(
-            (GEMM_LANE, ALU_LANE, BARRIER)
+            (GEMM_LANE, ALU_LANE, BARRIER_LANE)
         )  # lane -> (local, half, completion clock) of its latest instruction
 
     def start(self, stage: Stage, opcode: int, first_dst: int | None) -> tuple:
@@ -75,7 +76,7 @@ class Completion:
             self.prev_done[stage] = done
             return done
         self.compute_start = start.copy()
-        if lane == BARRIER:
+        if lane == BARRIER_LANE:
             done[GEMM_LANE] = done[ALU_LANE] = local
             self.latest = dict.fromkeys(self.latest)
         else:
@@ -89,9 +90,9 @@ class Completion:
         if stage != Stage.COMPUTE:
             return self.prev_done[stage].copy()
         clock = self.compute_start.copy()
-        if self.latest[BARRIER] is not None:
-            clock = np.maximum(clock, self.latest[BARRIER][2])
-        if lane == BARRIER:  # waits for both units
+        if self.latest[BARRIER_LANE] is not None:
+            clock = np.maximum(clock, self.latest[BARRIER_LANE][2])
+        if lane == BARRIER_LANE:  # waits for both units
             for u in UNIT_LANES:
                 if self.latest[u] is not None:
                     clock = np.maximum(clock, self.latest[u][2])

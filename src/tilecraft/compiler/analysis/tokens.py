@@ -22,7 +22,7 @@ import numpy as np
 
 from tilecraft.compiler.analysis.completion import (
     ALU_LANE,
-    BARRIER,
+    BARRIER_LANE,
     GEMM_LANE,
     LOAD_LANE,
     STORE_LANE,
@@ -44,7 +44,7 @@ class RowHistory:
         (Stage.LOAD, LOAD_LANE),
         (Stage.COMPUTE, GEMM_LANE),
         (Stage.COMPUTE, ALU_LANE),
-        (Stage.COMPUTE, BARRIER),
+        (Stage.COMPUTE, BARRIER_LANE),
         (Stage.STORE, STORE_LANE),
     )
 
@@ -117,10 +117,19 @@ class _Scatter:
         self.table[self.lane, self.rows] = value
 
 
-def compute_nop():
+def compute_nop(**flags) -> Load:
     """A compute-stage LOAD that moves nothing: it waits for both units, so its token vouches
-    for every older compute instruction (VTA's dependence no-op)."""
-    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    for every older compute instruction (VTA's dependence no-op); `flags`, its dependence
+    flags (pop_prev, push_next, ...)."""
+    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0,
+                **flags)  # fmt: skip
+
+
+def load_nop(**flags) -> Load:
+    """A load-stage LOAD that moves nothing: where the load stage waits for, or hands over,
+    a token (`flags`)."""
+    return Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0,
+                **flags)  # fmt: skip
 
 
 PLANS_KEPT = 16  # token plans a process remembers (`insert_tokens`)

@@ -389,7 +389,7 @@ class _Order:
     def __init__(self, stages, lanes, local):
         self.stages, self.lanes, self.local = stages, lanes, local
         self.stage_arr = np.array([int(s) for s in stages])
-        self.lane_arr = np.array(lanes)  # BARRIER (-1) picks the clock's last entry, below
+        self.lane_arr = np.array(lanes)  # BARRIER_LANE (-1) picks the clock's last entry
         self.local_arr = np.array(local)
 
     def unordered(self, k: int, clock: np.ndarray, others: np.ndarray) -> bool:

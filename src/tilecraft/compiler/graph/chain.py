@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilecraft.compiler.analysis.tokens import compute_nop, load_nop
 from tilecraft.compiler.analysis.verify import verify, verify_queues
 from tilecraft.compiler.graph.arena import Interval, plan_arena
 from tilecraft.errors import ScheduleError, VerifyError
@@ -24,7 +25,6 @@ from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import (
     BUFFER_NAMES,
     INSN_BYTES,
-    Load,
     MemId,
     Opcode,
     decode,
@@ -192,16 +192,14 @@ def _chain_table(cfg: HwConfig, parts: list[Part], where: dict[str, int], uop_ba
         body = _relocate(cfg, i, part, where, uop_base + before)
         before += len(part.program.uops)
         if i > 0:  # the load stage waits for the previous layer's last compute instruction
-            tables.append(insn_table([Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0,
-                                           x_size=0, x_stride=0, pop_next=True)]))  # fmt: skip
+            tables.append(insn_table([load_nop(pop_next=True)]))
         if i + 1 < len(parts):  # FINISH becomes a no-op that hands over to the next layer
             last = body[-1]
             if last["opcode"] != Opcode.FINISH:
                 raise ScheduleError(f"layer {part.program.name} does not end with FINISH")
             body = body[:-1]
-            handover = Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0,
-                            x_stride=0, pop_prev=bool(last["pop_prev"]),
-                            pop_next=bool(last["pop_next"]), push_prev=True)  # fmt: skip
+            handover = compute_nop(pop_prev=bool(last["pop_prev"]),
+                                   pop_next=bool(last["pop_next"]), push_prev=True)  # fmt: skip
             body = np.concatenate([body, insn_table([handover])])
         tables.append(body)
     return np.concatenate(tables)

@@ -17,6 +17,7 @@ import itertools
 
 import numpy as np
 
+from tilecraft.compiler.analysis.tokens import compute_nop
 from tilecraft.compiler.mapping.clip import clip
 from tilecraft.compiler.operator.builder import MAX_INSNS, ProgramBuilder
 from tilecraft.compiler.programs.gemm_schedule import choose_tiles, fits
@@ -168,16 +169,6 @@ def blocked_gemm(
         )
     # Collect the store->compute tokens no reset consumed, so FINISH waits for the last stores.
     for _ in range(min(tiles_total, halves) - 1):
-        insns.append(
-            Load(
-                mem=MemId.UOP,
-                sram_base=0,
-                dram_base=0,
-                y_size=0,
-                x_size=0,
-                x_stride=0,
-                pop_next=True,
-            )
-        )
+        insns.append(compute_nop(pop_next=True))
     insns.append(Finish(pop_next=True))
     return pb.build(insns, computation=Computation(op), schedule=t)

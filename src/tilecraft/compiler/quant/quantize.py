@@ -28,6 +28,7 @@ from tilecraft.compiler.partition import Place, Reason, partition, place
 from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
 from tilecraft.errors import ModelError, UnsupportedOperatorError
+from tilecraft.hw.isa import IMM_MAX
 from tilecraft.ops import (
     Conv2d,
     Dense,
@@ -332,11 +333,11 @@ def gap_requant(scale: float, count: int, zero: int) -> tuple[int, int, int] | N
     reach = count * (256 if zero else 128)
     best = None
     for weight in range(1, 128):
-        if count * abs(zero) * weight > 32767:
+        if count * abs(zero) * weight > IMM_MAX:
             break
         for s in range(30, -1, -1):
             m = round(scale * 2**s / weight)
-            if 0 < m < 1 << 15 and reach * weight * m < 1 << 31:
+            if 0 < m <= IMM_MAX and reach * weight * m < 1 << 31:
                 error = abs(weight * m / 2**s - scale)
                 if best is None or error < best[0]:
                     best = (error, weight, m, s)
@@ -355,7 +356,7 @@ def add_requant(ratio_a: float, ratio_b: float) -> tuple[int, int, int, int, int
         pairs = []
         for ratio in (ratio_a, ratio_b):
             m = np.rint(ratio * 2.0**s / weights)
-            ok = (m >= 1) & (m < 1 << 15)
+            ok = (m >= 1) & (m <= IMM_MAX)
             if not ok.any():
                 break
             err = np.where(ok, np.abs(weights * m - ratio * 2.0**s), np.inf)

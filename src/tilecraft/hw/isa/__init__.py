@@ -6,6 +6,7 @@ Imports only numpy (Amaranth layouts are built on request), so it runs on the bo
 from tilecraft.hw.isa.codec import as_words, decode, decode_uops, encode, encode_uops, uop_dtype
 from tilecraft.hw.isa.disasm import disassemble, format_row, format_uops
 from tilecraft.hw.isa.enums import (
+    BARRIER,
     BUFFER_NAMES,
     CLIP_BOUND_BITS,
     LOAD_MEMS,
@@ -27,6 +28,9 @@ from tilecraft.hw.isa.enums import (
     unit_of,
 )
 from tilecraft.hw.isa.formats import (
+    IMM_BITS,
+    IMM_MAX,
+    IMM_MIN,
     INSN_BITS,
     INSN_BYTES,
     Field,
@@ -54,6 +58,10 @@ from tilecraft.hw.isa.insns import (
 )
 
 __all__ = [
+    "IMM_BITS",
+    "IMM_MAX",
+    "IMM_MIN",
+    "BARRIER",
     "BUFFER_NAMES",
     "CLIP_BOUND_BITS",
     "LOAD_MEMS",

@@ -96,10 +96,14 @@ class Unit(IntEnum):
     ALU = 1
 
 
+BARRIER = None  # the unit of the compute stage's LOAD (UOP/ACC) and FINISH: both units'
+
+
 def unit_of(opcode: int) -> Unit | None:
-    """The compute unit that runs `opcode`; None for the compute stage's LOAD (UOP/ACC) and
-    FINISH, which wait for both units (and for LOAD/STORE, which run on their own stages)."""
-    return _UNIT_OF.get(int(opcode))
+    """The compute unit that runs `opcode`; BARRIER (None) for the compute stage's LOAD
+    (UOP/ACC) and FINISH, which wait for both units (and for LOAD/STORE, which run on their
+    own stages)."""
+    return _UNIT_OF.get(int(opcode), BARRIER)
 
 
 _UNIT_OF = {int(Opcode.GEMM): Unit.GEMM, int(Opcode.ALU): Unit.ALU}

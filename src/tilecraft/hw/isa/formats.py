@@ -28,6 +28,7 @@ PAD_BITS = 4  # each of the four padding amounts
 PAD_VALUE_BITS = 8  # LOAD INP's padding value (signed, sign-extended to every lane)
 ITER_BITS = 14  # GEMM/ALU loop extents
 IMM_BITS = 16  # ALU immediate (signed)
+IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
 
 
 @dataclass(frozen=True)

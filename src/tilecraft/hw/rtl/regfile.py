@@ -38,32 +38,33 @@ class RegisterFile(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        o = regs.OFFSETS
         lo, hi = regs.id_words(self.cfg.digest)
-        readable = {
-            o["STATUS"]: (self.busy | (self.done << 1) | (self.error << 2)),
-            o["IRQ_ENABLE"]: self.irq_enable,
-            o["INSN_COUNT"]: self.insn_count,
-            o["DRAM_BASE_LO"]: self.dram_base[:32],
-            o["DRAM_BASE_HI"]: self.dram_base[32:],
-            o["INSN_OFFSET"]: self.insn_offset,
-            o["DRAM_SIZE"]: self.dram_size,
-            o["CYCLES_LO"]: self.cycles[:32],
-            o["CYCLES_HI"]: self.cycles[32:],
-            o["ERROR_CODE"]: self.error_code,
-            o["ERROR_INDEX"]: self.error_index,
-            o["ID_LO"]: lo,
-            o["ID_HI"]: hi,
-            o["MAGIC"]: regs.MAGIC,
+        bit = {mask: mask.bit_length() - 1 for mask in (regs.BUSY, regs.DONE, regs.ERROR)}
+        assert bit[regs.BUSY] == 0  # the OR below starts from BUSY, unshifted
+        status = self.busy | (self.done << bit[regs.DONE]) | (self.error << bit[regs.ERROR])
+        bound = {  # each register of hw/regs.py's table, by name: its offset and access are there
+            "CONTROL": None,  # START, below
+            "STATUS": status,
+            "IRQ_ENABLE": self.irq_enable,
+            "INSN_COUNT": self.insn_count,
+            "DRAM_BASE_LO": self.dram_base[:32],
+            "DRAM_BASE_HI": self.dram_base[32:],
+            "INSN_OFFSET": self.insn_offset,
+            "DRAM_SIZE": self.dram_size,
+            "CYCLES_LO": self.cycles[:32],
+            "CYCLES_HI": self.cycles[32:],
+            "ERROR_CODE": self.error_code,
+            "ERROR_INDEX": self.error_index,
+            "ID_LO": lo,
+            "ID_HI": hi,
+            "MAGIC": regs.MAGIC,
         }
-        writable = {
-            o["IRQ_ENABLE"]: self.irq_enable,
-            o["INSN_COUNT"]: self.insn_count,
-            o["DRAM_BASE_LO"]: self.dram_base[:32],
-            o["DRAM_BASE_HI"]: self.dram_base[32:],
-            o["INSN_OFFSET"]: self.insn_offset,
-            o["DRAM_SIZE"]: self.dram_size,
-        }
+        missing = {r.name for r in regs.REGISTERS} ^ set(bound)
+        assert not missing, f"registers of hw/regs.py and the register file differ: {missing}"
+        readable = {r.offset: bound[r.name] for r in regs.REGISTERS if "r" in r.access}
+        writable = {r.offset: bound[r.name] for r in regs.REGISTERS
+                    if r.access == "rw"}  # fmt: skip
+        control = regs.OFFSETS["CONTROL"]
         # write: latch AW and W independently, act when both are held, then answer on B
         aw_addr, aw_ok = Signal(regs.ADDR_BITS), Signal()
         w_data, w_ok = Signal(32), Signal()
@@ -82,8 +83,8 @@ class RegisterFile(wiring.Component):
                 for offset, target in writable.items():
                     with m.Case(offset >> 2):
                         m.d.sync += target.eq(w_data)
-                with m.Case(o["CONTROL"] >> 2):
-                    m.d.sync += self.start.eq(w_data[0])
+                with m.Case(control >> 2):
+                    m.d.sync += self.start.eq(w_data[regs.START.bit_length() - 1])
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
         m.d.comb += bus.bresp.eq(0)

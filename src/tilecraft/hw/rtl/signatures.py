@@ -13,11 +13,11 @@ from amaranth.hdl import Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tilecraft.hw import axi
+from tilecraft.hw.axi import ADDR_BITS, LEN_BITS
 from tilecraft.hw.isa import INSN_BITS
 
 INDEX_BITS = 32  # an instruction's index in its program: the width of INSN_COUNT
-ADDR_BITS = 64  # AXI byte addresses
-LEN_BITS = 8  # AXI burst length - 1
 ERROR_CODE_BITS = 8  # an hw.regs.ErrorCode
 
 # An instruction routed to a stage, with its index (for ERROR_INDEX).
@@ -129,20 +129,16 @@ class RunControl(wiring.Signature):
         super().__init__({"dram_base": Out(ADDR_BITS), "dram_size": Out(32), "halt": Out(1)})
 
 
+def _members(signals) -> dict:
+    """hw/axi.py's signal list as signature members, from the master's side."""
+    return {name: Out(width) if master else In(width) for name, width, master in signals}
+
+
 class AxiLite(wiring.Signature):
     """AXI4-Lite, from the master's side (the register file is its slave: `In(AxiLite(...))`)."""
 
-    def __init__(self, addr_bits: int, data_bits: int = 32):
-        super().__init__(
-            {
-                "awaddr": Out(addr_bits), "awvalid": Out(1), "awready": In(1),
-                "wdata": Out(data_bits), "wstrb": Out(data_bits // 8), "wvalid": Out(1),
-                "wready": In(1),
-                "bresp": In(2), "bvalid": In(1), "bready": Out(1),
-                "araddr": Out(addr_bits), "arvalid": Out(1), "arready": In(1),
-                "rdata": In(data_bits), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
-            }
-        )  # fmt: skip
+    def __init__(self, addr_bits: int, data_bits: int = axi.LITE_DATA_BITS):
+        super().__init__(_members(axi.axi_lite(addr_bits, data_bits)))
 
 
 class AxiWrite(wiring.Signature):
@@ -164,19 +160,7 @@ class Axi4(wiring.Signature):
     """An AXI4 master port (single ID, INCR bursts), from the master's side."""
 
     def __init__(self, addr_bits: int, data_bits: int):
-        super().__init__(
-            {
-                "araddr": Out(addr_bits), "arlen": Out(8), "arsize": Out(3), "arburst": Out(2),
-                "arcache": Out(4), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
-                "rdata": In(data_bits), "rresp": In(2), "rlast": In(1), "rvalid": In(1),
-                "rready": Out(1),
-                "awaddr": Out(addr_bits), "awlen": Out(8), "awsize": Out(3), "awburst": Out(2),
-                "awcache": Out(4), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
-                "wdata": Out(data_bits), "wstrb": Out(data_bits // 8), "wlast": Out(1),
-                "wvalid": Out(1), "wready": In(1),
-                "bresp": In(2), "bvalid": In(1), "bready": Out(1),
-            }
-        )  # fmt: skip
+        super().__init__(_members(axi.axi4(addr_bits, data_bits)))
 
 
 def flat_ports(component: wiring.Component) -> dict[str, tuple]:

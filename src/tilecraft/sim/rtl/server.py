@@ -30,7 +30,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge, Timer
 
 from tilecraft.hw import regs
-from tilecraft.sim.rtl.bench import PERIOD_NS, _lite_read, _lite_write, hold_reset
+from tilecraft.sim.rtl.axi_lite import PERIOD_NS, hold_reset, read, write
 
 POLL = 64  # cycles between STATUS reads while a run is under way
 
@@ -56,7 +56,7 @@ async def _run(dut, max_cycles: int) -> dict:
         step = min(POLL, max_cycles - ran)
         await Timer(step * PERIOD_NS, unit="ns")
         ran += step
-        if await _lite_read(dut, regs.OFFSETS["STATUS"]) & regs.DONE:
+        if await read(dut, regs.OFFSETS["STATUS"]) & regs.DONE:
             return {"done": True, "cycles_run": ran}
     return {"done": False, "cycles_run": ran}
 
@@ -78,9 +78,9 @@ async def serve(dut):
             cmd = json.loads(line)
             op, reply = cmd["op"], {}
             if op == "read":
-                reply = {"value": await _lite_read(dut, cmd["offset"])}
+                reply = {"value": await read(dut, cmd["offset"])}
             elif op == "write":
-                await _lite_write(dut, cmd["offset"], cmd["value"])
+                await write(dut, cmd["offset"], cmd["value"])
             elif op == "load":
                 dut.base.value, dut.job.value = cmd["base"], cmd["job"]
                 await _pulse(dut, "load")
