@@ -43,10 +43,11 @@ run: $(STAMP)
 lint: $(STAMP)
 	@echo "ruff: style and static checks"
 	@$(call quiet,ruff,$(BIN)/ruff check -q .)
+	@$(call quiet,ruff format,$(BIN)/ruff format --check -q .)
 	@echo "vermin: the board's code runs on Python 3.10"
 	@$(call quiet,vermin,$(BIN)/vermin --target=3.10- --violations --no-tips \
 	    --eval-annotations $(BOARD_CODE))
-	@echo "lint-imports: the layers of ARCHITECTURE.md"
+	@echo "lint-imports: the layers of docs/ARCHITECTURE.md"
 	@$(call quiet,lint-imports,$(BIN)/lint-imports --no-cache)
 
 test: lint $(PYNQ_STAMP)

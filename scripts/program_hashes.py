@@ -24,8 +24,10 @@ from tilecraft.models.zoo import MODELS
 
 def _digests(comp) -> dict:
     model = comp.model
-    return {"programs": [p.digest for p in model.programs],
-            "steps": [type(s).__name__ for s in model.steps]}  # fmt: skip
+    return {
+        "programs": [p.digest for p in model.programs],
+        "steps": [type(s).__name__ for s in model.steps],
+    }
 
 
 def networks() -> dict[str, dict]:
@@ -43,9 +45,12 @@ def networks() -> dict[str, dict]:
     out["digits"] = _digests(compile_network(graph, preset("default"), calibration))
     with tempfile.TemporaryDirectory() as tmp:
         for activations in ("int8", "uint8"):
-            path = quantize_with_onnxruntime(Path(tmp) / f"{activations}.onnx", x_train,
-                                             symmetric=activations == "int8",
-                                             activations=activations)  # fmt: skip
+            path = quantize_with_onnxruntime(
+                Path(tmp) / f"{activations}.onnx",
+                x_train,
+                symmetric=activations == "int8",
+                activations=activations,
+            )
             graph = import_model(path, {"input": (len(x), 1, 8, 8)})
             out[f"digits_onnxruntime_{activations}"] = _digests(
                 compile_network(graph, preset("default"), None)

@@ -43,11 +43,15 @@ def init(rng):
         return rng.normal(0, np.sqrt(2.0 / fan_in), shape)
 
     return {
-        "w1": he((16, 1, 3, 3), 9), "b1": np.zeros(16),
-        "w2": he((32, 16, 3, 3), 144), "b2": np.zeros(32),
-        "w3": he((32, 32, 3, 3), 288) * 0.5, "b3": np.zeros(32),
-        "wd": he((10, 32), 32), "bd": np.zeros(10),
-    }  # fmt: skip
+        "w1": he((16, 1, 3, 3), 9),
+        "b1": np.zeros(16),
+        "w2": he((32, 16, 3, 3), 144),
+        "b2": np.zeros(32),
+        "w3": he((32, 32, 3, 3), 288) * 0.5,
+        "b3": np.zeros(32),
+        "wd": he((10, 32), 32),
+        "bd": np.zeros(10),
+    }
 
 
 def forward(p, x):
@@ -127,22 +131,24 @@ def to_onnx(p):
         helper.make_node("Relu", ["c1"], ["a1"], name="relu1"),
         helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], name="conv2", **conv),
         helper.make_node("Relu", ["c2"], ["a2"], name="relu2"),
-        helper.make_node("MaxPool", ["a2"], ["pool"], name="pool", kernel_shape=[2, 2],
-                         strides=[2, 2]),
+        helper.make_node(
+            "MaxPool", ["a2"], ["pool"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+        ),
         helper.make_node("Conv", ["pool", "w3", "b3"], ["c3"], name="conv3", **conv),
         helper.make_node("Add", ["c3", "pool"], ["s3"], name="add3"),
         helper.make_node("Relu", ["s3"], ["a3"], name="relu3"),
         helper.make_node("GlobalAveragePool", ["a3"], ["gap"], name="gap"),
         helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
         helper.make_node("Gemm", ["flat", "wd", "bd"], ["logits"], name="fc", transB=1),
-    ]  # fmt: skip
+    ]
     inits = [const(k, p[k]) for k in ("w1", "b1", "w2", "b2", "w3", "b3", "wd", "bd")]
     graph = helper.make_graph(
-        nodes, "digits_cnn",
+        nodes,
+        "digits_cnn",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1, 8, 8])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
         inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     model.producer_name = "tilecraft scripts/train_digits.py"

@@ -36,11 +36,13 @@ def small_cnn(seed: int = 0, size: int = 32, classes: int = 10):
     return b.model("input", (1, 3, size, size), y, (1, classes))
 
 
-def quantized_by_onnxruntime(model, path, activations: str = "int8", samples: int = 4,
-                             form: str = "qdq"):  # fmt: skip
+def quantized_by_onnxruntime(
+    model, path, activations: str = "int8", samples: int = 4, form: str = "qdq"
+):
     """`model` quantized by onnxruntime (QDQ or QOperator, per-channel) on random samples, at
     `path`."""
     from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime, random_samples
 
-    return quantize_with_onnxruntime(model, path, random_samples(model, samples, seed=1),
-                                     activations=activations, form=form)  # fmt: skip
+    return quantize_with_onnxruntime(
+        model, path, random_samples(model, samples, seed=1), activations=activations, form=form
+    )

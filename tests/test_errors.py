@@ -14,8 +14,11 @@ SAMPLES = {  # constructor arguments of the classes that take more than a messag
     errors.VerifyError: ("raw", "reads inp rows written by instruction 2", 7, "GEMM ..."),
     errors.UnsupportedOperatorError: ("2 operators", [("Foo", "foo_1", False)]),
 }
-CLASSES = [c for _, c in inspect.getmembers(errors, inspect.isclass)
-           if issubclass(c, errors.TilecraftError)]  # fmt: skip
+CLASSES = [
+    c
+    for _, c in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(c, errors.TilecraftError)
+]
 
 
 def _sample(cls):

@@ -42,8 +42,11 @@ def _imports(path: Path) -> set[str]:
             out.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Call):
             name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-            if name in ("import_module", "__import__") and node.args and \
-                    isinstance(node.args[0], ast.Constant):  # fmt: skip
+            if (
+                name in ("import_module", "__import__")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 out.add(str(node.args[0].value))
     return {m for m in out if m == "tilecraft" or m.startswith("tilecraft.")}
 
@@ -99,8 +102,11 @@ def test_no_import_circle_between_packages():
 
 def test_the_runtime_imports_neither_the_compiler_nor_the_simulators():
     edges = _graph()
-    below = {e for e in edges.get("tilecraft.runtime", ()) if e.startswith(("tilecraft.compiler",
-                                                                             "tilecraft.sim"))}
+    below = {
+        e
+        for e in edges.get("tilecraft.runtime", ())
+        if e.startswith(("tilecraft.compiler", "tilecraft.sim"))
+    }
     assert not below, below
 
 

@@ -43,8 +43,9 @@ def check_jobs(jobs: int | None) -> int:
     if jobs is None:
         return available_jobs()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ScheduleError(f"jobs must be a positive whole number (or None: one per core); "
-                            f"got {jobs!r}")  # fmt: skip
+        raise ScheduleError(
+            f"jobs must be a positive whole number (or None: one per core); got {jobs!r}"
+        )
     return jobs
 
 
@@ -52,13 +53,16 @@ def can_fork() -> bool:
     """Whether workers may be forked from here: where fork is the platform's way, from the
     main thread of a process that is not a daemon (one map at a time, and no fork of a thread
     whose siblings may hold locks)."""
-    return ("fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon
-            and threading.current_thread() is threading.main_thread())  # fmt: skip
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
-def map_jobs(fn: Callable[[T], R], items: Sequence[T], jobs: int | None,
-             description: str) -> list[R]:  # fmt: skip
+def map_jobs(
+    fn: Callable[[T], R], items: Sequence[T], jobs: int | None, description: str
+) -> list[R]:
     """`[fn(x) for x in items]` on up to `jobs` worker processes (None: one per core), with a
     progress bar; put the longest items first, the workers take them in order."""
     n = min(check_jobs(jobs), len(items))

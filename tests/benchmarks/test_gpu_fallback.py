@@ -20,8 +20,10 @@ class Off(JitCompute):
 
     def outputs(self, comp, tensors):
         out = super().outputs(comp, tensors)
-        return {k: v if v.dtype != np.int8 else np.where(v == 0, 1, v).astype(v.dtype)
-                for k, v in out.items()}  # fmt: skip
+        return {
+            k: v if v.dtype != np.int8 else np.where(v == 0, 1, v).astype(v.dtype)
+            for k, v in out.items()
+        }
 
 
 @pytest.fixture
@@ -44,8 +46,9 @@ def test_each_network_is_checked_tensor_by_tensor(jit, tiny):
     assert good["gpu_ms"] > 0 and good["gpu_vs_cpu"] == good["gpu_ms"] / good["cpu_ms"]
     bad = G._network("tiny", cfg, CpuDevice(Off(jit, direct=True)), cpu, repeats=1)
     assert not bad["bit_exact"] and bad["mismatched"]
-    table = G.format_table({"gpu": "stand-in", "compute_capability": "0.0",
-                            "networks": [good, bad]})  # fmt: skip
+    table = G.format_table(
+        {"gpu": "stand-in", "compute_capability": "0.0", "networks": [good, bad]}
+    )
     assert "tiny" in table and "True" in table and "False" in table
 
 

@@ -16,8 +16,13 @@ def test_resnet18_suite():
     assert r["modeled_latency_ms"] > r["accelerator_ms"] > 70  # the 16x16 @ 100 MHz floor: ~71
     assert r["arena_peak_bytes"] >= r["arena_lower_bound_bytes"] > 0
     assert r["output_sqnr_db"] > 15
-    for key in ("modeled_latency_ms", "accelerator_mac_share", "compile_seconds", "sim_ratio",
-                "arena_peak_bytes"):  # fmt: skip
+    for key in (
+        "modeled_latency_ms",
+        "accelerator_mac_share",
+        "compile_seconds",
+        "sim_ratio",
+        "arena_peak_bytes",
+    ):
         assert key in r
     assert "ResNet-18 on" in resnet18.format_table(r)
 

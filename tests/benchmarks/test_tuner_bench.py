@@ -17,7 +17,10 @@ def test_tuner_suite_on_one_layer():
         assert len(row[key]) == 2 and all(1 <= t <= row["schedules"] for t in row[key])
     assert row["tuned_cycles"] >= row["exhaustive_best"]
     assert 0 < row["tuned_utilization"] <= 1 and 0 < row["tuned_roofline_fraction"] <= 1.0001
-    for key in ("median_trials_ratio", "tuned_min_roofline_fraction",
-                "tuned_mac_weighted_utilization"):  # fmt: skip
+    for key in (
+        "median_trials_ratio",
+        "tuned_min_roofline_fraction",
+        "tuned_mac_weighted_utilization",
+    ):
         assert key in r
     assert "C9" in tuner.format_table(r)

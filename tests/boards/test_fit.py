@@ -65,8 +65,10 @@ def test_a_figure_from_an_earlier_rtl_says_how_to_measure_it_again(monkeypatch):
     monkeypatch.setattr(fits, "measured", lambda: figures)
     old = fit(preset("default"), board("pynq-z1"), "default")
     assert not old.current and old.fits
-    assert old.describe().endswith("; measured on an earlier RTL (again: tilecraft hw resources "
-                                   "--config default --part xc7z020 --record)")  # fmt: skip
+    assert old.describe().endswith(
+        "; measured on an earlier RTL (again: tilecraft hw resources "
+        "--config default --part xc7z020 --record)"
+    )
     for f in figures:
         f["rtl"] = source_digest()
     new = fit(preset("default"), board("pynq-z1"), "default")
@@ -84,8 +86,19 @@ def test_a_recorded_figure_names_the_rtl_it_was_measured_on(tmp_path, monkeypatc
     shutil.copy(resources.files("tilecraft.boards").joinpath("synthesis.json"), tmp_path)
     before = len(measured())
     monkeypatch.setattr(fits.resources, "files", lambda package: tmp_path)
-    fits.record({"config": "1x16x8", "tag": preset("1x16x8").tag, "family": "xc7", "lut": 9,
-                 "ff": 9, "dsp": 9, "bram36": 9, "uram": 0, "seconds": 1})  # fmt: skip
+    fits.record(
+        {
+            "config": "1x16x8",
+            "tag": preset("1x16x8").tag,
+            "family": "xc7",
+            "lut": 9,
+            "ff": 9,
+            "dsp": 9,
+            "bram36": 9,
+            "uram": 0,
+            "seconds": 1,
+        }
+    )
     saved = json.loads((tmp_path / "synthesis.json").read_text())["figures"]
     mine = [f for f in saved if f["config"] == "1x16x8"]
     assert len(mine) == 1 and mine[0]["rtl"] == source_digest()

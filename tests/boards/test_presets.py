@@ -11,8 +11,14 @@ from tilecraft.hw.config import HwConfig, preset, preset_names
 
 def test_config_names_are_the_presets_then_the_boards():
     names = config_names()
-    assert set(board_names()) == {"kv260", "pynq-z1", "pynq-z2", "ulx3s-85f", "ultra96-v2",
-                                  "zcu104"}  # fmt: skip
+    assert set(board_names()) == {
+        "kv260",
+        "pynq-z1",
+        "pynq-z2",
+        "ulx3s-85f",
+        "ultra96-v2",
+        "zcu104",
+    }
     assert names == preset_names() + board_names()
     assert len(set(names)) == len(names)
 

@@ -28,8 +28,8 @@ def _wire(a: str, b: str, ps: int) -> str:
 
 # a (FF) -> lut1 -> lut2 -> c (FF);  b (FF) -> lut2;  ram (block RAM, 5.8 ns clock-to-out) -> d
 NETLIST = (
-    "(DELAYFILE (SDFVERSION \"3.0\") (TIMESCALE 1ps)\n"
-    "  (CELL (CELLTYPE \"top\") (INSTANCE ) (DELAY (ABSOLUTE\n"
+    '(DELAYFILE (SDFVERSION "3.0") (TIMESCALE 1ps)\n'
+    '  (CELL (CELLTYPE "top") (INSTANCE ) (DELAY (ABSOLUTE\n'
     + _wire("dut.x.a_TRELLIS_FF_Q/Q", "dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z_1/A", 3000)
     + _wire("dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z_1/F", "dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z/A", 4000)
     + _wire("dut.x.b_TRELLIS_FF_Q_7/Q", "dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z/B", 1000)
@@ -37,9 +37,13 @@ NETLIST = (
     + _wire("dut.mem.0.3/DOA0", "dut.x.d$12_TRELLIS_FF_Q/DI", 1500)
     + _wire("dut.x.a_TRELLIS_FF_Q/Q", "dut.x.e_TRELLIS_FF_Q/DI", 500)
     + "  )))"
-    + _ff("dut.x.a_TRELLIS_FF_Q") + _ff("dut.x.b_TRELLIS_FF_Q_7") + _ff("dut.x.c_TRELLIS_FF_Q")
-    + _ff("dut.x.d$12_TRELLIS_FF_Q") + _ff("dut.x.e_TRELLIS_FF_Q")
-    + _lut("dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z_1") + _lut("dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z")
+    + _ff("dut.x.a_TRELLIS_FF_Q")
+    + _ff("dut.x.b_TRELLIS_FF_Q_7")
+    + _ff("dut.x.c_TRELLIS_FF_Q")
+    + _ff("dut.x.d$12_TRELLIS_FF_Q")
+    + _ff("dut.x.e_TRELLIS_FF_Q")
+    + _lut("dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z_1")
+    + _lut("dut.x.c_TRELLIS_FF_Q_DI_LUT4_Z")
     + """
   (CELL (CELLTYPE "DP16KD") (INSTANCE dut.mem.0.3)
     (DELAY (ABSOLUTE (IOPATH CLKA DOA0 (5800:5800:5800) (5800:5800:5800)))))
@@ -81,5 +85,5 @@ def test_cell_names_map_back_to_rtl_signals():
 
 
 def test_an_empty_or_foreign_file_gives_no_endpoints():
-    s = summarize("(DELAYFILE (SDFVERSION \"3.0\"))", period_ns=10.0)
+    s = summarize('(DELAYFILE (SDFVERSION "3.0"))', period_ns=10.0)
     assert (s.endpoints, s.failing, s.worst_ns, s.groups) == (0, 0, 0.0, [])

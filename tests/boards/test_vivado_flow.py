@@ -102,11 +102,18 @@ def test_a_failing_or_silent_vivado_is_reported(tmp_path, monkeypatch, quick_ver
         build(d, tmp_path / "q")
 
 
-@pytest.mark.parametrize("wns, whs, allow, handed_over", [
-    (0.31, 0.05, 0, True), (-0.2, 0.1, 0, False), (0.2, -0.01, 0, False), (-0.2, 0.1, 1, True),
-])  # fmt: skip
-def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(tmp_path, wns, whs, allow,
-                                                                handed_over):  # fmt: skip
+@pytest.mark.parametrize(
+    "wns, whs, allow, handed_over",
+    [
+        (0.31, 0.05, 0, True),
+        (-0.2, 0.1, 0, False),
+        (0.2, -0.01, 0, False),
+        (-0.2, 0.1, 1, True),
+    ],
+)
+def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(
+    tmp_path, wns, whs, allow, handed_over
+):
     """The build script's gate, run in Tcl with Vivado's timing queries stood in for: a setup
     or hold miss stops it before the .bit is copied out, unless the build was asked to take
     it; its message names flags `tilecraft build` takes."""
@@ -122,7 +129,7 @@ def test_the_timing_gate_hands_over_no_bit_for_a_missed_clock(tmp_path, wns, whs
     d = block_design(board("pynq-z1"))
     script = tmp_path / "gate.tcl"
     script.write_text(
-        f"proc get_timing_paths {{args}} {{ return [expr {{\"-hold\" in $args}}] }}\n"
+        f'proc get_timing_paths {{args}} {{ return [expr {{"-hold" in $args}}] }}\n'
         f"proc get_property {{name hold}} {{ expr {{$hold ? {whs} : {wns}}} }}\n"
         f"set allow_timing_failure {allow}\n{timing_gate(d)}\nputs handed-over\n"
     )

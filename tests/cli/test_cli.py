@@ -301,7 +301,7 @@ def test_a_negative_schedule_reaches_the_schedule_check(tmp_path, capsys):
         (["compile", "dense", "--max-insns", "0", "-o", "o"], "--max-insns: expected a whole"),
         (["bench", "rtl-speed", "--random", "-2"], "--random: expected a whole number >= 0"),
     ],
-)  # fmt: skip
+)
 def test_counts_and_seeds_must_be_whole_numbers(args, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(args)

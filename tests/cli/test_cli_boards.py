@@ -18,8 +18,7 @@ def test_boards_lists_every_preset_and_its_fits(tmp_path, capsys):
     assert rows["ulx3s-85f"]["pynq"] is None and rows["kv260"]["cma_mib"] == 1000
 
 
-def test_build_writes_into_an_existing_folder_and_says_how_to_finish(tmp_path, capsys,
-                                                                      monkeypatch):  # fmt: skip
+def test_build_writes_into_an_existing_folder_and_says_how_to_finish(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     folder = tmp_path / "overlay-project"
     folder.mkdir()
@@ -55,9 +54,15 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
                 100 * n, 10 * n, n // 2, n // 4, 0, 1.0)  # fmt: skip
 
     monkeypatch.setattr(resources, "synthesize", lambda cfg, part, workdir: Synth(cfg))
-    monkeypatch.setattr(evaluate, "network_latency", lambda cfg, model, **tuning: {
-        "accelerator_cycles": 1, "latency_ms": 1e4 / (cfg.block_in * cfg.block_out),
-        "compile_seconds": 0.0})  # fmt: skip
+    monkeypatch.setattr(
+        evaluate,
+        "network_latency",
+        lambda cfg, model, **tuning: {
+            "accelerator_cycles": 1,
+            "latency_ms": 1e4 / (cfg.block_in * cfg.block_out),
+            "compile_seconds": 0.0,
+        },
+    )
     out, png = tmp_path / "dse.json", tmp_path / "dse.png"
     argv = [
         "dse",
@@ -96,9 +101,16 @@ def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):
         histogram=[0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1],
     )  # fmt: skip
     report = ecp5.TimingReport(
-        config="1x8x8", device="LFE5U-85F", package="CABGA381", speed=6, target_mhz=100.0,
-        fmax_mhz=80.0, routed=True, seconds=1.0, endpoints=summary,
-    )  # fmt: skip
+        config="1x8x8",
+        device="LFE5U-85F",
+        package="CABGA381",
+        speed=6,
+        target_mhz=100.0,
+        fmax_mhz=80.0,
+        routed=True,
+        seconds=1.0,
+        endpoints=summary,
+    )
     monkeypatch.setattr(ecp5, "timing", lambda cfg, **options: report)
     out, png = tmp_path / "t.json", tmp_path / "t.png"
     assert main(["hw", "timing", "--json", str(out), "--plot", str(png)]) == 0

@@ -96,8 +96,11 @@ def _cli_callers() -> dict[str, set[tuple[str, ...]]]:
     for path in (PACKAGE / "cli").glob("*.py"):
         for f in ast.walk(ast.parse(path.read_text())):
             if isinstance(f, ast.FunctionDef):
-                names = {getattr(c.func, "id", getattr(c.func, "attr", None))
-                         for c in ast.walk(f) if isinstance(c, ast.Call)}  # fmt: skip
+                names = {
+                    getattr(c.func, "id", getattr(c.func, "attr", None))
+                    for c in ast.walk(f)
+                    if isinstance(c, ast.Call)
+                }
                 calls.setdefault(f.name, set()).update(n for n in names if n)
     reach: dict[str, set[tuple[str, ...]]] = {}
     for command, parser in COMMANDS.items():
@@ -123,8 +126,9 @@ def test_messages_that_name_flags_are_found():
     assert any("--input-shape" in m for *_, m in MESSAGES)
 
 
-@pytest.mark.parametrize("where, function, text", MESSAGES,
-                         ids=[f"{p}:{f}" for p, f, _ in MESSAGES])  # fmt: skip
+@pytest.mark.parametrize(
+    "where, function, text", MESSAGES, ids=[f"{p}:{f}" for p, f, _ in MESSAGES]
+)
 def test_every_flag_a_message_names_exists_where_it_is_met(where, function, text):
     every = set().union(*(_flags(p) for p in COMMANDS.values()))
     command, rest = _named_command(text)
@@ -137,8 +141,10 @@ def test_every_flag_a_message_names_exists_where_it_is_met(where, function, text
     if where.parts[0] == "cli":
         for reached in sorted(_cli_callers().get(function, ())):
             missing = flags - _flags(COMMANDS[reached])
-            assert not missing, (f"{where} ({function}): `tilecraft {' '.join(reached)}` "
-                                 f"reaches {text!r} and has no {missing}")  # fmt: skip
+            assert not missing, (
+                f"{where} ({function}): `tilecraft {' '.join(reached)}` "
+                f"reaches {text!r} and has no {missing}"
+            )
 
 
 def _dynamic_model(tmp_path) -> Path:
@@ -152,9 +158,13 @@ def _dynamic_model(tmp_path) -> Path:
     return path
 
 
-MODEL_COMMANDS = sorted(c for c, p in COMMANDS.items() if any(
-    a.dest == "model" and not a.option_strings and "ONNX" in (a.help or "")
-    for a in p._actions))  # fmt: skip
+MODEL_COMMANDS = sorted(
+    c
+    for c, p in COMMANDS.items()
+    if any(
+        a.dest == "model" and not a.option_strings and "ONNX" in (a.help or "") for a in p._actions
+    )
+)
 
 
 def test_the_model_commands_are_found():
@@ -167,9 +177,11 @@ def test_a_dynamic_dimension_names_a_flag_the_command_takes(tmp_path, capsys, co
     path = _dynamic_model(tmp_path)
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 3, 16, 16), np.float32))
-    extra = {("run",): ["--input", str(x), "--device", "cpu"],
-             ("compile-model",): ["--calib-random", "1", "-o", str(tmp_path / "m.tcm")],
-             ("tune", "model"): ["--calib-random", "1", "--trials", "1"]}.get(command, [])
+    extra = {
+        ("run",): ["--input", str(x), "--device", "cpu"],
+        ("compile-model",): ["--calib-random", "1", "-o", str(tmp_path / "m.tcm")],
+        ("tune", "model"): ["--calib-random", "1", "--trials", "1"],
+    }.get(command, [])
     argv = [*command, str(path), *extra]
     assert main(argv) == 1
     err = capsys.readouterr().err

@@ -15,8 +15,22 @@ def test_compile_then_run(tmp_path, capsys):
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     model = tmp_path / "tiny.tcm"
     summary = tmp_path / "tiny.json"
-    argv = ["compile", str(onnx_file), "--config", "1x8x8", "--calib-random", "4", "--report",
-            "3", "--requant", "exact", "-o", str(model), "--json", str(summary)]  # fmt: skip
+    argv = [
+        "compile",
+        str(onnx_file),
+        "--config",
+        "1x8x8",
+        "--calib-random",
+        "4",
+        "--report",
+        "3",
+        "--requant",
+        "exact",
+        "-o",
+        str(model),
+        "--json",
+        str(summary),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "1 accelerator program(s), 2 host step(s)" in out and "SQNR dB" in out
@@ -69,8 +83,18 @@ def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypa
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     model = tmp_path / "tiny.tcm"
-    argv = ["compile", str(onnx_file), "--calib-random", "1", "--report", "0",
-            "--host-target", "x86_64", "-o", str(model)]  # fmt: skip
+    argv = [
+        "compile",
+        str(onnx_file),
+        "--calib-random",
+        "1",
+        "--report",
+        "0",
+        "--host-target",
+        "x86_64",
+        "-o",
+        str(model),
+    ]
     assert main(argv) == 0
     assert "host kernels for x86_64-unknown-linux-gnu" in capsys.readouterr().out
     assert (tmp_path / "tiny.kernels.so").exists() and (tmp_path / "tiny.kernels.json").exists()
@@ -84,15 +108,18 @@ def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypa
         if name == "library" and this_machine() != "x86_64":
             continue
         out = tmp_path / f"{name}.npz"
-        assert main(["run", str(model), "--input", str(x), "--device", device, *extra,
-                     "-o", str(out)]) == 0  # fmt: skip
+        assert (
+            main(["run", str(model), "--input", str(x), "--device", device, *extra, "-o", str(out)])
+            == 0
+        )
         outs[name] = np.load(out)["gemm_55_out"]
     assert "steps on the host's generated kernels" in capsys.readouterr().out
     for name, y in outs.items():
         np.testing.assert_array_equal(y, outs["reference"], err_msg=name)
     floats = tmp_path / "float.npz"  # the float network itself, on the float kernels
-    assert main(["run", str(onnx_file), "--input", str(x), "--device", "cpu", "-o",
-                 str(floats)]) == 0  # fmt: skip
+    assert (
+        main(["run", str(onnx_file), "--input", str(x), "--device", "cpu", "-o", str(floats)]) == 0
+    )
     assert "nodes on the host's kernels" in capsys.readouterr().out
     assert np.load(floats)["gemm_55_out"].shape == (1, 10)
     assert main(["run", str(onnx_file), "--input", str(x)]) == 1
@@ -101,8 +128,23 @@ def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypa
 
 def test_compile_conv2d_says_its_modeled_cycles(tmp_path, capsys):
     out_json = tmp_path / "c.json"
-    argv = ["compile", "conv2d", "--H", "8", "--W", "8", "--IC", "16", "--OC", "32", "--relu",
-            "-o", str(tmp_path / "c.tcp"), "--json", str(out_json)]  # fmt: skip
+    argv = [
+        "compile",
+        "conv2d",
+        "--H",
+        "8",
+        "--W",
+        "8",
+        "--IC",
+        "16",
+        "--OC",
+        "32",
+        "--relu",
+        "-o",
+        str(tmp_path / "c.tcp"),
+        "--json",
+        str(out_json),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     built = json.loads(out_json.read_text())
@@ -120,8 +162,21 @@ def test_a_quantized_models_float_path_is_onnxruntimes(tmp_path, capsys):
     x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "y.npz"
-    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--device", "cpu",
-                 "-o", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--input",
+                str(tmp_path / "x.npy"),
+                "--device",
+                "cpu",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "fake-quantized (" in capsys.readouterr().out
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -139,8 +194,10 @@ def test_run_takes_the_shape_options_and_says_where_they_belong(tmp_path, capsys
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     model = tmp_path / "tiny.tcm"
-    assert main(["compile", str(onnx_file), "--calib-random", "1", "--report", "0", "-o",
-                 str(model)]) == 0  # fmt: skip
+    assert (
+        main(["compile", str(onnx_file), "--calib-random", "1", "--report", "0", "-o", str(model)])
+        == 0
+    )
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 3, 16, 16), np.float32))
     assert main(["run", str(model), "--input", str(x), "--input-shape", "input=1,3,16,16"]) == 1

@@ -14,8 +14,22 @@ LAYER = ["--H", "8", "--W", "8", "--IC", "16", "--OC", "32", "--K", "3"]
 def test_tune_resume_then_compile_with_the_records(tmp_path, capsys):
     records = tmp_path / "tune.jsonl"
     plot = tmp_path / "curve.png"
-    assert main(["tune", "conv2d", *LAYER, "--trials", "12", "--records", str(records),
-                 "--plot", str(plot)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tune",
+                "conv2d",
+                *LAYER,
+                "--trials",
+                "12",
+                "--records",
+                str(records),
+                "--plot",
+                str(plot),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "best" in out and "12 measured" in out and plot.stat().st_size > 0
     assert main(["tune", "conv2d", *LAYER, "--trials", "5", "--records", str(records)]) == 0
@@ -25,18 +39,20 @@ def test_tune_resume_then_compile_with_the_records(tmp_path, capsys):
     assert len(lines) == 17 and len({r["schedule"] for r in lines}) == 17
     best = min((r for r in lines if r["cycles"]), key=lambda r: r["cycles"])
     program = tmp_path / "p.tcp"
-    assert main(["compile", "conv2d", *LAYER, "--records", str(records), "-o",
-                 str(program)]) == 0  # fmt: skip
+    assert main(["compile", "conv2d", *LAYER, "--records", str(records), "-o", str(program)]) == 0
     out = capsys.readouterr().out
     assert "records: best schedule" in out
     chosen = json.loads(best["schedule"])
     assert f"tiles oc={chosen['tile_oc']} ic={chosen['tile_ic']}" in out
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--trials", "0"], "--trials must be at least 1, not 0"),
-    (["--measure", "fpga"], "unknown measurer 'fpga'; valid: sim, rtl"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--trials", "0"], "--trials must be at least 1, not 0"),
+        (["--measure", "fpga"], "unknown measurer 'fpga'; valid: sim, rtl"),
+    ],
+)
 def test_bad_tune_requests(capsys, extra, message):
     assert main(["tune", "conv2d", *LAYER, *extra]) == 1
     assert message in capsys.readouterr().err
@@ -45,8 +61,12 @@ def test_bad_tune_requests(capsys, extra, message):
 def test_tune_on_a_local_dask_cluster(tmp_path, capsys):
     pytest.importorskip("distributed", reason="distributed measurement needs dask")
     records = tmp_path / "tune.jsonl"
-    assert main(["tune", "conv2d", *LAYER, "--trials", "8", "--workers", "2", "--records",
-                 str(records)]) == 0  # fmt: skip
+    assert (
+        main(
+            ["tune", "conv2d", *LAYER, "--trials", "8", "--workers", "2", "--records", str(records)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "on 2 Dask worker(s) (a local cluster)" in out and "8 measured" in out
     assert len(records.read_text().splitlines()) == 8
@@ -58,10 +78,38 @@ def test_tune_a_model_then_compile_it_with_the_records(tmp_path, capsys):
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_resnet().SerializeToString())
     records = tmp_path / "tiny.jsonl"
-    assert main(["tune", str(onnx_file), "--calib-random", "1", "--trials", "4",
-                 "--records", str(records)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "tune",
+                str(onnx_file),
+                "--calib-random",
+                "1",
+                "--trials",
+                "4",
+                "--records",
+                str(records),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     layers = [json.loads(line)["task"] for line in records.read_text().splitlines()]
     assert len(set(layers)) == out.count("4 measured") >= 5  # each distinct conv and dense
-    assert main(["compile", str(onnx_file), "--calib-random", "1", "--report", "0",
-                 "--records", str(records), "-o", str(tmp_path / "m.tcm")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "compile",
+                str(onnx_file),
+                "--calib-random",
+                "1",
+                "--report",
+                "0",
+                "--records",
+                str(records),
+                "-o",
+                str(tmp_path / "m.tcm"),
+            ]
+        )
+        == 0
+    )

@@ -67,14 +67,16 @@ def test_a_padded_max_pool_over_signed_values_runs_on_the_accelerator_padding_wi
     graph = import_model(b.model("input", (1, 3, 8, 8), z, (1, 16, 2, 2)))
     pools = [p for p in partition(graph) if p.op == "MaxPool"]
     assert [p.reason for p in pools] == [Reason.POOL_ALU, Reason.POOL_ALU]
-    comp = compile_network(graph, preset("default"), random_calibration(graph, 2, seed=0),
-                           chain=False)  # each layer alone: the pool's input is kept
+    comp = compile_network(
+        graph, preset("default"), random_calibration(graph, 2, seed=0), chain=False
+    )  # each layer alone: the pool's input is kept
     x = {"input": np.random.default_rng(1).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
     run = run_model(comp.model, x, get_device("sim"), keep=True)
     (first,) = [la for la in comp.network.layers if la.name == pools[0].node]
     assert first.op.pad_value == -128
-    want = NumpyKernels().run(host_ops.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)),
-                              [run.tensors[first.input]], {})  # fmt: skip
+    want = NumpyKernels().run(
+        host_ops.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [run.tensors[first.input]], {}
+    )
     assert (run.tensors[first.input] < 0).any()  # signed values under the padding
     np.testing.assert_array_equal(run.tensors[first.output], want)
 
@@ -89,9 +91,11 @@ def _built(comp) -> dict[str, Place]:
 
 
 @pytest.mark.parametrize("config", ["default", "1x16x8"])
-@pytest.mark.parametrize("make", [small_cnn, lambda: tiny_resnet(depthwise=True),
-                                  lambda: mobilenet_v2(size=32)], ids=["small_cnn",
-                                  "tiny_resnet", "mobilenet_v2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "make",
+    [small_cnn, lambda: tiny_resnet(depthwise=True), lambda: mobilenet_v2(size=32)],
+    ids=["small_cnn", "tiny_resnet", "mobilenet_v2"],
+)
 def test_partition_and_compile_place_every_node_alike(make, config):
     """One placement: what `tilecraft partition --config C` reports is what compile builds."""
     from tilecraft.compiler.graph.network import compile_network
@@ -121,8 +125,11 @@ def test_a_flatten_into_a_dense_layer_keeps_the_network_one_program(tmp_path):
     assert (flatten.place, flatten.reason) == (Place.ACCELERATOR, Reason.FLATTEN_ABSORBED)
     comp = compile_network(graph, preset("default"), None)
     assert len(comp.model.programs) == 1
-    assert [type(s).__name__ for s in comp.model.steps] == ["HostStep", "AcceleratorStep",
-                                                             "HostStep"]  # quantize, dequantize
+    assert [type(s).__name__ for s in comp.model.steps] == [
+        "HostStep",
+        "AcceleratorStep",
+        "HostStep",
+    ]  # quantize, dequantize
     dense = next(la for la in comp.network.layers if la.name.startswith("gemm"))
     assert dense.op.kernel == (8, 8) and dense.op.output_shape == (1, 10, 1, 1)
     x = np.random.default_rng(0).normal(0, 1, (1, 3, 32, 32)).astype(np.float32)

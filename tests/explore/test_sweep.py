@@ -86,8 +86,7 @@ def test_a_failing_point_is_reported_not_raised(tmp_path, monkeypatch):
         raise TilecraftError("the tiles do not fit")
 
     monkeypatch.setattr(evaluation, "network_latency", broken)
-    r = sweep.run_sweep("xczu7ev", limit=2, workers=0, cache=tmp_path / "c.json",
-                        workdir=tmp_path)  # fmt: skip
+    r = sweep.run_sweep("xczu7ev", limit=2, workers=0, cache=tmp_path / "c.json", workdir=tmp_path)
     assert all(p["error"] == "TilecraftError: the tiles do not fit" for p in r["points"])
     assert r["fronts"] == {}
 
@@ -108,8 +107,7 @@ def _square(name, config, part, model, cached, workdir):
 def test_the_points_run_as_dask_tasks():
     pytest.importorskip("distributed")
     jobs = [(f"p{k}", k, "xc7z020", "m", None, ".") for k in range(4)]
-    got = sweep._evaluate_all(jobs, workers=2, scheduler=None, function=_square,
-                              processes=False)  # fmt: skip
+    got = sweep._evaluate_all(jobs, workers=2, scheduler=None, function=_square, processes=False)
     assert sorted(p["value"] for p in got) == [0, 1, 4, 9]
 
 

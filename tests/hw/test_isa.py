@@ -106,8 +106,10 @@ def test_field_one_past_max():
     hi = SPEC.formats[Opcode.LOAD].fields["dram_base"].hi
     assert hi == 2**32 - 1
     with pytest.raises(EncodingError, match=rf"dram_base = {hi + 1} does not fit 32 bits"):
-        encode(SPEC, [Load(mem=MemId.INP, sram_base=0, dram_base=hi + 1, y_size=1, x_size=1,
-                           x_stride=1)])  # fmt: skip
+        encode(
+            SPEC,
+            [Load(mem=MemId.INP, sram_base=0, dram_base=hi + 1, y_size=1, x_size=1, x_stride=1)],
+        )
 
 
 def test_negative_unsigned_field():
@@ -184,8 +186,11 @@ def test_config_too_wide_for_word():
         log_block_in=1,
         log_block_out=1,
     )
-    with pytest.raises(ConfigError, match=r"LOAD/STORE field pad_value \(8 bits at offset 128\) "
-                                          r"does not fit the 128-bit word"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"LOAD/STORE field pad_value \(8 bits at offset 128\) "
+        r"does not fit the 128-bit word",
+    ):
         isa_for(cfg)
 
 
@@ -202,7 +207,7 @@ def test_disassembler_lines():
             x_stride=3,
             x_pad0=1,
             pop_next=True,
-        ),  # fmt: skip
+        ),
         Gemm(reset=True, uop_bgn=0, uop_end=2, iter_out=4, pop_prev=True, push_next=True),
         Alu(op=AluOp.SHR, uop_bgn=0, uop_end=2, use_imm=True, imm=-3),
         Alu(op=AluOp.ADD, uop_bgn=0, uop_end=2),

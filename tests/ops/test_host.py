@@ -68,8 +68,14 @@ def test_quantize_rounds_half_to_even_and_saturates():
 
 
 def test_records_round_trip_strictly():
-    ops = [H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), H.GlobalAvgPool(5, 8), H.Flatten(),
-           H.Add(0.75, 1.25, (0, 127)), H.Quantize(0.1), H.Dequantize(0.2)]  # fmt: skip
+    ops = [
+        H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)),
+        H.GlobalAvgPool(5, 8),
+        H.Flatten(),
+        H.Add(0.75, 1.25, (0, 127)),
+        H.Quantize(0.1),
+        H.Dequantize(0.2),
+    ]
     for op in ops:
         assert from_json(H.HostOp, to_json(op)) == op
     with pytest.raises(FormatError, match="kind 'sigmoid' is not one of"):

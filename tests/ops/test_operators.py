@@ -83,8 +83,9 @@ def test_bad_operators_and_knobs():
         Conv2d(1, 1, 4, 4, 1, kernel=(2, 2, 2))
     with pytest.raises(ScheduleError, match="multiplier must be one of 'none', 'tensor'"):
         Epilogue(multiplier="per-row")
-    with pytest.raises(ScheduleError, match="with acc_bounds and no residual the accumulator "
-                                            "bounds are the clip"):  # fmt: skip
+    with pytest.raises(
+        ScheduleError, match="with acc_bounds and no residual the accumulator bounds are the clip"
+    ):
         Epilogue(shift=3, relu=True, acc_bounds=True)
     with pytest.raises(ScheduleError, match="tile tm must be a positive int, not 0"):
         GemmTiles(0, 1, 1)

@@ -92,16 +92,31 @@ def test_accumulator_bounds_give_the_exact_clipped_result_for_every_input(seed, 
     # m = round(scale * 2**s) errs by up to 2**-(s+1); two factors never do worse
     real = m * m2 / 2.0 ** (s + pre_shift) if pre_shift else m / 2.0**s
     assert np.all(np.abs(real - scale) <= 2.0 ** -(s + 1))
-    ep = Epilogue(bias=True, multiplier="channel", shift=s, residual=residual,
-                  clip=(lo, hi) if residual else (-128, 127), acc_bounds=True,
-                  pre_shift=pre_shift)  # fmt: skip
+    ep = Epilogue(
+        bias=True,
+        multiplier="channel",
+        shift=s,
+        residual=residual,
+        clip=(lo, hi) if residual else (-128, 127),
+        acc_bounds=True,
+        pre_shift=pre_shift,
+    )
     acc = rng.integers(-(2**31), 2**31, (300, c))
     acc[:150] = (rng.normal(0, 150, (150, c)) / scale).astype(np.int64)
     lo_b, hi_b = req.acc_lo.astype(np.int64), req.acc_hi.astype(np.int64)
     acc = np.concatenate([acc, np.stack([lo_b - 1, lo_b, lo_b + 1, hi_b - 1, hi_b, hi_b + 1])])
     res = rng.integers(-128, 128, acc.shape) if residual else None
-    got = R.epilogue(ep, acc, bias=bias, multiplier=m, residual=res, acc_lo=req.acc_lo,
-                     acc_hi=req.acc_hi, multiplier2=m2, channel_axis=1)  # fmt: skip
+    got = R.epilogue(
+        ep,
+        acc,
+        bias=bias,
+        multiplier=m,
+        residual=res,
+        acc_lo=req.acc_lo,
+        acc_hi=req.acc_hi,
+        multiplier2=m2,
+        channel_axis=1,
+    )
 
     def exact(a, b, k, k2):  # Python ints: nothing wraps
         x = (int(a) + int(b)) * int(k)
@@ -110,8 +125,7 @@ def test_accumulator_bounds_give_the_exact_clipped_result_for_every_input(seed, 
         return (x + (1 << (s - 1))) >> s
 
     k2s = m2 if pre_shift else [None] * c
-    want = np.array([[exact(a, b, k, k2) for a, b, k, k2 in zip(row, bias, m, k2s)]
-                     for row in acc])  # fmt: skip
+    want = np.array([[exact(a, b, k, k2) for a, b, k, k2 in zip(row, bias, m, k2s)] for row in acc])
     np.testing.assert_array_equal(got, np.clip(want + (res if residual else 0), lo, hi))
 
 
@@ -124,14 +138,23 @@ def test_two_stage_multiply_is_closer_to_the_real_product(clip):
     errors = []
     for pre_shift in (0, 10):
         req = R.requant_bounds(scale, bias, clip, pre_shift=pre_shift)
-        real = req.multiplier * (req.multiplier2 if pre_shift else 1) / 2.0 ** (req.shift +
-                                                                               pre_shift)
+        real = (
+            req.multiplier * (req.multiplier2 if pre_shift else 1) / 2.0 ** (req.shift + pre_shift)
+        )
         assert np.all(np.abs(real - scale) <= 2.0 ** -(req.shift + 1)), pre_shift
-        ep = Epilogue(bias=True, multiplier="channel", shift=req.shift, acc_bounds=True,
-                      pre_shift=pre_shift)  # fmt: skip
+        ep = Epilogue(
+            bias=True, multiplier="channel", shift=req.shift, acc_bounds=True, pre_shift=pre_shift
+        )
         acc = (rng.uniform(clip[0] - 8, clip[1] + 8, (2000, 64)) / scale).astype(np.int64)
-        y = R.epilogue(ep, acc, bias=bias, multiplier=req.multiplier, acc_lo=req.acc_lo,
-                       acc_hi=req.acc_hi, multiplier2=req.multiplier2)  # fmt: skip
+        y = R.epilogue(
+            ep,
+            acc,
+            bias=bias,
+            multiplier=req.multiplier,
+            acc_lo=req.acc_lo,
+            acc_hi=req.acc_hi,
+            multiplier2=req.multiplier2,
+        )
         errors.append(np.mean(y != np.clip(np.rint((acc + bias) * scale), *clip)))
     assert errors[1] <= 1e-4, errors
     if clip[1] - clip[0] > 100:  # a narrow range leaves both too few misses to compare

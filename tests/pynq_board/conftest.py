@@ -43,9 +43,12 @@ def make_board():
     def make(design, **options):
         forget_clocks()
         fake = SimulatedBoard(
-            design.config, design.register_base, zynqmp=design.zynqmp,
-            pll_mhz=design.board.ps.pll_mhz, **options,
-        )  # fmt: skip
+            design.config,
+            design.register_base,
+            zynqmp=design.zynqmp,
+            pll_mhz=design.board.ps.pll_mhz,
+            **options,
+        )
         pynq.Device.active_device = fake
         return fake
 

@@ -17,8 +17,9 @@ from tilecraft.hw.config import toml_loads  # noqa: E402
 from tilecraft.ops import Conv2d, Epilogue  # noqa: E402
 
 
-def test_the_example_offloads_a_conv_and_matches_the_host(tmp_path, make_board, monkeypatch,
-                                                           capsys):  # fmt: skip
+def test_the_example_offloads_a_conv_and_matches_the_host(
+    tmp_path, make_board, monkeypatch, capsys
+):
     design = block_design(board("pynq-z2"))
     example = conv2d(design.config, Conv2d(1, 16, 6, 6, 32, 3, 1, 1), Epilogue(shift=8))
     inner = write_package(design, tmp_path / "package", example)

@@ -79,10 +79,13 @@ def test_a_zynqmp_board_runs_waiting_on_the_interrupt(overlay_of, make_board, mo
     fake = make_board(design)
     program = conv2d(design.config, OP, Epilogue(shift=7))
     rng = np.random.default_rng(8)
-    inputs = pack_inputs(program, {
-        "input": rng.integers(-128, 128, OP.input_shape, dtype=np.int8),
-        "weight": rng.integers(-128, 128, OP.weight_shape, dtype=np.int8),
-    })  # fmt: skip
+    inputs = pack_inputs(
+        program,
+        {
+            "input": rng.integers(-128, 128, OP.input_shape, dtype=np.int8),
+            "weight": rng.integers(-128, 128, OP.weight_shape, dtype=np.int8),
+        },
+    )
     pins, waits = [], []
 
     class Interrupt:

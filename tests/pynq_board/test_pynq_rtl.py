@@ -57,10 +57,13 @@ def test_a_conv_runs_on_the_verilog_bit_exact(overlay, make_board, session):
     op = Conv2d(1, 16, 6, 6, 16, 3, 1, 1)
     program = conv2d(design.config, op, Epilogue(shift=7, relu=True))
     rng = np.random.default_rng(9)
-    inputs = pack_inputs(program, {
-        "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
-        "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
-    })  # fmt: skip
+    inputs = pack_inputs(
+        program,
+        {
+            "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
+            "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
+        },
+    )
     want = SimDevice().run(program, inputs)
     got = device.run(program, inputs)
     for name, value in want.outputs.items():
@@ -83,11 +86,20 @@ def test_the_models_own_error_registers_raise(overlay, make_board, session):
     pb = ProgramBuilder(cfg, "past the DRAM region")
     pb.buffer("o", Role.OUTPUT, (4, 1, 8), np.int8)
     # FINISH waits for the LOAD (a token), as in a compiled program
-    program = pb.build([
-        Load(mem=MemId.INP, sram_base=0, dram_base=1 << 20, y_size=1, x_size=4, x_stride=4,
-             push_next=True),
-        Finish(pop_prev=True),
-    ])  # fmt: skip
+    program = pb.build(
+        [
+            Load(
+                mem=MemId.INP,
+                sram_base=0,
+                dram_base=1 << 20,
+                y_size=1,
+                x_size=4,
+                x_stride=4,
+                push_next=True,
+            ),
+            Finish(pop_prev=True),
+        ]
+    )
     with pytest.raises(AccessError, match="DRAM_RANGE") as info:
         device.run(program, {})
     assert info.value.index == 0

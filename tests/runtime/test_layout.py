@@ -52,9 +52,11 @@ def test_depthwise_weight_is_the_diagonal_of_square_blocks():
     layout = L.DepthwiseWeight((11, 1, 3, 2))
     p = layout.pack(cfg, w)
     assert p.shape == layout.stored_shape(cfg) == (2, 1, 3, 2, 8, 8)
-    dense = L.Weight((11, 11, 3, 2)).unpack(cfg, p.reshape(2, 1, 3, 2, 8, 8).repeat(2, 1)
-                                            * np.eye(2, dtype=np.int8)[:, :, None, None,
-                                                                       None, None])  # fmt: skip
+    dense = L.Weight((11, 11, 3, 2)).unpack(
+        cfg,
+        p.reshape(2, 1, 3, 2, 8, 8).repeat(2, 1)
+        * np.eye(2, dtype=np.int8)[:, :, None, None, None, None],
+    )
     want = np.zeros((11, 11, 3, 2), np.int8)
     want[np.arange(11), np.arange(11)] = w[:, 0]  # channel c reads only channel c
     np.testing.assert_array_equal(dense, want)
@@ -63,18 +65,19 @@ def test_depthwise_weight_is_the_diagonal_of_square_blocks():
         layout.stored_shape(preset("1x16x8"))
 
 
-@pytest.mark.parametrize("shape, kernel, stride, pad, pad_value, cfg_name", [
-    ((1, 3, 23, 19), (7, 7), (2, 2), (3, 3), 0, "default"),
-    ((3, 2, 9, 8), (3, 3), (1, 2), (1, 0), -5, "2x16x16"),  # a missing image in the last block
-    ((2, 5, 6, 6), (2, 3), (2, 1), (0, 2), 7, "1x8x8"),
-])
-def test_im2col_is_packed_as_the_folded_activation(shape, kernel, stride, pad, pad_value,
-                                                   cfg_name):  # fmt: skip
+@pytest.mark.parametrize(
+    "shape, kernel, stride, pad, pad_value, cfg_name",
+    [
+        ((1, 3, 23, 19), (7, 7), (2, 2), (3, 3), 0, "default"),
+        ((3, 2, 9, 8), (3, 3), (1, 2), (1, 0), -5, "2x16x16"),  # a missing image in the last block
+        ((2, 5, 6, 6), (2, 3), (2, 1), (0, 2), 7, "1x8x8"),
+    ],
+)
+def test_im2col_is_packed_as_the_folded_activation(shape, kernel, stride, pad, pad_value, cfg_name):
     cfg = preset(cfg_name)
     x = np.random.default_rng(3).integers(-128, 128, shape).astype(np.int8)
     layout = L.Im2col(shape, kernel, stride, pad, pad_value)
-    want = L.pack_activation(L.im2col(x, kernel, stride, pad, pad_value), cfg.batch,
-                             cfg.block_in)  # fmt: skip
+    want = L.pack_activation(L.im2col(x, kernel, stride, pad, pad_value), cfg.batch, cfg.block_in)
     got = layout.pack(cfg, x)
     assert got.shape == layout.stored_shape(cfg)
     np.testing.assert_array_equal(got, want)

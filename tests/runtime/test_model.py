@@ -11,14 +11,21 @@ from tilecraft.runtime.model import CompiledModel, HostStep, TensorSpec
 
 
 def _model(steps, tensors=None):
-    tensors = tensors or (TensorSpec("x", (1, 4), "float32"), TensorSpec("q", (1, 4), "int8", 0.5),
-                          TensorSpec("y", (1, 4), "float32"))  # fmt: skip
+    tensors = tensors or (
+        TensorSpec("x", (1, 4), "float32"),
+        TensorSpec("q", (1, 4), "int8", 0.5),
+        TensorSpec("y", (1, 4), "float32"),
+    )
     return CompiledModel("m", preset("default"), ("x",), ("y",), tensors, tuple(steps))
 
 
 def _host_only():
-    return _model([HostStep("q", H.Quantize(0.5), ("x",), "q"),
-                   HostStep("dq", H.Dequantize(0.5), ("q",), "y")])  # fmt: skip
+    return _model(
+        [
+            HostStep("q", H.Quantize(0.5), ("x",), "q"),
+            HostStep("dq", H.Dequantize(0.5), ("q",), "y"),
+        ]
+    )
 
 
 def test_a_host_only_model_runs_and_round_trips(tmp_path):

@@ -232,8 +232,9 @@ def _hand_made(buffers, dram_size=4096, **kw):
 
 
 def test_plan_accepts_disjoint_buffers():
-    p = _hand_made([BufferSpec("x", "input", (16,), "int8", 0), BufferSpec("y", "output",
-                    (4, 4), "int32", 16)])  # fmt: skip
+    p = _hand_made(
+        [BufferSpec("x", "input", (16,), "int8", 0), BufferSpec("y", "output", (4, 4), "int32", 16)]
+    )
     assert [b.nbytes for b in p.buffers] == [16, 64]
     assert p.buffer("y").offset == 16
     assert [b.name for b in p.inputs] == ["x"] and [b.name for b in p.outputs] == ["y"]
@@ -248,20 +249,34 @@ def test_plan_rejects_overlap():
         _hand_made(bufs, constants={"w": np.zeros(32, np.int8)})
     # scratch tensors may share bytes with scratch and outputs (a network's activation arena);
     # the verifier orders their uses. Inputs share nothing, outputs no other output.
-    shared = [BufferSpec("x", "input", (32,), "int8", 0),
-              BufferSpec("t", "scratch", (16,), "int8", 32),
-              BufferSpec("y", "output", (8,), "int8", 40)]  # fmt: skip
+    shared = [
+        BufferSpec("x", "input", (32,), "int8", 0),
+        BufferSpec("t", "scratch", (16,), "int8", 32),
+        BufferSpec("y", "output", (8,), "int8", 40),
+    ]
     assert len(_hand_made(shared).buffers) == 3
     with pytest.raises(ProgramError, match="x and t overlap"):
-        _hand_made([BufferSpec("x", "input", (32,), "int8", 0),
-                    BufferSpec("t", "scratch", (8,), "int8", 8)])  # fmt: skip
+        _hand_made(
+            [
+                BufferSpec("x", "input", (32,), "int8", 0),
+                BufferSpec("t", "scratch", (8,), "int8", 8),
+            ]
+        )
     with pytest.raises(ProgramError, match="y and z overlap"):
-        _hand_made([BufferSpec("y", "output", (32,), "int8", 0),
-                    BufferSpec("z", "output", (8,), "int8", 8)])  # fmt: skip
+        _hand_made(
+            [
+                BufferSpec("y", "output", (32,), "int8", 0),
+                BufferSpec("z", "output", (8,), "int8", 8),
+            ]
+        )
     with pytest.raises(ProgramError, match="t and w overlap in DRAM at byte 32"):
-        _hand_made([BufferSpec("t", "scratch", (40,), "int8", 0),
-                    BufferSpec("w", "constant", (8,), "int8", 32)],
-                   constants={"w": np.zeros(8, np.int8)})  # fmt: skip
+        _hand_made(
+            [
+                BufferSpec("t", "scratch", (40,), "int8", 0),
+                BufferSpec("w", "constant", (8,), "int8", 32),
+            ],
+            constants={"w": np.zeros(8, np.int8)},
+        )
     with pytest.raises(ProgramError, match="instructions and x overlap in DRAM at byte 1030"):
         _hand_made([BufferSpec("x", "input", (4,), "int8", 1030)])
 
@@ -277,8 +292,11 @@ def test_plan_rejects_buffer_outside_region():
 
 def test_plan_rejects_a_region_larger_than_its_data():
     assert _hand_made([], dram_size=4096).dram_size == 4096  # the page the data ends in
-    with pytest.raises(ProgramError, match=r"dram_size 8192 is larger .* end at byte 1040, so at "
-                       r"most 4096 \(whole 4096-byte pages\)"):  # fmt: skip
+    with pytest.raises(
+        ProgramError,
+        match=r"dram_size 8192 is larger .* end at byte 1040, so at "
+        r"most 4096 \(whole 4096-byte pages\)",
+    ):
         _hand_made([], dram_size=8192)
 
 

@@ -281,9 +281,16 @@ def test_a_token_does_not_vouch_for_the_other_unit():
         Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=2, x_stride=2),
         Gemm(uop_bgn=0, uop_end=1, iter_out=64, iter_in=8, dst_out=1),
         Alu(op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=1, uop_end=2, iter_out=1, push_next=True),
-        Store(sram_base=0, dram_base=1024, y_size=1, x_size=64, x_stride=64, pop_prev=True,
-              push_prev=True),
+        Store(
+            sram_base=0,
+            dram_base=1024,
+            y_size=1,
+            x_size=64,
+            x_stride=64,
+            pop_prev=True,
+            push_prev=True,
+        ),
         Finish(pop_next=True),
-    ]  # fmt: skip
+    ]
     with pytest.raises(HazardError, match="acc row 0 .* being written"):
         run(cfg, insns, uops=uops, finish=False)

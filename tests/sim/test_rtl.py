@@ -74,13 +74,23 @@ def _programs(cfg):
     ep = Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True)
     p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep)
     jobs.append(("accumulator bounds", p, pack_inputs(p, random_inputs(p, rng))))
-    ep = Epilogue(bias=True, multiplier="channel", shift=20, acc_bounds=True, pre_shift=6,
-                  residual=True, relu=True)  # fmt: skip
+    ep = Epilogue(
+        bias=True,
+        multiplier="channel",
+        shift=20,
+        acc_bounds=True,
+        pre_shift=6,
+        residual=True,
+        relu=True,
+    )
     p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep)
     jobs.append(("two-stage multiply", p, pack_inputs(p, random_inputs(p, rng))))
     # depthwise: a diagonal weight block per channel block, each tile reading its own block
-    p = compile_operator(cfg, DepthwiseConv2d(1, 20, 7, 7, 3, 2, 1),
-                         Epilogue(bias=True, multiplier="channel", shift=10, relu=True)).program
+    p = compile_operator(
+        cfg,
+        DepthwiseConv2d(1, 20, 7, 7, 3, 2, 1),
+        Epilogue(bias=True, multiplier="channel", shift=10, relu=True),
+    ).program
     jobs.append(("depthwise", p, pack_inputs(p, random_inputs(p, rng))))
     op = Conv2d(1, 16, 6, 6, 16, kernel=1, pad=2)  # border tiles read only padding
     p = conv2d(cfg, op, Epilogue(bias=True, shift=4), schedule=ConvSchedule(1, 1, 2, 2))
@@ -149,10 +159,21 @@ def test_a_slow_load_holds_the_dram_data_for_the_transfers_behind_it():
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset("1x8x8")
-    ep = Epilogue(bias=True, multiplier="channel", shift=20, acc_bounds=True, pre_shift=6,
-                  residual=True, relu=True)  # fmt: skip
-    p = conv2d(cfg, Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1), ep,
-               schedule=ConvSchedule(1, 3, 6, 3, acc_slots=4))  # fmt: skip
+    ep = Epilogue(
+        bias=True,
+        multiplier="channel",
+        shift=20,
+        acc_bounds=True,
+        pre_shift=6,
+        residual=True,
+        relu=True,
+    )
+    p = conv2d(
+        cfg,
+        Conv2d(1, 20, 6, 6, 24, kernel=3, pad=1),
+        ep,
+        schedule=ConvSchedule(1, 3, 6, 3, acc_slots=4),
+    )
     inputs = pack_inputs(p, random_inputs(p, np.random.default_rng(5)))
     rtl = RtlDevice(cfg).run(p, inputs).report.cycles
     model = get_device("sim").run(p, inputs).report.cycles
@@ -206,8 +227,15 @@ def test_bad_programs_raise_the_simulators_error_class():
     )
     dram = program(
         [
-            Load(mem=MemId.INP, sram_base=0, dram_base=1 << 20, y_size=1, x_size=4, x_stride=4,
-                 push_next=True),  # fmt: skip
+            Load(
+                mem=MemId.INP,
+                sram_base=0,
+                dram_base=1 << 20,
+                y_size=1,
+                x_size=4,
+                x_stride=4,
+                push_next=True,
+            ),
             Finish(pop_prev=True),
         ]
     )

@@ -38,10 +38,13 @@ def test_a_program_started_by_register_writes_runs_bit_exact():
     op = Conv2d(1, 8, 5, 5, 16, 3, 1, 1)
     program = conv2d(CFG, op, Epilogue(shift=6, relu=True))
     rng = np.random.default_rng(3)
-    inputs = pack_inputs(program, {
-        "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
-        "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
-    })  # fmt: skip
+    inputs = pack_inputs(
+        program,
+        {
+            "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
+            "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
+        },
+    )
     base = 0x3000_0000  # any physical address: the DRAM model answers where DRAM_BASE says
     with RtlSession(CFG) as rtl:
         assert rtl.read(OFFSET["MAGIC"]) == regs.MAGIC
@@ -49,10 +52,13 @@ def test_a_program_started_by_register_writes_runs_bit_exact():
         rtl.write(OFFSET["INSN_COUNT"], 1234)
         assert rtl.read(OFFSET["INSN_COUNT"]) == 1234  # a register holds what was written
         rtl.load(base, program.dram_image(inputs))
-        for name, value in (("DRAM_BASE_LO", base), ("DRAM_BASE_HI", 0),
-                            ("INSN_OFFSET", program.insn_offset),
-                            ("INSN_COUNT", len(program.insns)),
-                            ("DRAM_SIZE", program.dram_size)):  # fmt: skip
+        for name, value in (
+            ("DRAM_BASE_LO", base),
+            ("DRAM_BASE_HI", 0),
+            ("INSN_OFFSET", program.insn_offset),
+            ("INSN_COUNT", len(program.insns)),
+            ("DRAM_SIZE", program.dram_size),
+        ):
             rtl.write(OFFSET[name], value)
         assert rtl.read(OFFSET["STATUS"]) & regs.DONE == 0
         rtl.write(OFFSET["CONTROL"], regs.START)
@@ -115,7 +121,10 @@ def test_the_board_refuses_a_region_outside_its_ddr():
     board = RtlAccelerator(CFG, np.zeros(1 << 16, np.uint8), 0x1000_0000, regs_)
     board.write(OFFSET["DRAM_BASE_LO"], 0x1000_F000)
     board.write(OFFSET["DRAM_SIZE"], 1 << 13)  # runs 4 KiB past the end of DDR
-    with pytest.raises(AccessError, match="DRAM_BASE 0x1000f000 and DRAM_SIZE 8192: the region "
-                       r"lies outside the board's DDR \[0x10000000, 0x10010000\)"):  # fmt: skip
+    with pytest.raises(
+        AccessError,
+        match="DRAM_BASE 0x1000f000 and DRAM_SIZE 8192: the region "
+        r"lies outside the board's DDR \[0x10000000, 0x10010000\)",
+    ):
         board.write(OFFSET["CONTROL"], regs.START)
     assert board.runs == 0

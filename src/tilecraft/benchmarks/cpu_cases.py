@@ -41,21 +41,32 @@ def _exact(a, b) -> bool:
 
 
 def _close(a, b) -> bool:
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-5,
-                                                   atol=1e-5 * float(np.abs(b).max() or 1)))
+    return a.shape == b.shape and bool(
+        np.allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max() or 1))
+    )
 
 
 def _conv(shape, oc, k, s, p, dtype):
     def make(rng):
         c = shape[1]
-        spec = conv.Conv2d(shape, oc, (k, k), (s, s), (p,) * 4, dtype, bias=dtype == "float32",
-                           relu=dtype == "float32",
-                           epilogue=EPILOGUE if dtype == "int8" else Epilogue())  # fmt: skip
+        spec = conv.Conv2d(
+            shape,
+            oc,
+            (k, k),
+            (s, s),
+            (p,) * 4,
+            dtype,
+            bias=dtype == "float32",
+            relu=dtype == "float32",
+            epilogue=EPILOGUE if dtype == "int8" else Epilogue(),
+        )
         oh, ow = spec.out_hw
         macs = oh * ow * oc * c * k * k
         if dtype == "float32":
-            x, w = rng.standard_normal(shape, np.float32), rng.standard_normal((oc, c, k, k),
-                                                                               np.float32)
+            x, w = (
+                rng.standard_normal(shape, np.float32),
+                rng.standard_normal((oc, c, k, k), np.float32),
+            )
             bias = rng.standard_normal(oc, np.float32)
 
             def numpy_conv(x, w, bias):
@@ -63,11 +74,12 @@ def _conv(shape, oc, k, s, p, dtype):
                 y = w.reshape(oc, -1) @ cols + bias[:, None]
                 return np.maximum(y, 0).reshape(1, oc, oh, ow)
 
-            return Made(spec, [x, w, bias], numpy_conv,
-                        lambda: _ort_conv(x, w, bias, k, s, p), _close, macs)  # fmt: skip
+            return Made(
+                spec, [x, w, bias], numpy_conv, lambda: _ort_conv(x, w, bias, k, s, p), _close, macs
+            )
         x = rng.integers(-128, 128, shape, dtype=np.int8)
         w = rng.integers(-128, 128, (oc, c, k, k), dtype=np.int8)
-        bias = rng.integers(-2**14, 2**14, oc).astype(np.int32)
+        bias = rng.integers(-(2**14), 2**14, oc).astype(np.int32)
         mult = rng.integers(1, 2**7, oc).astype(np.int32)
 
         def numpy_int8(x, w, bias, mult):
@@ -75,8 +87,14 @@ def _conv(shape, oc, k, s, p, dtype):
             acc = (w.reshape(oc, -1).astype(np.float64) @ cols).astype(np.int64)
             return R.epilogue(EPILOGUE, acc.reshape(1, oc, oh, ow), bias=bias, multiplier=mult)
 
-        return Made(spec, [x, w, bias, mult], numpy_int8,
-                    lambda: _ort_qconv(x, w, bias, k, s, p), _exact, macs)  # fmt: skip
+        return Made(
+            spec,
+            [x, w, bias, mult],
+            numpy_int8,
+            lambda: _ort_qconv(x, w, bias, k, s, p),
+            _exact,
+            macs,
+        )
 
     return make
 
@@ -85,24 +103,33 @@ def _dense(m, kk, n, dtype):
     def make(rng):
         if dtype == "float32":
             spec = dense.Dense(m, kk, n, bias=True)
-            x, w = rng.standard_normal((m, kk), np.float32), rng.standard_normal((kk, n),
-                                                                                 np.float32)
+            x, w = (
+                rng.standard_normal((m, kk), np.float32),
+                rng.standard_normal((kk, n), np.float32),
+            )
             bias = rng.standard_normal(n, np.float32)
-            return Made(spec, [x, w, bias], lambda x, w, b: x @ w + b,
-                        lambda: _ort_gemm(x, w, bias), _close, m * kk * n)  # fmt: skip
+            return Made(
+                spec,
+                [x, w, bias],
+                lambda x, w, b: x @ w + b,
+                lambda: _ort_gemm(x, w, bias),
+                _close,
+                m * kk * n,
+            )
         ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=16)
         spec = dense.Dense(m, kk, n, "int8", epilogue=ep)
         x = rng.integers(-128, 128, (m, kk), dtype=np.int8)
         w = rng.integers(-128, 128, (kk, n), dtype=np.int8)
-        bias = rng.integers(-2**14, 2**14, n).astype(np.int32)
+        bias = rng.integers(-(2**14), 2**14, n).astype(np.int32)
         mult = rng.integers(1, 2**7, n).astype(np.int32)
 
         def numpy_int8(x, w, bias, mult):
             acc = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
             return R.epilogue(ep, acc, bias=bias, multiplier=mult)
 
-        return Made(spec, [x, w, bias, mult], numpy_int8, lambda: _ort_qmatmul(x, w),
-                    _exact, m * kk * n)  # fmt: skip
+        return Made(
+            spec, [x, w, bias, mult], numpy_int8, lambda: _ort_qmatmul(x, w), _exact, m * kk * n
+        )
 
     return make
 
@@ -129,9 +156,13 @@ def _gap(dtype):
         shape = (1, 512, 7, 7)
         if dtype == "float32":
             x = rng.standard_normal(shape, np.float32)
-            return Made(window.GlobalAvgPool(shape, "float32"), [x],
-                        lambda v: v.mean(axis=(2, 3), keepdims=True),
-                        lambda: _ort_one("GlobalAveragePool", x), _close)  # fmt: skip
+            return Made(
+                window.GlobalAvgPool(shape, "float32"),
+                [x],
+                lambda v: v.mean(axis=(2, 3), keepdims=True),
+                lambda: _ort_one("GlobalAveragePool", x),
+                _close,
+            )
         x = rng.integers(-128, 128, shape, dtype=np.int8)
         op = H.GlobalAvgPool(1337, 16)
         spec = window.GlobalAvgPool(shape, "int8", op.multiplier, op.shift)
@@ -145,11 +176,21 @@ def _layout(pack: bool):
         shape = (1, 64, 56, 56)
         x = rng.integers(-128, 128, shape, dtype=np.int8)
         if pack:
-            return Made(layout.PackActivation(shape, 1, 16), [x],
-                        lambda v: pack_activation(v, 1, 16), lambda: None, _exact)  # fmt: skip
+            return Made(
+                layout.PackActivation(shape, 1, 16),
+                [x],
+                lambda v: pack_activation(v, 1, 16),
+                lambda: None,
+                _exact,
+            )
         packed = pack_activation(x, 1, 16)
-        return Made(layout.UnpackActivation(shape, 1, 16), [packed],
-                    lambda v: unpack_activation(v, 1, 64), lambda: None, _exact)  # fmt: skip
+        return Made(
+            layout.UnpackActivation(shape, 1, 16),
+            [packed],
+            lambda v: unpack_activation(v, 1, 64),
+            lambda: None,
+            _exact,
+        )
 
     return make
 
@@ -186,10 +227,11 @@ def arm_builds(specs: list[Spec], folder: str, emulate: bool) -> list[dict]:
     from tilecraft.errors import KernelError
 
     rng = np.random.default_rng(1)
-    small = [("conv3x3_64to64_14x14_int8", _conv((1, 64, 14, 14), 64, 3, 1, 1, "int8")(rng)),
-             ("conv3x3_64to64_14x14_float32",
-              _conv((1, 64, 14, 14), 64, 3, 1, 1, "float32")(rng)),
-             ("dense_512to1000_int8", _dense(1, 512, 1000, "int8")(rng))]  # fmt: skip
+    small = [
+        ("conv3x3_64to64_14x14_int8", _conv((1, 64, 14, 14), 64, 3, 1, 1, "int8")(rng)),
+        ("conv3x3_64to64_14x14_float32", _conv((1, 64, 14, 14), 64, 3, 1, 1, "float32")(rng)),
+        ("dense_512to1000_int8", _dense(1, 512, 1000, "int8")(rng)),
+    ]
     out = []
     for name in ("armv7", "aarch64"):
         t = target(name)
@@ -198,17 +240,30 @@ def arm_builds(specs: list[Spec], folder: str, emulate: bool) -> list[dict]:
         except KernelError as exc:
             out.append({"target": name, "error": str(exc)})
             continue
-        row = {"target": name, "triple": t.triple, "cpu": t.cpu, "kernels": lib.kernels,
-               "compile_seconds": lib.compile_seconds, "link_seconds": lib.link_seconds,
-               "bytes": lib.bytes, "emulated": []}  # fmt: skip
+        row = {
+            "target": name,
+            "triple": t.triple,
+            "cpu": t.cpu,
+            "kernels": lib.kernels,
+            "compile_seconds": lib.compile_seconds,
+            "link_seconds": lib.link_seconds,
+            "bytes": lib.bytes,
+            "emulated": [],
+        }
         if emulate and not available():
             emu = Emulator(Path(lib.shared_object).read_bytes())
             for case, made in small:
                 run = emu.call(made.spec.signature(), made.inputs)
                 ok = made.check(run.outputs[0], made.numpy(*made.inputs))
-                row["emulated"].append({"name": case, "instructions": run.instructions,
-                                        "macs": made.macs, "matches_numpy": ok,
-                                        "instructions_per_mac": run.instructions / made.macs})
+                row["emulated"].append(
+                    {
+                        "name": case,
+                        "instructions": run.instructions,
+                        "macs": made.macs,
+                        "matches_numpy": ok,
+                        "instructions_per_mac": run.instructions / made.macs,
+                    }
+                )
             row["ok"] = all(e["matches_numpy"] for e in row["emulated"])
         out.append(row)
     return out

@@ -61,8 +61,11 @@ def _network(jit, name: str, repeats: int) -> dict:
 
     model = MODELS[name](seed=0)
     graph = import_model(model)
-    x = {graph.inputs[0]: np.random.default_rng(0).standard_normal(
-        graph.shape(graph.inputs[0])).astype(np.float32)}  # fmt: skip
+    x = {
+        graph.inputs[0]: np.random.default_rng(0)
+        .standard_normal(graph.shape(graph.inputs[0]))
+        .astype(np.float32)
+    }
     start = time.perf_counter()
     net = FloatGraph(graph, jit)
     build = time.perf_counter() - start
@@ -71,15 +74,22 @@ def _network(jit, name: str, repeats: int) -> dict:
     want = evaluate(graph, x)[graph.outputs[0]]
     numpy_ms = (time.perf_counter() - start) * 1e3
     ort = session(model)
-    return {"name": f"{name}_network", "dtype": "float32",
-            "ours_ms": _best(repeats, net.run, x), "numpy_ms": numpy_ms,
-            "onnxruntime_ms": _best(repeats, ort, x) if ort else None,
-            "build_ms": build * 1e3, "matches_numpy": cpu_cases._close(ours, want),
-            "macs": 0, "numpy_nodes": net.numpy_nodes}  # fmt: skip
+    return {
+        "name": f"{name}_network",
+        "dtype": "float32",
+        "ours_ms": _best(repeats, net.run, x),
+        "numpy_ms": numpy_ms,
+        "onnxruntime_ms": _best(repeats, ort, x) if ort else None,
+        "build_ms": build * 1e3,
+        "matches_numpy": cpu_cases._close(ours, want),
+        "macs": 0,
+        "numpy_nodes": net.numpy_nodes,
+    }
 
 
-def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
-        networks: bool = True) -> dict:  # fmt: skip
+def run(
+    cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True, networks: bool = True
+) -> dict:
     from tilecraft.compiler.llvm.cache import KernelCache
 
     limits = _one_thread()
@@ -95,22 +105,30 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
             ours = kernel(*made.inputs)
             ok = made.check(ours, made.numpy(*made.inputs))
             ort = made.onnxruntime()
-            rows.append({
-                "name": case.name, "dtype": case.dtype,
-                "ours_ms": _best(repeats, kernel, *made.inputs),
-                "numpy_ms": _best(repeats, made.numpy, *made.inputs),
-                "onnxruntime_ms": _best(repeats, ort) if ort else None,
-                "build_ms": build * 1e3, "matches_numpy": ok, "macs": made.macs,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "name": case.name,
+                    "dtype": case.dtype,
+                    "ours_ms": _best(repeats, kernel, *made.inputs),
+                    "numpy_ms": _best(repeats, made.numpy, *made.inputs),
+                    "onnxruntime_ms": _best(repeats, ort) if ort else None,
+                    "build_ms": build * 1e3,
+                    "matches_numpy": ok,
+                    "macs": made.macs,
+                }
+            )
             if avx2 is not None and case.name.startswith("conv"):  # what an AVX2 CPU runs
                 narrow = avx2.kernel(made.spec)
-                rows[-1]["matches_numpy"] &= made.check(narrow(*made.inputs), made.numpy(
-                    *made.inputs))  # fmt: skip
+                rows[-1]["matches_numpy"] &= made.check(
+                    narrow(*made.inputs), made.numpy(*made.inputs)
+                )
                 rows[-1]["ours_avx2_ms"] = _best(repeats, narrow, *made.inputs)
             specs.append(made.spec)
         if networks:
-            rows += [_network(jit, name, max(1, repeats // 2)) for name in
-                     track(NETWORKS, "cpu-fallback networks")]  # fmt: skip
+            rows += [
+                _network(jit, name, max(1, repeats // 2))
+                for name in track(NETWORKS, "cpu-fallback networks")
+            ]
         arm = cpu_cases.arm_builds(specs, tmp, emulate)
     if limits is not None:
         limits.unregister()
@@ -126,10 +144,12 @@ def run(cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True,
         "threads": 1,
         "cases": rows,
         "conv_max_vs_numpy": max(r["vs_numpy"] for r in convs),
-        "conv_max_vs_onnxruntime": max(r["vs_onnxruntime"] for r in convs
-                                       if r["vs_onnxruntime"] is not None),  # fmt: skip
-        "network_max_vs_onnxruntime": max((r["vs_onnxruntime"] for r in nets
-                                           if r["vs_onnxruntime"]), default=None),  # fmt: skip
+        "conv_max_vs_onnxruntime": max(
+            r["vs_onnxruntime"] for r in convs if r["vs_onnxruntime"] is not None
+        ),
+        "network_max_vs_onnxruntime": max(
+            (r["vs_onnxruntime"] for r in nets if r["vs_onnxruntime"]), default=None
+        ),
         "arm": arm,
         "ok": all(r["matches_numpy"] for r in rows) and all(a.get("ok", True) for a in arm),
     }
@@ -145,25 +165,35 @@ def _one_thread():
 
 
 def format_table(r: dict) -> str:
-    lines = [f"{'case':28s} {'dtype':8s} {'ours ms':>9s} {'numpy ms':>9s} {'ORT ms':>8s} "
-             f"{'/numpy':>7s} {'/ORT':>6s}"]  # fmt: skip
+    lines = [
+        f"{'case':28s} {'dtype':8s} {'ours ms':>9s} {'numpy ms':>9s} {'ORT ms':>8s} "
+        f"{'/numpy':>7s} {'/ORT':>6s}"
+    ]
     for c in r["cases"]:
         ort = f"{c['onnxruntime_ms']:8.3f}" if c["onnxruntime_ms"] else f"{'-':>8s}"
         vs_ort = f"{c['vs_onnxruntime']:6.2f}" if c["vs_onnxruntime"] else f"{'-':>6s}"
         flag = "" if c["matches_numpy"] else "  MISMATCH"
         flag += f"  (AVX2 code: {c['ours_avx2_ms']:.3f} ms)" if "ours_avx2_ms" in c else ""
-        lines.append(f"{c['name']:28s} {c['dtype']:8s} {c['ours_ms']:9.3f} {c['numpy_ms']:9.3f} "
-                     f"{ort} {c['vs_numpy']:7.2f} {vs_ort}{flag}")  # fmt: skip
-    lines.append(f"host {r['host_cpu']} ({r['vector_width']} fp32 lanes), one thread; convs at "
-                 f"most {r['conv_max_vs_numpy']:.2f}x numpy and "
-                 f"{r['conv_max_vs_onnxruntime']:.2f}x onnxruntime")  # fmt: skip
+        lines.append(
+            f"{c['name']:28s} {c['dtype']:8s} {c['ours_ms']:9.3f} {c['numpy_ms']:9.3f} "
+            f"{ort} {c['vs_numpy']:7.2f} {vs_ort}{flag}"
+        )
+    lines.append(
+        f"host {r['host_cpu']} ({r['vector_width']} fp32 lanes), one thread; convs at "
+        f"most {r['conv_max_vs_numpy']:.2f}x numpy and "
+        f"{r['conv_max_vs_onnxruntime']:.2f}x onnxruntime"
+    )
     for a in r["arm"]:
         if "error" in a:
             lines.append(f"{a['target']}: {a['error']}")
             continue
-        counts = ", ".join(f"{e['name']} {e['instructions']:,} instructions "
-                           f"({e['instructions_per_mac']:.2f}/MAC)" for e in a["emulated"])
-        lines.append(f"{a['target']} ({a['cpu']}): {a['kernels']} kernels built in "
-                     f"{a['compile_seconds']:.2f} s + linked in {a['link_seconds']:.2f} s, "
-                     f"{a['bytes']:,} B" + (f"; under emulation: {counts}" if counts else ""))
+        counts = ", ".join(
+            f"{e['name']} {e['instructions']:,} instructions ({e['instructions_per_mac']:.2f}/MAC)"
+            for e in a["emulated"]
+        )
+        lines.append(
+            f"{a['target']} ({a['cpu']}): {a['kernels']} kernels built in "
+            f"{a['compile_seconds']:.2f} s + linked in {a['link_seconds']:.2f} s, "
+            f"{a['bytes']:,} B" + (f"; under emulation: {counts}" if counts else "")
+        )
     return "\n".join(lines)

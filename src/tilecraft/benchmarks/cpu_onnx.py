@@ -14,21 +14,28 @@ def _session(nodes, inputs: dict, initializers: dict, outputs: list[str]):
         return None
     types = {np.dtype(np.float32): onnx.TensorProto.FLOAT, np.dtype(np.int8): onnx.TensorProto.INT8}
     graph = helper.make_graph(
-        nodes, "case",
-        [helper.make_tensor_value_info(k, types[v.dtype], list(v.shape)) for k, v in
-         inputs.items()],
-        [helper.make_tensor_value_info(o, types[next(iter(inputs.values())).dtype], None)
-         for o in outputs],  # every case's output has its input's type
+        nodes,
+        "case",
+        [
+            helper.make_tensor_value_info(k, types[v.dtype], list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [
+            helper.make_tensor_value_info(o, types[next(iter(inputs.values())).dtype], None)
+            for o in outputs
+        ],  # every case's output has its input's type
         [numpy_helper.from_array(v, k) for k, v in initializers.items()],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19),
-                                                    helper.make_opsetid("com.microsoft", 1)])
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
+    )
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
     except Exception:  # an operator/type pair this onnxruntime lacks: no baseline
         return None
     return lambda: session.run(None, inputs)
@@ -37,25 +44,40 @@ def _session(nodes, inputs: dict, initializers: dict, outputs: list[str]):
 def _ort_conv(x, w, bias, k, s, p):
     from onnx import helper
 
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
-                              strides=[s, s], pads=[p] * 4),
-             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4
+        ),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
     return _session(nodes, {"x": x}, {"w": w, "b": bias}, ["y"])
 
 
 def _scalars(**values):
-    return {k: np.array(v, np.float32 if isinstance(v, float) else np.int8)
-            for k, v in values.items()}  # fmt: skip
+    return {
+        k: np.array(v, np.float32 if isinstance(v, float) else np.int8) for k, v in values.items()
+    }
 
 
 def _ort_qconv(x, w, bias, k, s, p):
     from onnx import helper
 
     oc = w.shape[0]
-    init = {"w": w, "b": bias, "ws": np.full(oc, 0.01, np.float32), "wz": np.zeros(oc, np.int8),
-            **_scalars(xs=0.05, xz=0, ys=0.1, yz=0)}  # fmt: skip
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
-                            ["y"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4)
+    init = {
+        "w": w,
+        "b": bias,
+        "ws": np.full(oc, 0.01, np.float32),
+        "wz": np.zeros(oc, np.int8),
+        **_scalars(xs=0.05, xz=0, ys=0.1, yz=0),
+    }
+    node = helper.make_node(
+        "QLinearConv",
+        ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+        ["y"],
+        kernel_shape=[k, k],
+        strides=[s, s],
+        pads=[p] * 4,
+    )
     return _session([node], {"x": x}, init, ["y"])
 
 
@@ -70,8 +92,7 @@ def _ort_qmatmul(x, w):
     from onnx import helper
 
     init = {"w": w, **_scalars(xs=0.05, xz=0, ws=0.01, wz=0, ys=0.1, yz=0)}
-    node = helper.make_node("QLinearMatMul", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
-                            ["y"])  # fmt: skip
+    node = helper.make_node("QLinearMatMul", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])
     return _session([node], {"x": x}, init, ["y"])
 
 
@@ -90,6 +111,5 @@ def session(model):
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    s = ort.InferenceSession(model.SerializeToString(), options,
-                             providers=["CPUExecutionProvider"])  # fmt: skip
+    s = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return lambda inputs: s.run(None, inputs)

@@ -53,8 +53,9 @@ def run(cfg: HwConfig, device: str = "sim", observer: str = "minmax") -> dict:
         "compile_seconds": compile_seconds,
         "run_seconds": run_seconds,
         "layers": [e.__dict__ for e in errors],
-        "ok": bool((int8_logits.argmax(1) == y).mean() >= (float_logits.argmax(1) == y).mean()
-                   - 0.01),  # fmt: skip
+        "ok": bool(
+            (int8_logits.argmax(1) == y).mean() >= (float_logits.argmax(1) == y).mean() - 0.01
+        ),
     }
 
 

@@ -43,8 +43,11 @@ def _best(repeats: int, fn) -> float:
 def _network(name: str, cfg: HwConfig, gpu, cpu, repeats: int) -> dict:
     graph = import_model(MODELS[name](seed=0))
     model = compile_network(graph, cfg, random_calibration(graph, 1)).model
-    x = {graph.inputs[0]: np.random.default_rng(1).standard_normal(
-        graph.shape(graph.inputs[0])).astype(np.float32)}  # fmt: skip
+    x = {
+        graph.inputs[0]: np.random.default_rng(1)
+        .standard_normal(graph.shape(graph.inputs[0]))
+        .astype(np.float32)
+    }
     first_ms, ours = _timed(lambda: run_model(model, x, gpu, keep=True))
     reference_ms, want = _timed(lambda: run_model(model, x, keep=True))
     mismatched = [k for k, v in want.tensors.items() if not np.array_equal(ours.tensors[k], v)]
@@ -53,11 +56,20 @@ def _network(name: str, cfg: HwConfig, gpu, cpu, repeats: int) -> dict:
     steps = [s for s in model.steps if isinstance(s, AcceleratorStep)]
     gpu_ms = _best(repeats, lambda: run_model(model, x, gpu))
     cpu_ms = _best(repeats, lambda: run_model(model, x, cpu))
-    return {"name": name, "accelerator_steps": len(steps), "tensors": len(want.tensors),
-            "bit_exact": not mismatched, "mismatched": mismatched[:10],
-            "cpu_bit_exact": cpu_exact, "gpu_ms": gpu_ms, "gpu_first_run_ms": first_ms,
-            "cpu_ms": cpu_ms, "cpu_first_run_ms": cpu_first_ms, "reference_ms": reference_ms,
-            "gpu_vs_cpu": gpu_ms / cpu_ms}  # fmt: skip
+    return {
+        "name": name,
+        "accelerator_steps": len(steps),
+        "tensors": len(want.tensors),
+        "bit_exact": not mismatched,
+        "mismatched": mismatched[:10],
+        "cpu_bit_exact": cpu_exact,
+        "gpu_ms": gpu_ms,
+        "gpu_first_run_ms": first_ms,
+        "cpu_ms": cpu_ms,
+        "cpu_first_run_ms": cpu_first_ms,
+        "reference_ms": reference_ms,
+        "gpu_vs_cpu": gpu_ms / cpu_ms,
+    }
 
 
 def run(cfg: HwConfig, repeats: int = 3, networks: tuple[str, ...] = NETWORKS) -> dict:
@@ -72,19 +84,27 @@ def run(cfg: HwConfig, repeats: int = 3, networks: tuple[str, ...] = NETWORKS) -
     with tempfile.TemporaryDirectory(prefix="tilecraft-bench-") as tmp:
         cpu = CpuDevice(JitCompute(Jit(KernelCache(tmp))))
         rows = [_network(n, cfg, gpu, cpu, repeats) for n in track(networks, "gpu-fallback")]
-    return {"suite": "gpu-fallback", "gpu": device.name,
-            "compute_capability": ".".join(map(str, device.compute_capability)),
-            "networks": rows, "ok": all(r["bit_exact"] and r["cpu_bit_exact"] for r in rows)}
+    return {
+        "suite": "gpu-fallback",
+        "gpu": device.name,
+        "compute_capability": ".".join(map(str, device.compute_capability)),
+        "networks": rows,
+        "ok": all(r["bit_exact"] and r["cpu_bit_exact"] for r in rows),
+    }
 
 
 def format_table(result: dict) -> str:
-    lines = [f"gpu-fallback on {result['gpu']} (sm {result['compute_capability']}): "
-             "whole int8 networks, ms (best warm run)",
-             f"{'network':<14}{'gpu':>10}{'cpu 1T':>10}{'gpu/cpu':>9}{'first gpu':>11}"
-             f"{'reference':>11}  bit-exact"]  # fmt: skip
+    lines = [
+        f"gpu-fallback on {result['gpu']} (sm {result['compute_capability']}): "
+        "whole int8 networks, ms (best warm run)",
+        f"{'network':<14}{'gpu':>10}{'cpu 1T':>10}{'gpu/cpu':>9}{'first gpu':>11}"
+        f"{'reference':>11}  bit-exact",
+    ]
     for r in result["networks"]:
         exact = r["bit_exact"] and r["cpu_bit_exact"]
-        lines.append(f"{r['name']:<14}{r['gpu_ms']:>10.1f}{r['cpu_ms']:>10.1f}"
-                     f"{r['gpu_vs_cpu']:>9.2f}{r['gpu_first_run_ms']:>11.0f}"
-                     f"{r['reference_ms']:>11.0f}  {exact}")  # fmt: skip
+        lines.append(
+            f"{r['name']:<14}{r['gpu_ms']:>10.1f}{r['cpu_ms']:>10.1f}"
+            f"{r['gpu_vs_cpu']:>9.2f}{r['gpu_first_run_ms']:>11.0f}"
+            f"{r['reference_ms']:>11.0f}  {exact}"
+        )
     return "\n".join(lines)

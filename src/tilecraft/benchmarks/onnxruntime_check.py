@@ -60,15 +60,17 @@ def run(cfg: HwConfig, device: str = "sim") -> dict:
     x_train, _, x, y = digits_split()
     with tempfile.TemporaryDirectory() as tmp:
         graph, theirs = _quantized(x_train, x, tmp)
-        asym_graph, asym_theirs = _quantized(x_train, x, tmp, symmetric=False,
-                                             activations="uint8")  # fmt: skip
-    modes = {name: _compare(cfg, graph, theirs, x, y, device, exact)
-             for name, exact in (("exact", True), ("fast", False))}  # fmt: skip
+        asym_graph, asym_theirs = _quantized(x_train, x, tmp, symmetric=False, activations="uint8")
+    modes = {
+        name: _compare(cfg, graph, theirs, x, y, device, exact)
+        for name, exact in (("exact", True), ("fast", False))
+    }
     exact = modes["exact"]
     asym = _compare(cfg, asym_graph, asym_theirs, x, y, device, True)
     asym["onnxruntime_accuracy"] = float((asym_theirs.argmax(1) == y).mean())
-    asym["model"] = "the same, quantized with onnxruntime's defaults (uint8 activations with " \
-        "zero points)"  # fmt: skip
+    asym["model"] = (
+        "the same, quantized with onnxruntime's defaults (uint8 activations with zero points)"
+    )
     return {
         "model": "digits_cnn.onnx quantized by onnxruntime (QDQ, per-channel, symmetric int8)",
         "config": cfg.tag,
@@ -91,13 +93,19 @@ def format_table(r: dict) -> str:
         f"  {'requant':<8} {'equal':>8} {'max steps':>10} {'accuracy':>9} {'cycles/image':>13}",
     ]
     for name, m in r["modes"].items():
-        lines.append(f"  {name:<8} {m['equal_fraction']:>8.2%} {m['max_steps']:>10} "
-                     f"{m['accuracy']:>9.2%} {m['cycles_per_image']:>13,.0f}")  # fmt: skip
+        lines.append(
+            f"  {name:<8} {m['equal_fraction']:>8.2%} {m['max_steps']:>10} "
+            f"{m['accuracy']:>9.2%} {m['cycles_per_image']:>13,.0f}"
+        )
     a = r["asymmetric"]
-    lines += [f"{a['model']}; onnxruntime's accuracy {a['onnxruntime_accuracy']:.2%}",
-              f"  {'exact':<8} {a['equal_fraction']:>8.2%} {a['max_steps']:>10} "
-              f"{a['accuracy']:>9.2%} {a['cycles_per_image']:>13,.0f}"]  # fmt: skip
-    lines.append(f"  goal (both models): >= {GOAL_EQUAL:.0%} of int8 logits equal to "
-                 f"onnxruntime's, none more than 1 step apart: "
-                 f"{'met' if r['ok'] else 'NOT met'}")  # fmt: skip
+    lines += [
+        f"{a['model']}; onnxruntime's accuracy {a['onnxruntime_accuracy']:.2%}",
+        f"  {'exact':<8} {a['equal_fraction']:>8.2%} {a['max_steps']:>10} "
+        f"{a['accuracy']:>9.2%} {a['cycles_per_image']:>13,.0f}",
+    ]
+    lines.append(
+        f"  goal (both models): >= {GOAL_EQUAL:.0%} of int8 logits equal to "
+        f"onnxruntime's, none more than 1 step apart: "
+        f"{'met' if r['ok'] else 'NOT met'}"
+    )
     return "\n".join(lines)

@@ -27,10 +27,12 @@ CALIBRATION = 4
 
 
 def _quantized(tmp: Path, activations: str, rng) -> Path:
-    samples = [{"input": rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)}
-               for _ in range(CALIBRATION)]  # fmt: skip
-    return quantize_with_onnxruntime(resnet18(seed=0), tmp / f"r18_{activations}.onnx", samples,
-                                     activations=activations)  # fmt: skip
+    samples = [
+        {"input": rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)} for _ in range(CALIBRATION)
+    ]
+    return quantize_with_onnxruntime(
+        resnet18(seed=0), tmp / f"r18_{activations}.onnx", samples, activations=activations
+    )
 
 
 def _tensors(path: Path, x: np.ndarray, unsigned: bool):
@@ -86,20 +88,27 @@ def run(cfg: HwConfig, device: str = "sim") -> dict:
         for activations, shift in (("int8", 0), ("uint8", 128)):
             path = _quantized(Path(tmp), activations, np.random.default_rng(1))
             variants[activations] = _compare(cfg, path, x, shift)
-    return {"model": "ResNet-18 quantized by onnxruntime (QDQ, per-channel, pre-processed)",
-            "config": cfg.tag, "device": device, "variants": variants}  # fmt: skip
+    return {
+        "model": "ResNet-18 quantized by onnxruntime (QDQ, per-channel, pre-processed)",
+        "config": cfg.tag,
+        "device": device,
+        "variants": variants,
+    }
 
 
 def format_table(r: dict) -> str:
-    lines = [f"{r['model']}, on {r['device']} ({r['config']}), one image",
-             f"  {'activations':<12} {'programs':>8} {'modeled ms':>11} {'compile s':>10} "
-             f"{'logits equal':>13} {'max steps':>10}  tensors equal (first conv, median, "
-             f"worst)",
-             ]  # fmt: skip
+    lines = [
+        f"{r['model']}, on {r['device']} ({r['config']}), one image",
+        f"  {'activations':<12} {'programs':>8} {'modeled ms':>11} {'compile s':>10} "
+        f"{'logits equal':>13} {'max steps':>10}  tensors equal (first conv, median, "
+        f"worst)",
+    ]
     for name, v in r["variants"].items():
         eq = list(v["layer_equal_fraction"].values())
         spread = f"{eq[0]:.5f}, {float(np.median(eq)):.4f}, {min(eq):.4f}" if eq else "-"
-        lines.append(f"  {name:<12} {v['programs']:>8} {v['modeled_latency_ms']:>11.1f} "
-                     f"{v['compile_seconds']:>10.1f} {v['equal_fraction']:>13.1%} "
-                     f"{v['max_steps']:>10}  {spread}")  # fmt: skip
+        lines.append(
+            f"  {name:<12} {v['programs']:>8} {v['modeled_latency_ms']:>11.1f} "
+            f"{v['compile_seconds']:>10.1f} {v['equal_fraction']:>13.1%} "
+            f"{v['max_steps']:>10}  {spread}"
+        )
     return "\n".join(lines)

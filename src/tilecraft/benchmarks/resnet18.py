@@ -42,8 +42,11 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
     comp = compile_network(graph, cfg, data)
     total_compile = time.perf_counter() - start
     model = comp.model
-    x = {"input": np.random.default_rng(seed + 1).standard_normal((1, 3, 224, 224))
-         .astype(np.float32)}  # fmt: skip
+    x = {
+        "input": np.random.default_rng(seed + 1)
+        .standard_normal((1, 3, 224, 224))
+        .astype(np.float32)
+    }
     result = run_model(model, x, get_device("sim"), keep=True)
     reference = run_model(model, x)
     bit_exact = all(np.array_equal(result.outputs[k], reference.outputs[k]) for k in model.outputs)
@@ -57,11 +60,17 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
         ideal = macs[name] / block
         if macs[name]:
             numpy_seconds += _numpy_gemm_seconds(program, rng)
-        layers.append({"name": name, "macs": macs[name], "cycles": report.cycles,
-                       "ideal_cycles": ideal,
-                       "utilization": ideal / report.cycles if macs[name] else None,
-                       "dram_bytes": sum(report.dram_bytes.values()),
-                       "sqnr_db": sqnr.get(name)})  # fmt: skip
+        layers.append(
+            {
+                "name": name,
+                "macs": macs[name],
+                "cycles": report.cycles,
+                "ideal_cycles": ideal,
+                "utilization": ideal / report.cycles if macs[name] else None,
+                "dram_bytes": sum(report.dram_bytes.values()),
+                "sqnr_db": sqnr.get(name),
+            }
+        )
     cycles = result.accelerator_cycles
     programs = sum(isinstance(s, AcceleratorStep) for s in model.steps)
     accelerator_ms = cycles / (cfg.clock_mhz * 1e3)
@@ -72,14 +81,14 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
         "network": TITLES[network],
         "config": cfg.tag,
         "accelerator_programs": programs,
-        "chained_layers": sum(len(s.layers) for s in model.steps
-                              if isinstance(s, AcceleratorStep)),  # fmt: skip
+        "chained_layers": sum(len(s.layers) for s in model.steps if isinstance(s, AcceleratorStep)),
         "modeled_latency_ms": accelerator_ms + host_ms,
         "accelerator_ms": accelerator_ms,
         "host_ms_measured_here": host_ms,
         "accelerator_mac_share": accelerator_mac_share(placements),
         "mac_weighted_utilization": sum(r["ideal_cycles"] for r in layers) / cycles,
-        "compile_seconds": comp.seconds["import"] + comp.seconds["quantize"]
+        "compile_seconds": comp.seconds["import"]
+        + comp.seconds["quantize"]
         + comp.seconds["compile"],
         "calibration_seconds": comp.seconds["calibrate"],
         "total_compile_seconds": total_compile,

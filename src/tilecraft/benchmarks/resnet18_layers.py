@@ -28,8 +28,9 @@ from tilecraft.sim.simulator import model_report
 EPILOGUE = Epilogue(shift=8, relu=True)
 
 
-def run_layer(cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True,
-              records=None) -> dict:  # fmt: skip
+def run_layer(
+    cfg: HwConfig, layer: dict, rng: np.random.Generator, check: bool = True, records=None
+) -> dict:
     op = layer_op(layer)
     w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
     x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
@@ -100,8 +101,7 @@ def run(
         from tilecraft.compiler.tune.records import Records
 
         tuned = Records(records, cfg.digest, None)
-    rows = [run_layer(cfg, layer, rng, check, tuned)
-            for layer in track(layers, "resnet18-layers")]  # fmt: skip
+    rows = [run_layer(cfg, layer, rng, check, tuned) for layer in track(layers, "resnet18-layers")]
     macs = sum(r["macs"] for r in rows)
     result = {
         "suite": "resnet18-layers",
@@ -177,14 +177,16 @@ def run_on_rtl(cfg: HwConfig | None = None, names: list[str] | None = None, seed
     rows = []
     for (program, inputs), r in zip(jobs, RtlDevice(cfg).run_many(jobs)):
         s = get_device("sim").run(program, inputs)
-        rows.append({
-            "name": program.name,
-            "model_cycles": s.report.cycles,
-            "rtl_cycles": r.report.cycles,
-            "cycle_error": abs(r.report.cycles - s.report.cycles) / r.report.cycles,
-            "bit_exact": all(np.array_equal(r.outputs[k], v) for k, v in s.outputs.items()),
-            "cycles_per_second": r.report.cycles / r.report.seconds,
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": program.name,
+                "model_cycles": s.report.cycles,
+                "rtl_cycles": r.report.cycles,
+                "cycle_error": abs(r.report.cycles - s.report.cycles) / r.report.cycles,
+                "bit_exact": all(np.array_equal(r.outputs[k], v) for k, v in s.outputs.items()),
+                "cycles_per_second": r.report.cycles / r.report.seconds,
+            }
+        )
     ok = all(r["bit_exact"] for r in rows)
     return {"suite": "resnet18-layers-rtl", "config": cfg.tag, "layers": rows, "ok": ok}
 

@@ -69,8 +69,12 @@ def _probes_agree(task: Task, cycles: np.ndarray) -> bool:
     return True
 
 
-def run(cfg: HwConfig | None = None, seeds: int = 3, layers: list[str] | None = None,
-        save_tables: str | None = None) -> dict:  # fmt: skip
+def run(
+    cfg: HwConfig | None = None,
+    seeds: int = 3,
+    layers: list[str] | None = None,
+    save_tables: str | None = None,
+) -> dict:
     cfg = cfg or HwConfig()
     chosen = [x for x in resnet18_layers() if layers is None or x["name"] in layers]
     tables = load_tables()
@@ -98,8 +102,8 @@ def run(cfg: HwConfig | None = None, seeds: int = 3, layers: list[str] | None = 
         "median_trials_ratio_99": float(np.median([r["trials_ratio_99"] for r in rows])),
         "median_transfer_trials_saved": float(np.median([r["transfer_saved"] for r in rows])),
         "tuned_min_roofline_fraction": min(r["tuned_roofline_fraction"] for r in rows),
-        "tuned_mac_weighted_utilization": sum(r["macs"] * r["tuned_utilization"]
-                                              for r in rows) / macs,  # fmt: skip
+        "tuned_mac_weighted_utilization": sum(r["macs"] * r["tuned_utilization"] for r in rows)
+        / macs,
         "tables_measured_now": measured_now,
     }
 
@@ -115,8 +119,9 @@ def _layer(name: str, tasks: dict, cycles: dict, seeds: int) -> dict:
     cap = len(task.space)
 
     def trials(strategy: str, seed: int, warm=None, goal: int = target) -> int:
-        return tune(task, replay, cap, strategy=strategy, seed=seed, target=goal,
-                    warm=warm).measured  # fmt: skip
+        return tune(
+            task, replay, cap, strategy=strategy, seed=seed, target=goal, warm=warm
+        ).measured
 
     tuner = [trials("model", s) for s in range(seeds)]
     random = [trials("random", s) for s in range(seeds)]
@@ -126,23 +131,32 @@ def _layer(name: str, tasks: dict, cycles: dict, seeds: int) -> dict:
     warm = _warm(name, tasks, cycles)
     transfer = [trials("model", s, warm) for s in range(seeds)]
     found = tune(task, replay, TUNED_TRIALS, seed=0)
-    program = compile_operator(task.config, task.op, task.epilogue, schedule=found.best,
-                               check=False).program  # fmt: skip
+    program = compile_operator(
+        task.config, task.op, task.epilogue, schedule=found.best, check=False
+    ).program
     report = model_report(program)
     ideal = task.op.macs / task.config.macs_per_cycle
     roofline = max(ideal, sum(report.dram_bytes.values()) / task.config.axi_bytes)
     return {
-        "name": name, "schedules": cap, "failed": int((c < 0).sum()), "macs": task.op.macs,
-        "exhaustive_best": best, "target_cycles": target,
-        "tuner_trials": tuner, "random_trials": random, "transfer_trials": transfer,
+        "name": name,
+        "schedules": cap,
+        "failed": int((c < 0).sum()),
+        "macs": task.op.macs,
+        "exhaustive_best": best,
+        "target_cycles": target,
+        "tuner_trials": tuner,
+        "random_trials": random,
+        "transfer_trials": transfer,
         "trials_ratio": float(np.median(random) / np.median(tuner)),
-        "tuner_trials_99": tuner99, "random_trials_99": random99,
+        "tuner_trials_99": tuner99,
+        "random_trials_99": random99,
         "trials_ratio_99": float(np.median(random99) / np.median(tuner99)),
         "transfer_saved": float(np.median(tuner) - np.median(transfer)),
-        "tuned_cycles": report.cycles, "tuned_schedule": found.best.describe(),
+        "tuned_cycles": report.cycles,
+        "tuned_schedule": found.best.describe(),
         "tuned_utilization": ideal / report.cycles,
         "tuned_roofline_fraction": roofline / report.cycles,
-    }  # fmt: skip
+    }
 
 
 def _warm(name: str, tasks: dict, cycles: dict) -> list:
@@ -160,19 +174,25 @@ def _warm(name: str, tasks: dict, cycles: dict) -> list:
 
 
 def format_table(r: dict) -> str:
-    lines = [f"{'layer':6s} {'space':>6s} {'best':>9s} {'tuner':>14s} {'random':>16s} "
-             f"{'warm':>12s} {'ratio':>6s} {'ratio@99%':>9s} {'tuned util':>10s}"]  # fmt: skip
+    lines = [
+        f"{'layer':6s} {'space':>6s} {'best':>9s} {'tuner':>14s} {'random':>16s} "
+        f"{'warm':>12s} {'ratio':>6s} {'ratio@99%':>9s} {'tuned util':>10s}"
+    ]
     for x in r["layers"]:
-        lines.append(f"{x['name']:6s} {x['schedules']:6d} {x['exhaustive_best']:9,d} "
-                     f"{str(x['tuner_trials']):>14s} {str(x['random_trials']):>16s} "
-                     f"{str(x['transfer_trials']):>12s} {x['trials_ratio']:6.1f} "
-                     f"{x['trials_ratio_99']:9.1f} {x['tuned_utilization']:10.3f}")  # fmt: skip
-    lines.append(f"median trials ratio (random / tuner) {r['median_trials_ratio']:.1f} "
-                 f"(goal >= 4), {r['median_trials_ratio_99']:.1f} to reach 99%; transfer saves "
-                 f"{r['median_transfer_trials_saved']:.0f} trials "
-                 f"(median); tuned: min roofline fraction "
-                 f"{r['tuned_min_roofline_fraction']:.3f}, MAC-weighted utilization "
-                 f"{r['tuned_mac_weighted_utilization']:.3f}")  # fmt: skip
+        lines.append(
+            f"{x['name']:6s} {x['schedules']:6d} {x['exhaustive_best']:9,d} "
+            f"{str(x['tuner_trials']):>14s} {str(x['random_trials']):>16s} "
+            f"{str(x['transfer_trials']):>12s} {x['trials_ratio']:6.1f} "
+            f"{x['trials_ratio_99']:9.1f} {x['tuned_utilization']:10.3f}"
+        )
+    lines.append(
+        f"median trials ratio (random / tuner) {r['median_trials_ratio']:.1f} "
+        f"(goal >= 4), {r['median_trials_ratio_99']:.1f} to reach 99%; transfer saves "
+        f"{r['median_transfer_trials_saved']:.0f} trials "
+        f"(median); tuned: min roofline fraction "
+        f"{r['tuned_min_roofline_fraction']:.3f}, MAC-weighted utilization "
+        f"{r['tuned_mac_weighted_utilization']:.3f}"
+    )
     if r["tables_measured_now"]:
         lines.append(f"exhaustive tables measured in this run: {r['tables_measured_now']}")
     return "\n".join(lines)

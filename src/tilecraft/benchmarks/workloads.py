@@ -17,6 +17,12 @@ def layer_op(layer: dict):
     from tilecraft.ops import Conv2d
 
     return Conv2d(
-        1, layer["IC"], layer["H"], layer["W"], layer["OC"],
-        kernel=layer["K"], stride=layer["S"], pad=layer["P"],
-    )  # fmt: skip
+        1,
+        layer["IC"],
+        layer["H"],
+        layer["W"],
+        layer["OC"],
+        kernel=layer["K"],
+        stride=layer["S"],
+        pad=layer["P"],
+    )

@@ -146,10 +146,12 @@ def _open_board(name: str, data: dict) -> Board:
             pynq=None,
             config=HwConfig.from_dict(data.get("hw", {})),
             open=OpenBoard(
-                info["package"], int(info["speed"]), float(info["oscillator_mhz"]),
+                info["package"],
+                int(info["speed"]),
+                float(info["oscillator_mhz"]),
                 {k: str(pins[k]) for k in ("clk", "din", "dout")},
             ),
-        )  # fmt: skip
+        )
     except KeyError as exc:
         raise ConfigError(f"board preset {name!r} lacks field {exc.args[0]!r}") from exc
 

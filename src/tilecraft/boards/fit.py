@@ -80,8 +80,11 @@ class Fit:
         verdict = "fits" if self.fits else "does not fit"
         note = " (tight: routing may fail)" if self.tight else ""
         basis = f", judged on its {self.basis} synthesis" if self.basis != family(self.part) else ""
-        old = "" if self.current else (
-            f"; measured on an earlier RTL (again: {self._command()} --record)")
+        old = (
+            ""
+            if self.current
+            else (f"; measured on an earlier RTL (again: {self._command()} --record)")
+        )
         return f"{verdict}: {worst} {self.fractions[worst]:.0%}{note}{basis}{old}"
 
     def _command(self) -> str:

@@ -45,8 +45,11 @@ def _negative_values(argv: list[str]) -> list[str]:
     out = list(argv)
     if len(out) > 1 and out[0] == "compile" and out[1] not in ("conv2d", "dense", "-h", "--help"):
         out[0] = "compile-model"  # `tilecraft compile MODEL.onnx ...`
-    if len(out) > 1 and out[0] == "tune" and out[1] not in ("conv2d", "dense", "resnet18-layers",
-                                                            "model", "-h", "--help"):
+    if (
+        len(out) > 1
+        and out[0] == "tune"
+        and out[1] not in ("conv2d", "dense", "resnet18-layers", "model", "-h", "--help")
+    ):
         out.insert(1, "model")  # `tilecraft tune MODEL.onnx ...`
     for i in range(len(out) - 2, -1, -1):
         value = out[i + 1]
@@ -118,8 +121,9 @@ def cmd_example(args) -> int:
     from tilecraft.benchmarks.example import run_example
     from tilecraft.boards import resolve_config
 
-    r = run_example(resolve_config(args.config), args.M, args.K, args.N, seed=args.seed,
-                    trace=bool(args.trace))  # fmt: skip
+    r = run_example(
+        resolve_config(args.config), args.M, args.K, args.N, seed=args.seed, trace=bool(args.trace)
+    )
     print(r.format())
     write(args.output, r.overlap.program.save, "program")
     write(args.trace, lambda p: write_trace(p, r.overlap.report.trace), "trace")
@@ -132,8 +136,10 @@ def cmd_compile(args) -> int:
     from tilecraft.compiler.operator.pipeline import compile_operator, plan_operator
 
     cfg, op, ep = layer_of(args)
-    options = {"schedule": schedule(args.schedule) or recorded(args, cfg, op, ep),
-               "max_insns": args.max_insns}  # fmt: skip
+    options = {
+        "schedule": schedule(args.schedule) or recorded(args, cfg, op, ep),
+        "max_insns": args.max_insns,
+    }
     plan_operator(cfg, op, ep, **options)  # a layer too large fails before its weights exist
     params = random_params(
         op, ep, np.random.default_rng(args.seed), arrays=not args.params_as_inputs
@@ -144,9 +150,14 @@ def cmd_compile(args) -> int:
     modeled = modeled_cycles([comp.program], [chosen])
     print(modeled.format())
     write(args.output, comp.program.save, "program")
-    summary = {"operator": op.describe(), "config": cfg.tag, "schedule": comp.schedule.describe(),
-               "instructions": len(comp.program.insns), "output": args.output,
-               **modeled.to_dict()}  # fmt: skip
+    summary = {
+        "operator": op.describe(),
+        "config": cfg.tag,
+        "schedule": comp.schedule.describe(),
+        "instructions": len(comp.program.insns),
+        "output": args.output,
+        **modeled.to_dict(),
+    }
     write(args.json, lambda p: write_json(p, summary), "JSON")
     return 0
 
@@ -159,11 +170,17 @@ def cmd_bench(args) -> int:
     if args.plot and not hasattr(module, "plot"):
         raise TilecraftError(f"--plot is for resnet18-layers, not {args.suite}")
     options = {
-        "resnet18-layers": {"check": not args.no_check, "rtl": names(args.rtl),
-                            "records": args.records},
+        "resnet18-layers": {
+            "check": not args.no_check,
+            "rtl": names(args.rtl),
+            "records": args.records,
+        },
         "rtl-speed": {"random": args.random},
-        "tuner": {"seeds": args.seeds, "layers": names(args.layers),
-                  "save_tables": args.save_tables},
+        "tuner": {
+            "seeds": args.seeds,
+            "layers": names(args.layers),
+            "save_tables": args.save_tables,
+        },
     }.get(args.suite, {})
     config = args.config or getattr(module, "PRESET", "default")
     result = module.run(resolve_config(config), **options)
@@ -195,9 +212,13 @@ def cmd_hw_resources(args) -> int:
     if args.record:
         from tilecraft.boards.fit import family, record
 
-        figure = {"config": args.config, "tag": cfg.tag, "family": family(args.part),
-                  **{k: getattr(r, k) for k in ("lut", "ff", "dsp", "bram36", "uram")},
-                  "seconds": round(r.seconds)}  # fmt: skip
+        figure = {
+            "config": args.config,
+            "tag": cfg.tag,
+            "family": family(args.part),
+            **{k: getattr(r, k) for k in ("lut", "ff", "dsp", "bram36", "uram")},
+            "seconds": round(r.seconds),
+        }
         record(figure)
         print(f"recorded in the package's synthesis figures ({figure['family']}, {cfg.tag})")
     return 0
@@ -250,8 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         add_layer_arguments(q, op)
         q.set_defaults(func=cmd_compile)
         q.add_argument("--schedule", help="TILE_OC,TILE_IC,TILE_OH,TILE_OW[,ORDER][,single]")
-        q.add_argument("--records", help="tuning records (tilecraft tune): use the best "
-                       "schedule they hold for this layer")  # fmt: skip
+        q.add_argument(
+            "--records",
+            help="tuning records (tilecraft tune): use the best schedule they hold for this layer",
+        )
         q.add_argument(
             "--params-as-inputs",
             action="store_true",
@@ -288,12 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
     )
-    bench.add_argument("--records", help="resnet18-layers: tuning records; each layer takes "
-                       "the best schedule they hold")  # fmt: skip
+    bench.add_argument(
+        "--records",
+        help="resnet18-layers: tuning records; each layer takes the best schedule they hold",
+    )
     bench.add_argument("--seeds", type=positive, default=3, help="tuner: seeds per layer")
     bench.add_argument("--layers", metavar="C1,C2", help="tuner: only these layers")
-    bench.add_argument("--save-tables", metavar="FILE.npz", help="tuner: write the exhaustive "
-                       "tables (the package's data/tuner_tables.npz)")  # fmt: skip
+    bench.add_argument(
+        "--save-tables",
+        metavar="FILE.npz",
+        help="tuner: write the exhaustive tables (the package's data/tuner_tables.npz)",
+    )
     bench.set_defaults(func=cmd_bench)
 
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
@@ -305,8 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--config", default="default")
     res.add_argument("--part", default="xc7z020")
     res.add_argument("--json", help="write the figures as JSON here")
-    res.add_argument("--record", action="store_true", help="add them to boards/synthesis.json "
-                     "(what `tilecraft boards` judges fits by)")  # fmt: skip
+    res.add_argument(
+        "--record",
+        action="store_true",
+        help="add them to boards/synthesis.json (what `tilecraft boards` judges fits by)",
+    )
     res.set_defaults(func=cmd_hw_resources)
     from tilecraft.cli.boards import add_hw_parsers
 

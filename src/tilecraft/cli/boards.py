@@ -14,18 +14,33 @@ def board_rows() -> list[dict]:
     for name in board_names():
         b = board(name)
         fits = {c: fit(preset(c), b, c) for c in preset_names()}
-        rows.append({
-            "board": name, "description": b.description, "part": b.part, "family": b.family,
-            "ps": b.ps.ip if b.ps else None, "host": b.host or None,
-            "clock_mhz": b.config.clock_mhz, "axi_data_bits": b.config.axi_data_bits,
-            "dram_mib": b.memory.dram_mib if b.memory else None,
-            "cma_mib": b.memory.cma_mib if b.memory else None,
-            "pynq": b.pynq.release if b.pynq else None,
-            "python": b.pynq.python if b.pynq else None,
-            "vivado": b.pynq.vivado if b.pynq else None, "config_digest": b.config.digest,
-            "fits": {c: {"fits": f.fits, "fractions": f.fractions, "basis": f.basis,
-                         "verdict": f.describe()} for c, f in fits.items()},
-        })  # fmt: skip
+        rows.append(
+            {
+                "board": name,
+                "description": b.description,
+                "part": b.part,
+                "family": b.family,
+                "ps": b.ps.ip if b.ps else None,
+                "host": b.host or None,
+                "clock_mhz": b.config.clock_mhz,
+                "axi_data_bits": b.config.axi_data_bits,
+                "dram_mib": b.memory.dram_mib if b.memory else None,
+                "cma_mib": b.memory.cma_mib if b.memory else None,
+                "pynq": b.pynq.release if b.pynq else None,
+                "python": b.pynq.python if b.pynq else None,
+                "vivado": b.pynq.vivado if b.pynq else None,
+                "config_digest": b.config.digest,
+                "fits": {
+                    c: {
+                        "fits": f.fits,
+                        "fractions": f.fractions,
+                        "basis": f.basis,
+                        "verdict": f.describe(),
+                    }
+                    for c, f in fits.items()
+                },
+            }
+        )
     return rows
 
 
@@ -33,12 +48,16 @@ def cmd_boards(args) -> int:
     from tilecraft.cli.common import write, write_json
 
     rows = board_rows()
-    print(f"{'board':11s} {'part':22s} {'host':8s} {'fabric':>8s} {'DDR':>6s} {'CMA':>6s}  "
-          f"PYNQ (Python, Vivado)")  # fmt: skip
+    print(
+        f"{'board':11s} {'part':22s} {'host':8s} {'fabric':>8s} {'DDR':>6s} {'CMA':>6s}  "
+        f"PYNQ (Python, Vivado)"
+    )
     for r in rows:
         if r["pynq"] is None:
-            print(f"{r['board']:11s} {r['part']:22s} {'-':8s} {r['clock_mhz']:5.0f} MHz "
-                  f"{'-':>6s} {'-':>6s}  none: the open flow (tilecraft build)")  # fmt: skip
+            print(
+                f"{r['board']:11s} {r['part']:22s} {'-':8s} {r['clock_mhz']:5.0f} MHz "
+                f"{'-':>6s} {'-':>6s}  none: the open flow (tilecraft build)"
+            )
             continue
         print(
             f"{r['board']:11s} {r['part']:22s} {r['host']:8s} {r['clock_mhz']:5.0f} MHz "
@@ -69,42 +88,63 @@ def cmd_build(args) -> int:
         return _build_open(b, cfg, args)
     design = block_design(b, cfg, args.name)
     verdict = fit(cfg, b, args.config or b.name)
-    print(f"{design.name}: {cfg.tag} on the {b.description}, fabric clock {design.clock.mhz:g} "
-          f"MHz ({verdict.describe()})")  # fmt: skip
+    print(
+        f"{design.name}: {cfg.tag} on the {b.description}, fabric clock {design.clock.mhz:g} "
+        f"MHz ({verdict.describe()})"
+    )
     if verdict.fits is False:
         print("warning: the synthesis figures say this config does not fit the part")
     example = conv2d(cfg, Conv2d(1, 64, 14, 14, 64, 3, 1, 1), Epilogue(shift=9, relu=True))
-    result = build(design, args.folder, example=example.replace(name="example_conv"),
-                   any_vivado=args.any_vivado,
-                   allow_timing_failure=args.allow_timing_failure)  # fmt: skip
-    print(f"wrote the Verilog, bd.tcl, project.tcl, build.sh and the overlay package "
-          f"(package/) to {args.folder}")  # fmt: skip
+    result = build(
+        design,
+        args.folder,
+        example=example.replace(name="example_conv"),
+        any_vivado=args.any_vivado,
+        allow_timing_failure=args.allow_timing_failure,
+    )
+    print(
+        f"wrote the Verilog, bd.tcl, project.tcl, build.sh and the overlay package "
+        f"(package/) to {args.folder}"
+    )
     if result["ran"]:
         print(f"Vivado {result['vivado']} built {result['overlay']}/{design.name}.bit and .hwh")
     else:
-        print(f"{result['reason']}: build it with\n  {result['command']}\nthen, on the "
-              f"board, pip install {args.folder}/package (or copy {result['overlay']}/ "
-              f"there)")  # fmt: skip
+        print(
+            f"{result['reason']}: build it with\n  {result['command']}\nthen, on the "
+            f"board, pip install {args.folder}/package (or copy {result['overlay']}/ "
+            f"there)"
+        )
     return 0
 
 
 def _build_open(b, cfg, args) -> int:
     from tilecraft.boards.flows.ecp5_board import build_bitstream
 
-    print(f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes a "
-          f"route; a route short of its clock is routed again at a lower one)")  # fmt: skip
-    made = build_bitstream(b, args.folder, cfg, route_timeout_s=args.route_timeout,
-                           clock_mhz=args.clock_mhz,
-                           allow_timing_failure=args.allow_timing_failure)  # fmt: skip
+    print(
+        f"{cfg.tag} on the {b.description}: yosys, nextpnr-ecp5 and ecppack (minutes a "
+        f"route; a route short of its clock is routed again at a lower one)"
+    )
+    made = build_bitstream(
+        b,
+        args.folder,
+        cfg,
+        route_timeout_s=args.route_timeout,
+        clock_mhz=args.clock_mhz,
+        allow_timing_failure=args.allow_timing_failure,
+    )
     print(made.timing.format())
     print(made.describe())
     if not made.timing.met:
-        print(f"warning: {made.path.name} is clocked above its route's Fmax, as asked "
-              f"(--allow-timing-failure): it may fail on the board")  # fmt: skip
-    print(f"wrote {made.path} ({made.path.stat().st_size:,} bytes), "
-          f"{made.path.with_suffix('.json').name} and {made.config_file.name} (the config at "
-          f"{made.pll_mhz:g} MHz: model this board's figures with --config "
-          f"{made.config_file})")  # fmt: skip
+        print(
+            f"warning: {made.path.name} is clocked above its route's Fmax, as asked "
+            f"(--allow-timing-failure): it may fail on the board"
+        )
+    print(
+        f"wrote {made.path} ({made.path.stat().st_size:,} bytes), "
+        f"{made.path.with_suffix('.json').name} and {made.config_file.name} (the config at "
+        f"{made.pll_mhz:g} MHz: model this board's figures with --config "
+        f"{made.config_file})"
+    )
     return 0
 
 
@@ -116,8 +156,13 @@ def cmd_hw_timing(args) -> int:
     if args.flow == "ecp5":
         from tilecraft.boards.flows.ecp5 import timing
 
-        report = timing(cfg, device=args.device, target_mhz=args.freq,
-                        route_timeout_s=args.route_timeout, seed=args.seed)  # fmt: skip
+        report = timing(
+            cfg,
+            device=args.device,
+            target_mhz=args.freq,
+            route_timeout_s=args.route_timeout,
+            seed=args.seed,
+        )
         print(report.format())
         data = {"flow": "ecp5", **report.to_dict()}
         if args.plot:
@@ -128,10 +173,17 @@ def cmd_hw_timing(args) -> int:
         from tilecraft.boards.flows.resources import synthesize
 
         r = synthesize(cfg, args.part, depth=True)
-        print(f"{cfg.tag} on {args.part}: logic depth {r.logic_depth} cells (yosys ltp after "
-              f"synth_xilinx; a proxy: Vivado is not run), {r.seconds:.0f} s")  # fmt: skip
-        data = {"flow": "xilinx", "fmax_mhz": None, "routed": False, "seconds": r.seconds,
-                **r.to_dict()}  # fmt: skip
+        print(
+            f"{cfg.tag} on {args.part}: logic depth {r.logic_depth} cells (yosys ltp after "
+            f"synth_xilinx; a proxy: Vivado is not run), {r.seconds:.0f} s"
+        )
+        data = {
+            "flow": "xilinx",
+            "fmax_mhz": None,
+            "routed": False,
+            "seconds": r.seconds,
+            **r.to_dict(),
+        }
     write(args.json, lambda p: write_json(p, data), "JSON")
     return 0
 
@@ -143,8 +195,10 @@ def _plot_endpoints(report, path: str) -> None:
     if report.endpoints is None:
         print("--plot: no routed SDF (routing did not finish), nothing to plot")
         return
-    title = (f"{report.config} on the {report.device}: {report.fmax_mhz:.1f} MHz routed, "
-             f"target {report.target_mhz:g} MHz")  # fmt: skip
+    title = (
+        f"{report.config} on the {report.device}: {report.fmax_mhz:.1f} MHz routed, "
+        f"target {report.target_mhz:g} MHz"
+    )
     try:
         plot_histogram(report.endpoints, path, title)
     except ImportError:
@@ -156,30 +210,54 @@ def _record_ecp5(name: str, cfg, report) -> None:
     from tilecraft.boards.fit import record
 
     use = {k: v.get("used", 0) for k, v in report.resources.items()}
-    record({"config": name, "tag": cfg.tag, "family": "ecp5",
-            "lut": use.get("TRELLIS_COMB", 0), "ff": use.get("TRELLIS_FF", 0),
-            "dsp": use.get("MULT18X18D", 0), "bram36": use.get("DP16KD", 0) / 2, "uram": 0,
-            "seconds": round(report.seconds)})  # fmt: skip
+    record(
+        {
+            "config": name,
+            "tag": cfg.tag,
+            "family": "ecp5",
+            "lut": use.get("TRELLIS_COMB", 0),
+            "ff": use.get("TRELLIS_FF", 0),
+            "dsp": use.get("MULT18X18D", 0),
+            "bram36": use.get("DP16KD", 0) / 2,
+            "uram": 0,
+            "seconds": round(report.seconds),
+        }
+    )
     print(f"recorded in the package's figures (ecp5, {cfg.tag})")
 
 
 def add_hw_parsers(hw) -> None:
     """`tilecraft hw timing`."""
-    t = hw.add_parser("timing", help="place and route (ECP5, nextpnr) and report the routed "
-                      "Fmax and worst path; or the logic depth for a Xilinx part")  # fmt: skip
+    t = hw.add_parser(
+        "timing",
+        help="place and route (ECP5, nextpnr) and report the routed "
+        "Fmax and worst path; or the logic depth for a Xilinx part",
+    )
     t.add_argument("--config", default="1x8x8")
     t.add_argument("--flow", choices=("ecp5", "xilinx"), default="ecp5")
     t.add_argument("--device", default="85k", help="ecp5: 25k, 45k or 85k (speed grade 6)")
     t.add_argument("--part", default="xc7z020", help="xilinx: the part")
     t.add_argument("--freq", type=float, help="the target clock in MHz (default: the config's)")
-    t.add_argument("--route-timeout", type=float, metavar="S",
-                   help="stop routing after S s; report the estimate after placement")  # fmt: skip
-    t.add_argument("--seed", type=int, metavar="N",
-                   help="ecp5: nextpnr's placement seed (default: nextpnr's own)")  # fmt: skip
+    t.add_argument(
+        "--route-timeout",
+        type=float,
+        metavar="S",
+        help="stop routing after S s; report the estimate after placement",
+    )
+    t.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="ecp5: nextpnr's placement seed (default: nextpnr's own)",
+    )
     t.add_argument("--json", help="write the figures as JSON here")
     t.add_argument("--plot", help="ecp5: plot the endpoints' path lengths (PNG) here")
-    t.add_argument("--record", action="store_true", help="ecp5: add the utilisation to "
-                   "boards/synthesis.json (what `tilecraft boards` judges fits by)")  # fmt: skip
+    t.add_argument(
+        "--record",
+        action="store_true",
+        help="ecp5: add the utilisation to "
+        "boards/synthesis.json (what `tilecraft boards` judges fits by)",
+    )
     t.set_defaults(func=cmd_hw_timing)
 
 
@@ -188,21 +266,38 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", help="write the table as JSON here")
     p.set_defaults(func=cmd_boards)
 
-    b = sub.add_parser("build", help="a board's overlay: Verilog, block design and Vivado project "
-                       "(built when Vivado is on the PATH)")  # fmt: skip
+    b = sub.add_parser(
+        "build",
+        help="a board's overlay: Verilog, block design and Vivado project "
+        "(built when Vivado is on the PATH)",
+    )
     b.add_argument("--board", required=True, help="a board preset (`tilecraft boards`)")
     b.add_argument("--config", help="the accelerator config (default: the board's)")
     b.add_argument("--name", default="tilecraft", help="the overlay's name (its files' stem)")
-    b.add_argument("-o", "--output", dest="folder", required=True,
-                   help="folder to write the project into")  # fmt: skip
-    b.add_argument("--route-timeout", type=float, metavar="S",
-                   help="open-flow boards: give up routing after S seconds")  # fmt: skip
-    b.add_argument("--any-vivado", action="store_true",
-                   help="build with any Vivado on the PATH, not only the board's")  # fmt: skip
-    b.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="the accelerator's clock (default: the config's; an open-flow build "
-                   "lowers it until a route meets it, unless given)")  # fmt: skip
-    b.add_argument("--allow-timing-failure", action="store_true",
-                   help="write the bitstream even for a clock its route misses (it may fail "
-                   "on the board)")  # fmt: skip
+    b.add_argument(
+        "-o", "--output", dest="folder", required=True, help="folder to write the project into"
+    )
+    b.add_argument(
+        "--route-timeout",
+        type=float,
+        metavar="S",
+        help="open-flow boards: give up routing after S seconds",
+    )
+    b.add_argument(
+        "--any-vivado",
+        action="store_true",
+        help="build with any Vivado on the PATH, not only the board's",
+    )
+    b.add_argument(
+        "--clock-mhz",
+        type=float,
+        metavar="MHZ",
+        help="the accelerator's clock (default: the config's; an open-flow build "
+        "lowers it until a route meets it, unless given)",
+    )
+    b.add_argument(
+        "--allow-timing-failure",
+        action="store_true",
+        help="write the bitstream even for a clock its route misses (it may fail on the board)",
+    )
     b.set_defaults(func=cmd_build)

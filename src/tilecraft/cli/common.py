@@ -6,10 +6,18 @@ from __future__ import annotations
 import argparse
 
 LAYER_DIMS = {  # a layer's shape options and their defaults, per operator
-    "conv2d": (("N", 1), ("IC", 64), ("H", 56), ("W", 56), ("OC", 64), ("K", 3), ("S", 1),
-               ("P", 1)),
+    "conv2d": (
+        ("N", 1),
+        ("IC", 64),
+        ("H", 56),
+        ("W", 56),
+        ("OC", 64),
+        ("K", 3),
+        ("S", 1),
+        ("P", 1),
+    ),
     "dense": (("M", 64), ("K", 256), ("N", 128)),
-}  # fmt: skip
+}
 
 
 def add_layer_arguments(parser: argparse.ArgumentParser, op: str) -> None:
@@ -114,7 +122,6 @@ def recorded(args, cfg, op, ep):
     return best
 
 
-
 class Modeled:
     """The cycle model's count for compiled programs, run one after another at the config's
     clock: what `compile` says it built."""
@@ -132,12 +139,18 @@ class Modeled:
 
     def format(self) -> str:
         parts = f" ({len(self.cycles)} programs)" if len(self.cycles) > 1 else ""
-        return (f"modeled: {self.total:,} accelerator cycles = {self.ms:.3f} ms at "
-                f"{self.clock_mhz:g} MHz{parts} (the cycle model)")  # fmt: skip
+        return (
+            f"modeled: {self.total:,} accelerator cycles = {self.ms:.3f} ms at "
+            f"{self.clock_mhz:g} MHz{parts} (the cycle model)"
+        )
 
     def to_dict(self) -> dict:
-        return {"modeled_cycles": self.total, "modeled_ms": self.ms,
-                "clock_mhz": self.clock_mhz, "program_cycles": list(self.cycles)}  # fmt: skip
+        return {
+            "modeled_cycles": self.total,
+            "modeled_ms": self.ms,
+            "clock_mhz": self.clock_mhz,
+            "program_cycles": list(self.cycles),
+        }
 
 
 def modeled_cycles(programs, known=None) -> Modeled:
@@ -148,5 +161,3 @@ def modeled_cycles(programs, known=None) -> Modeled:
     known = list(known or [None] * len(programs))
     cycles = [k if k is not None else model_report(p).cycles for p, k in zip(programs, known)]
     return Modeled(cycles, programs[0].config.clock_mhz if programs else 0.0)
-
-

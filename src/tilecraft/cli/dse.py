@@ -9,10 +9,15 @@ def cmd_dse(args) -> int:
 
     if args.workers is not None and args.workers < 0:
         raise SystemExit(f"--workers must be 0 or more, not {args.workers}")
-    result = run_sweep(args.part, model=args.model, limit=args.configs,
-                       workers=2 if args.workers is None else args.workers,
-                       scheduler=args.scheduler, cache=args.cache,
-                       trials=args.trials)  # fmt: skip
+    result = run_sweep(
+        args.part,
+        model=args.model,
+        limit=args.configs,
+        workers=2 if args.workers is None else args.workers,
+        scheduler=args.scheduler,
+        cache=args.cache,
+        trials=args.trials,
+    )
     print(format_table(result))
     write(args.json, lambda p: write_json(p, result), "JSON")
     if args.plot:
@@ -48,19 +53,31 @@ def format_table(r: dict) -> str:
 
 
 def add_parsers(sub, count) -> None:
-    p = sub.add_parser("dse", help="sweep accelerator configs: modeled network latency against "
-                       "synthesis resources, the Pareto front, which boards each fits")  # fmt: skip
+    p = sub.add_parser(
+        "dse",
+        help="sweep accelerator configs: modeled network latency against "
+        "synthesis resources, the Pareto front, which boards each fits",
+    )
     p.add_argument("--part", default="xc7z020", help="xc7z020, xczu3eg, xck26, xczu7ev, ...")
     p.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenet_v2", "digits"))
-    p.add_argument("--configs", type=count, help="sweep only the first N configs (smallest "
-                   "arrays first)")  # fmt: skip
+    p.add_argument(
+        "--configs", type=count, help="sweep only the first N configs (smallest arrays first)"
+    )
     p.add_argument("--workers", type=int, help="local Dask workers (default 2; 0: no Dask)")
     p.add_argument("--scheduler", help="a Dask scheduler's address (its workers evaluate)")
-    p.add_argument("--cache", default="build/dse/synthesis-cache.json",
-                   help="synthesis figures by config digest (reused across sweeps)")  # fmt: skip
-    p.add_argument("--trials", type=int, default=0, help="tune each config's layers with N "
-                   "cycle-model measurements each first (the tune extra; default 0: the "
-                   "compiler's heuristic schedules)")  # fmt: skip
+    p.add_argument(
+        "--cache",
+        default="build/dse/synthesis-cache.json",
+        help="synthesis figures by config digest (reused across sweeps)",
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=0,
+        help="tune each config's layers with N "
+        "cycle-model measurements each first (the tune extra; default 0: the "
+        "compiler's heuristic schedules)",
+    )
     p.add_argument("--plot", help="draw the fronts (latency against LUT, DSP, BRAM) to a PNG")
     p.add_argument("--json", help="write the points and fronts as JSON here")
     p.set_defaults(func=cmd_dse)

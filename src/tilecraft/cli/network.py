@@ -84,16 +84,26 @@ def cmd_compile_model(args) -> int:
     elif graph.scales:
         data = None  # a quantized (QDQ) model: its own scales
     else:
-        raise ModelError("give calibration data (--calib FILE.npz|.npy) or --calib-random N "
-                         "(a model quantized to QDQ brings its own scales)")  # fmt: skip
+        raise ModelError(
+            "give calibration data (--calib FILE.npz|.npy) or --calib-random N "
+            "(a model quantized to QDQ brings its own scales)"
+        )
     exact = {"auto": None, "exact": True, "fast": False}[args.requant]
     records = None
     if args.records:
         from tilecraft.compiler.tune.records import Records
 
         records = Records(args.records, cfg.digest, None)
-    result = compile_network(graph, cfg, data, observer=args.observer, budget=args.dram_budget,
-                             exact_requant=exact, records=records, jobs=args.jobs)  # fmt: skip
+    result = compile_network(
+        graph,
+        cfg,
+        data,
+        observer=args.observer,
+        budget=args.dram_budget,
+        exact_requant=exact,
+        records=records,
+        jobs=args.jobs,
+    )
     model = result.model
     steps = len(model.steps)
     print(
@@ -120,9 +130,15 @@ def cmd_compile_model(args) -> int:
     if args.json:
         from tilecraft.files import write_atomic
 
-        summary = {"model": model.name, "config": cfg.tag, "programs": len(model.programs),
-                   "host_steps": steps - len(model.programs), "output": args.output,
-                   **modeled.to_dict(), "seconds": result.seconds}  # fmt: skip
+        summary = {
+            "model": model.name,
+            "config": cfg.tag,
+            "programs": len(model.programs),
+            "host_steps": steps - len(model.programs),
+            "output": args.output,
+            **modeled.to_dict(),
+            "seconds": result.seconds,
+        }
         write_atomic(args.json, (json.dumps(summary, indent=1) + "\n").encode())
         print(f"JSON written to {args.json}")
     return 0
@@ -137,9 +153,11 @@ def _write_kernels(model, name: str, output: str) -> None:
 
     out = Path(output)
     lib = build_model_library(model, target(name), out.parent, out.stem + ".kernels")
-    print(f"{lib.kernels} host kernels for {lib.target.triple} ({lib.target.cpu}) written to "
-          f"{lib.shared_object} + {lib.manifest.name} (built in "
-          f"{lib.compile_seconds + lib.link_seconds:.1f} s)")  # fmt: skip
+    print(
+        f"{lib.kernels} host kernels for {lib.target.triple} ({lib.target.cpu}) written to "
+        f"{lib.shared_object} + {lib.manifest.name} (built in "
+        f"{lib.compile_seconds + lib.link_seconds:.1f} s)"
+    )
 
 
 def cmd_run_model(args) -> int:
@@ -152,9 +170,11 @@ def cmd_run_model(args) -> int:
     if args.model.endswith(".onnx"):
         return _run_float(args)
     if args.input_shape:
-        raise ModelError(f"--input-shape fixes an ONNX model's dynamic dimensions; "
-                         f"{args.model!r} was compiled with its shapes fixed (give "
-                         f"--input-shape to tilecraft compile)")  # fmt: skip
+        raise ModelError(
+            f"--input-shape fixes an ONNX model's dynamic dimensions; "
+            f"{args.model!r} was compiled with its shapes fixed (give "
+            f"--input-shape to tilecraft compile)"
+        )
     config = resolve_config(args.config) if args.config else None
     model = CompiledModel.load(args.model, config)
     inputs = _inputs(args.input, model.inputs[0])
@@ -172,8 +192,10 @@ def cmd_run_model(args) -> int:
     run = run_model(model, inputs, device, host=host)
     cycles = run.accelerator_cycles
     if args.device == "cpu":
-        print(f"cpu: {len(run.steps)} steps on the host's generated kernels in "
-              f"{run.host_seconds * 1e3:.1f} ms here")  # fmt: skip
+        print(
+            f"cpu: {len(run.steps)} steps on the host's generated kernels in "
+            f"{run.host_seconds * 1e3:.1f} ms here"
+        )
     elif device is not None:
         ms = cycles / (model.config.clock_mhz * 1e3)
         print(
@@ -208,9 +230,11 @@ def _run_float(args) -> int:
     from tilecraft.compiler.llvm.float_graph import FloatGraph
 
     if args.device != "cpu":
-        raise ModelError(f"an ONNX model runs in float on --device cpu, not "
-                         f"{args.device!r}; compile it (tilecraft compile MODEL.onnx) for the "
-                         f"accelerator")  # fmt: skip
+        raise ModelError(
+            f"an ONNX model runs in float on --device cpu, not "
+            f"{args.device!r}; compile it (tilecraft compile MODEL.onnx) for the "
+            f"accelerator"
+        )
     graph = import_model(args.model, input_shapes(args.input_shape))
     inputs = _inputs(args.input, graph.inputs[0])
     net = FloatGraph(graph)
@@ -222,8 +246,10 @@ def _run_float(args) -> int:
     kind = "float"
     if net.fake_quantized:  # a quantized model: its Q/DQ pairs round, as onnxruntime's do
         kind = f"fake-quantized ({net.fake_quantized} tensors rounded to the model's int8 grid)"
-    print(f"{kind} {graph.name}: {len(graph.nodes)} nodes on the host's kernels in {ms:.1f} ms "
-          f"here, one thread{on_numpy}")  # fmt: skip
+    print(
+        f"{kind} {graph.name}: {len(graph.nodes)} nodes on the host's kernels in {ms:.1f} ms "
+        f"here, one thread{on_numpy}"
+    )
     _print_top(outputs, args.top_k)
     _save_outputs(outputs, args.output)
     return 0
@@ -238,8 +264,9 @@ def _print_top(outputs: dict, top_k: int) -> None:
             top = np.argsort(-v)[:top_k]
             e = np.exp(v - v.max())
             p = e / e.sum()
-            print(f"{name}[{row}] top-{len(top)}: " +
-                  ", ".join(f"{int(k)} ({p[k]:.3f})" for k in top))  # fmt: skip
+            print(
+                f"{name}[{row}] top-{len(top)}: " + ", ".join(f"{int(k)} ({p[k]:.3f})" for k in top)
+            )
 
 
 def _save_outputs(outputs: dict, path: str | None) -> None:
@@ -269,50 +296,87 @@ def add_parsers(sub, count) -> None:
     part = sub.add_parser("partition", help="where each node of an ONNX model runs, and why")
     part.add_argument("model", help="an ONNX file (opset >= 13)")
     shape_option(part)
-    part.add_argument("--config", help="also place what the config decides (compile's "
-                      "placement on that config; default: what holds on every config)")
+    part.add_argument(
+        "--config",
+        help="also place what the config decides (compile's "
+        "placement on that config; default: what holds on every config)",
+    )
     part.add_argument("--json", help="write the placements as JSON here")
     part.set_defaults(func=cmd_partition)
 
-    comp = sub.add_parser("compile-model", help="(tilecraft compile MODEL.onnx ...) an ONNX "
-                          "network to a compiled int8 model")  # fmt: skip
+    comp = sub.add_parser(
+        "compile-model",
+        help="(tilecraft compile MODEL.onnx ...) an ONNX network to a compiled int8 model",
+    )
     comp.add_argument("model", help="an ONNX file (opset >= 13)")
     comp.add_argument("--config", default="default")
     comp.add_argument("--calib", help="calibration inputs: .npz by input name, or .npy")
     comp.add_argument("--calib-random", type=count, metavar="N", help="N random inputs (smoke)")
-    comp.add_argument("--observer", choices=["minmax", "percentile", "entropy"],
-                      default="minmax")  # fmt: skip
+    comp.add_argument("--observer", choices=["minmax", "percentile", "entropy"], default="minmax")
     comp.add_argument("--seed", type=count, default=0, help="of --calib-random")
-    comp.add_argument("--report", type=count, default=10, metavar="N",
-                      help="print the N worst layers' error against float (0: none)")  # fmt: skip
-    comp.add_argument("--dram-budget", type=byte_count, default=DEFAULT_BUDGET, metavar="BYTES",
-                      help="refuse a network whose DRAM exceeds this (default 128M, PYNQ's CMA; "
-                      "suffixes K, M, G)")  # fmt: skip
-    comp.add_argument("--requant", choices=["auto", "exact", "fast"], default="auto",
-                      help="exact: accumulator bounds and a two-stage multiply, reproducing a "
-                      "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
-                      "one multiplier; auto: exact for a model with its own scales (QDQ)",
-                      )  # fmt: skip
-    comp.add_argument("--records", help="tuning records (tilecraft tune): each layer they "
-                      "cover takes the best schedule found")  # fmt: skip
-    comp.add_argument("--host-target", metavar="TARGET", help="also build the model's host "
-                      "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
-                      "beside the output: NAME.kernels.so + NAME.kernels.json")  # fmt: skip
+    comp.add_argument(
+        "--report",
+        type=count,
+        default=10,
+        metavar="N",
+        help="print the N worst layers' error against float (0: none)",
+    )
+    comp.add_argument(
+        "--dram-budget",
+        type=byte_count,
+        default=DEFAULT_BUDGET,
+        metavar="BYTES",
+        help="refuse a network whose DRAM exceeds this (default 128M, PYNQ's CMA; "
+        "suffixes K, M, G)",
+    )
+    comp.add_argument(
+        "--requant",
+        choices=["auto", "exact", "fast"],
+        default="auto",
+        help="exact: accumulator bounds and a two-stage multiply, reproducing a "
+        "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
+        "one multiplier; auto: exact for a model with its own scales (QDQ)",
+    )
+    comp.add_argument(
+        "--records",
+        help="tuning records (tilecraft tune): each layer they cover takes the best schedule found",
+    )
+    comp.add_argument(
+        "--host-target",
+        metavar="TARGET",
+        help="also build the model's host "
+        "kernels for a board (pynq-z1, ultra96-v2, ... or armv7, aarch64, x86_64) "
+        "beside the output: NAME.kernels.so + NAME.kernels.json",
+    )
     shape_option(comp)
-    comp.add_argument("--jobs", type=count, metavar="N", help="worker processes the layers "
-                      "are compiled on (default: one per core)")  # fmt: skip
+    comp.add_argument(
+        "--jobs",
+        type=count,
+        metavar="N",
+        help="worker processes the layers are compiled on (default: one per core)",
+    )
     comp.add_argument("-o", "--output", required=True, help="compiled model to write (.tcm)")
     comp.add_argument("--json", help="write what was built (programs, modeled cycles) here")
     comp.set_defaults(func=cmd_compile_model)
 
     run = sub.add_parser("run", help="run a compiled model on an input")
-    run.add_argument("model", help="a compiled model (.tcm), or an ONNX model (.onnx: float, "
-                     "or fake-quantized as its Q/DQ nodes say, on --device cpu)")
+    run.add_argument(
+        "model",
+        help="a compiled model (.tcm), or an ONNX model (.onnx: float, "
+        "or fake-quantized as its Q/DQ nodes say, on --device cpu)",
+    )
     run.add_argument("--input", required=True, help="float input: .npy, or .npz by input name")
-    run.add_argument("--device", default="sim", help="sim, rtl, cpu (every step on the host's "
-                     "generated kernels), or reference (no device)")  # fmt: skip
-    run.add_argument("--kernels", metavar="FILE.json", help="a prebuilt kernel library (tilecraft "
-                     "compile ... --host-target): host steps, and the cpu device, run from it")
+    run.add_argument(
+        "--device",
+        default="sim",
+        help="sim, rtl, cpu (every step on the host's generated kernels), or reference (no device)",
+    )
+    run.add_argument(
+        "--kernels",
+        metavar="FILE.json",
+        help="a prebuilt kernel library (tilecraft "
+        "compile ... --host-target): host steps, and the cpu device, run from it",
+    )
     run.add_argument("--config", help="refuse a model compiled for another config")
     run.add_argument("--top-k", type=count, default=5)
     shape_option(run)
@@ -322,6 +386,8 @@ def add_parsers(sub, count) -> None:
 
 def shape_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--input-shape", action="append", metavar="NAME=D0,D1,...",
+        "--input-shape",
+        action="append",
+        metavar="NAME=D0,D1,...",
         help="fix a dynamic input's shape (repeat per input)",
-    )  # fmt: skip
+    )

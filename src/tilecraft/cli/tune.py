@@ -59,13 +59,16 @@ def _model_tasks(args) -> list:
     if args.calib is not None:
         ranges = calibrate(graph, load_calibration(graph, args.calib), args.observer)
     elif args.calib_random is not None:
-        ranges = calibrate(graph, random_calibration(graph, args.calib_random, seed=args.seed),
-                           args.observer)  # fmt: skip
+        ranges = calibrate(
+            graph, random_calibration(graph, args.calib_random, seed=args.seed), args.observer
+        )
     elif graph.scales:
         ranges = model_ranges(graph)
     else:
-        raise TilecraftError("give calibration data (--calib FILE.npz|.npy) or --calib-random "
-                             "N, as for tilecraft compile")  # fmt: skip
+        raise TilecraftError(
+            "give calibration data (--calib FILE.npz|.npy) or --calib-random "
+            "N, as for tilecraft compile"
+        )
     return network_tasks(cfg, quantize(graph, ranges))
 
 
@@ -89,8 +92,14 @@ def _tune_one(args, task, plot: bool = True) -> int:
     if args.workers or args.scheduler:
         from tilecraft.compiler.tune.distributed import DaskMeasurer
 
-        meter = DaskMeasurer(args.measure, workers=args.workers or 2, scheduler=args.scheduler,
-                             fpga=args.fpga, timeout_s=args.timeout, options=options)  # fmt: skip
+        meter = DaskMeasurer(
+            args.measure,
+            workers=args.workers or 2,
+            scheduler=args.scheduler,
+            fpga=args.fpga,
+            timeout_s=args.timeout,
+            options=options,
+        )
         print(
             f"measuring on {meter.workers} Dask worker(s)"
             + (f" at {args.scheduler}" if args.scheduler else " (a local cluster)")
@@ -109,8 +118,11 @@ def _run(args, task, meter, plot: bool) -> int:
     from tilecraft.compiler.tune.tuner import tune
     from tilecraft.progress import enabled
 
-    records = Records(args.records, task.config.digest, tool_version(meter.name)) \
-        if args.records else None  # fmt: skip
+    records = (
+        Records(args.records, task.config.digest, tool_version(meter.name))
+        if args.records
+        else None
+    )
     print(task.describe())
     if records is not None:
         ignored = records.other_config + records.other_tool
@@ -119,15 +131,29 @@ def _run(args, task, meter, plot: bool) -> int:
             + (f"; {ignored} of other configs or tools ignored" if ignored else "")
         )
     show = _progress(args.trials) if enabled() else (lambda r, s: None)
-    result = tune(task, meter, args.trials, records, strategy=args.strategy, seed=args.seed,
-                  batch=args.batch, progress=show)  # fmt: skip
-    print(f"\nbest {result.best_cycles:,} cycles: {result.best.describe()}" if result.best
-          else "\nno schedule measured successfully")  # fmt: skip
-    print(f"{result.measured} measured ({result.failed} failed), {result.resumed} from the "
-          f"records, in {result.seconds:.1f} s ({args.strategy})")  # fmt: skip
+    result = tune(
+        task,
+        meter,
+        args.trials,
+        records,
+        strategy=args.strategy,
+        seed=args.seed,
+        batch=args.batch,
+        progress=show,
+    )
+    print(
+        f"\nbest {result.best_cycles:,} cycles: {result.best.describe()}"
+        if result.best
+        else "\nno schedule measured successfully"
+    )
+    print(
+        f"{result.measured} measured ({result.failed} failed), {result.resumed} from the "
+        f"records, in {result.seconds:.1f} s ({args.strategy})"
+    )
     if args.plot and plot:
-        random = tune(task, meter, args.trials, None, strategy="random", seed=args.seed,
-                      batch=args.batch)  # fmt: skip
+        random = tune(
+            task, meter, args.trials, None, strategy="random", seed=args.seed, batch=args.batch
+        )
         _plot(args.plot, task, result, random)
         print(f"plot written to {args.plot}")
     return 0 if result.best else 1
@@ -137,8 +163,11 @@ def _progress(trials: int):
     def show(result, seconds: float) -> None:
         best = f"{result.best_cycles:,}" if result.best_cycles else "-"
         rate = result.measured / seconds if seconds else 0.0
-        print(f"\r  {result.measured}/{trials} trials, best {best} cycles, {rate:.1f} trials/s",
-              end="", flush=True)  # fmt: skip
+        print(
+            f"\r  {result.measured}/{trials} trials, best {best} cycles, {rate:.1f} trials/s",
+            end="",
+            flush=True,
+        )
 
     return show
 
@@ -177,16 +206,21 @@ def add_parsers(sub, count) -> None:
     for q, op in ((conv, "conv2d"), (dense, "dense")):
         add_layer_arguments(q, op)
         q.set_defaults(func=cmd_tune_layer)
-    every = ops.add_parser("resnet18-layers", help="ResNet-18's conv layers C1-C11 in turn "
-                           "(the resnet18-layers epilogue), into one records file")  # fmt: skip
+    every = ops.add_parser(
+        "resnet18-layers",
+        help="ResNet-18's conv layers C1-C11 in turn "
+        "(the resnet18-layers epilogue), into one records file",
+    )
     every.set_defaults(func=cmd_tune_resnet18, op="resnet18-layers")
-    model = ops.add_parser("model", help="(tilecraft tune MODEL.onnx ...) every distinct conv "
-                           "and dense layer of a network, quantized as compile does")  # fmt: skip
+    model = ops.add_parser(
+        "model",
+        help="(tilecraft tune MODEL.onnx ...) every distinct conv "
+        "and dense layer of a network, quantized as compile does",
+    )
     model.add_argument("model", help="an ONNX file (opset >= 13)")
     model.add_argument("--calib", help="calibration inputs: .npz by input name, or .npy")
     model.add_argument("--calib-random", type=count, metavar="N", help="N random inputs")
-    model.add_argument("--observer", choices=["minmax", "percentile", "entropy"],
-                       default="minmax")  # fmt: skip
+    model.add_argument("--observer", choices=["minmax", "percentile", "entropy"], default="minmax")
     shape_option(model)
     model.set_defaults(func=cmd_tune_model, op="model")
     for q in (every, model):
@@ -194,10 +228,16 @@ def add_parsers(sub, count) -> None:
     for q in (conv, dense, every, model):
         q.add_argument("--trials", type=count, default=64, help="schedules to measure")
         q.add_argument("--records", help="append-only JSONL: resumes from it, appends to it")
-        q.add_argument("--measure", default="sim", help="sim (the cycle model), rtl, or pynq "
-                       "(the board this runs on, or each board's Dask worker)")  # fmt: skip
-        q.add_argument("--bitfile", help="pynq: the overlay's .bit (a fleet's workers: their "
-                       "TILECRAFT_BITFILE)")  # fmt: skip
+        q.add_argument(
+            "--measure",
+            default="sim",
+            help="sim (the cycle model), rtl, or pynq "
+            "(the board this runs on, or each board's Dask worker)",
+        )
+        q.add_argument(
+            "--bitfile",
+            help="pynq: the overlay's .bit (a fleet's workers: their TILECRAFT_BITFILE)",
+        )
         q.add_argument(
             "--timeout",
             type=float,
@@ -216,12 +256,14 @@ def add_parsers(sub, count) -> None:
             metavar="N",
             help="measure on a local Dask cluster of N worker processes",
         )
-        q.add_argument("--scheduler", metavar="ADDRESS", help="measure on the Dask cluster at "
-                       "ADDRESS (tcp://host:8786)")  # fmt: skip
+        q.add_argument(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="measure on the Dask cluster at ADDRESS (tcp://host:8786)",
+        )
         q.add_argument(
             "--fpga",
             action="store_true",
             help="each measurement takes one FPGA "
             "resource (a board's worker: dask worker ... --resources FPGA=1)",
         )
-

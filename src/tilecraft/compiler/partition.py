@@ -31,25 +31,37 @@ class Reason(str, Enum):
     POOL_AVG = "global average pool: GEMM row sums and requantization on the ALU"
     VIEW = "a view of the data: nothing moves"
     FLATTEN_VIEW = "(N, C, 1, 1) read as (N, C) rows by the dense layers after it: the same bytes"
-    FLATTEN_ABSORBED = ("flatten of an (N, C, H, W) map into the dense layers after it: they read "
-                        "the blocked layout, their weights in its order (an HxW conv)")  # fmt: skip
+    FLATTEN_ABSORBED = (
+        "flatten of an (N, C, H, W) map into the dense layers after it: they read "
+        "the blocked layout, their weights in its order (an HxW conv)"
+    )
     FLATTEN_HOST = "flatten read on the host (or a graph output): unpacked there in NCHW order"
-    DEPTHWISE = ("depthwise conv: a diagonal weight block per channel block on the GEMM core "
-                 "(1/BLOCK_OUT of its products are the layer's)")  # fmt: skip
+    DEPTHWISE = (
+        "depthwise conv: a diagonal weight block per channel block on the GEMM core "
+        "(1/BLOCK_OUT of its products are the layer's)"
+    )
     DEPTHWISE_HOST = "depthwise conv with dilation or asymmetric padding (host kernel)"
-    WIDEN_BLOCKS = ("pooling or a scaled Add on a config with BLOCK_IN != BLOCK_OUT: the GEMM "
-                    "cannot widen its rows into the accumulator (host kernel)")  # fmt: skip
-    DEPTHWISE_BLOCKS = ("depthwise conv on a config with BLOCK_IN != BLOCK_OUT: no diagonal "
-                        "weight blocks (host kernel)")  # fmt: skip
+    WIDEN_BLOCKS = (
+        "pooling or a scaled Add on a config with BLOCK_IN != BLOCK_OUT: the GEMM "
+        "cannot widen its rows into the accumulator (host kernel)"
+    )
+    DEPTHWISE_BLOCKS = (
+        "depthwise conv on a config with BLOCK_IN != BLOCK_OUT: no diagonal "
+        "weight blocks (host kernel)"
+    )
     GROUPED = "grouped conv (groups > 1, not depthwise): not offloaded"
     DILATED = "dilated conv: not offloaded"
     ASYMMETRIC_PAD = "asymmetric padding: not offloaded"
     POOLING = "pooling: ALU pooling not implemented yet (host kernel)"
     ADD = "elementwise Add not fused into a conv epilogue (host kernel)"
-    ADD_SCALED = ("Add of two int8 tensors at their own scales (the model rounds the conv's "
-                  "output before it): GEMM widening, requantized on the ALU")  # fmt: skip
-    ADD_ROUNDED = ("Add of two int8 tensors at their own scales, not of one (N, C, H, W) shape: "
-                   "host kernel, as onnxruntime's QLinearAdd")  # fmt: skip
+    ADD_SCALED = (
+        "Add of two int8 tensors at their own scales (the model rounds the conv's "
+        "output before it): GEMM widening, requantized on the ALU"
+    )
+    ADD_ROUNDED = (
+        "Add of two int8 tensors at their own scales, not of one (N, C, H, W) shape: "
+        "host kernel, as onnxruntime's QLinearAdd"
+    )
     ACTIVATION = "activation not fused into a conv/dense epilogue (host kernel)"
     SOFTMAX = "softmax needs exp: not in the accelerator's ISA"
     UNFUSED = "BatchNorm/Mul not folded into a conv (host kernel)"
@@ -110,17 +122,22 @@ def place(graph: Graph, node: Node, cfg=None) -> tuple[Place, Reason]:
         shapes = {graph.shape(i) for i in node.inputs}
         if len(shapes) != 1 or len(next(iter(shapes))) != 4:
             return Place.HOST, Reason.ADD_ROUNDED
-        return (Place.ACCELERATOR, Reason.ADD_SCALED) if square else \
-            (Place.HOST, Reason.WIDEN_BLOCKS)  # fmt: skip
+        return (
+            (Place.ACCELERATOR, Reason.ADD_SCALED) if square else (Place.HOST, Reason.WIDEN_BLOCKS)
+        )
     host = {
         OpType.AVGPOOL: Reason.POOLING,
         OpType.ADD: Reason.ADD,
-        OpType.RELU: Reason.ACTIVATION, OpType.CLIP: Reason.ACTIVATION,
+        OpType.RELU: Reason.ACTIVATION,
+        OpType.CLIP: Reason.ACTIVATION,
         OpType.SOFTMAX: Reason.SOFTMAX,
-        OpType.BATCHNORM: Reason.UNFUSED, OpType.MUL: Reason.UNFUSED,
-        OpType.QUANTIZE: Reason.QUANT, OpType.DEQUANTIZE: Reason.QUANT,
-        OpType.RESHAPE: Reason.VIEW, OpType.IDENTITY: Reason.VIEW,
-    }  # fmt: skip
+        OpType.BATCHNORM: Reason.UNFUSED,
+        OpType.MUL: Reason.UNFUSED,
+        OpType.QUANTIZE: Reason.QUANT,
+        OpType.DEQUANTIZE: Reason.QUANT,
+        OpType.RESHAPE: Reason.VIEW,
+        OpType.IDENTITY: Reason.VIEW,
+    }
     return Place.HOST, host.get(op, Reason.FLOAT)
 
 
@@ -129,9 +146,14 @@ def _flatten(graph: Graph, node: Node, cfg) -> tuple[Place, Reason]:
     accelerator) moves nothing; any other is the host's."""
     shape = graph.shape(node.inputs[0])
     readers = graph.consumers().get(node.output, [])
-    if (len(shape) != 4 or node.attrs.axis != 1 or node.output in graph.outputs or not readers
-            or any(r.op is not OpType.DENSE or r.inputs[0] != node.output for r in readers)):
-        return Place.HOST, Reason.FLATTEN_HOST  # fmt: skip
+    if (
+        len(shape) != 4
+        or node.attrs.axis != 1
+        or node.output in graph.outputs
+        or not readers
+        or any(r.op is not OpType.DENSE or r.inputs[0] != node.output for r in readers)
+    ):
+        return Place.HOST, Reason.FLATTEN_HOST
     if shape[2:] == (1, 1):
         return Place.ACCELERATOR, Reason.FLATTEN_VIEW
     return Place.ACCELERATOR, Reason.FLATTEN_ABSORBED
@@ -159,19 +181,34 @@ def report(placements: list[Placement]) -> str:
     lines = [f"{'node':<{width}}  {'op':<18} {'place':<11} {'MACs':>13} {'share':>6}  reason"]
     for p in placements:
         why = p.reason.value if p.place is Place.HOST or p.op == OpType.FLATTEN.value else ""
-        lines.append(f"{p.node:<{width}}  {p.op:<18} {p.place.value:<11} {p.macs:>13,} "
-                     f"{p.macs / total:>6.1%}  {why}")  # fmt: skip
+        lines.append(
+            f"{p.node:<{width}}  {p.op:<18} {p.place.value:<11} {p.macs:>13,} "
+            f"{p.macs / total:>6.1%}  {why}"
+        )
     on = sum(1 for p in placements if p.place is Place.ACCELERATOR)
-    lines.append(f"{on}/{len(placements)} nodes on the accelerator; "
-                 f"accelerator MAC share {accelerator_mac_share(placements):.2%} "
-                 f"of {sum(p.macs for p in placements):,} MACs")  # fmt: skip
+    lines.append(
+        f"{on}/{len(placements)} nodes on the accelerator; "
+        f"accelerator MAC share {accelerator_mac_share(placements):.2%} "
+        f"of {sum(p.macs for p in placements):,} MACs"
+    )
     return "\n".join(lines)
 
 
 def to_json(placements: list[Placement]) -> str:
-    return json.dumps({
-        "accelerator_mac_share": accelerator_mac_share(placements),
-        "total_macs": sum(p.macs for p in placements),
-        "nodes": [{"node": p.node, "op": p.op, "place": p.place.value, "macs": p.macs,
-                   "reason": p.reason.value} for p in placements],
-    }, indent=1)  # fmt: skip
+    return json.dumps(
+        {
+            "accelerator_mac_share": accelerator_mac_share(placements),
+            "total_macs": sum(p.macs for p in placements),
+            "nodes": [
+                {
+                    "node": p.node,
+                    "op": p.op,
+                    "place": p.place.value,
+                    "macs": p.macs,
+                    "reason": p.reason.value,
+                }
+                for p in placements
+            ],
+        },
+        indent=1,
+    )

@@ -13,8 +13,13 @@ from tilecraft.hw.config import HwConfig
 FIGURES = ("lut", "ff", "dsp", "bram36", "uram")
 
 
-def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trials: int = 0,
-                    records_dir: str | Path | None = None) -> dict:  # fmt: skip
+def network_latency(
+    cfg: HwConfig,
+    model: str = "resnet18",
+    seed: int = 0,
+    trials: int = 0,
+    records_dir: str | Path | None = None,
+) -> dict:
     """Accelerator cycles and milliseconds of `model` (a zoo model, or "digits", the trained
     digits CNN) compiled for `cfg` (one random calibration sample: the zoo's weights are random
     too). The compiler's heuristic schedules,
@@ -43,8 +48,10 @@ def network_latency(cfg: HwConfig, model: str = "resnet18", seed: int = 0, trial
     if trials:
         tuning = time.perf_counter()
         records = _tuned(cfg, net, trials, Path(records_dir or "."))
-        out = {"schedules": f"tuned ({trials} trials a layer)",
-               "tune_seconds": time.perf_counter() - tuning}  # fmt: skip
+        out = {
+            "schedules": f"tuned ({trials} trials a layer)",
+            "tune_seconds": time.perf_counter() - tuning,
+        }
     compiled = build_model(cfg, net, records=records, jobs=1)  # the sweep is the parallel part
     steps = [s for s in compiled.steps if isinstance(s, AcceleratorStep)]
     cycles = sum(model_report(compiled.programs[s.program]).cycles for s in steps)
@@ -73,8 +80,15 @@ def _tuned(cfg: HwConfig, net, trials: int, folder: Path):
     return Records(path, cfg.digest, tool_version(meter.name))
 
 
-def evaluate(name: str, config: dict, part: str, model: str, cached: dict | None,
-             workdir: str, trials: int = 0) -> dict:  # fmt: skip
+def evaluate(
+    name: str,
+    config: dict,
+    part: str,
+    model: str,
+    cached: dict | None,
+    workdir: str,
+    trials: int = 0,
+) -> dict:
     """A point as a dict: name, config tag and digest, latency (heuristic schedules, or tuned
     with `trials`), resources (`synthesized`: False when they came from the cache), or
     `error`."""
@@ -83,8 +97,9 @@ def evaluate(name: str, config: dict, part: str, model: str, cached: dict | None
     cfg = HwConfig.from_dict(config)
     point = {"name": name, "config": cfg.tag, "digest": cfg.digest, "error": None}
     try:
-        point.update(network_latency(cfg, model, trials=trials,
-                                     records_dir=Path(workdir) / "records"))  # fmt: skip
+        point.update(
+            network_latency(cfg, model, trials=trials, records_dir=Path(workdir) / "records")
+        )
         if cached is None:
             r = synthesize(cfg, part, workdir=Path(workdir) / f"{cfg.tag}-{cfg.digest}")
             cached = {k: getattr(r, k) for k in FIGURES} | {"synth_seconds": r.seconds}

@@ -33,8 +33,10 @@ class SynthCache:
         try:
             self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
         except (OSError, ValueError) as exc:
-            raise TilecraftError(f"the synthesis cache {self.path} is unreadable ({exc}): "
-                                 f"delete it to synthesize again") from None  # fmt: skip
+            raise TilecraftError(
+                f"the synthesis cache {self.path} is unreadable ({exc}): "
+                f"delete it to synthesize again"
+            ) from None
 
     def get(self, digest: str, fam: str) -> dict | None:
         return self.entries.get(f"{digest}/{fam}/{self.rtl}")
@@ -58,10 +60,17 @@ def fits(point: dict, part: str) -> list[str]:
     return out
 
 
-def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
-              workers: int = 2, scheduler: str | None = None,
-              cache: str | Path = "build/dse/synthesis-cache.json",
-              workdir: str | Path = "build/dse", trials: int = 0) -> dict:  # fmt: skip
+def run_sweep(
+    part: str,
+    *,
+    model: str = "resnet18",
+    limit: int | None = None,
+    workers: int = 2,
+    scheduler: str | None = None,
+    cache: str | Path = "build/dse/synthesis-cache.json",
+    workdir: str | Path = "build/dse",
+    trials: int = 0,
+) -> dict:
     """Evaluate the sweep's configs for `part`; returns the points, fits, fronts and seconds.
     With `trials`, each config's layers are tuned first (`evaluate.network_latency`; their
     records kept under `workdir`/records, so a stopped sweep resumes)."""
@@ -75,8 +84,10 @@ def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
     fam = family(part)
     configs = sweep_configs(limit)
     work = str(Path(workdir).resolve())
-    jobs = [(name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work, trials)
-            for name, cfg in configs]  # fmt: skip
+    jobs = [
+        (name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work, trials)
+        for name, cfg in configs
+    ]
     points = []
     for point in _evaluate_all(jobs, workers, scheduler):
         if point["error"] is None and point.get("synthesized"):
@@ -89,16 +100,23 @@ def run_sweep(part: str, *, model: str = "resnet18", limit: int | None = None,
         p["fits"] = fits(p, part)
         p["fractions"] = {k: p[k] / PARTS[part][k] for k in ("lut", "ff", "dsp", "bram36")}
     return {
-        "suite": "dse", "part": part, "family": fam, "model": model, "trials": trials,
-        "workers": workers if scheduler is None else None, "scheduler": scheduler,
-        "seconds": time.perf_counter() - start, "points": points,
+        "suite": "dse",
+        "part": part,
+        "family": fam,
+        "model": model,
+        "trials": trials,
+        "workers": workers if scheduler is None else None,
+        "scheduler": scheduler,
+        "seconds": time.perf_counter() - start,
+        "points": points,
         "fronts": fronts(good) if good else {},
         "synthesized": sum(bool(p.get("synthesized")) for p in good),
-    }  # fmt: skip
+    }
 
 
-def _evaluate_all(jobs: list, workers: int, scheduler: str | None, function=evaluate,
-                  processes: bool = True):  # fmt: skip
+def _evaluate_all(
+    jobs: list, workers: int, scheduler: str | None, function=evaluate, processes: bool = True
+):
     """Each job's point as it completes: on Dask, or here in turn (`workers` 0, no scheduler)."""
     if workers == 0 and scheduler is None:
         yield from (function(*job) for job in track(jobs, "design points"))
@@ -107,8 +125,9 @@ def _evaluate_all(jobs: list, workers: int, scheduler: str | None, function=eval
 
     cluster = None
     if scheduler is None:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                               dashboard_address=None)  # fmt: skip
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
+        )
     client = Client(scheduler or cluster)
     try:
         futures = {client.submit(function, *job, pure=False): job for job in jobs}

@@ -15,27 +15,56 @@ Signal = tuple[str, int, bool]  # (name, width, driven by the master)
 def axi_lite(addr_bits: int, data_bits: int = LITE_DATA_BITS) -> tuple[Signal, ...]:
     """An AXI4-Lite bus."""
     return (
-        ("awaddr", addr_bits, True), ("awvalid", 1, True), ("awready", 1, False),
-        ("wdata", data_bits, True), ("wstrb", data_bits // 8, True), ("wvalid", 1, True),
+        ("awaddr", addr_bits, True),
+        ("awvalid", 1, True),
+        ("awready", 1, False),
+        ("wdata", data_bits, True),
+        ("wstrb", data_bits // 8, True),
+        ("wvalid", 1, True),
         ("wready", 1, False),
-        ("bresp", 2, False), ("bvalid", 1, False), ("bready", 1, True),
-        ("araddr", addr_bits, True), ("arvalid", 1, True), ("arready", 1, False),
-        ("rdata", data_bits, False), ("rresp", 2, False), ("rvalid", 1, False),
+        ("bresp", 2, False),
+        ("bvalid", 1, False),
+        ("bready", 1, True),
+        ("araddr", addr_bits, True),
+        ("arvalid", 1, True),
+        ("arready", 1, False),
+        ("rdata", data_bits, False),
+        ("rresp", 2, False),
+        ("rvalid", 1, False),
         ("rready", 1, True),
-    )  # fmt: skip
+    )
 
 
 def axi4(addr_bits: int, data_bits: int) -> tuple[Signal, ...]:
     """An AXI4 master port (single ID, INCR bursts)."""
     out = []
     for ch in ("ar", "aw"):
-        out += [(f"{ch}addr", addr_bits, True), (f"{ch}len", LEN_BITS, True),
-                (f"{ch}size", 3, True), (f"{ch}burst", 2, True), (f"{ch}cache", 4, True),
-                (f"{ch}prot", 3, True), (f"{ch}valid", 1, True), (f"{ch}ready", 1, False)]
+        out += [
+            (f"{ch}addr", addr_bits, True),
+            (f"{ch}len", LEN_BITS, True),
+            (f"{ch}size", 3, True),
+            (f"{ch}burst", 2, True),
+            (f"{ch}cache", 4, True),
+            (f"{ch}prot", 3, True),
+            (f"{ch}valid", 1, True),
+            (f"{ch}ready", 1, False),
+        ]
         if ch == "ar":
-            out += [("rdata", data_bits, False), ("rresp", 2, False), ("rlast", 1, False),
-                    ("rvalid", 1, False), ("rready", 1, True)]
-    out += [("wdata", data_bits, True), ("wstrb", data_bits // 8, True), ("wlast", 1, True),
-            ("wvalid", 1, True), ("wready", 1, False),
-            ("bresp", 2, False), ("bvalid", 1, False), ("bready", 1, True)]  # fmt: skip
+            out += [
+                ("rdata", data_bits, False),
+                ("rresp", 2, False),
+                ("rlast", 1, False),
+                ("rvalid", 1, False),
+                ("rready", 1, True),
+            ]
+    out += [
+        ("wdata", data_bits, True),
+        ("wstrb", data_bits // 8, True),
+        ("wlast", 1, True),
+        ("wvalid", 1, True),
+        ("wready", 1, False),
+        ("bresp", 2, False),
+        ("bvalid", 1, False),
+        ("bready", 1, True),
+    ]
     return tuple(out)

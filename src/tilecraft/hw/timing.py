@@ -110,8 +110,15 @@ class Timing:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _cut(addr: int, rows: int, row_bytes: int, stride: int, axi_bytes: int,
-         burst_len: int, row_delay: int) -> list[tuple[int, int]]:  # fmt: skip
+def _cut(
+    addr: int,
+    rows: int,
+    row_bytes: int,
+    stride: int,
+    axi_bytes: int,
+    burst_len: int,
+    row_delay: int,
+) -> list[tuple[int, int]]:
     """`Timing.bursts` for an address within the first page (shared: callers only read it)."""
     page = 4096 // axi_bytes
     out = []

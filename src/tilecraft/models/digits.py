@@ -34,9 +34,15 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x_tr, y_tr, x_te, y_te
 
 
-def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool = True,
-                              images: int = 64, form: str = "qdq",
-                              activations: str = "int8") -> Path:  # fmt: skip
+def quantize_with_onnxruntime(
+    out: Path,
+    x_train: np.ndarray,
+    *,
+    symmetric: bool = True,
+    images: int = 64,
+    form: str = "qdq",
+    activations: str = "int8",
+) -> Path:
     """The digits CNN quantized by onnxruntime's own quantizer (per-channel int8 weights,
     `activations` "int8" or "uint8" (onnxruntime's default, asymmetric), symmetric or not,
     calibrated on the first `images` training images; `form` "qdq" or "qoperator"), written to
@@ -45,5 +51,12 @@ def quantize_with_onnxruntime(out: Path, x_train: np.ndarray, *, symmetric: bool
     from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime as quantize
 
     samples = [{"input": x_train[i : i + 1]} for i in range(images)]
-    return quantize(ONNX_PATH, out, samples, activations=activations, symmetric=symmetric,
-                    form=form, preprocess=False)  # fmt: skip
+    return quantize(
+        ONNX_PATH,
+        out,
+        samples,
+        activations=activations,
+        symmetric=symmetric,
+        form=form,
+        preprocess=False,
+    )

@@ -38,26 +38,45 @@ class Builder:
         self.nodes.append(helper.make_node(op, inputs, [out], name=name, **attrs))
         return out
 
-    def conv(self, x: str, ic: int, oc: int, k: int, stride: int = 1, groups: int = 1,
-             bias: bool = False) -> str:  # fmt: skip
+    def conv(
+        self, x: str, ic: int, oc: int, k: int, stride: int = 1, groups: int = 1, bias: bool = False
+    ) -> str:
         fan_in = ic // groups * k * k
         w = self.rng.normal(0, np.sqrt(2.0 / fan_in), (oc, ic // groups, k, k)).astype(np.float32)
         inputs = [x, self.const("w", w)]
         if bias:
             inputs.append(self.const("b", self.rng.normal(0, 0.1, oc).astype(np.float32)))
         p = k // 2
-        return self.node("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[p, p, p, p], group=groups)  # fmt: skip
+        return self.node(
+            "Conv",
+            inputs,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[p, p, p, p],
+            group=groups,
+        )
 
     def batchnorm(self, x: str, c: int) -> str:
         r = self.rng
-        params = [r.uniform(0.6, 1.0, c), r.normal(0, 0.1, c), r.normal(0, 0.1, c),
-                  r.uniform(0.8, 1.5, c)]  # fmt: skip
+        params = [
+            r.uniform(0.6, 1.0, c),
+            r.normal(0, 0.1, c),
+            r.normal(0, 0.1, c),
+            r.uniform(0.8, 1.5, c),
+        ]
         names = [self.const(n, v.astype(np.float32)) for n, v in zip(("g", "b", "m", "v"), params)]
         return self.node("BatchNormalization", [x, *names], epsilon=1e-5)
 
-    def conv_bn(self, x: str, ic: int, oc: int, k: int, stride: int = 1, groups: int = 1,
-                act: str | None = "relu") -> str:  # fmt: skip
+    def conv_bn(
+        self,
+        x: str,
+        ic: int,
+        oc: int,
+        k: int,
+        stride: int = 1,
+        groups: int = 1,
+        act: str | None = "relu",
+    ) -> str:
         y = self.batchnorm(self.conv(x, ic, oc, k, stride, groups), oc)
         return self.activation(y, act)
 
@@ -79,11 +98,12 @@ class Builder:
         from onnx import TensorProto, helper
 
         graph = helper.make_graph(
-            self.nodes, self.name,
+            self.nodes,
+            self.name,
             [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
             [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape))],
             self.initializers,
-        )  # fmt: skip
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
         model.ir_version = 8
         return model

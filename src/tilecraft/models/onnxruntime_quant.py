@@ -16,9 +16,16 @@ ACTIVATIONS = ("int8", "uint8")
 FORMS = ("qdq", "qoperator")
 
 
-def quantize_with_onnxruntime(model, out: str | Path, samples: Iterable[dict[str, np.ndarray]],
-                              *, activations: str = "int8", symmetric: bool | None = None,
-                              form: str = "qdq", preprocess: bool = True) -> Path:  # fmt: skip
+def quantize_with_onnxruntime(
+    model,
+    out: str | Path,
+    samples: Iterable[dict[str, np.ndarray]],
+    *,
+    activations: str = "int8",
+    symmetric: bool | None = None,
+    form: str = "qdq",
+    preprocess: bool = True,
+) -> Path:
     """`model` (a ModelProto or an ONNX path) quantized by onnxruntime, calibrated on
     `samples` (input dicts), written to `out`. `symmetric` defaults to int8's symmetric and
     uint8's asymmetric activations (onnxruntime's defaults); `preprocess` runs
@@ -52,11 +59,16 @@ def quantize_with_onnxruntime(model, out: str | Path, samples: Iterable[dict[str
             pre = Path(tmp) / "preprocessed.onnx"
             quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
             src = pre
-        q.quantize_static(str(src), str(out), Reader(), quant_format=formats[form],
-                          per_channel=True, weight_type=q.QuantType.QInt8,
-                          activation_type=types[activations],
-                          extra_options={"ActivationSymmetric": symmetric,
-                                         "WeightSymmetric": True})  # fmt: skip
+        q.quantize_static(
+            str(src),
+            str(out),
+            Reader(),
+            quant_format=formats[form],
+            per_channel=True,
+            weight_type=q.QuantType.QInt8,
+            activation_type=types[activations],
+            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
+        )
     return out
 
 
@@ -64,7 +76,11 @@ def random_samples(model, count: int, seed: int = 0) -> list[dict[str, np.ndarra
     """`count` standard-normal inputs for `model`'s (static) input shapes."""
     rng = np.random.default_rng(seed)
     initializers = {t.name for t in model.graph.initializer}
-    shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
-              for i in model.graph.input if i.name not in initializers}  # fmt: skip
-    return [{n: rng.normal(0, 1, s).astype(np.float32) for n, s in shapes.items()}
-            for _ in range(count)]  # fmt: skip
+    shapes = {
+        i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
+        for i in model.graph.input
+        if i.name not in initializers
+    }
+    return [
+        {n: rng.normal(0, 1, s).astype(np.float32) for n, s in shapes.items()} for _ in range(count)
+    ]

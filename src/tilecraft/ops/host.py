@@ -106,8 +106,10 @@ class Add:
     def __post_init__(self) -> None:
         for name in ("ratio_a", "ratio_b"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                np.isfinite(value) and value > 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (np.isfinite(value) and value > 0)
             ):
                 raise ScheduleError(f"add {name} must be a positive finite float, not {value!r}")
         object.__setattr__(self, "ratio_a", float(np.float32(self.ratio_a)))
@@ -153,8 +155,11 @@ def _maxpool(x: np.ndarray, op: MaxPool) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=INT8[0])
     (kh, kw), (sh, sw) = op.kernel, op.stride
     oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
-    taps = [xp[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
-            for i in range(kh) for j in range(kw)]  # fmt: skip
+    taps = [
+        xp[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    ]
     return np.maximum.reduce(taps)
 
 
@@ -177,14 +182,14 @@ def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) 
         return np.clip(y + op.output_zero, *INT8).astype(np.int8)
     if isinstance(op, Add):
         a, b = (np.asarray(x, np.int32) - z for x, z in zip(inputs, (op.zero_a, op.zero_b)))
-        y = a.astype(np.float32) * np.float32(op.ratio_a) + \
-            b.astype(np.float32) * np.float32(op.ratio_b)  # fmt: skip
+        y = a.astype(np.float32) * np.float32(op.ratio_a) + b.astype(np.float32) * np.float32(
+            op.ratio_b
+        )
         return np.clip(np.rint(y) + op.zero_y, op.clip[0], op.clip[1]).astype(np.int8)
     if isinstance(op, Flatten):
         return inputs[0].reshape(inputs[0].shape[0], -1)
     if isinstance(op, DepthwiseConv):
-        win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads,
-                       op.pad_value)  # fmt: skip
+        win = _windows(np.asarray(inputs[0], np.int64), op.kernel, op.stride, op.pads, op.pad_value)
         w = np.asarray(constants["weight"], np.int64)[:, 0]  # (C, KH, KW)
         acc = np.einsum("nchwij,cij->nchw", win, w)
         vectors = {k: v for k, v in constants.items() if k != "weight"}

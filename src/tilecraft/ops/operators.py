@@ -137,8 +137,17 @@ class DepthwiseConv2d:
     @property
     def dense(self) -> Conv2d:
         """The (block-diagonal) dense convolution with the same input and output."""
-        return Conv2d(self.n, self.c, self.h, self.w, self.c, self.kernel, self.stride, self.pad,
-                      self.pad_value)  # fmt: skip
+        return Conv2d(
+            self.n,
+            self.c,
+            self.h,
+            self.w,
+            self.c,
+            self.kernel,
+            self.stride,
+            self.pad,
+            self.pad_value,
+        )
 
     @property
     def oh(self) -> int:
@@ -310,8 +319,10 @@ class MaxPool2d(_Planes):
 
     def describe(self) -> str:
         k, s = self.kernel, self.stride
-        return (f"maxpool N={self.n} C={self.c} H={self.h} W={self.w} K={k[0]}x{k[1]} "
-                f"S={s[0]}x{s[1]} pads={list(self.pads)} (pad value {self.pad_value})")  # fmt: skip
+        return (
+            f"maxpool N={self.n} C={self.c} H={self.h} W={self.w} K={k[0]}x{k[1]} "
+            f"S={s[0]}x{s[1]} pads={list(self.pads)} (pad value {self.pad_value})"
+        )
 
 
 @dataclass(frozen=True)
@@ -336,29 +347,42 @@ class GlobalAvgPool2d(_Planes):
     kind: ClassVar[str] = "globalavgpool2d"
 
     def __post_init__(self) -> None:
-        _positive("global average pool", n=self.n, c=self.c, h=self.h, w=self.w,
-                  multiplier=self.multiplier)  # fmt: skip
+        _positive(
+            "global average pool",
+            n=self.n,
+            c=self.c,
+            h=self.h,
+            w=self.w,
+            multiplier=self.multiplier,
+        )
         for name in ("shift", "pre_shift"):
             if not 0 <= getattr(self, name) <= 31:
-                raise ScheduleError(f"global average pool {name} must be in 0..31, not "
-                                    f"{getattr(self, name)}")  # fmt: skip
+                raise ScheduleError(
+                    f"global average pool {name} must be in 0..31, not {getattr(self, name)}"
+                )
         for name in ("input_zero", "output_zero"):
             _int8_pad(f"global average pool {name}:", getattr(self, name))
-        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or \
-                not 1 <= self.weight <= 127:  # fmt: skip
-            raise ScheduleError(f"global average pool weight must be in 1..127, not "
-                                f"{self.weight!r}")  # fmt: skip
+        if (
+            isinstance(self.weight, bool)
+            or not isinstance(self.weight, int)
+            or not 1 <= self.weight <= 127
+        ):
+            raise ScheduleError(
+                f"global average pool weight must be in 1..127, not {self.weight!r}"
+            )
 
     @property
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.n, self.c, 1, 1)
 
     def describe(self) -> str:
-        zeros = (f" zero points {self.input_zero} -> {self.output_zero}"
-                 if self.input_zero or self.output_zero else "")  # fmt: skip
+        zeros = (
+            f" zero points {self.input_zero} -> {self.output_zero}"
+            if self.input_zero or self.output_zero
+            else ""
+        )
         m, s = self.weight * self.multiplier, self.pre_shift + self.shift
-        return (f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} "
-                f"x{m} >>{s}{zeros}")  # fmt: skip
+        return f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} x{m} >>{s}{zeros}"
 
 
 @dataclass(frozen=True)
@@ -387,11 +411,23 @@ class ScaledAdd(_Planes):
     kind: ClassVar[str] = "scaled_add"
 
     def __post_init__(self) -> None:
-        _positive("scaled add", n=self.n, c=self.c, h=self.h, w=self.w,
-                  multiplier_a=self.multiplier_a, multiplier_b=self.multiplier_b)  # fmt: skip
-        for name, lo, hi in (("shift", 0, 15), ("pre_shift", 0, 31), ("weight_a", 1, 127),
-                             ("weight_b", 1, 127), ("multiplier_a", 1, IMM_MAX),
-                             ("multiplier_b", 1, IMM_MAX)):  # fmt: skip
+        _positive(
+            "scaled add",
+            n=self.n,
+            c=self.c,
+            h=self.h,
+            w=self.w,
+            multiplier_a=self.multiplier_a,
+            multiplier_b=self.multiplier_b,
+        )
+        for name, lo, hi in (
+            ("shift", 0, 15),
+            ("pre_shift", 0, 31),
+            ("weight_a", 1, 127),
+            ("weight_b", 1, 127),
+            ("multiplier_a", 1, IMM_MAX),
+            ("multiplier_b", 1, IMM_MAX),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ScheduleError(f"scaled add {name} must be in {lo}..{hi}, not {value!r}")
@@ -408,9 +444,11 @@ class ScaledAdd(_Planes):
 
     def describe(self) -> str:
         s = self.pre_shift + self.shift
-        return (f"scaled add N={self.n} C={self.c} H={self.h} W={self.w} "
-                f"(a x{self.weight_a * self.multiplier_a} + b x"
-                f"{self.weight_b * self.multiplier_b}) >>{s}")  # fmt: skip
+        return (
+            f"scaled add N={self.n} C={self.c} H={self.h} W={self.w} "
+            f"(a x{self.weight_a * self.multiplier_a} + b x"
+            f"{self.weight_b * self.multiplier_b}) >>{s}"
+        )
 
 
 @dataclass(frozen=True)
@@ -462,10 +500,12 @@ class Epilogue:
                 f"a two-stage multiply (pre_shift {self.pre_shift}) needs per-channel "
                 f"multipliers, not multiplier {self.multiplier.value!r}"
             )
-        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or \
-                not -255 <= self.offset <= 255:  # fmt: skip
-            raise ScheduleError(f"epilogue offset must be an int in -255..255, not "
-                                f"{self.offset!r}")  # fmt: skip
+        if (
+            isinstance(self.offset, bool)
+            or not isinstance(self.offset, int)
+            or not -255 <= self.offset <= 255
+        ):
+            raise ScheduleError(f"epilogue offset must be an int in -255..255, not {self.offset!r}")
         clip = tuple(self.clip)
         object.__setattr__(self, "clip", clip)
         if len(clip) != 2 or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:

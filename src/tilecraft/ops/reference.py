@@ -139,12 +139,24 @@ def gemm(op: Gemm, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # the tensors each operator reads, by the names programs give them
-OPERANDS = {Conv2d: ("input", "weight"), DepthwiseConv2d: ("input", "weight"),
-            Dense: ("input", "weight"), Gemm: ("a", "b"),
-            MaxPool2d: ("input",), GlobalAvgPool2d: ("input",),
-            ScaledAdd: ("input", "residual")}  # fmt: skip
-RESULT = {Conv2d: "output", DepthwiseConv2d: "output", Dense: "output", Gemm: "c",
-          MaxPool2d: "output", GlobalAvgPool2d: "output", ScaledAdd: "output"}  # fmt: skip
+OPERANDS = {
+    Conv2d: ("input", "weight"),
+    DepthwiseConv2d: ("input", "weight"),
+    Dense: ("input", "weight"),
+    Gemm: ("a", "b"),
+    MaxPool2d: ("input",),
+    GlobalAvgPool2d: ("input",),
+    ScaledAdd: ("input", "residual"),
+}
+RESULT = {
+    Conv2d: "output",
+    DepthwiseConv2d: "output",
+    Dense: "output",
+    Gemm: "c",
+    MaxPool2d: "output",
+    GlobalAvgPool2d: "output",
+    ScaledAdd: "output",
+}
 
 
 def scaled_add(op: ScaledAdd, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -152,9 +164,13 @@ def scaled_add(op: ScaledAdd, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     then rounding), plus the output's zero point, clipped: the accelerator's 32-bit steps."""
     _check(a, op.input_shape, "input")
     _check(b, op.input_shape, "residual")
-    sides = [wrap32(wrap32((np.asarray(x, np.int64) - z) * w) * m) for x, z, w, m in
-             ((a, op.zero_a, op.weight_a, op.multiplier_a),
-              (b, op.zero_b, op.weight_b, op.multiplier_b))]  # fmt: skip
+    sides = [
+        wrap32(wrap32((np.asarray(x, np.int64) - z) * w) * m)
+        for x, z, w, m in (
+            (a, op.zero_a, op.weight_a, op.multiplier_a),
+            (b, op.zero_b, op.weight_b, op.multiplier_b),
+        )
+    ]
     y = wrap32(sides[0] + sides[1]) >> op.pre_shift
     if op.shift:
         y = wrap32(y + (1 << (op.shift - 1))) >> op.shift
@@ -183,8 +199,11 @@ def maxpool2d(op: MaxPool2d, x: np.ndarray) -> np.ndarray:
     t, left, b, r = op.pads
     xp = np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=op.pad_value)
     (kh, kw), (sh, sw) = op.kernel, op.stride
-    taps = [xp[:, :, i : i + sh * (op.oh - 1) + 1 : sh, j : j + sw * (op.ow - 1) + 1 : sw]
-            for i in range(kh) for j in range(kw)]  # fmt: skip
+    taps = [
+        xp[:, :, i : i + sh * (op.oh - 1) + 1 : sh, j : j + sw * (op.ow - 1) + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    ]
     return np.maximum.reduce(taps).astype(np.int8)
 
 
@@ -306,8 +325,9 @@ def _two_factors(target: np.ndarray, top: np.ndarray, tries: int = 1024):
     return m1[best, cols].astype(np.int64), m2[best, cols].astype(np.int64)
 
 
-def requant_bounds(scale, bias, clip: tuple[int, int] = INT8_RANGE, residual: bool = False,
-                   pre_shift: int = 0) -> BoundedRequant | None:  # fmt: skip
+def requant_bounds(
+    scale, bias, clip: tuple[int, int] = INT8_RANGE, residual: bool = False, pre_shift: int = 0
+) -> BoundedRequant | None:
     """The requantization of an epilogue with `acc_bounds`, or None where a scale is 1 or more
     (v would step by more than one, so no accumulator bound can stand for the clip;
     `requant_params` serves those).
@@ -347,8 +367,9 @@ def requant_bounds(scale, bias, clip: tuple[int, int] = INT8_RANGE, residual: bo
         # wrapping sum is exact); two: the first product is shifted, so it must fit itself
         widest = np.maximum(np.abs(acc_lo + bias), np.abs(acc_hi + bias))
         if not pre_shift or np.all(widest * m < 1 << 31):
-            return BoundedRequant(m, s, acc_lo.astype(np.int32), acc_hi.astype(np.int32),
-                                  m2, pre_shift)  # fmt: skip
+            return BoundedRequant(
+                m, s, acc_lo.astype(np.int32), acc_hi.astype(np.int32), m2, pre_shift
+            )
         reach = reach * 1.01
     raise ScheduleError(f"scales {scale} leave no accumulator bounds within 32 bits")
 

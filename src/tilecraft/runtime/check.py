@@ -26,16 +26,18 @@ def expected_outputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[st
     return reference.outputs(program.computation, tensors)
 
 
-def expected_chain_outputs(program: Program, layers, inputs: dict,
-                           every: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+def expected_chain_outputs(
+    program: Program, layers, inputs: dict, every: bool = False
+) -> dict[str, np.ndarray]:
     """The reference's outputs of a chained program: each layer (`runtime.model.ChainLayer`) in
     order on the tensors the earlier ones made, `inputs` and the program's constants. With
     `every`, also each tensor the layers hand over inside the program."""
     return chain_outputs(program, layers, inputs, reference.outputs, every)
 
 
-def chain_outputs(program: Program, layers, inputs: dict, compute,
-                  every: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+def chain_outputs(
+    program: Program, layers, inputs: dict, compute, every: bool = False
+) -> dict[str, np.ndarray]:
     """`expected_chain_outputs` with each computation run by `compute(computation, tensors)`
     (the reference, or host kernels); no `layers` means the program's own computation."""
     if not layers:

@@ -33,8 +33,14 @@ from tilecraft.runtime.program import Program
 
 MANIFEST_FORMAT = "tilecraft-kernels-1"
 _MACHINES = {40: "armv7", 183: "aarch64", 62: "x86_64"}  # ELF e_machine
-_UNAMES = {"armv7l": "armv7", "armv7": "armv7", "aarch64": "aarch64", "arm64": "aarch64",
-           "x86_64": "x86_64", "amd64": "x86_64"}  # fmt: skip
+_UNAMES = {
+    "armv7l": "armv7",
+    "armv7": "armv7",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+}
 
 
 def this_machine() -> str:
@@ -66,20 +72,25 @@ class KernelLibrary:
         except (OSError, ValueError) as exc:
             raise KernelError(f"cannot read kernel manifest {str(path)!r}: {exc}") from None
         if not isinstance(meta, dict) or meta.get("format") != MANIFEST_FORMAT:
-            raise KernelError(f"{str(path)!r} is not a kernel manifest of format "
-                              f"{MANIFEST_FORMAT!r}")  # fmt: skip
+            raise KernelError(
+                f"{str(path)!r} is not a kernel manifest of format {MANIFEST_FORMAT!r}"
+            )
         here = machine or this_machine()
         if meta.get("target") != here:
-            raise KernelError(f"kernels built for {meta.get('triple')} ({meta.get('target')}) "
-                              f"cannot run on this {here} machine")  # fmt: skip
+            raise KernelError(
+                f"kernels built for {meta.get('triple')} ({meta.get('target')}) "
+                f"cannot run on this {here} machine"
+            )
         so = path.parent / meta["shared_object"]
         try:
             built_for = elf_target(so.read_bytes())
         except OSError as exc:
             raise KernelError(f"cannot read {str(so)!r}: {exc.strerror or exc}") from None
         if built_for != meta["target"]:
-            raise KernelError(f"{so.name} is a {built_for} object; its manifest says "
-                              f"{meta['target']} ({meta['triple']})")  # fmt: skip
+            raise KernelError(
+                f"{so.name} is a {built_for} object; its manifest says "
+                f"{meta['target']} ({meta['triple']})"
+            )
         self.target, self.triple = meta["target"], meta["triple"]
         self._dll = ctypes.CDLL(str(so.resolve()))
         self.host = {e["key"]: e for e in meta.get("host", [])}
@@ -93,8 +104,9 @@ class KernelLibrary:
         try:
             return self.kernels[symbol]
         except KeyError:
-            raise KernelError(f"no kernel {symbol!r} in this library ({len(self.kernels)} "
-                              f"kernels)") from None  # fmt: skip
+            raise KernelError(
+                f"no kernel {symbol!r} in this library ({len(self.kernels)} kernels)"
+            ) from None
 
 
 def load_library(manifest: str | Path) -> KernelLibrary:
@@ -116,9 +128,11 @@ class LibraryKernels(HostStepKernels):
     def find(self, op, shapes, key):
         entry = self.table.get(key)
         if entry is None:
-            raise KernelError(f"the kernel library has no kernel for {type(op).__name__} on "
-                              f"inputs {[list(s) for s in shapes]} (rebuild it for this "
-                              f"model)")  # fmt: skip
+            raise KernelError(
+                f"the kernel library has no kernel for {type(op).__name__} on "
+                f"inputs {[list(s) for s in shapes]} (rebuild it for this "
+                f"model)"
+            )
         return self.library[entry["symbol"]], entry["bind"]
 
 
@@ -133,11 +147,12 @@ class LibraryCompute:
     def outputs(self, comp, tensors):
         entry = self.library.compute.get(computation_key(comp))
         if entry is None:
-            raise KernelError(f"the kernel library has no kernel for {comp.op.describe()} "
-                              f"(rebuild it for this model)")  # fmt: skip
+            raise KernelError(
+                f"the kernel library has no kernel for {comp.op.describe()} "
+                f"(rebuild it for this model)"
+            )
         kernel = self.library[entry["symbol"]]
-        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, entry["operands"],
-                                                                tensors))}  # fmt: skip
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, entry["operands"], tensors))}
 
 
 @dataclass
@@ -157,24 +172,29 @@ class CpuDevice:
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:
-            raise DeviceError(f"program {program.name!r} does not say what it computes; the "
-                              f"cpu device runs a program by its computation")  # fmt: skip
+            raise DeviceError(
+                f"program {program.name!r} does not say what it computes; the "
+                f"cpu device runs a program by its computation"
+            )
         start = time.perf_counter()
         packed = check_inputs(program, inputs)
         logical = {}
         for name, value in packed.items():
             layout = program.buffer(name).layout
             if layout is not None and layout.kind == "im2col":
-                raise DeviceError(f"the cpu device cannot take input {name!r} of program "
-                                  f"{program.name!r} packed as im2col (its taps overlap); run "
-                                  f"it through the graph executor, which passes tensors as "
-                                  f"they are")  # fmt: skip
+                raise DeviceError(
+                    f"the cpu device cannot take input {name!r} of program "
+                    f"{program.name!r} packed as im2col (its taps overlap); run "
+                    f"it through the graph executor, which passes tensors as "
+                    f"they are"
+                )
             logical[name] = unpack(program.config, layout, value) if layout else value
         outs = self.run_layers(program, (), logical)
         result = {}
         for b in program.outputs:
-            result[b.name] = pack(program.config, b.layout, outs[b.name]) if b.layout \
-                else outs[b.name]  # fmt: skip
+            result[b.name] = (
+                pack(program.config, b.layout, outs[b.name]) if b.layout else outs[b.name]
+            )
         return RunResult(result, CpuReport(time.perf_counter() - start))
 
     def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:

@@ -26,8 +26,7 @@ class HostKernels(Protocol):
 
     name: str
 
-    def run(self, op: host_ops.HostOp, inputs: list[np.ndarray], constants: dict) -> np.ndarray:
-        ...
+    def run(self, op: host_ops.HostOp, inputs: list[np.ndarray], constants: dict) -> np.ndarray: ...
 
 
 class NumpyKernels:
@@ -63,8 +62,7 @@ class ModelRun:
     def host_seconds(self) -> float:
         """Host work: host steps (and steps on the cpu device), and packing/unpacking around
         accelerator steps."""
-        return sum(s.seconds if s.place in ("host", "cpu") else s.pack_seconds
-                   for s in self.steps)  # fmt: skip
+        return sum(s.seconds if s.place in ("host", "cpu") else s.pack_seconds for s in self.steps)
 
 
 def run_model(
@@ -84,8 +82,10 @@ def run_model(
         spec = model.tensor(name)
         x = np.asarray(inputs[name])
         if x.shape != spec.shape or x.dtype.kind not in "fiu":
-            raise DeviceError(f"input {name!r} is {x.dtype}{list(x.shape)}; model "
-                              f"{model.name!r} expects float {list(spec.shape)}")  # fmt: skip
+            raise DeviceError(
+                f"input {name!r} is {x.dtype}{list(x.shape)}; model "
+                f"{model.name!r} expects float {list(spec.shape)}"
+            )
         values[name] = x.astype(np.float32)
     reports = []
     for step in model.steps:
@@ -117,8 +117,9 @@ def run_model(
         for b in step.outputs:
             values[b.tensor] = _as_tensor(model, b.tensor, outs[b.buffer])
         place = "cpu" if hasattr(device, "run_layers") else "accelerator"
-        reports.append(StepReport(step.name, place, time.perf_counter() - start,
-                                  cycles, dram, pack))  # fmt: skip
+        reports.append(
+            StepReport(step.name, place, time.perf_counter() - start, cycles, dram, pack)
+        )
     outputs = {name: values[name] for name in model.outputs}
     return ModelRun(outputs, reports, values if keep else {})
 
@@ -137,8 +138,11 @@ def _view(program, buffer: str, value: np.ndarray) -> np.ndarray:
     """A tensor as the program's buffer sees it: (N, C, 1, 1) and (N, C) are the same values
     (a flatten the compiler left out), so a reshape of the same size is taken as given."""
     layout = program.buffer(buffer).layout
-    if layout is not None and value.shape != tuple(layout.logical) and \
-            value.size == int(np.prod(layout.logical)):  # fmt: skip
+    if (
+        layout is not None
+        and value.shape != tuple(layout.logical)
+        and value.size == int(np.prod(layout.logical))
+    ):
         return value.reshape(layout.logical)
     return value
 
@@ -152,8 +156,9 @@ def _as_tensor(model: CompiledModel, name: str, value: np.ndarray) -> np.ndarray
     return value
 
 
-def steady_host_seconds(model: CompiledModel, run: ModelRun, host: HostKernels | None = None,
-                        repeats: int = 5) -> float:  # fmt: skip
+def steady_host_seconds(
+    model: CompiledModel, run: ModelRun, host: HostKernels | None = None, repeats: int = 5
+) -> float:
     """The host work of `run` (made with `keep`) timed again, warm: each host step, and the
     packing and unpacking around each accelerator step, the fastest of `repeats` each. A first
     run's time includes numpy's one-off start-up costs, which a deployed model pays once."""

@@ -21,8 +21,9 @@ def cuda():
     try:
         core = importlib.import_module("cuda.core")
     except ImportError:
-        raise DeviceError("the gpu device needs cuda.core: pip install cuda-core "
-                          "cuda-bindings") from None  # fmt: skip
+        raise DeviceError(
+            "the gpu device needs cuda.core: pip install cuda-core cuda-bindings"
+        ) from None
     try:
         device = core.Device()
         device.set_current()
@@ -49,11 +50,16 @@ class CudaKernel:
         given = iter(inputs)
         host, gpu, outputs = [], [], []
         for b in self.buffers:
-            a = np.ascontiguousarray(next(given), b.dtype) if b.role == "in" else \
-                np.zeros(b.shape, b.dtype)  # fmt: skip
+            a = (
+                np.ascontiguousarray(next(given), b.dtype)
+                if b.role == "in"
+                else np.zeros(b.shape, b.dtype)
+            )
             if b.role == "in" and a.shape != b.shape:
-                raise DeviceError(f"kernel {self.symbol}: input {b.name!r} has shape "
-                                  f"{a.shape}, expected {b.shape}")  # fmt: skip
+                raise DeviceError(
+                    f"kernel {self.symbol}: input {b.name!r} has shape "
+                    f"{a.shape}, expected {b.shape}"
+                )
             buf = device.allocate(max(a.nbytes, 1), stream=stream)
             if b.role == "in":
                 _check(driver.cuMemcpyHtoD(int(buf.handle), a.ctypes.data, a.nbytes))

@@ -46,8 +46,9 @@ class NativeKernel:
     def __call__(self, *inputs: np.ndarray):
         if len(inputs) != len(self.inputs):
             names = ", ".join(b.name for b in self.inputs)
-            raise DeviceError(f"kernel {self.symbol} takes {len(self.inputs)} inputs ({names}), "
-                              f"not {len(inputs)}")  # fmt: skip
+            raise DeviceError(
+                f"kernel {self.symbol} takes {len(self.inputs)} inputs ({names}), not {len(inputs)}"
+            )
         given = iter(inputs)
         arrays, outputs = [], []
         for b in self.buffers:
@@ -82,8 +83,9 @@ def call_host(kernel, op, bind: list, inputs: list, constants: dict) -> np.ndarr
     for source in bind:
         if isinstance(source, int):
             value = inputs[source]
-            args.append(np.asarray(value, np.float32)
-                        if isinstance(op, host_ops.Quantize) else value)  # fmt: skip
+            args.append(
+                np.asarray(value, np.float32) if isinstance(op, host_ops.Quantize) else value
+            )
         else:
             args.append(constants[source])
     return kernel(*args)
@@ -148,5 +150,3 @@ class ComputeKernels(Protocol):
     (the result tensor by its program name), bit for bit."""
 
     def outputs(self, comp, tensors: dict) -> dict[str, np.ndarray]: ...
-
-

@@ -143,8 +143,10 @@ class DepthwiseWeight(_Layout):
 
     def _block(self, cfg: HwConfig) -> int:
         if cfg.block_out != cfg.block_in:
-            raise ProgramError(f"a depthwise weight needs BLOCK_OUT == BLOCK_IN, not "
-                               f"{cfg.block_out} and {cfg.block_in}")  # fmt: skip
+            raise ProgramError(
+                f"a depthwise weight needs BLOCK_OUT == BLOCK_IN, not "
+                f"{cfg.block_out} and {cfg.block_in}"
+            )
         return cfg.block_out
 
     def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
@@ -190,8 +192,15 @@ class Im2col(_Layout):
         return Activation(self._columns()).stored_shape(cfg)
 
     def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
-        return pack_im2col(self.check(x), self.kernel, self.stride, self.pad, self.pad_value,
-                           cfg.batch, cfg.block_in)  # fmt: skip
+        return pack_im2col(
+            self.check(x),
+            self.kernel,
+            self.stride,
+            self.pad,
+            self.pad_value,
+            cfg.batch,
+            cfg.block_in,
+        )
 
     def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
         raise ProgramError("an im2col layout is an input only: its taps overlap")
@@ -274,8 +283,17 @@ class TransposedMatrix(_Layout):
         return np.ascontiguousarray(_unpack_tiles(p, self.logical[::-1]).T)
 
 
-Layout = (Activation | Weight | DenseWeight | DepthwiseWeight | Im2col | Rows | Channels | Matrix
-          | TransposedMatrix)
+Layout = (
+    Activation
+    | Weight
+    | DenseWeight
+    | DepthwiseWeight
+    | Im2col
+    | Rows
+    | Channels
+    | Matrix
+    | TransposedMatrix
+)
 
 
 # ---- the array transforms ------------------------------------------------------------------
@@ -324,8 +342,9 @@ def im2col(x: np.ndarray, kernel, stride, pad, pad_value: int = 0) -> np.ndarray
     return cols.reshape(n, c * kh * kw, oh, ow)
 
 
-def pack_im2col(x: np.ndarray, kernel, stride, pad, pad_value: int, batch: int,
-                lanes: int) -> np.ndarray:  # fmt: skip
+def pack_im2col(
+    x: np.ndarray, kernel, stride, pad, pad_value: int, batch: int, lanes: int
+) -> np.ndarray:
     """pack_activation(im2col(x, ...), batch, lanes), written straight into the blocked layout:
     one strided copy per folded channel, with no (N, C*KH*KW, OH, OW) array in between and no
     transpose after it (ResNet-18's first layer: 2 MB packed in about half the time)."""

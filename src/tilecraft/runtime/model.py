@@ -94,22 +94,31 @@ class CompiledModel:
         known = {t.name for t in self.tensors}
         made = set(self.inputs)
         for step in self.steps:
-            reads = [b.tensor for b in step.inputs] if isinstance(step, AcceleratorStep) else \
-                list(step.inputs)  # fmt: skip
+            reads = (
+                [b.tensor for b in step.inputs]
+                if isinstance(step, AcceleratorStep)
+                else list(step.inputs)
+            )
             missing = [t for t in reads if t not in made]
             if missing:
                 raise ModelError(f"step {step.name} reads {missing} before any step makes them")
-            writes = [b.tensor for b in step.outputs] if isinstance(step, AcceleratorStep) else \
-                [step.output]  # fmt: skip
+            writes = (
+                [b.tensor for b in step.outputs]
+                if isinstance(step, AcceleratorStep)
+                else [step.output]
+            )
             made.update(writes)
             if isinstance(step, AcceleratorStep) and not 0 <= step.program < len(self.programs):
-                raise ModelError(f"step {step.name} names program {step.program} of "
-                                 f"{len(self.programs)}")  # fmt: skip
+                raise ModelError(
+                    f"step {step.name} names program {step.program} of {len(self.programs)}"
+                )
             if isinstance(step, HostStep):
                 have = set(self.host_constants.get(step.name, {}))
                 if have != set(step.constants):
-                    raise ModelError(f"step {step.name} needs constants {list(step.constants)}, "
-                                     f"the model holds {sorted(have)}")  # fmt: skip
+                    raise ModelError(
+                        f"step {step.name} needs constants {list(step.constants)}, "
+                        f"the model holds {sorted(have)}"
+                    )
         unknown = sorted((made | set(self.outputs)) - known)
         if unknown:
             raise ModelError(f"tensors {unknown} have no TensorSpec")
@@ -125,12 +134,17 @@ class CompiledModel:
     # ---- the artifact ----------------------------------------------------------------------
     def header(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "version": VERSION, "name": self.name,
-            "config": self.config.to_dict(), "config_digest": self.config.digest,
-            "inputs": list(self.inputs), "outputs": list(self.outputs),
-            "tensors": to_json(self.tensors), "steps": to_json(self.steps),
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "config": self.config.to_dict(),
+            "config_digest": self.config.digest,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "tensors": to_json(self.tensors),
+            "steps": to_json(self.steps),
             "programs": [p.header() for p in self.programs],
-        }  # fmt: skip
+        }
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -146,8 +160,9 @@ class CompiledModel:
     @classmethod
     def load(cls, path: str | Path, config: HwConfig | None = None) -> CompiledModel:
         """Read a compiled model; with `config`, refuse one built for another config."""
-        header, arrays = read_artifact(path, FORMAT, VERSION, kind="compiled model",
-                                       remake="compile the model again")  # fmt: skip
+        header, arrays = read_artifact(
+            path, FORMAT, VERSION, kind="compiled model", remake="compile the model again"
+        )
         try:
             model = cls._build(header, arrays)
         except TilecraftError as exc:
@@ -161,8 +176,18 @@ class CompiledModel:
 
     @classmethod
     def _build(cls, header: dict, arrays: dict) -> CompiledModel:
-        keys = {"format", "version", "name", "config", "config_digest", "inputs", "outputs",
-                "tensors", "steps", "programs"}  # fmt: skip
+        keys = {
+            "format",
+            "version",
+            "name",
+            "config",
+            "config_digest",
+            "inputs",
+            "outputs",
+            "tensors",
+            "steps",
+            "programs",
+        }
         if set(header) != keys:
             raise FormatError(f"header fields {sorted(set(header) ^ keys)} missing or unknown")
         config = HwConfig.from_dict(header["config"])
@@ -184,9 +209,12 @@ class CompiledModel:
                 except KeyError as e:
                     raise FormatError(f"steps: the file holds no constant {e}") from None
         return cls(
-            name=from_json(str, header["name"], "name"), config=config,
+            name=from_json(str, header["name"], "name"),
+            config=config,
             inputs=from_json(tuple[str, ...], header["inputs"], "inputs"),
             outputs=from_json(tuple[str, ...], header["outputs"], "outputs"),
             tensors=from_json(tuple[TensorSpec, ...], header["tensors"], "tensors"),
-            steps=steps, programs=tuple(programs), host_constants=host,
-        )  # fmt: skip
+            steps=steps,
+            programs=tuple(programs),
+            host_constants=host,
+        )

@@ -209,8 +209,11 @@ class Program:
     def from_parts(cls, header: dict, arrays: dict) -> Program:
         """A program from its header and arrays held inside another artifact (a compiled
         model), read as strictly as `load` reads a file."""
-        if not isinstance(header, dict) or header.get("format") != FORMAT \
-                or header.get("version") != VERSION:  # fmt: skip
+        if (
+            not isinstance(header, dict)
+            or header.get("format") != FORMAT
+            or header.get("version") != VERSION
+        ):
             raise ProgramError(f"an embedded program must be {FORMAT} version {VERSION}")
         return cls._build(header, arrays)
 
@@ -287,17 +290,24 @@ class Program:
         # checks it); instructions, micro-ops, constants and inputs overlap nothing, outputs
         # no other output
         shared = {b.name for b in self.buffers if b.role in (Role.SCRATCH, Role.OUTPUT)}
-        outputs = [(b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
-                   if b.role == Role.OUTPUT and b.nbytes]  # fmt: skip
+        outputs = [
+            (b.offset, b.offset + b.nbytes, b.name)
+            for b in self.buffers
+            if b.role == Role.OUTPUT and b.nbytes
+        ]
         merged: list[tuple[int, int, str]] = []
-        for lo, hi, name in sorted((b.offset, b.offset + b.nbytes, b.name) for b in self.buffers
-                                   if b.name in shared and b.nbytes):  # fmt: skip
+        for lo, hi, name in sorted(
+            (b.offset, b.offset + b.nbytes, b.name)
+            for b in self.buffers
+            if b.name in shared and b.nbytes
+        ):
             if merged and lo < merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(hi, merged[-1][1]), merged[-1][2])
             else:
                 merged.append((lo, hi, name))
-        fixed = [(off, off + size, name) for name, off, size in regions
-                 if size and name not in shared]  # fmt: skip
+        fixed = [
+            (off, off + size, name) for name, off, size in regions if size and name not in shared
+        ]
         for spans in (sorted(fixed + merged), sorted(outputs)):
             for (_a0, a1, an), (b0, _, bn) in zip(spans, spans[1:]):
                 if b0 < a1:

@@ -50,7 +50,13 @@ class SimDevice:
         compiler's `Timer` (`runtime.device.cycle_model`)."""
         config = self.config or program.config
         check_program(program, config)
-        report, _ = run_image(config, program.dram_image(), program.insn_offset,
-                              len(program.insns), timing=self.timing, functional=False,
-                              check_races=False)  # fmt: skip
+        report, _ = run_image(
+            config,
+            program.dram_image(),
+            program.insn_offset,
+            len(program.insns),
+            timing=self.timing,
+            functional=False,
+            check_races=False,
+        )
         return report.cycles

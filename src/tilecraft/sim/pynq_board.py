@@ -144,8 +144,9 @@ class RtlAccelerator:
     DRAM, and the model runs until DONE or `max_cycles`; its DRAM comes back into DDR only
     when it finished (a hung run leaves DDR alone, as a busy board does)."""
 
-    def __init__(self, config: HwConfig, ddr: np.ndarray, ddr_base: int, session,
-                 max_cycles: int = 5_000_000):  # fmt: skip
+    def __init__(
+        self, config: HwConfig, ddr: np.ndarray, ddr_base: int, session, max_cycles: int = 5_000_000
+    ):
         self.config, self.ddr, self.ddr_base = config, ddr, ddr_base
         self.session, self.max_cycles = session, max_cycles
         self.runs = 0
@@ -263,9 +264,14 @@ class SimulatedBoard(Device):
         self.allocations[address] = size
         host = np.zeros(size, np.uint8)  # the CPU's (cached) view
         buf = SimBuffer(
-            shape, dtype, buffer=host, device=self, device_address=address, bo=address,
+            shape,
+            dtype,
+            buffer=host,
+            device=self,
+            device_address=address,
+            bo=address,
             coherent=False,
-        )  # fmt: skip
+        )
         buf.owner = self
         return buf
 

@@ -277,11 +277,19 @@ def test_every_tap_is_accounted_for():
 def test_finish_must_wait_for_every_instruction():
     """A load nothing waits for may still run when FINISH raises done (and, in a chain, when
     the next layer starts): refused, naming it; ordered by a token, accepted."""
+
     def program(ordered: bool):
         pb = ProgramBuilder(CFG, "late")
         x = pb.buffer("x", Role.INPUT, (1, CFG.batch, CFG.block_in), np.int8)
-        load = Load(mem=MemId.INP, sram_base=0, dram_base=pb.elem(x, "inp"), y_size=1,
-                    x_size=1, x_stride=1, push_next=ordered)  # fmt: skip
+        load = Load(
+            mem=MemId.INP,
+            sram_base=0,
+            dram_base=pb.elem(x, "inp"),
+            y_size=1,
+            x_size=1,
+            x_stride=1,
+            push_next=ordered,
+        )
         return pb.build([load, Finish(pop_prev=ordered)])
 
     verify(program(True))
@@ -296,8 +304,12 @@ def test_a_flag_with_no_queue_is_named_at_its_first_instruction():
     idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
     from tilecraft.hw.isa import Store
 
-    insns = [Load(mem=MemId.INP, **idle), Store(push_next=True, **idle),
-             Load(mem=MemId.INP, pop_prev=True, **idle), Finish()]  # fmt: skip
+    insns = [
+        Load(mem=MemId.INP, **idle),
+        Store(push_next=True, **idle),
+        Load(mem=MemId.INP, pop_prev=True, **idle),
+        Finish(),
+    ]
     with pytest.raises(VerifyError, match="flag push_next has no queue on the store stage") as e:
         verify(ProgramBuilder(CFG, "flags").build(insns))
     assert e.value.rule == "range" and e.value.index == 1
@@ -316,9 +328,12 @@ def test_a_pass_without_dataflow_is_remembered_for_the_same_footprints(monkeypat
     monkeypatch.setattr(V, "accesses", lambda *a: calls.append(1) or real(*a))
     table = program.table()
     spec = isa_for(CFG)
-    shifts = np.flatnonzero((table["opcode"] == Opcode.ALU) & (table["alu_op"] == AluOp.SHR)
-                            & (table["use_imm"] != 0)
-                            & (spec.shr_amount(table["imm"]) > -CFG.acc_bits))  # fmt: skip
+    shifts = np.flatnonzero(
+        (table["opcode"] == Opcode.ALU)
+        & (table["alu_op"] == AluOp.SHR)
+        & (table["use_imm"] != 0)
+        & (spec.shr_amount(table["imm"]) > -CFG.acc_bits)
+    )
     assert shifts.size  # the epilogue's shifts (not the zeroing's)
     verify(program, dataflow=False)
     other = table.copy()

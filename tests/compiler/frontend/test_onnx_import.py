@@ -56,9 +56,11 @@ def test_old_opset_is_refused():
 def test_unsupported_operators_are_all_reported_at_once():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    nodes = [helper.make_node("Sigmoid", ["x"], ["a"], name="s1"),
-             helper.make_node("Relu", ["a"], ["b"], name="r"),
-             helper.make_node("Tanh", ["b"], ["y"], name="t1")]  # fmt: skip
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["a"], name="s1"),
+        helper.make_node("Relu", ["a"], ["b"], name="r"),
+        helper.make_node("Tanh", ["b"], ["y"], name="t1"),
+    ]
     with pytest.raises(UnsupportedOperatorError, match="2 unsupported") as info:
         load_onnx(_model(nodes, [x], [y]))
     assert info.value.nodes == [("Sigmoid", "s1", False), ("Tanh", "t1", False)]

@@ -47,6 +47,8 @@ def test_mobilenet_relu6_and_residuals():
 
 def test_passes_are_named_and_ordered():
     names = [n for n, _ in PASSES]
-    assert names.index("fold-batchnorm") < names.index("fuse-residual") < names.index(
-        "fuse-activation"
+    assert (
+        names.index("fold-batchnorm")
+        < names.index("fuse-residual")
+        < names.index("fuse-activation")
     )

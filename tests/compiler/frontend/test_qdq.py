@@ -64,14 +64,16 @@ def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form)
     assert (steps == 0).mean() >= 0.99, (steps == 0).mean()
 
 
-@pytest.mark.parametrize("activations, form", [("uint8", "qdq"), ("int8", "qdq"),
-                                               ("uint8", "qoperator")])  # fmt: skip
+@pytest.mark.parametrize(
+    "activations, form", [("uint8", "qdq"), ("int8", "qdq"), ("uint8", "qoperator")]
+)
 def test_asymmetric_activations_give_onnxruntimes_outputs(tmp_path, activations, form):
     """onnxruntime's default: uint8 activations with zero points (stored less 128 in int8).
     The padding holds the input's zero point, the bias takes its part, the output's is added."""
     x_train, _, x, y = digits_split()
-    path = quantize_with_onnxruntime(tmp_path / "asym.onnx", x_train, symmetric=False,
-                                     activations=activations, form=form)  # fmt: skip
+    path = quantize_with_onnxruntime(
+        tmp_path / "asym.onnx", x_train, symmetric=False, activations=activations, form=form
+    )
     graph = import_model(path, {"input": (len(x), 1, 8, 8)})
     assert len(graph.zero_points) >= 5, graph.zero_points
     comp = compile_network(graph, preset("default"), None)
@@ -93,11 +95,12 @@ def test_per_channel_activation_scales_are_named(tmp_path):
 
     x_train, *_ = digits_split()
     model = load(str(quantize_with_onnxruntime(tmp_path / "q.onnx", x_train, images=4)))
-    q = next(n for n in model.graph.node
-             if n.op_type == "QuantizeLinear" and n.input[0] == "a1")  # fmt: skip
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "a1")
     inits = {t.name: t for t in model.graph.initializer}
-    for name, value in ((q.input[1], np.full(16, 0.05, np.float32)),
-                        (q.input[2], np.zeros(16, np.int8))):  # fmt: skip
+    for name, value in (
+        (q.input[1], np.full(16, 0.05, np.float32)),
+        (q.input[2], np.zeros(16, np.int8)),
+    ):
         inits[name].CopyFrom(numpy_helper.from_array(value, name))
     q.attribute.append(helper.make_attribute("axis", 1))
     for dq in model.graph.node:  # its DequantizeLinear shares the scale: per channel too
@@ -121,8 +124,12 @@ def test_a_batchnorm_the_model_rounds_before_is_folded_with_a_warning(tmp_path):
     model = b.model("input", (1, 3, 8, 8), y, (1, 8, 8, 8))
     src, out = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(model, str(src))
-    data = iter([{"input": np.random.default_rng(i).normal(size=(1, 3, 8, 8)).astype(np.float32)}
-                 for i in range(2)])  # fmt: skip
+    data = iter(
+        [
+            {"input": np.random.default_rng(i).normal(size=(1, 3, 8, 8)).astype(np.float32)}
+            for i in range(2)
+        ]
+    )
 
     class Reader(q.CalibrationDataReader):
         def get_next(self):
@@ -152,8 +159,11 @@ def test_the_evaluator_and_the_calibrator_round_where_the_model_rounds(tmp_path,
     model = onnx.load(str(path))
     graph = import_model(model)
     dq = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
-    rounded = {q.input[0]: dq[q.output[0]] for q in model.graph.node
-               if q.op_type == "QuantizeLinear" and q.input[0] in graph.scales}  # fmt: skip
+    rounded = {
+        q.input[0]: dq[q.output[0]]
+        for q in model.graph.node
+        if q.op_type == "QuantizeLinear" and q.input[0] in graph.scales
+    }
     for name in rounded.values():
         model.graph.output.append(onnx.helper.make_tensor_value_info(name, 1, None))
     options = ort.SessionOptions()

@@ -24,17 +24,25 @@ BATCH = 32
 
 def _quant(name, x, y, scale, bits, signed=1, narrow=0, zeropt=0.0, mode="ROUND"):
     """A Quant node and its constant inputs."""
-    inits = [numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_s"),
-             numpy_helper.from_array(np.asarray(zeropt, np.float32), f"{name}_z"),
-             numpy_helper.from_array(np.asarray(float(bits), np.float32), f"{name}_b")]  # fmt: skip
-    node = helper.make_node("Quant", [x, f"{name}_s", f"{name}_z", f"{name}_b"], [y], name,
-                            domain=QONNX, signed=signed, narrow=narrow,
-                            rounding_mode=mode)  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_s"),
+        numpy_helper.from_array(np.asarray(zeropt, np.float32), f"{name}_z"),
+        numpy_helper.from_array(np.asarray(float(bits), np.float32), f"{name}_b"),
+    ]
+    node = helper.make_node(
+        "Quant",
+        [x, f"{name}_s", f"{name}_z", f"{name}_b"],
+        [y],
+        name,
+        domain=QONNX,
+        signed=signed,
+        narrow=narrow,
+        rounding_mode=mode,
+    )
     return node, inits
 
 
-def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037,
-           weight_zeropt=0.0):  # fmt: skip
+def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037, weight_zeropt=0.0):
     """x -> Quant(int8) -> Conv(4-bit narrow per-channel weights, 32-bit bias) -> Relu ->
     Quant(unsigned 4-bit) -> Conv(8-bit weights) -> Quant(int8) -> GlobalAveragePool ->
     Flatten -> Quant(int8) -> Gemm(transB, 8-bit per-channel) -> Quant(int8)."""
@@ -45,38 +53,46 @@ def _model(act_bits=4, act_signed=0, mode="ROUND", zeropt=0.0, act_scale=0.1037,
     w2 = rng.normal(0, 0.1, (16, 8, 3, 3)).astype(np.float32)
     w3 = rng.normal(0, 0.2, (10, 16)).astype(np.float32)
     s3 = np.linspace(0.00211, 0.00397, 10).astype(np.float32).reshape(10, 1)
-    inits = [numpy_helper.from_array(v, k) for k, v in
-             (("w1", w1), ("b1", b1), ("w2", w2), ("w3", w3))]  # fmt: skip
+    inits = [
+        numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("b1", b1), ("w2", w2), ("w3", w3))
+    ]
     quants = [
         _quant("qx", "x", "xq", 0.0291, 8),
         _quant("qw1", "w1", "w1q", s1, 4, narrow=1),
         _quant("qb1", "b1", "b1q", 0.0291 * s1.reshape(8), 32),
-        _quant("qa1", "r1", "a1", act_scale, act_bits, signed=act_signed, zeropt=zeropt,
-               mode=mode),
+        _quant("qa1", "r1", "a1", act_scale, act_bits, signed=act_signed, zeropt=zeropt, mode=mode),
         _quant("qw2", "w2", "w2q", 0.00153, 8, narrow=1, zeropt=weight_zeropt),
         _quant("qa2", "c2", "a2", 0.0517, 8),
         _quant("qf", "f", "fq", 0.0307, 8),
         _quant("qw3", "w3", "w3q", s3, 8),
         _quant("qy", "g", "y", 0.0213, 8),
-    ]  # fmt: skip
+    ]
     nodes = [
-        quants[0][0], quants[1][0], quants[2][0],
+        quants[0][0],
+        quants[1][0],
+        quants[2][0],
         helper.make_node("Conv", ["xq", "w1q", "b1q"], ["c1"], "conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], "relu1"),
-        quants[3][0], quants[4][0],
+        quants[3][0],
+        quants[4][0],
         helper.make_node("Conv", ["a1", "w2q"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
         quants[5][0],
         helper.make_node("GlobalAveragePool", ["a2"], ["p"], "gap"),
         helper.make_node("Flatten", ["p"], ["f"], "flat"),
-        quants[6][0], quants[7][0],
+        quants[6][0],
+        quants[7][0],
         helper.make_node("Gemm", ["fq", "w3q"], ["g"], "fc", transB=1),
         quants[8][0],
-    ]  # fmt: skip
+    ]
     for _, more in quants:
         inits += more
     graph = helper.make_graph(
-        nodes, "qonnx", [helper.make_tensor_value_info("x", TP.FLOAT, [BATCH, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TP.FLOAT, [BATCH, 10])], inits)  # fmt: skip
+        nodes,
+        "qonnx",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [BATCH, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [BATCH, 10])],
+        inits,
+    )
     opsets = [helper.make_opsetid("", 13), helper.make_opsetid(QONNX, 1)]
     return helper.make_model(graph, opset_imports=opsets)
 
@@ -95,17 +111,22 @@ def _reference(model):
         a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
         bits = int(numpy_helper.to_array(next(t for t in g.initializer if t.name == n.input[3])))
         lo, hi = int_range(bits, bool(a["signed"]), bool(a["narrow"]))
-        g.initializer.extend([numpy_helper.from_array(np.float32(lo), f"{n.name}_lo"),
-                              numpy_helper.from_array(np.float32(hi), f"{n.name}_hi")])  # fmt: skip
+        g.initializer.extend(
+            [
+                numpy_helper.from_array(np.float32(lo), f"{n.name}_lo"),
+                numpy_helper.from_array(np.float32(hi), f"{n.name}_hi"),
+            ]
+        )
         nodes += [
             helper.make_node("Div", [n.input[0], n.input[1]], [f"{n.name}_d"]),
             helper.make_node("Add", [f"{n.name}_d", n.input[2]], [f"{n.name}_plus"]),
-            helper.make_node("Clip", [f"{n.name}_plus", f"{n.name}_lo", f"{n.name}_hi"],
-                             [f"{n.name}_c"]),
+            helper.make_node(
+                "Clip", [f"{n.name}_plus", f"{n.name}_lo", f"{n.name}_hi"], [f"{n.name}_c"]
+            ),
             helper.make_node("Round", [f"{n.name}_c"], [f"{n.name}_r"]),
             helper.make_node("Sub", [f"{n.name}_r", n.input[2]], [f"{n.name}_u"]),
             helper.make_node("Mul", [f"{n.name}_u", n.input[1]], [n.output[0]]),
-        ]  # fmt: skip
+        ]
     del g.node[:]
     g.node.extend(nodes)
     del out.opset_import[:]
@@ -136,11 +157,14 @@ def test_the_rewritten_model_computes_what_qonnx_defines():
     assert len(np.unique(np.rint(want / 0.0213))) > 5  # not a constant output
 
 
-@pytest.mark.parametrize("bits, signed, zeropt", [
-    (4, 0, 0.0),  # unsigned 4-bit after the ReLU: fits int8 as it is
-    (8, 0, 0.0),  # unsigned 8-bit: stored as uint8 less 128
-    (8, 1, 9.0),  # int8 with a zero point
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bits, signed, zeropt",
+    [
+        (4, 0, 0.0),  # unsigned 4-bit after the ReLU: fits int8 as it is
+        (8, 0, 0.0),  # unsigned 8-bit: stored as uint8 less 128
+        (8, 1, 9.0),  # int8 with a zero point
+    ],
+)
 def test_tilecraft_runs_it_with_the_models_integers_to_the_same_int8_outputs(bits, signed, zeropt):
     model = _model(act_bits=bits, act_signed=signed, zeropt=zeropt, act_scale=0.1037 * 16 / 2**bits)
     graph = import_model(model)
@@ -171,8 +195,11 @@ def test_tilecraft_runs_it_with_the_models_integers_to_the_same_int8_outputs(bit
     [
         ({"mode": "FLOOR"}, "node qa1: rounding_mode 'FLOOR' is not read"),
         ({"zeropt": 2.5}, r"node qa1: zero point \[2.5\] is not read"),
-        ({"act_bits": 9}, r"node qa1: activation 'r1' is quantized to \[0, 511\] with zero "
-                          r"point 0, which neither int8 nor uint8 holds"),
+        (
+            {"act_bits": 9},
+            r"node qa1: activation 'r1' is quantized to \[0, 511\] with zero "
+            r"point 0, which neither int8 nor uint8 holds",
+        ),
         ({"weight_zeropt": 1.0}, "node qw2: weights with zero point 1 are not read"),
         ({"act_scale": [0.1] * 8}, "node qa1: activation 'r1' has 8 scales"),
     ],

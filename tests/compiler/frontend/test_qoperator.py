@@ -24,24 +24,39 @@ def _model(channels_last=0):
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (6, 4), dtype=np.int8)
     inits = [
-        _init("xs", np.float32(0.05)), _init("xz", np.int8(0)),
-        _init("ps", np.float32(0.02)), _init("pz", np.int8(0)),
-        _init("w", w), _init("ws", np.linspace(0.01, 0.02, 4).astype(np.float32)),
+        _init("xs", np.float32(0.05)),
+        _init("xz", np.int8(0)),
+        _init("ps", np.float32(0.02)),
+        _init("pz", np.int8(0)),
+        _init("w", w),
+        _init("ws", np.linspace(0.01, 0.02, 4).astype(np.float32)),
         _init("wz", np.zeros(4, np.int8)),
-        _init("ys", np.float32(0.3)), _init("yz", np.int8(0)),
-    ]  # fmt: skip
+        _init("ys", np.float32(0.3)),
+        _init("yz", np.int8(0)),
+    ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], "q"),
-        helper.make_node("QLinearGlobalAveragePool", ["xq", "xs", "xz", "ps", "pz"], ["pq"],
-                         "gap", domain="com.microsoft", channels_last=channels_last),
+        helper.make_node(
+            "QLinearGlobalAveragePool",
+            ["xq", "xs", "xz", "ps", "pz"],
+            ["pq"],
+            "gap",
+            domain="com.microsoft",
+            channels_last=channels_last,
+        ),
         helper.make_node("Flatten", ["pq"], ["fq"], "flat"),
-        helper.make_node("QLinearMatMul", ["fq", "ps", "pz", "w", "ws", "wz", "ys", "yz"],
-                         ["yq"], "mm"),
+        helper.make_node(
+            "QLinearMatMul", ["fq", "ps", "pz", "w", "ws", "wz", "ys", "yz"], ["yq"], "mm"
+        ),
         helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], "dq"),
-    ]  # fmt: skip
-    graph = helper.make_graph(nodes, "qop", [helper.make_tensor_value_info("x", TP.FLOAT,
-                              [2, 6, 3, 3])], [helper.make_tensor_value_info("y", TP.FLOAT,
-                              [2, 4])], inits)  # fmt: skip
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qop",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [2, 6, 3, 3])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 4])],
+        inits,
+    )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets)
 
@@ -56,8 +71,10 @@ def test_the_rewritten_model_runs_to_the_same_outputs_in_onnxruntime():
     x = np.random.default_rng(1).uniform(-4, 4, (2, 6, 3, 3)).astype(np.float32)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    run = [ort.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
-           for m in (model, expanded)]  # fmt: skip
+    run = [
+        ort.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
+        for m in (model, expanded)
+    ]
     np.testing.assert_array_equal(run[0], run[1])
     graph = import_model(model)
     assert [n.op for n in graph.nodes] == [OpType.GLOBALAVGPOOL, OpType.FLATTEN, OpType.DENSE]

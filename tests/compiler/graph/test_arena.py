@@ -28,8 +28,9 @@ def test_random_lifetimes(seed):
     intervals = []
     for k in range(30):
         first = int(rng.integers(0, 40))
-        intervals.append(Interval(f"t{k}", int(rng.integers(1, 5000)), first,
-                                  first + int(rng.integers(0, 6))))  # fmt: skip
+        intervals.append(
+            Interval(f"t{k}", int(rng.integers(1, 5000)), first, first + int(rng.integers(0, 6)))
+        )
     arena = plan_arena(intervals)
     _check(arena, intervals)
     assert all(o % ALIGN == 0 for o in arena.offsets.values())

@@ -82,7 +82,10 @@ def test_dram_order_rule():
     lanes, local = [STORE_LANE, LOAD_LANE], [0, 0]
     unordered = [np.full(4, -1), np.full(4, -1)]
     assert dram_order_problem([store, load], unordered, lanes, local) == (
-        1, "reads DRAM bytes stored by", 0)  # fmt: skip
+        1,
+        "reads DRAM bytes stored by",
+        0,
+    )
     ordered = [np.full(4, -1), np.array([-1, -1, -1, 0])]  # the store is complete
     assert dram_order_problem([store, load], ordered, lanes, local) is None
     elsewhere = A(index=1, stage=Stage.LOAD, dram_reads=[(64, 96)], dram_writes=[])
@@ -90,7 +93,8 @@ def test_dram_order_rule():
     late = A(index=1, stage=Stage.STORE, dram_reads=[], dram_writes=[(0, 8)])
     first = A(index=0, stage=Stage.LOAD, dram_reads=[(0, 64)], dram_writes=[])
     assert dram_order_problem([first, late], unordered, [LOAD_LANE, STORE_LANE], local)[1] == (
-        "overwrites DRAM bytes still to be read by")  # fmt: skip
+        "overwrites DRAM bytes still to be read by"
+    )
 
 
 def test_layouts_that_do_not_line_up_stay_apart():
@@ -100,8 +104,10 @@ def test_layouts_that_do_not_line_up_stay_apart():
     assert all(not s.layers for s in steps) and len(steps) == 7
     x = {"input": np.ones((1, 3, 16, 16), np.float32)}
     out = comp.graph.outputs[0]
-    np.testing.assert_array_equal(run_model(comp.model, x, get_device("sim")).outputs[out],
-                                  run_model(comp.model, x).outputs[out])  # fmt: skip
+    np.testing.assert_array_equal(
+        run_model(comp.model, x, get_device("sim")).outputs[out],
+        run_model(comp.model, x).outputs[out],
+    )
 
 
 def test_relocation_refuses_what_it_cannot_move():
@@ -152,8 +158,11 @@ def test_a_chain_is_verified_by_its_parts_and_its_junctions():
     verify_chain(program, parts)
     verify(program)  # the whole-program rules agree
     j = len(parts[0].program.insns)  # the second part's first instruction
-    for k, change in ((j, {"pop_next": False}), (j - 1, {"push_prev": False}),
-                      (j - 1, {"pop_next": False})):  # fmt: skip
+    for k, change in (
+        (j, {"pop_next": False}),
+        (j - 1, {"push_prev": False}),
+        (j - 1, {"pop_next": False}),
+    ):
         broken = _with(program, k, **change)
         with pytest.raises(VerifyError, match="after layer a is not the barrier") as info:
             verify_chain(broken, parts)
@@ -168,8 +177,12 @@ def test_the_chain_is_its_parts_relocated_and_nothing_else():
     program, parts = _two_layers()
     table = program.table()
     j = len(parts[0].program.insns) + 1  # the second layer's body
-    k = j + int(np.flatnonzero((parts[1].program.table()["opcode"] == Opcode.GEMM)
-                               & (parts[1].program.table()["pop_prev"] != 0))[0])  # fmt: skip
+    k = j + int(
+        np.flatnonzero(
+            (parts[1].program.table()["opcode"] == Opcode.GEMM)
+            & (parts[1].program.table()["pop_prev"] != 0)
+        )[0]
+    )
     assert table[k]["opcode"] == Opcode.GEMM and table[k]["pop_prev"]
     with pytest.raises(VerifyError, match=f"instruction {k} is not the layers' relocated") as e:
         verify_chain(_with(program, k, pop_prev=False), parts, verified_parts=True)
@@ -204,8 +217,11 @@ def test_relocation_keeps_each_transfer_inside_one_buffer():
     program's region) would read another tensor once the chain moves the buffers apart."""
     a = _two_layers()[1][0].program
     table = a.table()
-    load = int(np.flatnonzero((table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)
-                              & (table["x_size"] > 0))[0])  # fmt: skip
+    load = int(
+        np.flatnonzero(
+            (table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP) & (table["x_size"] > 0)
+        )[0]
+    )
     rows = int(table["y_size"][load])
     over = _with(a, load, y_size=rows + 64)  # reads on past the input
     with pytest.raises(VerifyError, match="not inside one of its buffers") as info:
@@ -220,7 +236,8 @@ def test_buffers_of_one_layer_never_share_arena_bytes():
     bufs = {b.name: b for b in program.buffers}
     assert bufs["y"].role == "scratch" and bufs["z"].role == "output"  # may share, by lives
     clash = dataclasses.replace(bufs["z"], offset=bufs["y"].offset)  # but b reads y, writes z
-    doctored = program.replace(buffers=tuple(clash if b.name == "z" else b
-                                             for b in program.buffers))  # fmt: skip
+    doctored = program.replace(
+        buffers=tuple(clash if b.name == "z" else b for b in program.buffers)
+    )
     with pytest.raises(VerifyError, match="layer b's buffers y and z share arena bytes"):
         verify_chain(doctored, parts, verified_parts=True)

@@ -16,8 +16,9 @@ from tilecraft.runtime.executor import run_model, steady_host_seconds
 from tilecraft.runtime.model import AcceleratorStep, HostStep
 
 
-@pytest.mark.parametrize(("config", "programs", "host_depthwise"),
-                         [("default", 1, 0), ("1x16x8", 36, 17)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "programs", "host_depthwise"), [("default", 1, 0), ("1x16x8", 36, 17)]
+)
 def test_mobilenet_v2_on_sim(config, programs, host_depthwise):
     graph = import_model(mobilenet_v2(seed=1, size=64))
     model = compile_network(graph, preset(config), random_calibration(graph, 1)).model

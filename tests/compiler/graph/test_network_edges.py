@@ -14,8 +14,9 @@ from tilecraft.runtime.executor import run_model
 
 def _check(model, shape):
     graph = import_model(model)
-    comp = compile_network(graph, preset("default"), random_calibration(graph, 2, seed=1),
-                           measure=1)  # fmt: skip
+    comp = compile_network(
+        graph, preset("default"), random_calibration(graph, 2, seed=1), measure=1
+    )
     x = {"input": np.random.default_rng(9).standard_normal(shape).astype(np.float32)}
     out = graph.outputs[0]
     sim = run_model(comp.model, x, get_device("sim")).outputs[out]
@@ -57,8 +58,13 @@ def test_a_pool_too_large_for_the_scratchpads_runs_on_the_host():
     from tilecraft.runtime.model import HostStep
 
     b = Builder("big", 0)
-    y = b.node("MaxPool", [b.conv_bn("input", 3, 16, 3)], kernel_shape=[3, 3],
-               strides=[2, 2], pads=[1, 1, 1, 1])  # 3 rows of 402: more than an input slot
+    y = b.node(
+        "MaxPool",
+        [b.conv_bn("input", 3, 16, 3)],
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )  # 3 rows of 402: more than an input slot
     graph = import_model(b.model("input", (1, 3, 20, 400), y, (1, 16, 10, 200)))
     comp = compile_network(graph, preset("default"), random_calibration(graph, 1), measure=1)
     assert any(isinstance(layer, PoolLayer) for layer in comp.network.layers)
@@ -70,11 +76,18 @@ def test_chained_identities_and_a_row_bias():
 
     w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
     bias = numpy_helper.from_array(np.ones((1, 3), np.float32), "b")
-    nodes = [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["y"], ["z"]),
-             helper.make_node("Gemm", ["z", "w", "b"], ["o"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                              [2, 4])], [helper.make_tensor_value_info("o", TensorProto.FLOAT,
-                              [2, 3])], [w, bias])  # fmt: skip
+    nodes = [
+        helper.make_node("Identity", ["x"], ["y"]),
+        helper.make_node("Identity", ["y"], ["z"]),
+        helper.make_node("Gemm", ["z", "w", "b"], ["o"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [2, 3])],
+        [w, bias],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     g = import_model(model)

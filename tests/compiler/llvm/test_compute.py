@@ -35,9 +35,14 @@ def test_one_program_through_the_device_api(cpu):
     ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, residual=True)
     rng = np.random.default_rng(0)
     program = compile_operator(
-        preset("default"), op, ep, weight=rng.integers(-128, 128, op.weight_shape, np.int8),
+        preset("default"),
+        op,
+        ep,
+        weight=rng.integers(-128, 128, op.weight_shape, np.int8),
         bias=rng.integers(-999, 999, 24).astype(np.int32),
-        multiplier=rng.integers(1, 99, 24).astype(np.int32), fold=False).program  # fmt: skip
+        multiplier=rng.integers(1, 99, 24).astype(np.int32),
+        fold=False,
+    ).program
     x = random_inputs(program, rng)
     result = cpu.run(program, pack_inputs(program, x))
     ok, message = check_outputs(program, x, unpack_outputs(program, result.outputs))

@@ -37,8 +37,13 @@ def test_float32_conv_matches_float64_reference(jit, seed):
     bias = rng.standard_normal(oc).astype(np.float32)
     got = jit.kernel(Conv2d(shape, oc, kernel, stride, pads, bias=True, relu=True))(x, w, bias)
     want = np.maximum(float_conv(x, w, stride, pads, bias), 0)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
-                               err_msg=f"seed {seed}: {shape} -> {oc}, {kernel} {stride}")
+    np.testing.assert_allclose(
+        got,
+        want,
+        rtol=1e-5,
+        atol=1e-5 * np.abs(want).max(),
+        err_msg=f"seed {seed}: {shape} -> {oc}, {kernel} {stride}",
+    )
 
 
 EPILOGUES = [
@@ -56,19 +61,31 @@ def test_int8_conv_is_bit_exact(jit, seed):
     ep = EPILOGUES[seed % len(EPILOGUES)]
     pad_value = int(rng.integers(-128, 128)) if seed % 2 else 0
     spec = Conv2d(shape, oc, kernel, stride, pads, "int8", epilogue=ep, pad_value=pad_value)
-    tensors = {"x": rng.integers(-128, 128, shape).astype(np.int8),
-               "weight": rng.integers(-128, 128, (oc, shape[1], *kernel)).astype(np.int8),
-               "bias": rng.integers(-5000, 5000, oc).astype(np.int32),
-               "multiplier": rng.integers(1, 200, 1 if ep.multiplier == Multiplier.TENSOR
-                                          else oc).astype(np.int32),
-               "multiplier2": rng.integers(1, 50, oc).astype(np.int32),
-               "acc_lo": rng.integers(-40000, -100, oc).astype(np.int32),
-               "acc_hi": rng.integers(100, 40000, oc).astype(np.int32),
-               "residual": rng.integers(-128, 128, spec.out_shape).astype(np.int8)}  # fmt: skip
+    tensors = {
+        "x": rng.integers(-128, 128, shape).astype(np.int8),
+        "weight": rng.integers(-128, 128, (oc, shape[1], *kernel)).astype(np.int8),
+        "bias": rng.integers(-5000, 5000, oc).astype(np.int32),
+        "multiplier": rng.integers(1, 200, 1 if ep.multiplier == Multiplier.TENSOR else oc).astype(
+            np.int32
+        ),
+        "multiplier2": rng.integers(1, 50, oc).astype(np.int32),
+        "acc_lo": rng.integers(-40000, -100, oc).astype(np.int32),
+        "acc_hi": rng.integers(100, 40000, oc).astype(np.int32),
+        "residual": rng.integers(-128, 128, spec.out_shape).astype(np.int8),
+    }
     names = [b.name for b in spec.buffers() if b.role == "in"]
     got = jit.kernel(spec)(*[tensors[n] for n in names])
-    op = ConvOp(n=shape[0], ic=shape[1], h=shape[2], w=shape[3], oc=oc, kernel=kernel,
-                stride=stride, pad=pads[:2], pad_value=pad_value)  # fmt: skip
+    op = ConvOp(
+        n=shape[0],
+        ic=shape[1],
+        h=shape[2],
+        w=shape[3],
+        oc=oc,
+        kernel=kernel,
+        stride=stride,
+        pad=pads[:2],
+        pad_value=pad_value,
+    )
     params = {n: tensors[n] for n in names[2:]}
     want = R.conv2d(op, ep, tensors["x"], tensors["weight"], **params)
     assert np.array_equal(got, want), f"seed {seed}: {spec}"
@@ -85,13 +102,16 @@ def test_int8_sums_past_one_exact_float_chunk(jit):
     assert np.array_equal(jit.kernel(spec)(x, w), R.conv2d(op, Epilogue(shift=20), x, w))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"kernel": (9, 9)}, "larger than the padded input"),
-    ({"dtype": "int16"}, "no kernel for dtype int16"),
-    ({"epilogue": Epilogue(shift=3)}, "not an int8 epilogue"),
-    ({"dtype": "int8", "relu": True}, "states bias and ReLU in its epilogue"),
-    ({"pads": (1, 1, 1)}, "pads must be 4 ints"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kernel": (9, 9)}, "larger than the padded input"),
+        ({"dtype": "int16"}, "no kernel for dtype int16"),
+        ({"epilogue": Epilogue(shift=3)}, "not an int8 epilogue"),
+        ({"dtype": "int8", "relu": True}, "states bias and ReLU in its epilogue"),
+        ({"pads": (1, 1, 1)}, "pads must be 4 ints"),
+    ],
+)
 def test_bad_conv_records_are_refused(kwargs, message):
     args = {"shape": (1, 3, 8, 8), "out_channels": 4, "kernel": (3, 3), **kwargs}
     with pytest.raises(KernelError, match=message):

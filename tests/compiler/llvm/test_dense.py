@@ -18,8 +18,9 @@ def test_dense_float_and_int8(jit, seed):
     got = jit.kernel(Dense(m, k, n, bias=True, relu=True))(x, w, bias)
     want = np.maximum(x.astype(np.float64) @ w + bias, 0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=14, offset=-3,
-                  residual=bool(seed % 2))  # fmt: skip
+    ep = Epilogue(
+        bias=True, multiplier=Multiplier.CHANNEL, shift=14, offset=-3, residual=bool(seed % 2)
+    )
     xi, wi = (rng.integers(-128, 128, s).astype(np.int8) for s in ((m, k), (k, n)))
     b, mult = rng.integers(-9000, 9000, n).astype(np.int32), rng.integers(1, 99, n)
     res = rng.integers(-128, 128, (m, n)).astype(np.int8)

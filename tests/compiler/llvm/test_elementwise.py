@@ -32,8 +32,12 @@ def test_quantize_rounds_ties_to_even_and_saturates(jit):
 def test_scaled_add_matches_onnxruntime_style_float_add(jit, seed):
     rng = np.random.default_rng(seed)
     shape = (2, int(rng.integers(1, 40)), 3, 5)
-    op = H.Add(float(rng.uniform(0.01, 3)), float(rng.uniform(0.01, 3)),
-               (int(rng.integers(-128, 0)), 127), *map(int, rng.integers(-128, 128, 3)))
+    op = H.Add(
+        float(rng.uniform(0.01, 3)),
+        float(rng.uniform(0.01, 3)),
+        (int(rng.integers(-128, 0)), 127),
+        *map(int, rng.integers(-128, 128, 3)),
+    )
     a, b = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
     spec = E.ScaledAdd(shape, op.ratio_a, op.ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
     assert np.array_equal(jit.kernel(spec)(a, b), H.run(op, [a, b], {})), f"seed {seed}"
@@ -45,13 +49,16 @@ def test_clip_is_relu_by_default(jit):
     assert np.array_equal(jit.kernel(E.Clip(x.shape, -0.5, 0.25))(x), np.clip(x, -0.5, 0.25))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: E.Quantize((3, 0), 1.0), "positive ints"),
-    (lambda: E.Quantize((3,), -1.0), "positive finite"),
-    (lambda: E.Quantize((3,), 1.0, 200), "int8"),
-    (lambda: E.ScaledAdd((3,), 1.0, 1.0, (5, 1)), "lo <= hi"),
-    (lambda: E.Clip((3,), 1.0, 0.0), "lo <= hi"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: E.Quantize((3, 0), 1.0), "positive ints"),
+        (lambda: E.Quantize((3,), -1.0), "positive finite"),
+        (lambda: E.Quantize((3,), 1.0, 200), "int8"),
+        (lambda: E.ScaledAdd((3,), 1.0, 1.0, (5, 1)), "lo <= hi"),
+        (lambda: E.Clip((3,), 1.0, 0.0), "lo <= hi"),
+    ],
+)
 def test_bad_records_are_refused_by_name(make, message):
     with pytest.raises(KernelError, match=message):
         make()

@@ -19,8 +19,7 @@ ort = pytest.importorskip("onnxruntime")
 def _onnxruntime(model, x):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), options,
-                             providers=["CPUExecutionProvider"])  # fmt: skip
+    s = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return s.run(None, {s.get_inputs()[0].name: x})[0]
 
 
@@ -36,10 +35,13 @@ def _grouped_with_softmax():
     return b.model("input", (2, 3, 12, 12), y, (2, 5))
 
 
-@pytest.mark.parametrize("make, shape, numpy_ops", [
-    (lambda: tiny_resnet(seed=2, depthwise=True), (1, 3, 16, 16), 0),
-    (_grouped_with_softmax, (2, 3, 12, 12), 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make, shape, numpy_ops",
+    [
+        (lambda: tiny_resnet(seed=2, depthwise=True), (1, 3, 16, 16), 0),
+        (_grouped_with_softmax, (2, 3, 12, 12), 1),
+    ],
+)
 def test_float_network_matches_onnxruntime(jit, make, shape, numpy_ops):
     model = make()
     graph = import_model(model)
@@ -100,6 +102,5 @@ def test_a_quantized_model_runs_as_its_quantization_nodes_say(jit, tmp_path, act
 @pytest.mark.slow
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
 @pytest.mark.parametrize("make", [resnet18, mobilenet_v2])
-def test_zoo_networks_quantized_by_onnxruntime_run_as_onnxruntime(jit, tmp_path, make,
-                                                                   activations):  # fmt: skip
+def test_zoo_networks_quantized_by_onnxruntime_run_as_onnxruntime(jit, tmp_path, make, activations):
     _check_fake_quantized(jit, make(size=64), tmp_path / "q.onnx", activations)

@@ -39,8 +39,7 @@ def test_direct_conv_dense_and_pool_are_bit_exact(jit, seed):
     mult = mult.astype(np.int32)
     spec = DirectConv2d(x.shape, oc, (3, 3), (s, s), (p,) * 4, "int8", epilogue=EP, pad_value=-3)
     res = rng.integers(-128, 128, spec.out_shape).astype(np.int8)
-    op = ConvOp(n=n, ic=c, h=h, w=w, oc=oc, kernel=(3, 3), stride=(s, s), pad=(p, p),
-                pad_value=-3)  # fmt: skip
+    op = ConvOp(n=n, ic=c, h=h, w=w, oc=oc, kernel=(3, 3), stride=(s, s), pad=(p, p), pad_value=-3)
     want = R.conv2d(op, EP, x, wt, bias=bias[:oc], multiplier=mult[:oc], residual=res)
     assert np.array_equal(jit.kernel(spec)(x, wt, bias[:oc], mult[:oc], res), want), seed
     ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9)
@@ -59,11 +58,13 @@ def test_direct_conv_dense_and_pool_are_bit_exact(jit, seed):
     assert np.array_equal(got, H.run(pool, [x], {})), seed
     xf, wf = rng.standard_normal((1, c, h, w)), rng.standard_normal((oc, c, 3, 3))
     spec = DirectConv2d(xf.shape, oc, (3, 3), (1, 1), (1,) * 4, bias=True, relu=True)
-    got = jit.kernel(spec)(xf.astype(np.float32), wf.astype(np.float32),
-                           bias[:oc].astype(np.float32))  # fmt: skip
+    got = jit.kernel(spec)(
+        xf.astype(np.float32), wf.astype(np.float32), bias[:oc].astype(np.float32)
+    )
     tiled = Conv2d(xf.shape, oc, (3, 3), (1, 1), (1,) * 4, bias=True, relu=True)
-    want = jit.kernel(tiled)(xf.astype(np.float32), wf.astype(np.float32),
-                             bias[:oc].astype(np.float32))  # fmt: skip
+    want = jit.kernel(tiled)(
+        xf.astype(np.float32), wf.astype(np.float32), bias[:oc].astype(np.float32)
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
@@ -78,12 +79,15 @@ def test_a_network_on_the_gpu_kernels_compiled_for_the_cpu(jit):
 
 
 def test_ptx_has_one_entry_per_kernel_and_a_pointer_per_buffer():
-    specs = [DirectConv2d((1, 4, 8, 8), 6, (3, 3), (1, 1), (1,) * 4, "int8", epilogue=EP),
-             Quantize((100,), 0.5, 3), WrappedScaledAdd((7, 9), 2, 300, 1, 250, 3, 6)]
+    specs = [
+        DirectConv2d((1, 4, 8, 8), 6, (3, 3), (1, 1), (1,) * 4, "int8", epilogue=EP),
+        Quantize((100,), 0.5, 3),
+        WrappedScaledAdd((7, 9), 2, 300, 1, 250, 3, 6),
+    ]
     ptx = assembly(specs, NVPTX)
     assert ".target sm_80" in ptx
     for spec in specs:
-        head = ptx[ptx.index(f".entry {spec.symbol}("):]
+        head = ptx[ptx.index(f".entry {spec.symbol}(") :]
         params = head[: head.index(")")].count(".param .u64")
         assert params == len(spec.buffers()), spec.kind
     assert "ld.global" in ptx and "st.global" in ptx and "%ctaid.x" in ptx
@@ -141,8 +145,9 @@ def test_ptx_reaches_the_driver_as_code_not_as_a_file_name(monkeypatch):
             given.append(code)
             return Module()
 
-    monkeypatch.setattr(gpu, "cuda", lambda: (type("core", (), {"ObjectCode": ObjectCode}),
-                                               None, None))  # fmt: skip
+    monkeypatch.setattr(
+        gpu, "cuda", lambda: (type("core", (), {"ObjectCode": ObjectCode}), None, None)
+    )
     spec = Quantize((100,), 0.5, 3)
     ptx = assembly([spec], NVPTX)
     kernels = gpu.load_ptx(ptx, [spec.signature()])

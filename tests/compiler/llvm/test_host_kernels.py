@@ -26,9 +26,11 @@ def kernels(jit):
 def _ops(rng):
     ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=10, relu=True, clip=(-128, 90))
     c = 6
-    dw = {"weight": rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8),
-          "bias": rng.integers(-999, 999, c).astype(np.int32),
-          "multiplier": rng.integers(1, 500, c).astype(np.int32)}  # fmt: skip
+    dw = {
+        "weight": rng.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8),
+        "bias": rng.integers(-999, 999, c).astype(np.int32),
+        "multiplier": rng.integers(1, 500, c).astype(np.int32),
+    }
     x8 = rng.integers(-128, 128, (1, c, 9, 7)).astype(np.int8)
     xf = (rng.standard_normal((1, c, 9, 7)) * 4).astype(np.float32)
     return [
@@ -64,7 +66,10 @@ def test_a_network_runs_its_host_steps_on_generated_kernels(kernels):
     ref = run_model(model, x, keep=True)
     for name, value in ref.tensors.items():
         np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
-    steps = [(s.op, [ref.tensors[i].shape for i in s.inputs]) for s in model.steps
-             if isinstance(s, HostStep)]  # fmt: skip
+    steps = [
+        (s.op, [ref.tensors[i].shape for i in s.inputs])
+        for s in model.steps
+        if isinstance(s, HostStep)
+    ]
     entries = host_entries(steps)
     assert len(entries) == sum(not isinstance(op, H.Flatten) for op, _ in steps)

@@ -7,10 +7,15 @@ from tilecraft.compiler.llvm.kernels.layout import PackActivation, UnpackActivat
 from tilecraft.runtime.layout import pack_activation
 
 
-@pytest.mark.parametrize("shape, batch, lanes, dtype", [
-    ((3, 37, 5, 6), 2, 16, "int8"), ((1, 16, 7, 7), 1, 16, "int8"),
-    ((2, 5, 3, 3), 1, 8, "float32"), ((1, 70, 2, 9), 1, 32, "int32"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape, batch, lanes, dtype",
+    [
+        ((3, 37, 5, 6), 2, 16, "int8"),
+        ((1, 16, 7, 7), 1, 16, "int8"),
+        ((2, 5, 3, 3), 1, 8, "float32"),
+        ((1, 70, 2, 9), 1, 32, "int32"),
+    ],
+)
 def test_pack_and_unpack_round_trip(jit, shape, batch, lanes, dtype):
     x = np.random.default_rng(0).integers(-128, 128, shape).astype(dtype)
     packed = jit.kernel(PackActivation(shape, batch, lanes, dtype))(x)

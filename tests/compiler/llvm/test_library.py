@@ -44,8 +44,9 @@ def libraries(tmp_path_factory):
     folder = tmp_path_factory.mktemp("libraries")
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
     specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1)]
-    return folder, {t: build_library(specs, target(t), folder, t, host)
-                    for t in ("x86_64", "armv7", "aarch64")}  # fmt: skip
+    return folder, {
+        t: build_library(specs, target(t), folder, t, host) for t in ("x86_64", "armv7", "aarch64")
+    }
 
 
 @pytest.mark.skipif(this_machine() != "x86_64", reason="loads an x86-64 object with ctypes")
@@ -63,8 +64,11 @@ def test_the_x86_library_loads_and_runs_with_ctypes(libraries):
 
 def test_another_targets_library_is_refused_naming_both(libraries):
     folder, built = libraries
-    with pytest.raises(KernelError, match=r"built for armv7a-unknown-linux-gnueabihf \(armv7\) "
-                                          r"cannot run on this x86_64 machine"):
+    with pytest.raises(
+        KernelError,
+        match=r"built for armv7a-unknown-linux-gnueabihf \(armv7\) "
+        r"cannot run on this x86_64 machine",
+    ):
         from tilecraft.runtime.cpu import KernelLibrary
 
         KernelLibrary(built["armv7"].manifest, machine="x86_64")
@@ -90,8 +94,9 @@ def test_the_arm_objects_are_libc_free_and_hard_float(libraries):
         elf = ELFFile(f)
         assert elf["e_machine"] == "EM_ARM" and elf["e_flags"] & 0x400  # hard-float ABI
         dynsym = elf.get_section_by_name(".dynsym")
-        undefined = [s.name for s in dynsym.iter_symbols() if s.name and
-                     s["st_shndx"] == "SHN_UNDEF"]  # fmt: skip
+        undefined = [
+            s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] == "SHN_UNDEF"
+        ]
         assert undefined == []
         assert CONV.symbol in {s.name for s in dynsym.iter_symbols()}
 

@@ -35,9 +35,12 @@ def test_avgpool_does_not_count_padding(jit, seed):
     rng, shape, kernel, stride, pads = _case(seed)
     x = rng.standard_normal(shape).astype(np.float32)
     t, left, b, r = pads
-    windows = [np.lib.stride_tricks.sliding_window_view(
-        np.pad(v, ((0, 0), (0, 0), (t, b), (left, r))), kernel, axis=(2, 3))
-        [:, :, :: stride[0], :: stride[1]].sum(axis=(-1, -2)) for v in (x, np.ones_like(x))]
+    windows = [
+        np.lib.stride_tricks.sliding_window_view(
+            np.pad(v, ((0, 0), (0, 0), (t, b), (left, r))), kernel, axis=(2, 3)
+        )[:, :, :: stride[0], :: stride[1]].sum(axis=(-1, -2))
+        for v in (x, np.ones_like(x))
+    ]
     got = jit.kernel(W.AvgPool(shape, kernel, stride, pads))(x)
     np.testing.assert_allclose(got, windows[0] / windows[1], rtol=1e-5, atol=1e-6)
 
@@ -45,18 +48,22 @@ def test_avgpool_does_not_count_padding(jit, seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_depthwise_conv_with_the_accelerator_epilogue(jit, seed):
     rng, shape, kernel, stride, pads = _case(seed)
-    ep = [Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3),
-          Epilogue(acc_bounds=True, bias=True, multiplier=Multiplier.CHANNEL, shift=6,
-                   pre_shift=4),
-          Epilogue(multiplier=Multiplier.TENSOR, shift=3, clip=(-20, 90))][seed % 3]
+    ep = [
+        Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3),
+        Epilogue(acc_bounds=True, bias=True, multiplier=Multiplier.CHANNEL, shift=6, pre_shift=4),
+        Epilogue(multiplier=Multiplier.TENSOR, shift=3, clip=(-20, 90)),
+    ][seed % 3]
     c = shape[1]
-    consts = {"weight": rng.integers(-128, 128, (c, 1, *kernel)).astype(np.int8),
-              "bias": rng.integers(-2000, 2000, c).astype(np.int32),
-              "multiplier": rng.integers(1, 300, c if ep.multiplier == Multiplier.CHANNEL
-                                         else 1).astype(np.int32),
-              "acc_lo": rng.integers(-9000, -100, c).astype(np.int32),
-              "acc_hi": rng.integers(100, 9000, c).astype(np.int32),
-              "multiplier2": rng.integers(1, 40, c).astype(np.int32)}  # fmt: skip
+    consts = {
+        "weight": rng.integers(-128, 128, (c, 1, *kernel)).astype(np.int8),
+        "bias": rng.integers(-2000, 2000, c).astype(np.int32),
+        "multiplier": rng.integers(1, 300, c if ep.multiplier == Multiplier.CHANNEL else 1).astype(
+            np.int32
+        ),
+        "acc_lo": rng.integers(-9000, -100, c).astype(np.int32),
+        "acc_hi": rng.integers(100, 9000, c).astype(np.int32),
+        "multiplier2": rng.integers(1, 40, c).astype(np.int32),
+    }
     pad_value = int(rng.integers(-128, 128))
     x = rng.integers(-128, 128, shape).astype(np.int8)
     spec = W.DepthwiseConv(shape, kernel, stride, pads, ep, pad_value)
@@ -71,8 +78,9 @@ def test_depthwise_conv_with_the_accelerator_epilogue(jit, seed):
 def test_global_avgpool_int8_and_float(jit, seed):
     rng = np.random.default_rng(seed)
     shape = (2, int(rng.integers(1, 30)), *map(int, rng.integers(1, 9, 2)))
-    op = H.GlobalAvgPool(int(rng.integers(1, 2**20)), int(rng.integers(0, 30)),
-                         *map(int, rng.integers(-128, 128, 2)))
+    op = H.GlobalAvgPool(
+        int(rng.integers(1, 2**20)), int(rng.integers(0, 30)), *map(int, rng.integers(-128, 128, 2))
+    )
     x = rng.integers(-128, 128, shape).astype(np.int8)
     spec = W.GlobalAvgPool(shape, "int8", op.multiplier, op.shift, op.input_zero, op.output_zero)
     assert np.array_equal(jit.kernel(spec)(x), H.run(op, [x], {})), f"seed {seed}"

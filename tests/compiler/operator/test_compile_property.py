@@ -107,8 +107,10 @@ def _check(case):
             assert re.search(NAMED[bad], str(exc)), f"{bad} out of range, but: {exc}"
         else:
             legal = type(exc) is ScheduleError and re.search(LIMITS, str(exc))
-            assert legal, (f"{make_op().describe()} [{ep}] on {config} (seed {seed}), every "
-                           f"value legal: {type(exc).__name__}: {exc}")  # fmt: skip
+            assert legal, (
+                f"{make_op().describe()} [{ep}] on {config} (seed {seed}), every "
+                f"value legal: {type(exc).__name__}: {exc}"
+            )
         event(f"{type(exc).__name__} ({bad or 'legal values'})")
         return
     assert bad is None, f"{bad} out of range compiled: {ep}"

@@ -217,12 +217,15 @@ EPILOGUES = {
     "clip": Epilogue(shift=6, clip=(-20, 90)),
     "residual": Epilogue(shift=6, residual=True),
     "acc bounds": Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True),
-    "acc bounds + residual": Epilogue(multiplier="channel", shift=14, residual=True, relu=True,
-                                      acc_bounds=True),  # fmt: skip
-    "two-stage multiply": Epilogue(bias=True, multiplier="channel", shift=18, acc_bounds=True,
-                                   pre_shift=6),  # fmt: skip
-    "zero point offset": Epilogue(bias=True, multiplier="channel", shift=14, acc_bounds=True,
-                                  offset=-77),  # fmt: skip
+    "acc bounds + residual": Epilogue(
+        multiplier="channel", shift=14, residual=True, relu=True, acc_bounds=True
+    ),
+    "two-stage multiply": Epilogue(
+        bias=True, multiplier="channel", shift=18, acc_bounds=True, pre_shift=6
+    ),
+    "zero point offset": Epilogue(
+        bias=True, multiplier="channel", shift=14, acc_bounds=True, offset=-77
+    ),
 }
 
 

@@ -28,10 +28,16 @@ EPILOGUES = [
 def _case(seed: int):
     rng = np.random.default_rng(seed)
     k = int(rng.choice([1, 3, 3, 5]))
-    op = DepthwiseConv2d(int(rng.integers(1, 3)), int(rng.integers(1, 50)),
-                         int(rng.integers(k, 12)), int(rng.integers(k, 12)), k,
-                         int(rng.choice([1, 2])), int(rng.integers(0, k // 2 + 1)),
-                         pad_value=(0, -128, 57)[seed % 3])  # fmt: skip
+    op = DepthwiseConv2d(
+        int(rng.integers(1, 3)),
+        int(rng.integers(1, 50)),
+        int(rng.integers(k, 12)),
+        int(rng.integers(k, 12)),
+        k,
+        int(rng.choice([1, 2])),
+        int(rng.integers(0, k // 2 + 1)),
+        pad_value=(0, -128, 57)[seed % 3],
+    )
     return op, EPILOGUES[seed % len(EPILOGUES)], rng
 
 
@@ -49,9 +55,11 @@ def test_random_depthwise_is_bit_exact(config, seed):
     if not ep.residual:  # the host kernel: windows and a per-channel einsum
         pads = (op.pad[0], op.pad[1], op.pad[0], op.pad[1])
         params = {k: v for k, v in inputs.items() if k not in ("input", "weight")}
-        want = H.run(H.DepthwiseConv(op.kernel, op.stride, pads, ep, op.pad_value),
-                     [inputs["input"]],
-                     {"weight": w, **params})  # fmt: skip
+        want = H.run(
+            H.DepthwiseConv(op.kernel, op.stride, pads, ep, op.pad_value),
+            [inputs["input"]],
+            {"weight": w, **params},
+        )
         np.testing.assert_array_equal(outputs["output"], want)
 
 
@@ -84,6 +92,8 @@ def test_the_verifier_catches_a_block_read_from_the_wrong_channels():
     k = int(np.flatnonzero(loads & (table["dram_base"] >= first + plane))[0])
     table[k]["dram_base"] -= plane  # the first window of channel block 1 read from block 0
     bad = dataclasses.replace(program, insns=encode(spec, table))
-    with pytest.raises(ProgramError, match="multiplies input channel block 0 with weights for "
-                                           "input channel block 1"):  # fmt: skip
+    with pytest.raises(
+        ProgramError,
+        match="multiplies input channel block 0 with weights for input channel block 1",
+    ):
         verify(bad)

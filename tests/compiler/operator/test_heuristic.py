@@ -15,13 +15,22 @@ from tilecraft.hw.timing import Timing
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue
 
 LAYERS = [
-    ("default", Conv2d(1, 64, 56, 56, 64, kernel=3, pad=1),
-     Epilogue(bias=True, shift=8, relu=True)),
-    ("default", Conv2d(1, 64, 56, 56, 128, kernel=1, stride=2),
-     Epilogue(bias=True, multiplier="channel", shift=17, residual=True)),
-    ("1x8x8", Conv2d(4, 3, 17, 13, 20, kernel=(3, 5), stride=(2, 1), pad=(1, 2)),
-     Epilogue(multiplier="tensor", shift=9, relu=True)),
-]  # fmt: skip
+    (
+        "default",
+        Conv2d(1, 64, 56, 56, 64, kernel=3, pad=1),
+        Epilogue(bias=True, shift=8, relu=True),
+    ),
+    (
+        "default",
+        Conv2d(1, 64, 56, 56, 128, kernel=1, stride=2),
+        Epilogue(bias=True, multiplier="channel", shift=17, residual=True),
+    ),
+    (
+        "1x8x8",
+        Conv2d(4, 3, 17, 13, 20, kernel=(3, 5), stride=(2, 1), pad=(1, 2)),
+        Epilogue(multiplier="tensor", shift=9, relu=True),
+    ),
+]
 
 
 @pytest.mark.parametrize("config, op, ep", LAYERS)
@@ -45,14 +54,19 @@ def test_a_dense_layer_ranks_too():
 
 
 @settings(max_examples=150, deadline=None)
-@given(n=st.integers(1, 3), ic=st.integers(1, 70), oc=st.integers(1, 70), h=st.integers(1, 9),
-       w=st.integers(1, 9), pick=st.integers(0, 10**6))  # fmt: skip
+@given(
+    n=st.integers(1, 3),
+    ic=st.integers(1, 70),
+    oc=st.integers(1, 70),
+    h=st.integers(1, 9),
+    w=st.integers(1, 9),
+    pick=st.integers(0, 10**6),
+)
 def test_slot_misses_are_the_loads_the_lowering_s_slot_caches_make(n, ic, oc, h, w, pick):
     """The estimate's residency rule against the lowering's own caches walked through the
     lowering's own tile order: every legal schedule's window and weight-tile loads."""
     cfg = preset("2x16x16")
-    low = map_conv2d(cfg, Conv2d(2 * n, ic * 4, h, w, oc * 4, kernel=3, pad=1),
-                     Epilogue(), False)  # fmt: skip
+    low = map_conv2d(cfg, Conv2d(2 * n, ic * 4, h, w, oc * 4, kernel=3, pad=1), Epilogue(), False)
     legal = list(S.space(cfg, low))
     s = legal[pick % len(legal)]
     inp, wgt = SlotCache(s.slots), SlotCache(s.slots)

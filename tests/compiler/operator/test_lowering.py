@@ -46,9 +46,11 @@ def test_a_long_epilogue_is_split_over_the_next_tiles_steps(tile_ic):
     step, between = _alu_between_gemm_steps(program)
     epilogue = max(between)
     assert step > 0 and len(between) > 16
-    largest_pass = max(busy_cycles(Timing.from_config(cfg), r) for r in
-                       [dict(zip(program.table().dtype.names, x)) for x in program.table().tolist()]
-                       if r["opcode"] == Opcode.ALU)  # fmt: skip
+    largest_pass = max(
+        busy_cycles(Timing.from_config(cfg), r)
+        for r in [dict(zip(program.table().dtype.names, x)) for x in program.table().tolist()]
+        if r["opcode"] == Opcode.ALU
+    )
     assert epilogue <= max(step, largest_pass), (step, epilogue)
 
 
@@ -77,12 +79,20 @@ def _units(program) -> list[tuple[str, int, int, int]]:
     """(lane, index, start, end) of every instruction on the cycle model, by start."""
     from tilecraft.sim.simulator import run_image
 
-    report, _ = run_image(program.config, program.dram_image(), program.insn_offset,
-                          len(program.insns), trace=True, functional=False)  # fmt: skip
+    report, _ = run_image(
+        program.config,
+        program.dram_image(),
+        program.insn_offset,
+        len(program.insns),
+        trace=True,
+        functional=False,
+    )
     spans = [(e["tid"], e["args"]) for e in report.trace["traceEvents"] if e["ph"] == "X"]
     lanes = {1: "load", 2: "compute", 3: "gemm", 4: "alu", 5: "store"}
-    return sorted(((lanes[t], a["index"], a["start_cycle"], a["end_cycle"]) for t, a in spans),
-                  key=lambda span: span[2])
+    return sorted(
+        ((lanes[t], a["index"], a["start_cycle"], a["end_cycle"]) for t, a in spans),
+        key=lambda span: span[2],
+    )
 
 
 def test_the_last_tile_is_stored_one_channel_block_at_a_time():
@@ -97,7 +107,7 @@ def test_the_last_tile_is_stored_one_channel_block_at_a_time():
     last_gemm = max(end for lane, _, _, end in spans if lane == "gemm")
     by_index = sorted((k, lane, start, end) for lane, k, start, end in spans)
     stores = [(s, e) for _, lane, s, e in by_index if lane == "store"][-8:]  # the last tile's
-    passes = [(s, e) for _, lane, s, e in by_index if lane == "alu"][-8 * 3:]  # ADD SHR CLIP
+    passes = [(s, e) for _, lane, s, e in by_index if lane == "alu"][-8 * 3 :]  # ADD SHR CLIP
     tail = stores + passes
     serial = sum(e - s for s, e in stores) + sum(e - s for s, e in passes)
     ends = max(e for _, e in tail)

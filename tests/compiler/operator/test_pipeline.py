@@ -54,8 +54,9 @@ def test_each_step_runs_once_per_candidate(monkeypatch):
     tokens = _counting(monkeypatch, pipeline, "insert_tokens")
     verifies = _counting(monkeypatch, pipeline, "verify")
     timer, measures = _counted_timer()  # the measurer is the caller's: the cycle model, counted
-    comp = compile_conv2d(CFG, OP, Epilogue(shift=8), weight=np.zeros(OP.weight_shape, np.int8),
-                          timer=timer)  # fmt: skip
+    comp = compile_conv2d(
+        CFG, OP, Epilogue(shift=8), weight=np.zeros(OP.weight_shape, np.int8), timer=timer
+    )
     n = len(comp.candidates)
     assert n == pipeline.MEASURED
     assert (len(maps), len(lowers), len(tokens), len(measures), len(verifies)) == (1, n, n, n, 1)
@@ -132,13 +133,19 @@ def test_candidates_are_built_until_they_total_the_budget(monkeypatch):
     third once the two reach it."""
     monkeypatch.setattr(pipeline, "MEASURE_BUDGET", 10**9)
     every = compile_conv2d(CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8))
-    sizes = [len(pipeline.compile_operator(CFG, OP, Epilogue(), schedule=c.schedule,
-                                           check=False).program.insns)
-             for c in every.candidates[:2]]  # fmt: skip
+    sizes = [
+        len(
+            pipeline.compile_operator(
+                CFG, OP, Epilogue(), schedule=c.schedule, check=False
+            ).program.insns
+        )
+        for c in every.candidates[:2]
+    ]
     monkeypatch.setattr(pipeline, "MEASURE_BUDGET", sizes[0] + sizes[1])
     timer, measures = _counted_timer()
-    two = compile_conv2d(CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8),
-                         timer=timer)  # fmt: skip
+    two = compile_conv2d(
+        CFG, OP, Epilogue(), weight=np.zeros(OP.weight_shape, np.int8), timer=timer
+    )
     assert [c.schedule for c in two.candidates] == [c.schedule for c in every.candidates[:2]]
     assert len(measures) == 2
     monkeypatch.setattr(pipeline, "MEASURE_BUDGET", sizes[0] + sizes[1] + 1)

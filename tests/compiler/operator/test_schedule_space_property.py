@@ -108,7 +108,8 @@ def test_space_is_every_legal_point_of_the_candidate_sizes_in_order(case):
     expected = []
     for db in (True, False):
         for oc, ic, oh, ow, order, acc in itertools.product(
-                *sizes, LoopOrder, ACC_SLOTS if db else ACC_SLOTS[:1]):  # fmt: skip
+            *sizes, LoopOrder, ACC_SLOTS if db else ACC_SLOTS[:1]
+        ):
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)
             if order == LoopOrder.SPATIAL_OUTER and single:
                 continue

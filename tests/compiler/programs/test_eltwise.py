@@ -22,12 +22,15 @@ def _op(shape, ratio_a, ratio_b, zeros=(0, 0, 0), clip=(-128, 127)) -> ScaledAdd
     return ScaledAdd(*shape, ma, mb, min(s, 15), wa, wb, max(s - 15, 0), *zeros, clip)
 
 
-@pytest.mark.parametrize("config, op", [
-    ("default", _op((2, 40, 5, 7), 2.3396, 0.2497, (27, -128, -5), (-100, 127))),
-    ("1x8x8", _op((1, 64, 28, 28), 0.81, 1.17)),  # more rows than one group holds
-    ("2x16x16", _op((3, 20, 4, 4), 0.05, 3.9, (-3, 100, 7))),
-    ("default", _op((1, 16, 3, 3), 1.0, 1.0, (0, 0, 0), (0, 127))),  # a fused ReLU
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "config, op",
+    [
+        ("default", _op((2, 40, 5, 7), 2.3396, 0.2497, (27, -128, -5), (-100, 127))),
+        ("1x8x8", _op((1, 64, 28, 28), 0.81, 1.17)),  # more rows than one group holds
+        ("2x16x16", _op((3, 20, 4, 4), 0.05, 3.9, (-3, 100, 7))),
+        ("default", _op((1, 16, 3, 3), 1.0, 1.0, (0, 0, 0), (0, 127))),  # a fused ReLU
+    ],
+)
 def test_scaled_add_is_bit_exact(config, op):
     program = compile_scaled_add(preset(config), op)
     x = random_inputs(program, np.random.default_rng(3))
@@ -44,8 +47,11 @@ def test_the_reference_is_the_rounded_real_sum():
     simple fractions make exact halves, which round up here and to even in onnxruntime)."""
     rng = np.random.default_rng(4)
     a, b = (rng.integers(-128, 128, (4, 16, 9, 9), dtype=np.int8) for _ in range(2))
-    for ratio_a, ratio_b, zeros in ((2.3396, 0.2497, (27, -128, -5)), (0.3137, 0.7713, (0, 0, 0)),
-                                    (5.5031, 0.0013, (-1, 3, 0))):  # fmt: skip
+    for ratio_a, ratio_b, zeros in (
+        (2.3396, 0.2497, (27, -128, -5)),
+        (0.3137, 0.7713, (0, 0, 0)),
+        (5.5031, 0.0013, (-1, 3, 0)),
+    ):
         op = _op(a.shape, ratio_a, ratio_b, zeros)
         got = outputs(Computation(op), {"input": a, "residual": b})["output"].astype(int)
         real = (a.astype(float) - zeros[0]) * ratio_a + (b.astype(float) - zeros[1]) * ratio_b

@@ -24,33 +24,39 @@ def _run(program, seed=0):
     return result.report
 
 
-@pytest.mark.parametrize("config, op", [
-    ("default", MaxPool2d(1, 64, 112, 112, 3, 2, (1, 1, 1, 1))),  # ResNet-18's
-    ("default", MaxPool2d(1, 40, 13, 11, 2, 2)),
-    ("default", MaxPool2d(1, 8, 9, 7, (3, 2), (1, 2), (2, 0, 1, 1))),
-    ("1x8x8", MaxPool2d(2, 20, 10, 10, 3, 1, (1, 1, 1, 1))),
-    ("2x16x16", MaxPool2d(3, 20, 8, 8, 3, 2, (1, 1, 1, 1))),
-    ("default", MaxPool2d(1, 16, 9, 12, (2, 3), (1, 2))),
-    ("1x8x8", MaxPool2d(1, 8, 14, 14, 4, 3, (1, 1, 1, 1))),
-    ("default", MaxPool2d(1, 64, 15, 15, 3, 2, (1, 1, 1, 1), pad_value=-128)),  # -inf padding
-    ("1x8x8", MaxPool2d(1, 8, 9, 9, 3, 2, (2, 1, 0, 2), pad_value=-128)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "config, op",
+    [
+        ("default", MaxPool2d(1, 64, 112, 112, 3, 2, (1, 1, 1, 1))),  # ResNet-18's
+        ("default", MaxPool2d(1, 40, 13, 11, 2, 2)),
+        ("default", MaxPool2d(1, 8, 9, 7, (3, 2), (1, 2), (2, 0, 1, 1))),
+        ("1x8x8", MaxPool2d(2, 20, 10, 10, 3, 1, (1, 1, 1, 1))),
+        ("2x16x16", MaxPool2d(3, 20, 8, 8, 3, 2, (1, 1, 1, 1))),
+        ("default", MaxPool2d(1, 16, 9, 12, (2, 3), (1, 2))),
+        ("1x8x8", MaxPool2d(1, 8, 14, 14, 4, 3, (1, 1, 1, 1))),
+        ("default", MaxPool2d(1, 64, 15, 15, 3, 2, (1, 1, 1, 1), pad_value=-128)),  # -inf padding
+        ("1x8x8", MaxPool2d(1, 8, 9, 9, 3, 2, (2, 1, 0, 2), pad_value=-128)),
+    ],
+)
 def test_maxpool_is_bit_exact(config, op):
     program = compile_maxpool(preset(config), op)
     report = _run(program)
     assert report.cycles > 0 and program.computation.op == op
 
 
-@pytest.mark.parametrize("config, op", [
-    ("default", GlobalAvgPool2d(1, 512, 7, 7, 669, 15)),  # ResNet-18's
-    ("default", GlobalAvgPool2d(1, 40, 3, 5, 1, 0)),
-    ("1x8x8", GlobalAvgPool2d(2, 64, 7, 7, 300, 12)),
-    ("2x16x16", GlobalAvgPool2d(3, 20, 4, 4, 2048, 15)),
-    ("default", GlobalAvgPool2d(1, 40, 4, 4, 19660, 15, -128, -20, 2)),  # zero points, >>2 >>15
-    ("1x8x8", GlobalAvgPool2d(2, 16, 7, 7, 21000, 15, 27, 101, 5)),
-    ("default", GlobalAvgPool2d(1, 512, 7, 7, 20000, 15, 0, 0, 12, 97)),  # a GEMM weight of 97
-    ("2x16x16", GlobalAvgPool2d(2, 20, 3, 3, 9000, 15, -100, 3, 7, 11)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "config, op",
+    [
+        ("default", GlobalAvgPool2d(1, 512, 7, 7, 669, 15)),  # ResNet-18's
+        ("default", GlobalAvgPool2d(1, 40, 3, 5, 1, 0)),
+        ("1x8x8", GlobalAvgPool2d(2, 64, 7, 7, 300, 12)),
+        ("2x16x16", GlobalAvgPool2d(3, 20, 4, 4, 2048, 15)),
+        ("default", GlobalAvgPool2d(1, 40, 4, 4, 19660, 15, -128, -20, 2)),  # zero points, >>2 >>15
+        ("1x8x8", GlobalAvgPool2d(2, 16, 7, 7, 21000, 15, 27, 101, 5)),
+        ("default", GlobalAvgPool2d(1, 512, 7, 7, 20000, 15, 0, 0, 12, 97)),  # a GEMM weight of 97
+        ("2x16x16", GlobalAvgPool2d(2, 20, 3, 3, 9000, 15, -100, 3, 7, 11)),
+    ],
+)
 def test_global_avgpool_is_bit_exact(config, op):
     _run(compile_global_avgpool(preset(config), op))
 
@@ -78,8 +84,9 @@ def test_the_average_pools_multiplier_is_as_close_as_32_bits_allow():
     from tilecraft.compiler.quant.quantize import gap_requant
 
     rng = np.random.default_rng(5)
-    for scale, count, zero in zip(10 ** rng.uniform(-3, 0, 40), rng.choice([9, 16, 49], 40),
-                                  rng.choice([0, 0, -128, 27], 40)):  # fmt: skip
+    for scale, count, zero in zip(
+        10 ** rng.uniform(-3, 0, 40), rng.choice([9, 16, 49], 40), rng.choice([0, 0, -128, 27], 40)
+    ):
         weight, m, s = gap_requant(float(scale), int(count), int(zero))
         reach = int(count) * (256 if zero else 128)
         bits = min(2**22, 2**31 // reach)
@@ -94,8 +101,10 @@ def test_the_reference_pads_with_its_pad_value():
     np.testing.assert_array_equal(outputs(Computation(true), {"input": x})["output"], want)
     relu = np.abs(x.astype(np.int16)).clip(0, 127).astype(np.int8)  # non-negative: 0 is -inf
     zero = MaxPool2d(1, 3, 6, 6, 3, 2, (1, 1, 1, 1), pad_value=0)
-    np.testing.assert_array_equal(outputs(Computation(zero), {"input": relu})["output"],
-                                  H.run(H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [relu], {}))
+    np.testing.assert_array_equal(
+        outputs(Computation(zero), {"input": relu})["output"],
+        H.run(H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [relu], {}),
+    )
 
 
 def test_what_the_hardware_cannot_is_refused():

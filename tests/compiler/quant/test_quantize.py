@@ -93,8 +93,10 @@ def test_compiled_model_round_trips(compiled, tmp_path):
     back = CompiledModel.load(path, preset("1x8x8"))
     x = np.ones((1, 3, 16, 16), np.float32)
     out = compiled.graph.outputs[0]
-    np.testing.assert_array_equal(run_model(back, {"input": x}).outputs[out],
-                                  run_model(compiled.model, {"input": x}).outputs[out])
+    np.testing.assert_array_equal(
+        run_model(back, {"input": x}).outputs[out],
+        run_model(compiled.model, {"input": x}).outputs[out],
+    )
     with pytest.raises(Exception, match="compiled for config 1x8x8.*not 1x16x16"):
         CompiledModel.load(path, preset("default"))
 

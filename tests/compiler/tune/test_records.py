@@ -11,8 +11,9 @@ from tilecraft.errors import ArtifactError
 
 
 def _record(i: int, config: str = "cfg", tool: str = "sim/t", cycles=100) -> Record:
-    return Record("layer", config, json.dumps({"i": i}), cycles, None if cycles else "boom",
-                  tool, 0.1)  # fmt: skip
+    return Record(
+        "layer", config, json.dumps({"i": i}), cycles, None if cycles else "boom", tool, 0.1
+    )
 
 
 def test_append_then_resume(tmp_path):

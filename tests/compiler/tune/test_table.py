@@ -20,8 +20,11 @@ class Counting:
 
     def measure(self, task, s) -> Result:
         fails = s.tile_oc == 1 and s.tile_ic == 1
-        return Result(None, "no", 0.0) if fails else \
-            Result(1000 + 37 * s.tile_oc + 11 * s.tile_ic * s.tile_oh, None, 0.0)  # fmt: skip
+        return (
+            Result(None, "no", 0.0)
+            if fails
+            else Result(1000 + 37 * s.tile_oc + 11 * s.tile_ic * s.tile_oh, None, 0.0)
+        )
 
 
 def test_a_table_replays_what_was_measured():
@@ -39,8 +42,9 @@ def test_a_table_measured_on_workers_is_the_one_measured_here():
 
 
 def test_a_table_of_another_space_is_refused():
-    other = Task(preset("default"), Conv2d(1, 32, 4, 4, 32, kernel=3, stride=1, pad=1),
-                 Epilogue(bias=True))  # fmt: skip
+    other = Task(
+        preset("default"), Conv2d(1, 32, 4, 4, 32, kernel=3, stride=1, pad=1), Epilogue(bias=True)
+    )
     cycles = measure_all(TASK, Counting())
     with pytest.raises(TilecraftError, match="another schedule space"):
         Replay(other, cycles, space_digest(TASK))

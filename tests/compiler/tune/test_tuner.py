@@ -47,8 +47,9 @@ def test_the_tuner_beats_random_search_at_equal_trials():
     optimum = min(StandIn().cycles(s) for s in TASK.space)
     found = {}
     for strategy in ("model", "random"):
-        best = [tune(TASK, StandIn(), 48, strategy=strategy, seed=seed).best_cycles
-                for seed in range(3)]  # fmt: skip
+        best = [
+            tune(TASK, StandIn(), 48, strategy=strategy, seed=seed).best_cycles for seed in range(3)
+        ]
         found[strategy] = sum(b / optimum for b in best) / len(best)
     assert found["model"] < found["random"], found
     assert found["model"] < 1.05, found

@@ -15,8 +15,9 @@ from tilecraft.hw.rtl.top import Accelerator
 BASE = 0x1000
 
 
-def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, watch=None,
-                packed=None):
+def run_program(
+    program, inputs, latency: int = 6, max_cycles: int = 200_000, watch=None, packed=None
+):
     """`packed` as Accelerator's: ECP5_DSP_MODEL runs the ECP5 flows' DSP pins on the model."""
     cfg = program.config
     dut = Accelerator(cfg, packed)
@@ -98,10 +99,14 @@ def run_program(program, inputs, latency: int = 6, max_cycles: int = 200_000, wa
         # single-cycle AXI-Lite writes (the register file is tested with random handshakes
         # on its own)
         writes = {
-            "DRAM_BASE_LO": BASE, "DRAM_BASE_HI": 0, "INSN_OFFSET": program.insn_offset,
-            "INSN_COUNT": len(program.insns), "DRAM_SIZE": program.dram_size, "IRQ_ENABLE": 1,
+            "DRAM_BASE_LO": BASE,
+            "DRAM_BASE_HI": 0,
+            "INSN_OFFSET": program.insn_offset,
+            "INSN_COUNT": len(program.insns),
+            "DRAM_SIZE": program.dram_size,
+            "IRQ_ENABLE": 1,
             "CONTROL": regs.START,
-        }  # fmt: skip
+        }
         for name, value in writes.items():
             ctx.set(dut.s_axi_control.awaddr, o[name])
             ctx.set(dut.s_axi_control.wdata, value)

@@ -99,16 +99,32 @@ def test_loads_with_padding_and_strides(config):
             x_pad1=1,
             pad_value=-7,  # an input's zero point, in every lane of the padding
         ),
-        Load(mem=MemId.WGT, sram_base=2, dram_base=3, y_size=2, x_size=2, x_stride=5,
-             x_pad0=1, pad_value=5),  # weights pad with zeros whatever pad_value says
-        Load(mem=MemId.INP, sram_base=60, dram_base=2, y_size=2, x_size=3, x_stride=3,
-             y_pad0=1, pad_value=127),
+        Load(
+            mem=MemId.WGT,
+            sram_base=2,
+            dram_base=3,
+            y_size=2,
+            x_size=2,
+            x_stride=5,
+            x_pad0=1,
+            pad_value=5,
+        ),  # weights pad with zeros whatever pad_value says
+        Load(
+            mem=MemId.INP,
+            sram_base=60,
+            dram_base=2,
+            y_size=2,
+            x_size=3,
+            x_stride=3,
+            y_pad0=1,
+            pad_value=127,
+        ),
         Load(mem=MemId.INP, sram_base=100, dram_base=0, y_size=1, x_size=40, x_stride=40),
     ]
     srams, errors = run_loads(cfg, (MemId.INP, MemId.WGT), loads, dram)
     assert errors == [0, 0, 0, 0]
     want = expected(cfg, loads, dram)
-    assert np.all(want.inp[5:5 + 9] == -7) and np.all(want.wgt[2] == 0)  # the padding
+    assert np.all(want.inp[5 : 5 + 9] == -7) and np.all(want.wgt[2] == 0)  # the padding
     for name in ("inp", "wgt"):
         arr = want.sram(name)
         eb = cfg.elem_bytes(name)
@@ -194,9 +210,18 @@ def test_random_padded_boxes_match_the_spec(dsp):
         pads = {k: int(rng.integers(0, 4)) for k in ("y_pad0", "y_pad1", "x_pad0", "x_pad1")}
         height = pads["y_pad0"] + y_size + pads["y_pad1"]
         width = pads["x_pad0"] + x_size + pads["x_pad1"]
-        loads.append(Load(mem=MemId.INP, sram_base=base, dram_base=int(rng.integers(0, 999)),
-                          y_size=y_size, x_size=x_size, x_stride=x_size + 3, pad_value=-3,
-                          **pads))  # fmt: skip
+        loads.append(
+            Load(
+                mem=MemId.INP,
+                sram_base=base,
+                dram_base=int(rng.integers(0, 999)),
+                y_size=y_size,
+                x_size=x_size,
+                x_stride=x_size + 3,
+                pad_value=-3,
+                **pads,
+            )
+        )
         boxes.append((base, height * width))
         base += height * width
     srams, errors = run_loads(cfg, (MemId.INP,), loads, dram, seed=4, dsp=dsp)
@@ -205,8 +230,9 @@ def test_random_padded_boxes_match_the_spec(dsp):
     got = srams["inp"]
     assert sorted(got) == [a for b, n in boxes for a in range(b, b + n)]  # every row, once
     for addr, value in got.items():
-        assert value == int.from_bytes(want[addr].reshape(-1).view(np.uint8).tobytes(),
-                                       "little"), addr  # fmt: skip
+        assert value == int.from_bytes(want[addr].reshape(-1).view(np.uint8).tobytes(), "little"), (
+            addr
+        )
 
 
 @pytest.mark.parametrize(("rows_from_end", "want"), [(4, 0), (3, regs.ErrorCode.SRAM_RANGE)])
@@ -215,7 +241,14 @@ def test_sram_range_at_the_boundary(rows_from_end, want, dsp):
     """The SRAM check, sram_base + rows written (pads included) > depth, worked out as the rows
     against what the scratchpad leaves: four rows ending at its last one, and one past it."""
     cfg = preset("default")
-    load = Load(mem=MemId.INP, sram_base=cfg.depth("inp") - rows_from_end, dram_base=0,
-                y_size=1, x_size=3, x_stride=3, x_pad0=1)  # fmt: skip
+    load = Load(
+        mem=MemId.INP,
+        sram_base=cfg.depth("inp") - rows_from_end,
+        dram_base=0,
+        y_size=1,
+        x_size=3,
+        x_stride=3,
+        x_pad0=1,
+    )
     _, errors = run_loads(cfg, (MemId.INP,), [load], np.zeros(4096, np.uint8), dsp=dsp)
     assert errors == [want]

@@ -68,8 +68,16 @@ def test_command_queue_keeps_order_and_depth(seed):
     _run(command_queue(CFG), CMD_BITS, CFG.cmd_queue_depth, seed, items=CFG.cmd_queue_depth + 200)
 
 
-def _run_stream(fifo, width: int, depth: int, seed: int, items: int = 200, data: bool = True,
-                late_room: bool = False, staged: bool = False):
+def _run_stream(
+    fifo,
+    width: int,
+    depth: int,
+    seed: int,
+    items: int = 200,
+    data: bool = True,
+    late_room: bool = False,
+    staged: bool = False,
+):
     """Random traffic on a queue with stream ports: what goes in comes out in order, once
     (`data`; else only the count matters); `w_stream.ready` is clear exactly when it holds
     `depth` items and `r_stream.valid` exactly when it is empty, as SyncFIFO's w_rdy and r_rdy

@@ -97,8 +97,9 @@ def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end
     n = pb.build([Finish()]).dram_size // cfg.elem_bytes("out")  # DRAM's size in OUT elements
     base = (1 << 32) - 2 if from_end is None else n - from_end
     sram = 0 if sram_from_end is None else cfg.depth("acc") - sram_from_end
-    store = Store(sram_base=sram, dram_base=base, y_size=y_size, x_size=1, x_stride=1,
-                  push_prev=True)  # fmt: skip
+    store = Store(
+        sram_base=sram, dram_base=base, y_size=y_size, x_size=1, x_stride=1, push_prev=True
+    )
     program = pb.build([store, Finish(pop_next=True)])  # FINISH waits for the STORE
     codes = []
 
@@ -129,8 +130,13 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
     cfg = preset("1x8x8")
     pb = ProgramBuilder(cfg, f"{unit}_range")
     pb.buffer("o", Role.OUTPUT, (4, 1, cfg.block_out), np.int8)
-    past = {"uop_bgn": 0, "uop_end": 1, "iter_out": 1, "iter_in": 3,
-            "dst_in": cfg.depth("acc") - 1}  # fmt: skip  # the third index is past the end
+    past = {
+        "uop_bgn": 0,
+        "uop_end": 1,
+        "iter_out": 1,
+        "iter_in": 3,
+        "dst_in": cfg.depth("acc") - 1,
+    }  # the third index is past the end
     bad = Gemm(**past) if unit == "gemm" else Alu(op=AluOp.ADD, use_imm=True, imm=1, **past)
     program = pb.build([Gemm(uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), bad, Finish()])
     reports = []

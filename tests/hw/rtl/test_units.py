@@ -287,8 +287,10 @@ BOUNDARY = [  # (the micro-op's field, the stride, iterations, whether an index 
 
 
 @pytest.mark.parametrize(("field", "stride", "iters", "over"), BOUNDARY)
-@pytest.mark.parametrize(("unit", "name"), [("gemm", "dst"), ("gemm", "src"), ("gemm", "wgt"),
-                                            ("alu", "dst"), ("alu", "src")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("unit", "name"),
+    [("gemm", "dst"), ("gemm", "src"), ("gemm", "wgt"), ("alu", "dst"), ("alu", "src")],
+)
 def test_range_checks_at_the_boundary(unit, name, field, stride, iters, over):
     """Each index's check, index >= depth, worked out as the micro-op's field against depth -
     offset (a register from the offset a cycle early): at the last row, one past it, and with
@@ -297,8 +299,13 @@ def test_range_checks_at_the_boundary(unit, name, field, stride, iters, over):
     depth = cfg.depth({"dst": "acc", "src": "inp" if unit == "gemm" else "acc", "wgt": "wgt"}[name])
     fields = {"dst": 0, "src": 0, "wgt": 0, name: field % depth}
     m = machine_with(cfg, [Uop(**fields)], 0)
-    loop = {f"{name}_in": stride % depth, "iter_out": 1, "iter_in": iters, "uop_bgn": 0,
-            "uop_end": 1}  # fmt: skip
+    loop = {
+        f"{name}_in": stride % depth,
+        "iter_out": 1,
+        "iter_in": iters,
+        "uop_bgn": 0,
+        "uop_end": 1,
+    }
     if unit == "gemm":
         _, errors = run_unit(cfg, GemmUnit, m, [Gemm(**loop)])
     else:
@@ -314,19 +321,27 @@ IMM = dict(use_imm=True, imm=5)
     "pair",
     [
         # an immediate op on one row, again and again; then sweeping rows
-        (dict(IMM, uop_bgn=0, uop_end=1, iter_out=3, iter_in=4),
-         dict(IMM, uop_bgn=0, uop_end=1, iter_out=3, iter_in=4, dst_out=4, dst_in=1)),
+        (
+            dict(IMM, uop_bgn=0, uop_end=1, iter_out=3, iter_in=4),
+            dict(IMM, uop_bgn=0, uop_end=1, iter_out=3, iter_in=4, dst_out=4, dst_in=1),
+        ),
         # two micro-ops of one dst; then of two
-        (dict(IMM, uop_bgn=0, uop_end=2, iter_out=2, iter_in=3, dst_in=1),
-         dict(IMM, uop_bgn=1, uop_end=3, iter_out=2, iter_in=3, dst_in=1)),
+        (
+            dict(IMM, uop_bgn=0, uop_end=2, iter_out=2, iter_in=3, dst_in=1),
+            dict(IMM, uop_bgn=1, uop_end=3, iter_out=2, iter_in=3, dst_in=1),
+        ),
         # a repeated src the micro-op before wrote; then a src nothing writes
-        (dict(uop_bgn=3, uop_end=4, iter_out=2, iter_in=4, dst_in=1),
-         dict(uop_bgn=4, uop_end=5, iter_out=2, iter_in=4, dst_in=1)),
+        (
+            dict(uop_bgn=3, uop_end=4, iter_out=2, iter_in=4, dst_in=1),
+            dict(uop_bgn=4, uop_end=5, iter_out=2, iter_in=4, dst_in=1),
+        ),
         # a repeated src and a dst that repeats in the inner loop; then one that moves
-        (dict(uop_bgn=5, uop_end=6, iter_out=3, iter_in=3, dst_out=1),
-         dict(uop_bgn=5, uop_end=6, iter_out=3, iter_in=3, dst_out=3, dst_in=1)),
+        (
+            dict(uop_bgn=5, uop_end=6, iter_out=3, iter_in=3, dst_out=1),
+            dict(uop_bgn=5, uop_end=6, iter_out=3, iter_in=3, dst_out=3, dst_in=1),
+        ),
     ],
-)  # fmt: skip
+)
 def test_alu_unit_waits_where_a_micro_op_reads_the_row_written_just_before(pair):
     """A micro-op of one phase that reads the row the one before writes waits a cycle (the
     operands see a write a cycle after it), as sim.timing.alu_hazards counts: the unit takes

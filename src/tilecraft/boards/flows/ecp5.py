@@ -47,8 +47,10 @@ PHASES = (  # nextpnr log markers -> what the progress line says
     ("Routing", "routing"),
     ("Router2", "routing"),
 )
-PRIMITIVE = re.compile(r"[_$](MULT18X18D|CCU2C|LUT4|PFUMX|L6MUX21|TRELLIS_FF|TRELLIS_RAMW|DP16KD|"
-                       r"DPR16X4C|TRELLIS_IO)")
+PRIMITIVE = re.compile(
+    r"[_$](MULT18X18D|CCU2C|LUT4|PFUMX|L6MUX21|TRELLIS_FF|TRELLIS_RAMW|DP16KD|"
+    r"DPR16X4C|TRELLIS_IO)"
+)
 FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz")
 
 
@@ -99,9 +101,11 @@ class TimingReport:
                 f"worst path: {total:.2f} ns, {logic:.2f} ns logic in "
                 f"{sum(s.kind == 'logic' for s in self.worst_path)} cells, the rest routing:"
             )
-            shown = self.worst_path if len(self.worst_path) <= steps else (
-                self.worst_path[: steps // 2] + self.worst_path[-steps // 2 :]
-            )  # fmt: skip
+            shown = (
+                self.worst_path
+                if len(self.worst_path) <= steps
+                else (self.worst_path[: steps // 2] + self.worst_path[-steps // 2 :])
+            )
             for s in shown:
                 lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {short_cell(s.cell)}")
         if self.endpoints is not None:
@@ -211,7 +215,7 @@ def _worst_path(report: dict) -> list[PathStep]:
             float(s.get("delay", 0.0)),
             str(s.get("to", {}).get("cell", "")),
             str(s.get("net", "")),
-        )  # fmt: skip
+        )
         for s in worst.get("path", [])
     ]
 
@@ -239,9 +243,17 @@ def timing(
     work = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}")
     sources = {"top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg)}
     return place_and_route(
-        cfg, work, sources, "timing_harness", device=device, package=package, speed=speed,
-        target_mhz=target_mhz or cfg.clock_mhz, route_timeout_s=route_timeout_s, seed=seed,
-    )  # fmt: skip
+        cfg,
+        work,
+        sources,
+        "timing_harness",
+        device=device,
+        package=package,
+        speed=speed,
+        target_mhz=target_mhz or cfg.clock_mhz,
+        route_timeout_s=route_timeout_s,
+        seed=seed,
+    )
 
 
 def place_and_route(
@@ -272,11 +284,25 @@ def place_and_route(
         _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
     with status(f"nextpnr-ecp5: {label} at {target_mhz:g} MHz") as update:
         command = [
-            nextpnr, f"--{device}", "--package", package, "--speed", str(speed),
-            "--freq", f"{target_mhz:g}", "--json", "synth.json", "--report", "report.json",
-            "--timing-allow-fail", "--sdf", "routed.sdf", *PLACER, *nextpnr_args,
+            nextpnr,
+            f"--{device}",
+            "--package",
+            package,
+            "--speed",
+            str(speed),
+            "--freq",
+            f"{target_mhz:g}",
+            "--json",
+            "synth.json",
+            "--report",
+            "report.json",
+            "--timing-allow-fail",
+            "--sdf",
+            "routed.sdf",
+            *PLACER,
+            *nextpnr_args,
             *(("--seed", str(seed)) if seed is not None else ()),
-        ]  # fmt: skip
+        ]
         (work / "routed.sdf").unlink(missing_ok=True)  # never a previous route's
         finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
     seconds = time.perf_counter() - t0
@@ -287,12 +313,20 @@ def place_and_route(
     achieved = [c.get("achieved") for c in report.get("fmax", {}).values() if c.get("achieved")]
     fmax = min(achieved) if achieved else (estimates[-1] if estimates else None)
     return TimingReport(
-        config=cfg.tag, device=DEVICES[device], package=package, speed=speed,
-        target_mhz=target_mhz, fmax_mhz=fmax, routed=finished and bool(achieved),
-        seconds=seconds, worst_path=_worst_path(report),
-        resources=report.get("utilization", {}), tools=_versions(yosys, nextpnr),
-        endpoints=endpoints, seed=seed,
-    )  # fmt: skip
+        config=cfg.tag,
+        device=DEVICES[device],
+        package=package,
+        speed=speed,
+        target_mhz=target_mhz,
+        fmax_mhz=fmax,
+        routed=finished and bool(achieved),
+        seconds=seconds,
+        worst_path=_worst_path(report),
+        resources=report.get("utilization", {}),
+        tools=_versions(yosys, nextpnr),
+        endpoints=endpoints,
+        seed=seed,
+    )
 
 
 def _check_seed(seed) -> None:

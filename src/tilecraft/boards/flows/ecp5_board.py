@@ -52,20 +52,26 @@ class Bitstream:
         return self.path.with_suffix(".toml")
 
     def to_dict(self) -> dict:
-        return {"bitstream": str(self.path), "pll_mhz": self.pll_mhz, "clock_mhz": self.pll_mhz,
-                "config_clock_mhz": self.config_mhz, "config": str(self.config_file),
-                "routes": [{"pll_mhz": p, "fmax_mhz": f} for p, f in self.routes],
-                **self.timing.to_dict()}  # fmt: skip
+        return {
+            "bitstream": str(self.path),
+            "pll_mhz": self.pll_mhz,
+            "clock_mhz": self.pll_mhz,
+            "config_clock_mhz": self.config_mhz,
+            "config": str(self.config_file),
+            "routes": [{"pll_mhz": p, "fmax_mhz": f} for p, f in self.routes],
+            **self.timing.to_dict(),
+        }
 
     def describe(self) -> str:
         """What the bitstream's clock is and why."""
         met = "meets" if self.timing.met else "does NOT meet (--allow-timing-failure)"
-        text = (f"PLL {self.pll_mhz:g} MHz: the route {met} it (Fmax "
-                f"{self.timing.fmax_mhz:.1f} MHz)")  # fmt: skip
+        text = f"PLL {self.pll_mhz:g} MHz: the route {met} it (Fmax {self.timing.fmax_mhz:.1f} MHz)"
         if len(self.routes) > 1:
             missed = ", ".join(f"{f:.1f} MHz at {p:g}" for p, f in self.routes[:-1])
-            text += (f"; the config's {self.config_mhz:g} MHz was missed ({missed}), so the "
-                     f"PLL was lowered and the design routed again")  # fmt: skip
+            text += (
+                f"; the config's {self.config_mhz:g} MHz was missed ({missed}), so the "
+                f"PLL was lowered and the design routed again"
+            )
         return text
 
 
@@ -74,12 +80,16 @@ def pll(oscillator_mhz: float, mhz: float, work: Path) -> float:
     ecppll = find_tool("yowasp-ecppll", "ecppll", extra="rtl")
     done = subprocess.run(
         [ecppll, "-i", f"{oscillator_mhz:g}", "-o", f"{mhz:g}", "-f", "pll.v"],
-        cwd=work, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     found = re.search(r"clkout0 frequency: ([\d.]+) MHz", done.stdout)
     if done.returncode != 0 or not found:
-        raise DeviceError(f"ecppll cannot make {mhz:g} MHz from {oscillator_mhz:g} MHz: "
-                          f"{(done.stdout + done.stderr)[-1000:]}")  # fmt: skip
+        raise DeviceError(
+            f"ecppll cannot make {mhz:g} MHz from {oscillator_mhz:g} MHz: "
+            f"{(done.stdout + done.stderr)[-1000:]}"
+        )
     return float(found.group(1))
 
 
@@ -139,13 +149,25 @@ def build_bitstream(
     while True:
         made = pll(board.open.oscillator_mhz, want, work)
         top = top or verilog(cfg, "tilecraft_top", ECP5_PACKED)
-        sources = {"top.v": top, "harness.v": harness(cfg), "board.v": board_top(),
-                   "pll.v": (work / "pll.v").read_text()}  # fmt: skip
+        sources = {
+            "top.v": top,
+            "harness.v": harness(cfg),
+            "board.v": board_top(),
+            "pll.v": (work / "pll.v").read_text(),
+        }
         timing = place_and_route(
-            cfg, work, sources, "board_top", device=device, package=board.open.package,
-            speed=board.open.speed, target_mhz=made, route_timeout_s=route_timeout_s,
-            nextpnr_args=("--lpf", "board.lpf", "--textcfg", "board.config"), seed=seed,
-        )  # fmt: skip
+            cfg,
+            work,
+            sources,
+            "board_top",
+            device=device,
+            package=board.open.package,
+            speed=board.open.speed,
+            target_mhz=made,
+            route_timeout_s=route_timeout_s,
+            nextpnr_args=("--lpf", "board.lpf", "--textcfg", "board.config"),
+            seed=seed,
+        )
         if not timing.routed:
             raise DeviceError(
                 f"routing did not finish within {route_timeout_s} s: no bitstream (the estimate "
@@ -166,8 +188,10 @@ def build_bitstream(
     ecppack = find_tool("yowasp-ecppack", "ecppack", extra="rtl")
     done = subprocess.run(
         [ecppack, "--compress", "board.config", "tilecraft.bit.tmp"],
-        cwd=work, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise DeviceError(f"ecppack failed ({done.returncode}): {done.stderr[-1000:]}")
     (work / "tilecraft.bit.tmp").replace(work / "tilecraft.bit")

@@ -402,9 +402,14 @@ def _module(
 
 
 def _port(
-    ports: ET.Element, links: Links, instance: str, name: str, output: bool, width: int = 1,
+    ports: ET.Element,
+    links: Links,
+    instance: str,
+    name: str,
+    output: bool,
+    width: int = 1,
     **attrs: str,
-) -> None:  # fmt: skip
+) -> None:
     """A PORT and its net, or, unconnected, neither SIGNAME nor CONNECTIONS (as Vivado writes
     one); SIGIS and the like in `attrs`."""
     if width > 1:

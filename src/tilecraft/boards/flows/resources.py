@@ -106,5 +106,10 @@ def synthesize(
     module = next(iter(stat["modules"].values()))
     cells = module.get("num_cells_by_type", {})
     found = re.search(r"length=(\d+)", (work / "ltp.txt").read_text()) if depth else None
-    return Resources(cfg.tag, part, **count(cells), seconds=seconds,
-                     logic_depth=int(found.group(1)) if found else None)  # fmt: skip
+    return Resources(
+        cfg.tag,
+        part,
+        **count(cells),
+        seconds=seconds,
+        logic_depth=int(found.group(1)) if found else None,
+    )

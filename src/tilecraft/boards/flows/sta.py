@@ -174,8 +174,12 @@ def plot_histogram(summary: EndpointSummary, path: str | Path, title: str) -> No
     lows = [k * BIN_NS for k in range(len(summary.histogram))]
     colors = ["tab:red" if lo + BIN_NS > summary.period_ns else "tab:blue" for lo in lows]
     ax.bar(lows, summary.histogram, width=BIN_NS, align="edge", color=colors)
-    ax.axvline(summary.period_ns, color="black", linestyle="--",
-               label=f"{summary.period_ns:g} ns clock period")  # fmt: skip
+    ax.axvline(
+        summary.period_ns,
+        color="black",
+        linestyle="--",
+        label=f"{summary.period_ns:g} ns clock period",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("longest path into the endpoint, setup included (ns)")
     ax.set_ylabel("endpoints")

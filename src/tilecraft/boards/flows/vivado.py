@@ -171,8 +171,9 @@ BUILD_COMMAND = (
 )
 
 
-def write_project(design: BlockDesign, folder: str | Path, example=None,
-                  allow_timing_failure: bool = False) -> list[Path]:  # fmt: skip
+def write_project(
+    design: BlockDesign, folder: str | Path, example=None, allow_timing_failure: bool = False
+) -> list[Path]:
     """Everything Vivado needs, in `folder`; the overlay folder gets the config already. With
     `example` (a conv program), also the overlay package (`package/`), which the build fills.
     The build hands over no .bit whose timing misses the clock, unless `allow_timing_failure`."""
@@ -205,15 +206,25 @@ def vivado_version(vivado: str) -> str:
     return found.group(1)
 
 
-def build(design: BlockDesign, folder: str | Path, *, example=None, any_vivado: bool = False,
-          allow_timing_failure: bool = False):  # fmt: skip
+def build(
+    design: BlockDesign,
+    folder: str | Path,
+    *,
+    example=None,
+    any_vivado: bool = False,
+    allow_timing_failure: bool = False,
+):
     """Write the project; run Vivado when it is on the PATH and its version is the board's
     (or `any_vivado`). Returns what happened: `ran`, `command`, `overlay` and, if it did not
     run, `reason`."""
     folder = Path(folder)
     write_project(design, folder, example, allow_timing_failure)
-    result = {"ran": False, "command": f"cd {folder} && ./build.sh", "folder": str(folder),
-              "overlay": str(folder / "overlay")}  # fmt: skip
+    result = {
+        "ran": False,
+        "command": f"cd {folder} && ./build.sh",
+        "folder": str(folder),
+        "overlay": str(folder / "overlay"),
+    }
     vivado = shutil.which("vivado")
     want = design.board.pynq.vivado
     if vivado is None:

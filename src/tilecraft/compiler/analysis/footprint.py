@@ -71,13 +71,29 @@ def footprint_key(cfg: HwConfig, table: np.ndarray) -> np.ndarray:
     spec = isa_for(cfg)
     alu = np.flatnonzero((table["opcode"] == Opcode.ALU) & (table["use_imm"] != 0))
     key["imm"] = 0
-    key["imm"][alu] = [_clears(op, imm, spec) for op, imm in
-                       zip(table["alu_op"][alu].tolist(), table["imm"][alu].tolist())]  # fmt: skip
+    key["imm"][alu] = [
+        _clears(op, imm, spec)
+        for op, imm in zip(table["alu_op"][alu].tolist(), table["imm"][alu].tolist())
+    ]
     return key
 
 
-_LOOP_FIELDS = ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out",
-                "src_in", "wgt_out", "wgt_in", "reset", "alu_op", "use_imm", "imm")  # fmt: skip
+_LOOP_FIELDS = (
+    "uop_bgn",
+    "uop_end",
+    "iter_out",
+    "iter_in",
+    "dst_out",
+    "dst_in",
+    "src_out",
+    "src_in",
+    "wgt_out",
+    "wgt_in",
+    "reset",
+    "alu_op",
+    "use_imm",
+    "imm",
+)
 
 
 def _frozen(a: Access) -> tuple:

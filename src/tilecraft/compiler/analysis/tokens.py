@@ -121,15 +121,13 @@ def compute_nop(**flags) -> Load:
     """A compute-stage LOAD that moves nothing: it waits for both units, so its token vouches
     for every older compute instruction (VTA's dependence no-op); `flags`, its dependence
     flags (pop_prev, push_next, ...)."""
-    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0,
-                **flags)  # fmt: skip
+    return Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, **flags)
 
 
 def load_nop(**flags) -> Load:
     """A load-stage LOAD that moves nothing: where the load stage waits for, or hands over,
     a token (`flags`)."""
-    return Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0,
-                **flags)  # fmt: skip
+    return Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, **flags)
 
 
 PLANS_KEPT = 16  # token plans a process remembers (`insert_tokens`)
@@ -146,9 +144,10 @@ def insert_tokens(cfg: HwConfig, insns: list, uops: list, uop_region: int) -> li
     of one shape, which differ only in their requantization's immediates, share one."""
     plain = [
         i.with_flags(pop_prev=False, pop_next=False, push_prev=False, push_next=False)
-        if i.pop_prev or i.pop_next or i.push_prev or i.push_next else i
+        if i.pop_prev or i.pop_next or i.push_prev or i.push_next
+        else i
         for i in insns
-    ]  # fmt: skip
+    ]
     table = insn_table(plain)
     uop_rows = uop_table(uops)
     digest = hashlib.blake2b(footprint_key(cfg, table).tobytes())

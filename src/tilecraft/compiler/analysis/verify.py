@@ -98,8 +98,17 @@ def _key(program: Program, table, uops) -> bytes:
     it clears the row, `footprint.footprint_key`), micro-ops, buffers, region and config."""
     h = hashlib.blake2b(footprint_key(program.config, table).tobytes())
     h.update(uops.tobytes())
-    h.update(repr((program.config, program.buffers, program.dram_size, program.uop_offset,
-                   program.insn_offset)).encode())  # fmt: skip
+    h.update(
+        repr(
+            (
+                program.config,
+                program.buffers,
+                program.dram_size,
+                program.uop_offset,
+                program.insn_offset,
+            )
+        ).encode()
+    )
     return h.digest()
 
 
@@ -108,8 +117,7 @@ def verify_queues(program: Program, table: np.ndarray | None = None) -> None:
     balance and deadlock (`table`: the program's, if already decoded). A chain of verified
     layers is checked with these and its junctions (`graph/chain.verify_chain`)."""
     table = program.table() if table is None else table
-    stages = [stage_of(op, mem) for op, mem in zip(table["opcode"].tolist(),
-                                                   table["mem"].tolist())]  # fmt: skip
+    stages = [stage_of(op, mem) for op, mem in zip(table["opcode"].tolist(), table["mem"].tolist())]
     _check_empty_loads(table)
     pops, pushes = _token_lists(table, stages)
     _check_deadlock(program.config, table, stages, pops, pushes)
@@ -120,8 +128,12 @@ def _check_dram_order(cfg, table, acc, clocks, lanes, local) -> None:
     problem = dram_order_problem(acc, clocks, lanes, local)
     if problem:
         k, what, g = problem
-        _fail("dram-order", f"{what} instruction {g} ({format_row(table[g])}) with no token "
-              "ordering them", table, k)  # fmt: skip
+        _fail(
+            "dram-order",
+            f"{what} instruction {g} ({format_row(table[g])}) with no token ordering them",
+            table,
+            k,
+        )
 
 
 def _fail(rule: str, message: str, table, index: int | None):
@@ -188,8 +200,13 @@ def _check_finish(table, clocks, lanes, local) -> None:
         last[lanes[k]] = k
     for lane, g in sorted(last.items(), key=lambda item: item[1]):
         if not covers(clocks[f], lane, local[g]):
-            _fail("finish", f"raises done while instruction {g} ({format_row(table[g])}) may "
-                  "still run: no token orders it before FINISH", table, f)  # fmt: skip
+            _fail(
+                "finish",
+                f"raises done while instruction {g} ({format_row(table[g])}) may "
+                "still run: no token orders it before FINISH",
+                table,
+                f,
+            )
 
 
 def _token_lists(table, stages):
@@ -360,8 +377,12 @@ def _check_hazards(cfg, table, acc, clocks, lanes, local) -> None:
                 row = int(np.arange(writer[buf].size)[at][np.argmin(w)])
                 _fail("raw", f"reads {buf} row {row} before any instruction writes it", table, k)
             earlier.append(w)
-        earlier += [table_[s_][buf][at] for buf, at in writes
-                    for table_ in (reader, writer_by) for s_ in others[s]]  # fmt: skip
+        earlier += [
+            table_[s_][buf][at]
+            for buf, at in writes
+            for table_ in (reader, writer_by)
+            for s_ in others[s]
+        ]
         if earlier and order.unordered(k, clock, np.concatenate(earlier)):
             _name_hazard(table, a, clock, order, writer, reader, writer_by)
         for buf, at in reads:
@@ -413,10 +434,12 @@ def _name_hazard(table, a, clock, order: _Order, writer, reader, writer_by) -> N
         for other in Stage:
             if other == s:
                 continue
-            _ordered(*args, reader[other][buf][rows], "war",
-                     f"overwrites {buf} rows still to be read by")  # fmt: skip
-            _ordered(*args, writer_by[other][buf][rows], "waw",
-                     f"overwrites {buf} rows also written by")  # fmt: skip
+            _ordered(
+                *args, reader[other][buf][rows], "war", f"overwrites {buf} rows still to be read by"
+            )
+            _ordered(
+                *args, writer_by[other][buf][rows], "waw", f"overwrites {buf} rows also written by"
+            )
     raise AssertionError(f"instruction {k}: the hazard check found a race it cannot name")
 
 

@@ -128,7 +128,6 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray], keep_all: bool = False
     for node in graph.nodes:
         args = [values[i] if i else None for i in node.inputs]
         y = run_node(node, args)
-        values[node.output] = fake_quantize(y, *points[node.output]) \
-            if node.output in points else y  # fmt: skip
+        values[node.output] = fake_quantize(y, *points[node.output]) if node.output in points else y
     keys = [k for k in values if k not in graph.constants] if keep_all else graph.outputs
     return {k: values[k] for k in keys}

@@ -134,9 +134,17 @@ class NoAttrs:
 
 
 Attrs = Union[
-    ConvAttrs, PoolAttrs, ClipAttrs, AxisAttrs, ReshapeAttrs, GemmAttrs, DenseAttrs,
-    AddAttrs, BatchNormAttrs, NoAttrs,
-]  # fmt: skip
+    ConvAttrs,
+    PoolAttrs,
+    ClipAttrs,
+    AxisAttrs,
+    ReshapeAttrs,
+    GemmAttrs,
+    DenseAttrs,
+    AddAttrs,
+    BatchNormAttrs,
+    NoAttrs,
+]
 
 
 @dataclass(frozen=True)

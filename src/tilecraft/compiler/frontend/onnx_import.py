@@ -80,8 +80,10 @@ def _read(onnx, source):
         onnx.checker.check_model(model)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"{source if isinstance(source, (str, Path)) else 'model'} "
-                         f"is not a valid ONNX model: {first}") from e  # fmt: skip
+        raise ModelError(
+            f"{source if isinstance(source, (str, Path)) else 'model'} "
+            f"is not a valid ONNX model: {first}"
+        ) from e
     if not model.graph.node:
         raise ModelError("the ONNX model has no nodes")
     return model
@@ -98,14 +100,18 @@ def _check_opset(model, where: str) -> None:
 
 def _check_operators(model, where: str) -> None:
     bad = [
-        (n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}",
-         n.name or f"#{i}", False)
+        (
+            n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}",
+            n.name or f"#{i}",
+            False,
+        )
         for i, n in enumerate(model.graph.node)
         if n.domain not in ("", "ai.onnx") or n.op_type not in KNOWN
-    ]  # fmt: skip
+    ]
     if bad:
-        lines = "\n".join(f"  {op} (node {name}): no accelerator mapping, no CPU kernel"
-                          for op, name, _ in bad)  # fmt: skip
+        lines = "\n".join(
+            f"  {op} (node {name}): no accelerator mapping, no CPU kernel" for op, name, _ in bad
+        )
         raise UnsupportedOperatorError(
             f"{where} has {len(bad)} unsupported operator(s); supported: "
             f"{', '.join(sorted(KNOWN))}\n{lines}",
@@ -181,8 +187,10 @@ def _graph(onnx, model, where: str) -> Graph:
     for node in nodes:
         for out in node.outputs:
             if out and out not in types and out not in constants:
-                raise ModelError(f"{where}: tensor {out!r} (from node {node.name}) has no static "
-                                 "shape after shape inference")  # fmt: skip
+                raise ModelError(
+                    f"{where}: tensor {out!r} (from node {node.name}) has no static "
+                    "shape after shape inference"
+                )
     inputs = tuple(i.name for i in g.input if i.name not in constants)
     name = g.name or "model"
     return Graph(tuple(nodes), inputs, tuple(o.name for o in g.output), types, constants, name)
@@ -213,33 +221,40 @@ def _pads(values) -> tuple[int, int, int, int]:
     return (p[0], p[1], p[2], p[3]) if len(p) == 4 else (p[0], p[0], p[0], p[0])
 
 
-def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: dict,
-           types: dict):  # fmt: skip
+def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: dict, types: dict):
     if "auto_pad" in a and a["auto_pad"] not in (b"NOTSET", "NOTSET"):
-        raise ModelError(f"node {name}: auto_pad {a['auto_pad']!r} is not supported; "
-                         "export with explicit pads")  # fmt: skip
+        raise ModelError(
+            f"node {name}: auto_pad {a['auto_pad']!r} is not supported; export with explicit pads"
+        )
     if op is OpType.CONV:
         kernel = a.get("kernel_shape")
         if kernel is None:  # optional in ONNX: the weight's (a constant, or a DequantizeLinear's)
             weight = constants.get(inputs[1])
-            shape = weight.shape if weight is not None else getattr(types.get(inputs[1]), "shape",
-                                                                     None)  # fmt: skip
+            shape = (
+                weight.shape if weight is not None else getattr(types.get(inputs[1]), "shape", None)
+            )
             if shape is None or len(shape) != 4:
-                raise ModelError(f"node {name}: no kernel_shape, and its weight {inputs[1]!r} "
-                                 f"has no static 4-D shape to take it from")  # fmt: skip
+                raise ModelError(
+                    f"node {name}: no kernel_shape, and its weight {inputs[1]!r} "
+                    f"has no static 4-D shape to take it from"
+                )
             kernel = shape[2:]
         return ConvAttrs(
-            kernel=_pair(kernel, 1), stride=_pair(a.get("strides"), 1),
-            pads=_pads(a.get("pads")), groups=int(a.get("group", 1)),
+            kernel=_pair(kernel, 1),
+            stride=_pair(a.get("strides"), 1),
+            pads=_pads(a.get("pads")),
+            groups=int(a.get("group", 1)),
             dilation=_pair(a.get("dilations"), 1),
-        )  # fmt: skip
+        )
     if op in (OpType.MAXPOOL, OpType.AVGPOOL):
         if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", (1, 1))):
             raise ModelError(f"node {name}: ceil_mode and dilated pooling are not supported")
         return PoolAttrs(
-            kernel=_pair(a.get("kernel_shape"), 1), stride=_pair(a.get("strides"), 1),
-            pads=_pads(a.get("pads")), count_include_pad=bool(a.get("count_include_pad", 0)),
-        )  # fmt: skip
+            kernel=_pair(a.get("kernel_shape"), 1),
+            stride=_pair(a.get("strides"), 1),
+            pads=_pads(a.get("pads")),
+            count_include_pad=bool(a.get("count_include_pad", 0)),
+        )
     if op is OpType.CLIP:
         bounds = [float("-inf"), float("inf")]
         for k, tensor in enumerate(inputs[1:3]):
@@ -261,9 +276,11 @@ def _attrs(op: OpType, a: dict, name: str, inputs: tuple[str, ...], constants: d
         return ReshapeAttrs(tuple(int(v) for v in constants[inputs[1]]))
     if op is OpType.GEMM:
         return GemmAttrs(
-            float(a.get("alpha", 1.0)), float(a.get("beta", 1.0)),
-            bool(a.get("transA", 0)), bool(a.get("transB", 0)),
-        )  # fmt: skip
+            float(a.get("alpha", 1.0)),
+            float(a.get("beta", 1.0)),
+            bool(a.get("transA", 0)),
+            bool(a.get("transB", 0)),
+        )
     if op is OpType.BATCHNORM:
         return BatchNormAttrs(float(a.get("epsilon", 1e-5)))
     return NoAttrs()

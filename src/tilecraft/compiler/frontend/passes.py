@@ -34,16 +34,22 @@ def _single_use(graph: Graph, tensor: str) -> bool:
 def remove_identities(graph: Graph) -> Graph:
     """Identity (and chains of them) dropped, readers reading the source (a graph output keeps
     its Identity, so its name stays)."""
-    alias = {n.output: n.inputs[0] for n in graph.nodes
-             if n.op is OpType.IDENTITY and n.output not in graph.outputs}  # fmt: skip
+    alias = {
+        n.output: n.inputs[0]
+        for n in graph.nodes
+        if n.op is OpType.IDENTITY and n.output not in graph.outputs
+    }
 
     def root(t: str) -> str:
         while t in alias:
             t = alias[t]
         return t
 
-    nodes = [n.with_(inputs=tuple(root(i) for i in n.inputs)) for n in graph.nodes
-             if n.output not in alias]  # fmt: skip
+    nodes = [
+        n.with_(inputs=tuple(root(i) for i in n.inputs))
+        for n in graph.nodes
+        if n.output not in alias
+    ]
     return graph.replace(nodes=tuple(nodes))
 
 
@@ -69,9 +75,14 @@ def fold_batchnorm(graph: Graph) -> Graph:
             continue
         conv = producer.get(bn.inputs[0])
         params = bn.inputs[1:5]
-        if (conv is None or conv.op is not OpType.CONV or conv.attrs.clip is not None
-                or conv.attrs.residual or not _single_use(graph, conv.output)
-                or not all(p in constants for p in params)):  # fmt: skip
+        if (
+            conv is None
+            or conv.op is not OpType.CONV
+            or conv.attrs.clip is not None
+            or conv.attrs.residual
+            or not _single_use(graph, conv.output)
+            or not all(p in constants for p in params)
+        ):
             continue
         gamma, beta, mean, var = (constants[p].astype(np.float64) for p in params)
         scale = gamma / np.sqrt(var + bn.attrs.epsilon)
@@ -85,12 +96,16 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if conv.output in graph.scales:
             rounded.append(bn.name)
     if rounded:
-        warnings.warn(ModelWarning(
-            f"{len(rounded)} BatchNormalization node(s) ({', '.join(rounded[:3])}"
-            f"{', ...' if len(rounded) > 3 else ''}) follow a conv whose output the model "
-            "rounds at a scale of its own: folded into the conv, which rounds once, so results "
-            "differ from the model's by up to a step where it rounds twice (quantize after "
-            "onnxruntime's quant_pre_process, which folds them first)"), stacklevel=2)  # fmt: skip
+        warnings.warn(
+            ModelWarning(
+                f"{len(rounded)} BatchNormalization node(s) ({', '.join(rounded[:3])}"
+                f"{', ...' if len(rounded) > 3 else ''}) follow a conv whose output the model "
+                "rounds at a scale of its own: folded into the conv, which rounds once, so results "
+                "differ from the model's by up to a step where it rounds twice (quantize after "
+                "onnxruntime's quant_pre_process, which folds them first)"
+            ),
+            stacklevel=2,
+        )
     nodes = [changed.get(n.name, n) for n in graph.nodes if n.name not in drop]
     return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants))
 
@@ -114,23 +129,28 @@ def dense_from_gemm(graph: Graph) -> Graph:
             if has_c and node.inputs[2] not in constants:
                 nodes.append(node)
                 continue
-            b = np.asarray(constants[node.inputs[2]], np.float64) * a.beta if has_c else \
-                np.zeros(n)  # fmt: skip
+            b = np.asarray(constants[node.inputs[2]], np.float64) * a.beta if has_c else np.zeros(n)
             b = _bias_row(b, n)
             if b is None:  # a bias that differs per row: not a dense layer's
                 nodes.append(node)
                 continue
             nodes.append(_dense(node, node.outputs, w, b, constants))
             continue
-        if node.op is OpType.MATMUL and node.inputs[1] in constants and \
-                len(graph.shape(node.inputs[0])) == 2:  # fmt: skip
+        if (
+            node.op is OpType.MATMUL
+            and node.inputs[1] in constants
+            and len(graph.shape(node.inputs[0])) == 2
+        ):
             w = constants[node.inputs[1]].astype(np.float64)
             users = consumers.get(node.output, [])
             add = users[0] if len(users) == 1 else None
             if add is not None and add.op is OpType.ADD and node.output not in graph.outputs:
                 other = [i for i in add.inputs if i != node.output]
-                b = _bias_row(constants[other[0]], w.shape[1]) if len(other) == 1 and \
-                    other[0] in constants else None  # fmt: skip
+                b = (
+                    _bias_row(constants[other[0]], w.shape[1])
+                    if len(other) == 1 and other[0] in constants
+                    else None
+                )
                 if b is not None:
                     nodes.append(_dense(node, add.outputs, w, b, constants))
                     drop.add(add.name)
@@ -138,8 +158,9 @@ def dense_from_gemm(graph: Graph) -> Graph:
             nodes.append(_dense(node, node.outputs, w, np.zeros(w.shape[1]), constants))
             continue
         nodes.append(node)
-    return _prune_constants(graph.replace(nodes=tuple(nodes), constants=constants,
-                                          weight_scales=weight_scales))  # fmt: skip
+    return _prune_constants(
+        graph.replace(nodes=tuple(nodes), constants=constants, weight_scales=weight_scales)
+    )
 
 
 def _bias_row(b, n: int):
@@ -188,9 +209,15 @@ def fuse_residual(graph: Graph) -> Graph:
         options = []
         for mine, other in ((a, b), (b, a)):
             conv = changed.get(getattr(producer.get(mine), "name", None)) or producer.get(mine)
-            if (conv is not None and conv.op is OpType.CONV and not conv.attrs.residual
-                    and conv.attrs.clip is None and _single_use(graph, mine)
-                    and conv.name not in drop and mine not in graph.scales):  # fmt: skip
+            if (
+                conv is not None
+                and conv.op is OpType.CONV
+                and not conv.attrs.residual
+                and conv.attrs.clip is None
+                and _single_use(graph, mine)
+                and conv.name not in drop
+                and mine not in graph.scales
+            ):
                 options.append((order[conv.name], conv, other))
         if not options:
             continue
@@ -254,8 +281,14 @@ def drop_dead(graph: Graph) -> Graph:
 
 def _prune_constants(graph: Graph) -> Graph:
     used = {i for n in graph.nodes for i in n.inputs}
-    types = {k: v for k, v in graph.types.items() if k in used or k in graph.outputs
-             or k in graph.inputs or any(k in n.outputs for n in graph.nodes)}  # fmt: skip
+    types = {
+        k: v
+        for k, v in graph.types.items()
+        if k in used
+        or k in graph.outputs
+        or k in graph.inputs
+        or any(k in n.outputs for n in graph.nodes)
+    }
     constants = {k: v for k, v in graph.constants.items() if k in used}
     weight_scales = {k: v for k, v in graph.weight_scales.items() if k in constants}
     return graph.replace(constants=constants, types=types, weight_scales=weight_scales)

@@ -34,8 +34,10 @@ def _scale_and_zero(graph: Graph, node: Node, stored: bool = False):
             raise ModelError(f"node {node.name}: its zero point must be a constant")
         const = np.asarray(graph.constants[node.inputs[2]])
         if stored and const.dtype not in (np.int8, np.uint8):
-            raise ModelError(f"node {node.name}: zero point of type {const.dtype} is not read; "
-                             "tilecraft reads int8 and uint8 tensors")  # fmt: skip
+            raise ModelError(
+                f"node {node.name}: zero point of type {const.dtype} is not read; "
+                "tilecraft reads int8 and uint8 tensors"
+            )
         zero, unsigned = const.astype(np.int64), const.dtype == np.uint8
     return scale, (zero - 128 if stored and unsigned else zero)
 
@@ -101,8 +103,10 @@ def absorb_qdq(graph: Graph) -> Graph:
             continue
         scale, zero = _scale_and_zero(graph, q, stored=True)
         if scale.size != 1:
-            raise ModelError(f"tensor {q.inputs[0]!r} is quantized with {scale.size} scales: "
-                             "tilecraft reads one scale per activation tensor")  # fmt: skip
+            raise ModelError(
+                f"tensor {q.inputs[0]!r} is quantized with {scale.size} scales: "
+                "tilecraft reads one scale per activation tensor"
+            )
         users = consumers.get(q.output, [])
         if not users or any(u.op is not OpType.DEQUANTIZE for u in users):
             raise ModelError(f"QuantizeLinear {q.name}: only DequantizeLinear may read its output")
@@ -119,13 +123,18 @@ def absorb_qdq(graph: Graph) -> Graph:
     for out in outputs:  # a graph output keeps its name: rename its producer
         if out in rename:
             src = rename.pop(out)
-            nodes = [n.with_(outputs=tuple(out if o == src else o for o in n.outputs),
-                             inputs=tuple(out if x == src else x for x in n.inputs))
-                     for n in nodes]  # fmt: skip
+            nodes = [
+                n.with_(
+                    outputs=tuple(out if o == src else o for o in n.outputs),
+                    inputs=tuple(out if x == src else x for x in n.inputs),
+                )
+                for n in nodes
+            ]
             rename = {k: (out if v == src else v) for k, v in rename.items()}
             scales[out] = scales.pop(src)
             if src in zeros:
                 zeros[out] = zeros.pop(src)
+
     def root(t: str) -> str:  # Q -> DQ -> Q -> DQ: follow every pair back to its source
         while t in rename:
             t = rename[t]
@@ -138,6 +147,13 @@ def absorb_qdq(graph: Graph) -> Graph:
     used = {x for n in nodes for x in n.inputs}
     constants = {k: v for k, v in constants.items() if k in used}
     weight_scales = {k: v for k, v in weight_scales.items() if k in constants}
-    return graph.replace(nodes=tuple(nodes), inputs=inputs, outputs=tuple(outputs),
-                         constants=constants, scales=scales, types=types,
-                         weight_scales=weight_scales, zero_points=zeros)  # fmt: skip
+    return graph.replace(
+        nodes=tuple(nodes),
+        inputs=inputs,
+        outputs=tuple(outputs),
+        constants=constants,
+        scales=scales,
+        types=types,
+        weight_scales=weight_scales,
+        zero_points=zeros,
+    )

@@ -71,8 +71,10 @@ def expand_quant(model):
         y = node.output[0]
         if x in inits:
             if zeropt:
-                raise ModelError(f"node {name}: weights with zero point {zeropt} are not read; "
-                                 f"tilecraft reads symmetric weights (zero point 0)")  # fmt: skip
+                raise ModelError(
+                    f"node {name}: weights with zero point {zeropt} are not read; "
+                    f"tilecraft reads symmetric weights (zero point 0)"
+                )
             value = numpy_helper.to_array(inits[x])
             if (lo, hi) == _within_int8(lo, hi):
                 nodes.append(_weight(helper, numpy_helper, g, name, value, scale, lo, hi, y))
@@ -94,8 +96,10 @@ def _read(numpy_helper, node, name: str, inits: dict):
     from onnx import helper
 
     if len(node.input) != 4:
-        raise ModelError(f"node {name}: {node.op_type} takes 4 inputs (x, scale, zeropt, "
-                         f"bitwidth); it has {len(node.input)}")  # fmt: skip
+        raise ModelError(
+            f"node {name}: {node.op_type} takes 4 inputs (x, scale, zeropt, "
+            f"bitwidth); it has {len(node.input)}"
+        )
     consts = []
     for role, tensor in zip(("scale", "zeropt", "bitwidth"), node.input[1:]):
         if tensor not in inits:
@@ -106,18 +110,24 @@ def _read(numpy_helper, node, name: str, inits: dict):
     mode = attrs.get("rounding_mode", b"ROUND")
     mode = (mode.decode() if isinstance(mode, bytes) else str(mode)).upper()
     if mode != "ROUND":
-        raise ModelError(f"node {name}: rounding_mode {mode!r} is not read; tilecraft reads "
-                         f"'ROUND' (half to even, as QuantizeLinear rounds)")  # fmt: skip
+        raise ModelError(
+            f"node {name}: rounding_mode {mode!r} is not read; tilecraft reads "
+            f"'ROUND' (half to even, as QuantizeLinear rounds)"
+        )
     zero = np.asarray(zeropt, np.float64)
     if zero.size != 1 or float(zero.reshape(())) != int(zero.reshape(())):
-        raise ModelError(f"node {name}: zero point {zero.reshape(-1).tolist()} is not read; "
-                         f"tilecraft reads one whole-number zero point")  # fmt: skip
+        raise ModelError(
+            f"node {name}: zero point {zero.reshape(-1).tolist()} is not read; "
+            f"tilecraft reads one whole-number zero point"
+        )
     if np.any(scale <= 0) or not np.all(np.isfinite(scale)):
         raise ModelError(f"node {name}: scales must be positive and finite")
     b = float(np.asarray(bits).reshape(-1)[0]) if np.asarray(bits).size == 1 else -1.0
     if b != int(b) or not 2 <= b <= 32:
-        raise ModelError(f"node {name}: bitwidth {np.asarray(bits).tolist()} must be one whole "
-                         f"number of bits, 2..32")  # fmt: skip
+        raise ModelError(
+            f"node {name}: bitwidth {np.asarray(bits).tolist()} must be one whole "
+            f"number of bits, 2..32"
+        )
     signed, narrow = bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0))
     lo, hi = int_range(int(b), signed, narrow)
     return node.input[0], np.asarray(scale, np.float32), int(zero.reshape(())), lo, hi
@@ -129,8 +139,10 @@ def _axis(scale: np.ndarray, value_shape: tuple[int, ...], name: str) -> int | N
         return None
     varying = [k for k, d in enumerate(scale.shape) if d > 1]
     if len(varying) != 1 or scale.ndim != len(value_shape):
-        raise ModelError(f"node {name}: a scale of shape {scale.shape} is not read; give one "
-                         f"scale, or one per channel along one axis")  # fmt: skip
+        raise ModelError(
+            f"node {name}: a scale of shape {scale.shape} is not read; give one "
+            f"scale, or one per channel along one axis"
+        )
     return varying[0]
 
 
@@ -140,35 +152,52 @@ def _weight(helper, numpy_helper, g, name: str, value, scale, lo: int, hi: int, 
     axis = _axis(scale, q.shape, name)
     q_name, s_name, z_name = f"{name}:int", f"{name}:scale", f"{name}:zero"
     s = scale.reshape(-1) if axis is not None else scale.reshape(())
-    g.initializer.extend([numpy_helper.from_array(q, q_name), numpy_helper.from_array(s, s_name),
-                          numpy_helper.from_array(np.zeros(s.shape, np.int8), z_name)])  # fmt: skip
+    g.initializer.extend(
+        [
+            numpy_helper.from_array(q, q_name),
+            numpy_helper.from_array(s, s_name),
+            numpy_helper.from_array(np.zeros(s.shape, np.int8), z_name),
+        ]
+    )
     extra = {"axis": axis} if axis is not None else {}
     return helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [y], name, **extra)
 
 
-def _activation(helper, numpy_helper, g, name: str, x: str, scale, zero: int,
-                bounds: tuple[int, int], y: str):  # fmt: skip
+def _activation(
+    helper, numpy_helper, g, name: str, x: str, scale, zero: int, bounds: tuple[int, int], y: str
+):
     """Clip (where the range is narrower than its container), QuantizeLinear, DequantizeLinear,
     in int8, or uint8 for an unsigned range."""
     lo, hi = bounds
     if scale.size != 1:
-        raise ModelError(f"node {name}: activation {x!r} has {scale.size} scales; tilecraft "
-                         f"reads one scale per activation tensor")  # fmt: skip
+        raise ModelError(
+            f"node {name}: activation {x!r} has {scale.size} scales; tilecraft "
+            f"reads one scale per activation tensor"
+        )
     box, dtype = (UINT8, np.uint8) if lo >= 0 and hi > INT8[1] else (INT8, np.int8)
     if not (box[0] <= lo and hi <= box[1] and box[0] <= zero <= box[1]):
-        raise ModelError(f"node {name}: activation {x!r} is quantized to [{lo}, {hi}] with zero "
-                         f"point {zero}, which neither int8 nor uint8 holds; tilecraft reads "
-                         f"activations of up to 8 bits")  # fmt: skip
+        raise ModelError(
+            f"node {name}: activation {x!r} is quantized to [{lo}, {hi}] with zero "
+            f"point {zero}, which neither int8 nor uint8 holds; tilecraft reads "
+            f"activations of up to 8 bits"
+        )
     s = scale.reshape(())
     s_name, z_name = f"{name}:scale", f"{name}:zero"
-    g.initializer.extend([numpy_helper.from_array(s, s_name),
-                          numpy_helper.from_array(np.asarray(zero, dtype), z_name)])  # fmt: skip
+    g.initializer.extend(
+        [
+            numpy_helper.from_array(s, s_name),
+            numpy_helper.from_array(np.asarray(zero, dtype), z_name),
+        ]
+    )
     nodes, src = [], x
     if (lo, hi) != box:
         lo_name, hi_name = f"{name}:lo", f"{name}:hi"
-        g.initializer.extend([numpy_helper.from_array(np.float32((lo - zero) * s), lo_name),
-                              numpy_helper.from_array(np.float32((hi - zero) * s), hi_name),
-                              ])  # fmt: skip
+        g.initializer.extend(
+            [
+                numpy_helper.from_array(np.float32((lo - zero) * s), lo_name),
+                numpy_helper.from_array(np.float32((hi - zero) * s), hi_name),
+            ]
+        )
         src = f"{name}:clipped"
         nodes.append(helper.make_node("Clip", [x, lo_name, hi_name], [src], f"{name}:clip"))
     q = f"{name}:q"

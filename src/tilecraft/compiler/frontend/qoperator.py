@@ -128,10 +128,12 @@ def _bias(helper, numpy_helper, g, nodes, inits, name: str, ins, k: int) -> str:
     ws = numpy_helper.to_array(inits[ins[4]]).astype(np.float32)
     scale = (xs * ws).astype(np.float32).reshape(-1)
     scale_name = f"{name}:bias_scale"
-    g.initializer.append(numpy_helper.from_array(scale if scale.size > 1 else scale[:1].reshape(()),
-                                                 scale_name))  # fmt: skip
+    g.initializer.append(
+        numpy_helper.from_array(scale if scale.size > 1 else scale[:1].reshape(()), scale_name)
+    )
     f = f"{name}:bias"
     extra = {"axis": 0} if scale.size > 1 else {}
-    nodes.append(helper.make_node("DequantizeLinear", [ins[k], scale_name], [f], f"{name}:dqb",
-                                  **extra))  # fmt: skip
+    nodes.append(
+        helper.make_node("DequantizeLinear", [ins[k], scale_name], [f], f"{name}:dqb", **extra)
+    )
     return f

@@ -41,20 +41,24 @@ def _aligned(n: int, align: int = ALIGN) -> int:
 
 def lower_bound(intervals: list[Interval], align: int = ALIGN) -> int:
     steps = {i.first for i in intervals} | {i.last for i in intervals}
-    return max((sum(_aligned(i.size, align) for i in intervals if i.first <= s <= i.last)
-                for s in steps), default=0)  # fmt: skip
+    return max(
+        (sum(_aligned(i.size, align) for i in intervals if i.first <= s <= i.last) for s in steps),
+        default=0,
+    )
 
 
-def plan_arena(intervals: list[Interval], budget: int = DEFAULT_BUDGET,
-               align: int = ALIGN) -> Arena:  # fmt: skip
+def plan_arena(
+    intervals: list[Interval], budget: int = DEFAULT_BUDGET, align: int = ALIGN
+) -> Arena:
     """Offsets (multiples of `align` bytes) for every interval; `ModelError` when the peak
     exceeds `budget` bytes."""
     placed: list[tuple[int, int, Interval]] = []  # (offset, end, interval)
     offsets = {}
     for it in sorted(intervals, key=lambda i: (-i.size, i.first, i.name)):
         size = _aligned(it.size, align)
-        busy = sorted((o, e) for o, e, other in placed
-                      if not (other.last < it.first or it.last < other.first))  # fmt: skip
+        busy = sorted(
+            (o, e) for o, e, other in placed if not (other.last < it.first or it.last < other.first)
+        )
         best, best_gap, cursor = None, None, 0
         for o, e in busy:
             gap = o - cursor
@@ -74,8 +78,9 @@ def plan_arena(intervals: list[Interval], budget: int = DEFAULT_BUDGET,
     return arena
 
 
-def intervals_of(steps: list[tuple[list[str], list[str]]], sizes: dict[str, int],
-                 keep: set[str] = frozenset()) -> list[Interval]:  # fmt: skip
+def intervals_of(
+    steps: list[tuple[list[str], list[str]]], sizes: dict[str, int], keep: set[str] = frozenset()
+) -> list[Interval]:
     """Liveness of every tensor in `sizes` over `steps` (each (reads, writes)); tensors in
     `keep` (the model's outputs) live to the end."""
     first: dict[str, int] = {}
@@ -88,8 +93,9 @@ def intervals_of(steps: list[tuple[list[str], list[str]]], sizes: dict[str, int]
             first.setdefault(t, k)
             last[t] = k
     end = len(steps) - 1
-    return [Interval(t, sizes[t], first[t], end if t in keep else last[t])
-            for t in sizes if t in first]  # fmt: skip
+    return [
+        Interval(t, sizes[t], first[t], end if t in keep else last[t]) for t in sizes if t in first
+    ]
 
 
 def model_arena(model, budget: int = DEFAULT_BUDGET) -> Arena:

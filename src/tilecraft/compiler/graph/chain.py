@@ -62,8 +62,9 @@ def compatible(cfg: HwConfig, writer: BufferSpec, reader: BufferSpec) -> bool:
     if size != int(np.prod(r.logical)):
         return False
     probe = np.arange(1, size + 1, dtype=np.int64)
-    return np.array_equal(w.pack(cfg, probe.reshape(w.logical)),
-                          r.pack(cfg, probe.reshape(r.logical)))  # fmt: skip
+    return np.array_equal(
+        w.pack(cfg, probe.reshape(w.logical)), r.pack(cfg, probe.reshape(r.logical))
+    )
 
 
 def _global(i: int, part: Part, buf: BufferSpec) -> str:
@@ -111,8 +112,10 @@ def _buffers(parts: list[Part], exports: set[str], budget: int):
         intervals.append(Interval(name, base.nbytes, first, end))
     align = max(cfg.elem_bytes(b) for b in BUFFERS)  # any element size can address a buffer
     arena = plan_arena(intervals, budget, align)
-    buffers = [BufferSpec(n, role, b.shape, b.dtype, arena.offsets[n], b.layout, b.value_range)
-               for n, (role, b) in specs.items()]  # fmt: skip
+    buffers = [
+        BufferSpec(n, role, b.shape, b.dtype, arena.offsets[n], b.layout, b.value_range)
+        for n, (role, b) in specs.items()
+    ]
     return buffers, constants, arena
 
 
@@ -130,36 +133,53 @@ def _relocate(cfg, i: int, part: Part, where: dict[str, int], uop_base: int) -> 
     if not rows.size:
         return table
     size_of = {int(m): cfg.elem_bytes(name) for m, name in BUFFER_NAMES.items()}
-    eb = np.where(op[rows] == Opcode.STORE, cfg.elem_bytes("out"),
-                  np.vectorize(size_of.__getitem__, otypes=[np.int64])(mem[rows]))  # fmt: skip
+    eb = np.where(
+        op[rows] == Opcode.STORE,
+        cfg.elem_bytes("out"),
+        np.vectorize(size_of.__getitem__, otypes=[np.int64])(mem[rows]),
+    )
     byte = base[rows] * eb
     bufs = sorted(p.buffers, key=lambda b: b.offset)
     starts = np.array([b.offset for b in bufs])
     ends = np.array([b.offset + b.nbytes for b in bufs])
     k = np.searchsorted(starts, byte, side="right") - 1
     # the transfer's last byte: y_size rows of x_size elements, x_stride apart
-    last = byte + ((table["y_size"][rows] - 1) * table["x_stride"][rows]
-                   + table["x_size"][rows]) * eb - 1  # fmt: skip
+    last = (
+        byte
+        + ((table["y_size"][rows] - 1) * table["x_stride"][rows] + table["x_size"][rows]) * eb
+        - 1
+    )
     outside = (k < 0) | (last >= ends[np.maximum(k, 0)])
     if outside.any():
         j = int(np.flatnonzero(outside)[0])
         span = f"[{int(byte[j])}, {int(last[j]) + 1})"
-        raise VerifyError("dram", f"transfers DRAM bytes {span} of {p.name}, not inside one of "
-                          f"its buffers: the chain moves each buffer on its own", int(rows[j]),
-                          format_row(table[rows[j]]))  # fmt: skip
+        raise VerifyError(
+            "dram",
+            f"transfers DRAM bytes {span} of {p.name}, not inside one of "
+            f"its buffers: the chain moves each buffer on its own",
+            int(rows[j]),
+            format_row(table[rows[j]]),
+        )
     delta = np.array([where[_global(i, part, b)] - b.offset for b in bufs])[k]
     odd = np.flatnonzero(delta % eb)
     if odd.size:
         buf = bufs[int(k[odd[0]])]
-        raise ScheduleError(f"buffer {buf.name} moves by {int(delta[odd[0]])} bytes, not a "
-                            f"whole number of {int(eb[odd[0]])}-byte elements")  # fmt: skip
+        raise ScheduleError(
+            f"buffer {buf.name} moves by {int(delta[odd[0]])} bytes, not a "
+            f"whole number of {int(eb[odd[0]])}-byte elements"
+        )
     base[rows] += delta // eb
     return table
 
 
-def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
-                   budget: int = 128 << 20, check: bool = True,
-                   verified_parts: bool = False):  # fmt: skip
+def chain_programs(
+    parts: list[Part],
+    exports: set[str],
+    name: str = "network",
+    budget: int = 128 << 20,
+    check: bool = True,
+    verified_parts: bool = False,
+):
     """One program running `parts` in order; `exports` are the tensors the host reads after.
     Returns (program, arena). With `check`, the program is verified (`verify_chain`); the
     parts too unless `verified_parts` (a network's layers are verified where compiled)."""
@@ -176,9 +196,17 @@ def chain_programs(parts: list[Part], exports: set[str], name: str = "network",
     words = encode(isa_for(cfg), table)
     insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
     end = insn_offset + len(words) * INSN_BYTES
-    program = Program(config=cfg, insns=words, uops=uops, buffers=tuple(buffers),
-                      constants=constants, insn_offset=insn_offset, uop_offset=uop_offset,
-                      dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE, name=name)  # fmt: skip
+    program = Program(
+        config=cfg,
+        insns=words,
+        uops=uops,
+        buffers=tuple(buffers),
+        constants=constants,
+        insn_offset=insn_offset,
+        uop_offset=uop_offset,
+        dram_size=-(-end // DRAM_PAGE) * DRAM_PAGE,
+        name=name,
+    )
     if check:
         verify_chain(program, parts, verified_parts)
     return program, arena
@@ -198,8 +226,9 @@ def _chain_table(cfg: HwConfig, parts: list[Part], where: dict[str, int], uop_ba
             if last["opcode"] != Opcode.FINISH:
                 raise ScheduleError(f"layer {part.program.name} does not end with FINISH")
             body = body[:-1]
-            handover = compute_nop(pop_prev=bool(last["pop_prev"]),
-                                   pop_next=bool(last["pop_next"]), push_prev=True)  # fmt: skip
+            handover = compute_nop(
+                pop_prev=bool(last["pop_prev"]), pop_next=bool(last["pop_next"]), push_prev=True
+            )
             body = np.concatenate([body, insn_table([handover])])
         tables.append(body)
     return np.concatenate(tables)
@@ -224,23 +253,42 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
     _check_junctions(table, parts)
     where = {b.name: b for b in program.buffers}
     for i, part in enumerate(parts):
-        spans = sorted({(where[_global(i, part, b)].offset, where[_global(i, part, b)].nbytes,
-                         _global(i, part, b)) for b in part.program.buffers})  # fmt: skip
+        spans = sorted(
+            {
+                (
+                    where[_global(i, part, b)].offset,
+                    where[_global(i, part, b)].nbytes,
+                    _global(i, part, b),
+                )
+                for b in part.program.buffers
+            }
+        )
         for (lo, n, a), (lo2, _, b) in zip(spans, spans[1:]):
             if lo + n > lo2:
-                raise VerifyError("dram", f"layer {part.program.name}'s buffers {a} and {b} "
-                                  f"share arena bytes [{lo2}, {lo + n})", None, None)  # fmt: skip
+                raise VerifyError(
+                    "dram",
+                    f"layer {part.program.name}'s buffers {a} and {b} "
+                    f"share arena bytes [{lo2}, {lo + n})",
+                    None,
+                    None,
+                )
     offsets = {b.name: b.offset for b in program.buffers}
     expected = _chain_table(cfg, parts, offsets, program.uop_offset // cfg.uop_bytes)
     if not np.array_equal(program.uops, np.concatenate([p.program.uops for p in parts])):
         raise VerifyError("chain", "the micro-ops are not the layers' in order", None, None)
     if len(table) != len(expected) or not np.array_equal(table, expected):
-        k = next(k for k in range(min(len(table), len(expected)) + 1)
-                 if k == len(table) or k == len(expected) or table[k] != expected[k])  # fmt: skip
-        raise VerifyError("chain", f"instruction {k} is not the layers' relocated instruction or "
-                          f"junction there ({len(table)} instructions, {len(expected)} expected)",
-                          k if k < len(table) else None,
-                          format_row(table[k]) if k < len(table) else None)  # fmt: skip
+        k = next(
+            k
+            for k in range(min(len(table), len(expected)) + 1)
+            if k == len(table) or k == len(expected) or table[k] != expected[k]
+        )
+        raise VerifyError(
+            "chain",
+            f"instruction {k} is not the layers' relocated instruction or "
+            f"junction there ({len(table)} instructions, {len(expected)} expected)",
+            k if k < len(table) else None,
+            format_row(table[k]) if k < len(table) else None,
+        )
     verify_queues(program, table)
 
 
@@ -254,17 +302,30 @@ def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
         at += len(part.program.insns) - 1 + (i > 0)  # its body, after the previous hand-over
         p = part.program
         finish = decode(isa_for(p.config), p.insns[-1:])[0]  # its FINISH alone
-        handover = dict(pop_prev=finish["pop_prev"], pop_next=finish["pop_next"], push_prev=1,
-                        push_next=0)  # fmt: skip
-        wants = [(at, MemId.UOP, handover),
-                 (at + 1, MemId.INP, dict(pop_prev=0, pop_next=1, push_prev=0, push_next=0))]
+        handover = dict(
+            pop_prev=finish["pop_prev"], pop_next=finish["pop_next"], push_prev=1, push_next=0
+        )
+        wants = [
+            (at, MemId.UOP, handover),
+            (at + 1, MemId.INP, dict(pop_prev=0, pop_next=1, push_prev=0, push_next=0)),
+        ]
         for k, mem, want in wants:
             row = table[k]
-            empty = all(int(row[f]) == 0 for f in ("x_size", "y_size", "y_pad0", "y_pad1",
-                                                    "x_pad0", "x_pad1"))  # fmt: skip
-            if (row["opcode"] != Opcode.LOAD or row["mem"] != mem or not empty
-                    or any(int(row[f]) != int(want[f]) for f in flags)):  # fmt: skip
-                raise VerifyError("junction", f"the junction after layer {part.program.name} "
-                                  f"is not the barrier the chain's verification assumes",
-                                  k, format_row(row))  # fmt: skip
+            empty = all(
+                int(row[f]) == 0
+                for f in ("x_size", "y_size", "y_pad0", "y_pad1", "x_pad0", "x_pad1")
+            )
+            if (
+                row["opcode"] != Opcode.LOAD
+                or row["mem"] != mem
+                or not empty
+                or any(int(row[f]) != int(want[f]) for f in flags)
+            ):
+                raise VerifyError(
+                    "junction",
+                    f"the junction after layer {part.program.name} "
+                    f"is not the barrier the chain's verification assumes",
+                    k,
+                    format_row(row),
+                )
         at += 1

@@ -62,8 +62,9 @@ ON_ACCELERATOR = (AccelLayer, PoolLayer, AddLayer)
 FIXED = (PoolLayer, AddLayer)  # layers with one program whatever the schedule
 
 
-def _pool_program(cfg: HwConfig, layer: PoolLayer | AddLayer,
-                  moved: dict[str, str]) -> Program | None:  # fmt: skip
+def _pool_program(
+    cfg: HwConfig, layer: PoolLayer | AddLayer, moved: dict[str, str]
+) -> Program | None:
     """The pooling (or scaled add) layer's program, or None when the accelerator cannot hold
     it (a shape past a limit the partition does not see: the host runs it then, and `moved`
     says why)."""
@@ -84,8 +85,10 @@ def _host_pool(layer: PoolLayer | AddLayer) -> HostLayer:
     op = layer.op
     if isinstance(layer, AddLayer):
         unit = 2.0 ** (op.pre_shift + op.shift)
-        ratio_a, ratio_b = (op.weight_a * op.multiplier_a / unit,
-                            op.weight_b * op.multiplier_b / unit)  # fmt: skip
+        ratio_a, ratio_b = (
+            op.weight_a * op.multiplier_a / unit,
+            op.weight_b * op.multiplier_b / unit,
+        )
         host = host_ops.Add(ratio_a, ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
         return HostLayer(layer.name, host, (layer.input, layer.residual), layer.output)
     if isinstance(op, MaxPool2d):
@@ -100,10 +103,15 @@ def _host_depthwise(layer: AccelLayer) -> HostLayer:
     the host, with the same integers."""
     op = layer.op
     (ph, pw) = op.pad
-    host = host_ops.DepthwiseConv(op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue,
-                                  op.pad_value)  # fmt: skip
-    consts = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
-              **layer.vectors}  # fmt: skip
+    host = host_ops.DepthwiseConv(
+        op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue, op.pad_value
+    )
+    consts = {
+        "weight": layer.weight,
+        "bias": layer.bias,
+        "multiplier": layer.multiplier,
+        **layer.vectors,
+    }
     return HostLayer(layer.name, host, (layer.input,), layer.output, consts)
 
 
@@ -130,11 +138,19 @@ def _step(layer, index: int) -> AcceleratorStep:
     return AcceleratorStep(layer.name, index, tuple(inputs), (Binding("output", layer.output),))
 
 
-def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *,
-                chain: bool = True, budget: int = DEFAULT_BUDGET,
-                layer_programs: dict | None = None, records=None,
-                jobs: int | None = None, moved: dict | None = None,
-                timer=None) -> CompiledModel:  # fmt: skip
+def build_model(
+    cfg: HwConfig,
+    net: QuantizedNetwork,
+    measure: int = MEASURED,
+    *,
+    chain: bool = True,
+    budget: int = DEFAULT_BUDGET,
+    layer_programs: dict | None = None,
+    records=None,
+    jobs: int | None = None,
+    moved: dict | None = None,
+    timer=None,
+) -> CompiledModel:
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
     blocked layout (`chain.chain_programs`), split where a layer's layout does not line up with
@@ -146,27 +162,48 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
     (`compile_operator`'s: the cycle model unless given)."""
     steps, programs, host_constants = [], [], {}
     moved = {} if moved is None else moved
-    pools = {layer.name: _pool_program(cfg, layer, moved) for layer in net.layers
-             if isinstance(layer, FIXED)}  # fmt: skip
-    layers = [_host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None
-              else layer for layer in net.layers]  # fmt: skip
+    pools = {
+        layer.name: _pool_program(cfg, layer, moved)
+        for layer in net.layers
+        if isinstance(layer, FIXED)
+    }
+    layers = [
+        _host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None else layer
+        for layer in net.layers
+    ]
     if cfg.block_in != cfg.block_out:  # a network quantized without the config (the tuner's)
-        layers = [_host_depthwise(layer) if isinstance(getattr(layer, "op", None),
-                  DepthwiseConv2d) else layer for layer in layers]  # fmt: skip
+        layers = [
+            _host_depthwise(layer)
+            if isinstance(getattr(layer, "op", None), DepthwiseConv2d)
+            else layer
+            for layer in layers
+        ]
     reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
     runs = _runs(layers)
-    programs_of = _compile_layers(cfg, runs, measure, records=records, jobs=jobs, timer=timer,
-                                  description=f"compiling {net.name}")  # fmt: skip
+    programs_of = _compile_layers(
+        cfg,
+        runs,
+        measure,
+        records=records,
+        jobs=jobs,
+        timer=timer,
+        description=f"compiling {net.name}",
+    )
     for k, run in enumerate(runs):
         if not isinstance(run[0], ON_ACCELERATOR):
             layer = run[0]
-            steps.append(HostStep(layer.name, layer.op, layer.inputs, layer.output,
-                                  tuple(sorted(layer.constants))))  # fmt: skip
+            steps.append(
+                HostStep(
+                    layer.name, layer.op, layer.inputs, layer.output, tuple(sorted(layer.constants))
+                )
+            )
             if layer.constants:
                 host_constants[layer.name] = dict(layer.constants)
             continue
-        compiled = [pools[layer.name] if isinstance(layer, FIXED) else programs_of[layer.name]
-                    for layer in run]  # fmt: skip
+        compiled = [
+            pools[layer.name] if isinstance(layer, FIXED) else programs_of[layer.name]
+            for layer in run
+        ]
         if layer_programs is not None:
             layer_programs.update({layer.name: p for layer, p in zip(run, compiled)})
         later = {t for other in runs[k + 1 :] for layer in other for t in _reads(layer)}
@@ -174,8 +211,11 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
         for g, group in enumerate(groups):
             part_layers = [run[i] for i in group]
             part_programs = [compiled[i] for i in group]
-            outside = later | reads | {t for other in groups[g + 1 :] for i in other
-                                       for t in _reads(run[i])}  # fmt: skip
+            outside = (
+                later
+                | reads
+                | {t for other in groups[g + 1 :] for i in other for t in _reads(run[i])}
+            )
             made = {layer.output for layer in part_layers}
             if len(group) == 1:
                 steps.append(_step(part_layers[0], len(programs)))
@@ -187,14 +227,21 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             program, _ = chain_programs(parts, made & outside, name, budget, verified_parts=True)
             names = {x.name for x in program.buffers}
             chain_layers = tuple(
-                ChainLayer(p.computation, tuple(
-                    Binding(b.name, glob) for b in p.buffers
-                    if (glob := _bindings(layer).get(b.name, f"{p.name}.{b.name}")) in names))
-                for layer, p in zip(part_layers, part_programs))  # fmt: skip
+                ChainLayer(
+                    p.computation,
+                    tuple(
+                        Binding(b.name, glob)
+                        for b in p.buffers
+                        if (glob := _bindings(layer).get(b.name, f"{p.name}.{b.name}")) in names
+                    ),
+                )
+                for layer, p in zip(part_layers, part_programs)
+            )
             inputs = tuple(Binding(b.name, b.name) for b in program.inputs)
             outputs = tuple(Binding(b.name, b.name) for b in program.outputs)
-            steps.append(AcceleratorStep(program.name, len(programs), inputs, outputs,
-                                         chain_layers))  # fmt: skip
+            steps.append(
+                AcceleratorStep(program.name, len(programs), inputs, outputs, chain_layers)
+            )
             programs.append(program)
     total = sum(p.dram_size for p in programs)
     if total > budget:
@@ -202,8 +249,16 @@ def build_model(cfg: HwConfig, net: QuantizedNetwork, measure: int = MEASURED, *
             f"{net.name} needs {total:,} bytes of DRAM (its {len(programs)} programs: weights, "
             f"activations, instructions); the budget is {budget:,} bytes (--dram-budget)"
         )
-    return CompiledModel(net.name, cfg, net.inputs, net.outputs, tuple(net.tensors.values()),
-                         tuple(steps), tuple(programs), host_constants)  # fmt: skip
+    return CompiledModel(
+        net.name,
+        cfg,
+        net.inputs,
+        net.outputs,
+        tuple(net.tensors.values()),
+        tuple(steps),
+        tuple(programs),
+        host_constants,
+    )
 
 
 def _segments(cfg: HwConfig, run: list, compiled: list) -> list[list[int]]:
@@ -213,8 +268,7 @@ def _segments(cfg: HwConfig, run: list, compiled: list) -> list[list[int]]:
     seen: dict = {}  # tensor -> how the current segment has it: stored, or read from the host
     for i, (layer, program) in enumerate(zip(run, compiled)):
         reads = [(program.buffer(b), t) for b, t in _bindings(layer).items() if b != "output"]
-        if not groups or any(t in seen and not compatible(cfg, seen[t], buf)
-                             for buf, t in reads):  # fmt: skip
+        if not groups or any(t in seen and not compatible(cfg, seen[t], buf) for buf, t in reads):
             groups.append([])
             seen = {}
         groups[-1].append(i)
@@ -230,9 +284,16 @@ def _reads(layer) -> list[str]:
     return list(layer.inputs)
 
 
-def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, records,
-                    jobs: int | None, description: str,
-                    timer=None) -> dict[str, Program]:  # fmt: skip
+def _compile_layers(
+    cfg: HwConfig,
+    runs: list[list],
+    measure: int,
+    *,
+    records,
+    jobs: int | None,
+    description: str,
+    timer=None,
+) -> dict[str, Program]:
     """Each conv/dense layer's program, by name, verified. Layers of one shape (operator and
     epilogue shape, `_schedule_key`) are one job: the first searches the schedule, the others
     take it. The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
@@ -247,19 +308,21 @@ def _compile_layers(cfg: HwConfig, runs: list[list], measure: int, *, records,
                 groups.setdefault(_schedule_key(layer) + (fold,), []).append((layer, fold))
     work = sorted(groups.values(), key=lambda g: -g[0][0].op.macs)
     compile_group = partial(_compile_group, cfg, measure=measure, records=records, timer=timer)
-    return {layer.name: program
-            for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
-            for (layer, _), program in zip(group, programs)}  # fmt: skip
+    return {
+        layer.name: program
+        for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
+        for (layer, _), program in zip(group, programs)
+    }
 
 
-def _compile_group(cfg: HwConfig, group: list, *, measure: int, records,
-                   timer=None) -> list[Program]:  # fmt: skip
+def _compile_group(
+    cfg: HwConfig, group: list, *, measure: int, records, timer=None
+) -> list[Program]:
     chosen: dict[tuple, ConvSchedule] = {}
     return [_compile(cfg, layer, chosen, measure, fold, records, timer) for layer, fold in group]
 
 
-def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None,
-             timer=None):  # fmt: skip
+def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None, timer=None):
     """The layer's program, verified by every rule but dataflow (which a network's chain never
     ran: half a layer's verification time; tests/compiler/graph checks the networks bit-exact
     against the integer reference). A schedule the records hold for the layer's shape is taken
@@ -269,10 +332,17 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
         best = best_schedule(records, Task(cfg, layer.op, layer.epilogue, fold))
         if best is not None:
             chosen[key] = best
-    params = {"weight": layer.weight, "bias": layer.bias, "multiplier": layer.multiplier,
-              **layer.vectors,
-              "name": layer.name, "fold": fold, "measure": measure, "check": False,
-              "timer": timer}  # fmt: skip
+    params = {
+        "weight": layer.weight,
+        "bias": layer.bias,
+        "multiplier": layer.multiplier,
+        **layer.vectors,
+        "name": layer.name,
+        "fold": fold,
+        "measure": measure,
+        "check": False,
+        "timer": timer,
+    }
     try:
         comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
     except ScheduleError:
@@ -288,15 +358,32 @@ def _schedule_key(layer: AccelLayer) -> tuple:
     """What a schedule's choice depends on: the operator and the epilogue's shape (not its
     values; a schedule that does not fit another epilogue is searched again)."""
     ep = layer.epilogue
-    return (layer.op, ep.bias, ep.multiplier, ep.residual, ep.final_clip, ep.acc_bounds,
-            ep.pre_shift > 0)  # fmt: skip
+    return (
+        layer.op,
+        ep.bias,
+        ep.multiplier,
+        ep.residual,
+        ep.final_clip,
+        ep.acc_bounds,
+        ep.pre_shift > 0,
+    )
 
 
-def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer: str = "minmax",
-                    input_shapes=None, measure: int = MEASURED, chain: bool = True,
-                    budget: int = DEFAULT_BUDGET, exact_requant: bool | None = None,
-                    records=None, jobs: int | None = None,
-                    timer=None) -> NetworkCompilation:  # fmt: skip
+def compile_network(
+    source,
+    cfg: HwConfig,
+    calibration: dict | None,
+    *,
+    observer: str = "minmax",
+    input_shapes=None,
+    measure: int = MEASURED,
+    chain: bool = True,
+    budget: int = DEFAULT_BUDGET,
+    exact_requant: bool | None = None,
+    records=None,
+    jobs: int | None = None,
+    timer=None,
+) -> NetworkCompilation:
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
     see `quantize` (default: for a model that brings its own scales); `jobs`, `timer`: see
@@ -318,7 +405,17 @@ def compile_network(source, cfg: HwConfig, calibration: dict | None, *, observer
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
     moved: dict[str, str] = {}
-    model = build_model(cfg, net, measure, chain=chain, budget=budget, moved=moved, timer=timer,
-                        layer_programs=layer_programs, records=records, jobs=jobs)  # fmt: skip
+    model = build_model(
+        cfg,
+        net,
+        measure,
+        chain=chain,
+        budget=budget,
+        moved=moved,
+        timer=timer,
+        layer_programs=layer_programs,
+        records=records,
+        jobs=jobs,
+    )
     seconds["compile"] = time.perf_counter() - start
     return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs, moved)

@@ -25,8 +25,10 @@ def module_ir(specs: Sequence[Spec], target: Target) -> str:
             continue
         seen.add(spec.symbol)
         if target.name == "nvptx" and not spec.gpu:
-            raise KernelError(f"no GPU kernel for {spec.kind} (its loops share scratch space); "
-                              f"the direct kernels (kernels.direct) run on GPUs")  # fmt: skip
+            raise KernelError(
+                f"no GPU kernel for {spec.kind} (its loops share scratch space); "
+                f"the direct kernels (kernels.direct) run on GPUs"
+            )
         k = Kernel(mod, target, spec.symbol, [b.name for b in spec.buffers()])
         spec.emit(k)
         k.finish()
@@ -37,10 +39,8 @@ def _no_builtins(text: str) -> str:
     """Mark every kernel `nounwind` and "no-builtins": LLVM must not turn a loop into a call
     to memset/memcpy, which a libc-free shared object does not have (llvmlite cannot state
     string attributes, so they are added to the text)."""
-    text = re.sub(r'^(define void @"tc_[^"]*"\(ptr noalias %"args"\))', r"\1 #0", text,
-                  flags=re.M)  # fmt: skip
+    text = re.sub(r'^(define void @"tc_[^"]*"\(ptr noalias %"args"\))', r"\1 #0", text, flags=re.M)
     return text + '\nattributes #0 = { nounwind "no-builtins" }\n'
-
 
 
 def optimized(text: str, target: Target):

@@ -39,8 +39,10 @@ def spec_digest(spec) -> str:
 
 
 def entry_digest(spec, target: Target) -> str:
-    key = f"{spec_digest(spec)}|{target.triple}|{target.cpu}|{target.features}|" \
-          f"llvmlite {llvmlite_version()}"  # fmt: skip
+    key = (
+        f"{spec_digest(spec)}|{target.triple}|{target.cpu}|{target.features}|"
+        f"llvmlite {llvmlite_version()}"
+    )
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -78,10 +80,16 @@ class KernelCache:
         return obj
 
     def put(self, spec, target: Target, obj: bytes) -> None:
-        header = {"magic": MAGIC, "symbol": spec.symbol, "triple": target.triple,
-                  "cpu": target.cpu, "llvmlite": llvmlite_version(),
-                  "codegen": codegen_version(), "bytes": len(obj),
-                  "sha256": hashlib.sha256(obj).hexdigest()}  # fmt: skip
+        header = {
+            "magic": MAGIC,
+            "symbol": spec.symbol,
+            "triple": target.triple,
+            "cpu": target.cpu,
+            "llvmlite": llvmlite_version(),
+            "codegen": codegen_version(),
+            "bytes": len(obj),
+            "sha256": hashlib.sha256(obj).hexdigest(),
+        }
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path(spec, target), json.dumps(header).encode() + b"\n" + obj)
@@ -98,9 +106,16 @@ def _payload(data: bytes, spec, target: Target) -> bytes | None:
         header = json.loads(line)
     except ValueError:
         return None
-    expected = {"magic": MAGIC, "symbol": spec.symbol, "triple": target.triple,
-                "cpu": target.cpu, "llvmlite": llvmlite_version(), "codegen": codegen_version(),
-                "bytes": len(obj), "sha256": hashlib.sha256(obj).hexdigest()}  # fmt: skip
+    expected = {
+        "magic": MAGIC,
+        "symbol": spec.symbol,
+        "triple": target.triple,
+        "cpu": target.cpu,
+        "llvmlite": llvmlite_version(),
+        "codegen": codegen_version(),
+        "bytes": len(obj),
+        "sha256": hashlib.sha256(obj).hexdigest(),
+    }
     if not isinstance(header, dict) or any(header.get(k) != v for k, v in expected.items()):
         return None
     return obj

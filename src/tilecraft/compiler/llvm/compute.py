@@ -27,51 +27,86 @@ def computation_kernel(comp: O.Computation, gpu: bool = False) -> tuple[Spec, li
         return _direct(comp, op, ep)
     if isinstance(op, O.Conv2d):
         (ph, pw) = op.pad
-        spec = conv.Conv2d(op.input_shape, op.oc, op.kernel, op.stride, (ph, pw, ph, pw),
-                           "int8", epilogue=ep, pad_value=op.pad_value)  # fmt: skip
+        spec = conv.Conv2d(
+            op.input_shape,
+            op.oc,
+            op.kernel,
+            op.stride,
+            (ph, pw, ph, pw),
+            "int8",
+            epilogue=ep,
+            pad_value=op.pad_value,
+        )
         return spec, _operands(ep, op.oc)
     if isinstance(op, O.DepthwiseConv2d):
         (ph, pw) = op.pad
         if ep.residual:
             raise KernelError("a depthwise conv with a residual add has no host kernel")
-        spec = window.DepthwiseConv(op.input_shape, op.kernel, op.stride, (ph, pw, ph, pw), ep,
-                                    op.pad_value)  # fmt: skip
+        spec = window.DepthwiseConv(
+            op.input_shape, op.kernel, op.stride, (ph, pw, ph, pw), ep, op.pad_value
+        )
         return spec, _operands(ep, op.c)
     if isinstance(op, O.Dense):
         return dense.Dense(op.m, op.k, op.n, "int8", epilogue=ep), _operands(ep, op.n)
     if isinstance(op, O.MaxPool2d):
-        spec = window.MaxPool(op.input_shape, op.kernel, op.stride, op.pads, "int8",
-                              op.pad_value)  # fmt: skip
+        spec = window.MaxPool(op.input_shape, op.kernel, op.stride, op.pads, "int8", op.pad_value)
         return spec, ["input"]
     if isinstance(op, O.GlobalAvgPool2d):
-        spec = window.WrappedGlobalAvgPool(op.input_shape, op.multiplier, op.shift,
-                                           op.input_zero, op.output_zero, op.pre_shift,
-                                           op.weight)  # fmt: skip
+        spec = window.WrappedGlobalAvgPool(
+            op.input_shape,
+            op.multiplier,
+            op.shift,
+            op.input_zero,
+            op.output_zero,
+            op.pre_shift,
+            op.weight,
+        )
         return spec, ["input"]
     if isinstance(op, O.ScaledAdd):
-        spec = EW.WrappedScaledAdd(op.input_shape, op.weight_a, op.multiplier_a, op.weight_b,
-                                   op.multiplier_b, op.pre_shift, op.shift, op.zero_a,
-                                   op.zero_b, op.zero_y, op.clip)  # fmt: skip
+        spec = EW.WrappedScaledAdd(
+            op.input_shape,
+            op.weight_a,
+            op.multiplier_a,
+            op.weight_b,
+            op.multiplier_b,
+            op.pre_shift,
+            op.shift,
+            op.zero_a,
+            op.zero_b,
+            op.zero_y,
+            op.clip,
+        )
         return spec, ["input", "residual"]
     raise KernelError(f"no host kernel computes {op.describe()}")
 
 
 def _direct(comp, op, ep) -> tuple[Spec, list[str]]:
     if isinstance(op, O.MaxPool2d):
-        return D.DirectMaxPool(op.input_shape, op.kernel, op.stride, op.pads, "int8",
-                               op.pad_value), ["input"]  # fmt: skip
+        return D.DirectMaxPool(
+            op.input_shape, op.kernel, op.stride, op.pads, "int8", op.pad_value
+        ), ["input"]
     if isinstance(op, O.Dense):
         return D.DirectDense(op.m, op.k, op.n, "int8", epilogue=ep), _operands(ep, op.n)
     (ph, pw), depthwise = op.pad, isinstance(op, O.DepthwiseConv2d)
     out = op.c if depthwise else op.oc
-    spec = D.DirectConv2d(op.input_shape, out, op.kernel, op.stride, (ph, pw, ph, pw), "int8",
-                          epilogue=ep, pad_value=op.pad_value, depthwise=depthwise)  # fmt: skip
+    spec = D.DirectConv2d(
+        op.input_shape,
+        out,
+        op.kernel,
+        op.stride,
+        (ph, pw, ph, pw),
+        "int8",
+        epilogue=ep,
+        pad_value=op.pad_value,
+        depthwise=depthwise,
+    )
     return spec, _operands(ep, out)
 
 
 def _operands(ep: O.Epilogue, channels: int) -> list[str]:
-    return ["input", "weight", *(b.name for b in vector_buffers(ep, channels))] + \
-        (["residual"] if ep.residual else [])  # fmt: skip
+    return ["input", "weight", *(b.name for b in vector_buffers(ep, channels))] + (
+        ["residual"] if ep.residual else []
+    )
 
 
 class JitCompute:
@@ -124,6 +159,5 @@ def compute_entries(computations) -> list[tuple[Spec, dict]]:
     out = []
     for comp in computations:
         spec, names = computation_kernel(comp)
-        out.append((spec, {"key": computation_key(comp), "symbol": spec.symbol,
-                           "operands": names}))  # fmt: skip
+        out.append((spec, {"key": computation_key(comp), "symbol": spec.symbol, "operands": names}))
     return out

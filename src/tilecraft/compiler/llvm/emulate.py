@@ -74,8 +74,10 @@ class Emulator:
             if isinstance(section, SymbolTableSection) and section.name == ".dynsym":
                 for sym in section.iter_symbols():
                     if sym.name and sym["st_shndx"] == "SHN_UNDEF":
-                        raise KernelError(f"the shared object needs symbol {sym.name!r}, which "
-                                          f"a libc-free kernel library must not")  # fmt: skip
+                        raise KernelError(
+                            f"the shared object needs symbol {sym.name!r}, which "
+                            f"a libc-free kernel library must not"
+                        )
                     if sym.name and sym["st_info"]["type"] == "STT_FUNC":
                         self.symbols[sym.name] = BASE + sym["st_value"]
         self.uc.mem_map(STACK, STACK_BYTES)
@@ -102,11 +104,16 @@ class Emulator:
         width = 4 if self.target == "armv7" else 8
         for rel in section.iter_relocations():
             if rel["r_info_type"] != RELATIVE[self.target]:
-                raise KernelError(f"relocation type {rel['r_info_type']} in {section.name} is "
-                                  f"not supported by the emulator's loader")  # fmt: skip
+                raise KernelError(
+                    f"relocation type {rel['r_info_type']} in {section.name} is "
+                    f"not supported by the emulator's loader"
+                )
             at = BASE + rel["r_offset"]
-            addend = rel["r_addend"] if rel.is_RELA() else \
-                int.from_bytes(self.uc.mem_read(at, width), "little")  # fmt: skip
+            addend = (
+                rel["r_addend"]
+                if rel.is_RELA()
+                else int.from_bytes(self.uc.mem_read(at, width), "little")
+            )
             self.uc.mem_write(at, (BASE + addend).to_bytes(width, "little"))
 
     def _alloc(self, nbytes: int) -> int:
@@ -121,8 +128,12 @@ class Emulator:
 
         buffers = [BufferSig.from_dict(b) for b in signature["buffers"]]
         given = iter(inputs)
-        arrays = [np.ascontiguousarray(next(given), b.dtype) if b.role == "in"
-                  else np.zeros(b.shape, b.dtype) for b in buffers]  # fmt: skip
+        arrays = [
+            np.ascontiguousarray(next(given), b.dtype)
+            if b.role == "in"
+            else np.zeros(b.shape, b.dtype)
+            for b in buffers
+        ]
         total = sum(-(-max(a.nbytes, 1) // 64) * 64 for a in arrays) + 64 * (len(arrays) + 1)
         self._heap = 0
         self.uc.mem_map(HEAP, _pages(total))
@@ -144,8 +155,11 @@ class Emulator:
             if self.target == "armv7":
                 regs = (arm_const.UC_ARM_REG_R0, arm_const.UC_ARM_REG_SP, arm_const.UC_ARM_REG_LR)
             else:
-                regs = (arm64_const.UC_ARM64_REG_X0, arm64_const.UC_ARM64_REG_SP,
-                        arm64_const.UC_ARM64_REG_LR)  # fmt: skip
+                regs = (
+                    arm64_const.UC_ARM64_REG_X0,
+                    arm64_const.UC_ARM64_REG_SP,
+                    arm64_const.UC_ARM64_REG_LR,
+                )
             for reg, value in zip(regs, (table, STACK + STACK_BYTES - 64, STOP)):
                 self.uc.reg_write(reg, value)
             entry = self.symbols.get(signature["symbol"])
@@ -154,8 +168,7 @@ class Emulator:
             self.uc.emu_start(entry, STOP, count=limit)
             self.uc.hook_del(hook)
             if self.uc.reg_read(_pc(self.target)) != STOP:
-                raise KernelError(f"kernel {signature['symbol']} ran past {limit:,} "
-                                  f"instructions")  # fmt: skip
+                raise KernelError(f"kernel {signature['symbol']} ran past {limit:,} instructions")
             outputs = []
             for b, a, at in zip(buffers, arrays, where):
                 if b.role == "out":

@@ -49,8 +49,9 @@ class FloatGraph:
                 raise ModelError(f"input {name!r} is missing (inputs: {list(self.graph.inputs)})")
             x = np.asarray(inputs[name], np.float32)
             if x.shape != self.graph.shape(name):
-                raise ModelError(f"input {name!r} has shape {x.shape}; expected "
-                                 f"{self.graph.shape(name)}")  # fmt: skip
+                raise ModelError(
+                    f"input {name!r} has shape {x.shape}; expected {self.graph.shape(name)}"
+                )
             values[name] = self._rounded(name, x)
         for node, kernel in self.steps:
             args = [values[i] if i else None for i in node.inputs]
@@ -77,16 +78,24 @@ class FloatGraph:
             n = self.graph.shape(node.inputs[1])[1]
             relu = a.clip == RELU
             fn = self.jit.kernel(dense.Dense(m, k, n, bias=True, relu=relu))
-            return self._clipped(lambda args: fn(args[0], args[1], args[2]),
-                                 None if relu else a.clip, (m, n))  # fmt: skip
-        if op is OpType.GEMM and not a.trans_a and a.alpha == 1.0 and a.beta == 1.0 and \
-                len(node.inputs) > 2 and node.inputs[1] in self.consts:  # fmt: skip
+            return self._clipped(
+                lambda args: fn(args[0], args[1], args[2]), None if relu else a.clip, (m, n)
+            )
+        if (
+            op is OpType.GEMM
+            and not a.trans_a
+            and a.alpha == 1.0
+            and a.beta == 1.0
+            and len(node.inputs) > 2
+            and node.inputs[1] in self.consts
+        ):
             w = self.consts[node.inputs[1]]
             w = np.ascontiguousarray(w.T) if a.trans_b else w
             m, k, n = shape[0], shape[1], w.shape[1]
             fn = self.jit.kernel(dense.Dense(m, k, n, bias=True))
-            bias = np.broadcast_to(self.consts.get(node.inputs[2], np.zeros(n, np.float32)),
-                                   (n,)).astype(np.float32)  # fmt: skip
+            bias = np.broadcast_to(
+                self.consts.get(node.inputs[2], np.zeros(n, np.float32)), (n,)
+            ).astype(np.float32)
             return lambda args: fn(args[0], w, bias)
         if op is OpType.ADD and self.graph.shape(node.inputs[1]) == shape:
             lo, hi = getattr(a, "clip", None) or (float("-inf"), float("inf"))
@@ -124,8 +133,14 @@ class FloatGraph:
             spec = conv.Conv2d(shape, oc, a.kernel, a.stride, a.pads, bias=True, relu=clipped)
         else:  # depthwise: any clip (ReLU6 too) is the kernel's
             clipped = not a.residual
-            spec = window.DepthwiseConv(shape, a.kernel, a.stride, a.pads, dtype="float32",
-                                        clip=None if a.residual else a.clip)  # fmt: skip
+            spec = window.DepthwiseConv(
+                shape,
+                a.kernel,
+                a.stride,
+                a.pads,
+                dtype="float32",
+                clip=None if a.residual else a.clip,
+            )
         fn = self.jit.kernel(spec)
         zeros = np.zeros(oc, np.float32)
 

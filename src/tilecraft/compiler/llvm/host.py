@@ -31,15 +31,18 @@ def host_kernel(op: H.HostOp, shapes: Sequence[tuple[int, ...]]) -> tuple[Spec, 
         return EW.Dequantize(x, op.scale, op.zero), [0]
     if isinstance(op, H.Add):
         if shapes[1] != x:
-            raise KernelError(f"the add kernel takes equal shapes, not {x} and {shapes[1]} "
-                              f"(broadcasting has no kernel)")  # fmt: skip
+            raise KernelError(
+                f"the add kernel takes equal shapes, not {x} and {shapes[1]} "
+                f"(broadcasting has no kernel)"
+            )
         spec = EW.ScaledAdd(x, op.ratio_a, op.ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
         return spec, [0, 1]
     if isinstance(op, H.MaxPool):
         return W.MaxPool(x, op.kernel, op.stride, op.pads, "int8"), [0]
     if isinstance(op, H.GlobalAvgPool):
-        return W.GlobalAvgPool(x, "int8", op.multiplier, op.shift, op.input_zero,
-                               op.output_zero), [0]  # fmt: skip
+        return W.GlobalAvgPool(x, "int8", op.multiplier, op.shift, op.input_zero, op.output_zero), [
+            0
+        ]
     if isinstance(op, H.DepthwiseConv):
         spec = W.DepthwiseConv(x, op.kernel, op.stride, op.pads, op.epilogue, op.pad_value)
         names = [b.name for b in vector_buffers(op.epilogue, x[1])]
@@ -73,8 +76,5 @@ def host_entries(steps) -> list[tuple[Spec, dict]]:
         made = host_kernel(op, shapes)
         if made is not None:
             spec, bind = made
-            out.append((spec, {"key": host_key(op, shapes), "symbol": spec.symbol,
-                               "bind": bind}))  # fmt: skip
+            out.append((spec, {"key": host_key(op, shapes), "symbol": spec.symbol, "bind": bind}))
     return out
-
-

@@ -41,8 +41,7 @@ class Kernel:
         self.arg = {}
         if self.gpu:
             global_ptr = ir.PointerType(addrspace=1)
-            self.fn = ir.Function(module, ir.FunctionType(VOID, [global_ptr] * len(buffers)),
-                                  name)  # fmt: skip
+            self.fn = ir.Function(module, ir.FunctionType(VOID, [global_ptr] * len(buffers)), name)
             self.fn.calling_convention = "ptx_kernel"
             for arg, buf in zip(self.fn.args, buffers):
                 arg.name = buf
@@ -84,8 +83,7 @@ class Kernel:
         """Element `index` of the `t` array at `base` (a vector type loads whole lanes at
         `index` counted in scalars)."""
         scalar = t.element if isinstance(t, ir.VectorType) else t
-        return self.b.load(self.at(base, scalar, index), typ=t,
-                           align=align or _size(scalar))  # fmt: skip
+        return self.b.load(self.at(base, scalar, index), typ=t, align=align or _size(scalar))
 
     def store(self, value: ir.Value, base, index) -> None:
         t = value.type
@@ -132,7 +130,8 @@ class Kernel:
         for reg in ("ctaid.x", "ntid.x", "tid.x"):
             full = f"llvm.nvvm.read.ptx.sreg.{reg.replace('.x', '')}.x"
             fn = self.module.globals.get(full) or ir.Function(
-                self.module, ir.FunctionType(I32, []), full)  # fmt: skip
+                self.module, ir.FunctionType(I32, []), full
+            )
             sreg[reg] = b.zext(b.call(fn, []), self.idx)
         i = b.add(b.mul(sreg["ctaid.x"], sreg["ntid.x"]), sreg["tid.x"], name=name)
         with b.if_then(b.icmp_unsigned("<", i, self.i(count))):

@@ -38,9 +38,14 @@ class Library:
     bytes: int
 
 
-def build_library(specs: Sequence[Spec], target: Target, folder: str | Path,
-                  name: str = "kernels", host: Sequence[dict] = (),
-                  compute: Sequence[dict] = ()) -> Library:  # fmt: skip
+def build_library(
+    specs: Sequence[Spec],
+    target: Target,
+    folder: str | Path,
+    name: str = "kernels",
+    host: Sequence[dict] = (),
+    compute: Sequence[dict] = (),
+) -> Library:
     """Compile `specs` for `target` and link them into `folder/name.so` + `name.json`;
     `host` and `compute` entries (`host.host_entries`, `compute.compute_entries`) tell a
     board which kernel runs which host step and which accelerator computation."""
@@ -60,10 +65,16 @@ def build_library(specs: Sequence[Spec], target: Target, folder: str | Path,
     if found != target.name:
         raise KernelError(f"the linker made a {found} object for target {target.name}")
     so = write_atomic(folder / f"{name}.so", data)
-    manifest = {"format": MANIFEST_FORMAT, "target": target.name, "triple": target.triple,
-                "cpu": target.cpu, "shared_object": so.name,
-                "kernels": [s.signature() for s in unique], "host": list(host),
-                "compute": list(compute)}  # fmt: skip
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "target": target.name,
+        "triple": target.triple,
+        "cpu": target.cpu,
+        "shared_object": so.name,
+        "kernels": [s.signature() for s in unique],
+        "host": list(host),
+        "compute": list(compute),
+    }
     path = write_atomic(folder / f"{name}.json", json.dumps(manifest, indent=1) + "\n")
     return Library(so, path, target, len(unique), compiled, linked, len(data))
 
@@ -74,16 +85,29 @@ def link(obj: bytes, target: Target) -> bytes:
     with tempfile.TemporaryDirectory(prefix="tilecraft-link-") as tmp:
         o, so = Path(tmp) / "kernels.o", Path(tmp) / "kernels.so"
         o.write_bytes(obj)
-        cmd = [sys.executable, "-m", "ziglang", "cc", "-target", zig_target, f"-mcpu={cpu}",
-               "-shared", "-nostdlib", "-o", str(so), str(o)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "ziglang",
+            "cc",
+            "-target",
+            zig_target,
+            f"-mcpu={cpu}",
+            "-shared",
+            "-nostdlib",
+            "-o",
+            str(so),
+            str(o),
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=LINK_SECONDS)
         except subprocess.TimeoutExpired:
             raise KernelError(f"linking for {target.name} took over {LINK_SECONDS} s") from None
         if done.returncode != 0:
             if "No module named ziglang" in done.stderr:
-                raise KernelError("linking a board's kernels needs ziglang: pip install "
-                                  "'tilecraft[cross]'")  # fmt: skip
+                raise KernelError(
+                    "linking a board's kernels needs ziglang: pip install 'tilecraft[cross]'"
+                )
             raise KernelError(f"linking for {target.name} failed: {done.stderr.strip()[-2000:]}")
         return so.read_bytes()
 
@@ -100,8 +124,17 @@ def build_model_library(model, target: Target, folder: str | Path, name: str) ->
         if isinstance(step, AcceleratorStep):
             program = model.programs[step.program]
             comps += [layer.computation for layer in step.layers] or [program.computation]
-    hosts = [(s.op, [model.tensor(i).shape for i in s.inputs]) for s in model.steps
-             if isinstance(s, HostStep)]  # fmt: skip
+    hosts = [
+        (s.op, [model.tensor(i).shape for i in s.inputs])
+        for s in model.steps
+        if isinstance(s, HostStep)
+    ]
     compute, host = compute_entries(comps), host_entries(hosts)
-    return build_library([spec for spec, _ in compute + host], target, folder, name,
-                         host=[e for _, e in host], compute=[e for _, e in compute])
+    return build_library(
+        [spec for spec, _ in compute + host],
+        target,
+        folder,
+        name,
+        host=[e for _, e in host],
+        compute=[e for _, e in compute],
+    )

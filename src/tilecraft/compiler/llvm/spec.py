@@ -27,8 +27,12 @@ class Buffer:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "role": self.role}  # fmt: skip
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "role": self.role,
+        }
 
 
 class Spec:
@@ -51,8 +55,11 @@ class Spec:
         return f"tc_{self.kind}_{spec_digest(self)[:12]}"
 
     def signature(self) -> dict:
-        return {"kind": self.kind, "symbol": self.symbol,
-                "buffers": [b.to_dict() for b in self.buffers()]}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "symbol": self.symbol,
+            "buffers": [b.to_dict() for b in self.buffers()],
+        }
 
 
 def positive_shape(what: str, shape, rank: int) -> tuple[int, ...]:

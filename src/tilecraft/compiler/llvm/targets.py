@@ -26,16 +26,23 @@ class Target:
 
 
 # The A9 spills a 6-row tile (NEON's multiply-accumulate needs temporaries); AVX2 holds 6
-ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16,
-               4)  # fmt: skip
+ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16, 4)
 AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32, 8)
 X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16, 6)  # AVX2
 NVPTX = Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "", 1, 8, 32, 1)  # CUDA >= 11 drivers
 CROSS = {t.name: t for t in (ARMV7, AARCH64, X86_64, NVPTX)}
-ZIG = {"armv7": ("arm-linux-gnueabihf", "cortex_a9"),  # the linker's names for each target
-       "aarch64": ("aarch64-linux-gnu", "cortex_a53"), "x86_64": ("x86_64-linux-gnu", "x86_64_v3")}
-BOARDS = {"pynq-z1": ARMV7, "pynq-z2": ARMV7, "ultra96-v2": AARCH64, "zcu104": AARCH64,
-          "kv260": AARCH64}  # fmt: skip
+ZIG = {
+    "armv7": ("arm-linux-gnueabihf", "cortex_a9"),  # the linker's names for each target
+    "aarch64": ("aarch64-linux-gnu", "cortex_a53"),
+    "x86_64": ("x86_64-linux-gnu", "x86_64_v3"),
+}
+BOARDS = {
+    "pynq-z1": ARMV7,
+    "pynq-z2": ARMV7,
+    "ultra96-v2": AARCH64,
+    "zcu104": AARCH64,
+    "kv260": AARCH64,
+}
 
 
 def llvm():
@@ -48,9 +55,7 @@ def _binding():
     try:
         import llvmlite.binding as binding
     except ImportError:
-        raise KernelError(
-            "the host kernels need llvmlite: pip install 'tilecraft[llvm]'"
-        ) from None
+        raise KernelError("the host kernels need llvmlite: pip install 'tilecraft[llvm]'") from None
     binding.initialize_all_targets()
     binding.initialize_all_asmprinters()
     return binding
@@ -63,8 +68,16 @@ def host() -> Target:
     features = b.get_host_cpu_features()
     wide = bool(features.get("avx512f"))
     width = 16 if wide else 8 if features.get("avx2") else 4
-    return Target("host", b.get_process_triple(), b.get_host_cpu_name(), features.flatten(),
-                  width, 8, 32 if wide else 16, 8 if wide else 6)  # fmt: skip
+    return Target(
+        "host",
+        b.get_process_triple(),
+        b.get_host_cpu_name(),
+        features.flatten(),
+        width,
+        8,
+        32 if wide else 16,
+        8 if wide else 6,
+    )
 
 
 def target(name: str) -> Target:

@@ -19,8 +19,10 @@ def clip(lo: int, hi: int, *, last: dict | None = None, **fields) -> list[Alu]:
     if clip_fits(lo, hi):
         out = [Alu(op=AluOp.CLIP, use_imm=True, imm=clip_operand(lo, hi), **fields)]
     else:
-        out = [Alu(op=AluOp.MAX, use_imm=True, imm=lo, **fields),
-               Alu(op=AluOp.MIN, use_imm=True, imm=hi, **fields)]  # fmt: skip
+        out = [
+            Alu(op=AluOp.MAX, use_imm=True, imm=lo, **fields),
+            Alu(op=AluOp.MIN, use_imm=True, imm=hi, **fields),
+        ]
     if last:
         out[-1] = replace(out[-1], **last)
     return out

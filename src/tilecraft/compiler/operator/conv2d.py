@@ -18,8 +18,9 @@ from tilecraft.ops import Conv2d, Dense, Epilogue
 from tilecraft.runtime.program import Program
 
 
-def compile_conv2d(cfg: HwConfig, op: Conv2d, epilogue: Epilogue | None = None,
-                   **options) -> Compilation:  # fmt: skip
+def compile_conv2d(
+    cfg: HwConfig, op: Conv2d, epilogue: Epilogue | None = None, **options
+) -> Compilation:
     """Compile one conv2d (NCHW int8 input "input", OIHW int8 "weight", int8 "output"); the
     `options` are `compile_operator`'s (parameters, schedule, fold, name, timer, ...)."""
     if not isinstance(op, Conv2d):
@@ -32,8 +33,9 @@ def conv2d(cfg: HwConfig, op: Conv2d, epilogue: Epilogue | None = None, **option
     return compile_conv2d(cfg, op, epilogue, **options).program
 
 
-def compile_dense(cfg: HwConfig, m: int, k: int, n: int, epilogue: Epilogue | None = None,
-                  **options) -> Compilation:  # fmt: skip
+def compile_dense(
+    cfg: HwConfig, m: int, k: int, n: int, epilogue: Epilogue | None = None, **options
+) -> Compilation:
     """Compile x (M, K) int8 @ weight (K, N) int8 -> (M, N) int8 through the epilogue (the
     `options` are `compile_operator`'s). It runs as a 1x1 convolution over BATCH images of
     ceil(M/BATCH) rows each (runtime.layout `Rows`), so every batch lane is used whatever M

@@ -101,8 +101,13 @@ class EpilogueEmitter:
         """Load and prepare one copy of the per-channel vectors."""
         ocb, shift, k = self.low.ocb, self.ep.shift, self.kernels
         out = []
-        loads = (("lo", self.dram.lo), ("hi", self.dram.hi), ("mul", self.dram.mul),
-                 ("mul2", self.dram.mul2), ("add", self.dram.bias))  # fmt: skip
+        loads = (
+            ("lo", self.dram.lo),
+            ("hi", self.dram.hi),
+            ("mul", self.dram.mul),
+            ("mul2", self.dram.mul2),
+            ("add", self.dram.bias),
+        )
         for name, addr in loads:
             if name in vec:
                 out.append(

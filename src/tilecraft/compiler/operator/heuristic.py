@@ -71,16 +71,24 @@ def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _
     inp_bus = t.transfer(*((1, wr * wc * eb_i) if whole_rows else (wr, wc * eb_i)))
     wgt_bus = t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
     whole = s.tile_ow == low.ow
-    out_bus = t.transfer(*((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * s.tile_oh,
-                                                                s.tile_ow * eb_o)))  # fmt: skip
+    out_bus = t.transfer(
+        *((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * s.tile_oh, s.tile_ow * eb_o))
+    )
     inp_loads = (1 if merged else s.tile_ic) * fixed + s.tile_ic * (
         inp_bus + (wr * wc - s.tile_oh * s.tile_ow) // 4
     )
     stores = 1 if whole else s.tile_oc
-    return _TileCosts(n_tiles=low.nbb * ocs * ohs * ows, steps=_ceil(low.icb, s.tile_ic),
-                      work=work, inp_bus=inp_bus, wgt_bus=wgt_bus, out_bus=out_bus,
-                      inp_loads=inp_loads, wgt_loads=fixed + wgt_bus,
-                      store=stores * fixed + out_bus)  # fmt: skip
+    return _TileCosts(
+        n_tiles=low.nbb * ocs * ohs * ows,
+        steps=_ceil(low.icb, s.tile_ic),
+        work=work,
+        inp_bus=inp_bus,
+        wgt_bus=wgt_bus,
+        out_bus=out_bus,
+        inp_loads=inp_loads,
+        wgt_loads=fixed + wgt_bus,
+        store=stores * fixed + out_bus,
+    )
 
 
 def slot_misses(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
@@ -107,8 +115,9 @@ def slot_misses(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
     return inp, wgt
 
 
-def estimate(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing,
-             costs: _TileCosts | None = None) -> float:  # fmt: skip
+def estimate(
+    cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing, costs: _TileCosts | None = None
+) -> float:
     """Cycles the schedule should take, from per-tile work on each unit, stage and the bus.
     `costs`: `_tile_costs` of its tile sizes, when known."""
     c = costs or _tile_costs(cfg, low, s, t)
@@ -141,8 +150,10 @@ def _change_stalls(c: _TileCosts, inp_n: int, wgt_n: int) -> int:
     14 changes x 2 steps x 835)."""
     every = c.n_tiles * c.steps
     stalls = 0
-    for resident, loads, other_n, other_loads in ((wgt_n, c.wgt_loads, inp_n, c.inp_loads),
-                                                  (inp_n, c.inp_loads, wgt_n, c.wgt_loads)):
+    for resident, loads, other_n, other_loads in (
+        (wgt_n, c.wgt_loads, inp_n, c.inp_loads),
+        (inp_n, c.inp_loads, wgt_n, c.wgt_loads),
+    ):
         if resident < every:  # `resident` loads: a change's steps, each with the other's
             step_loads = loads + (other_loads if other_n == every else 0)
             stalls += resident * max(0, step_loads - c.work.step)

@@ -133,8 +133,7 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
     wgt = tensor("weight", low.weight_layout, np.int8, p.weight)
     bias = mul = mul2 = res = sel = lo = hi = None
     if ep.pre_shift:
-        mul2 = tensor("multiplier2", low.channel_layout, np.int32, p.multiplier2,
-                      MULTIPLIER_RANGE)  # fmt: skip
+        mul2 = tensor("multiplier2", low.channel_layout, np.int32, p.multiplier2, MULTIPLIER_RANGE)
     if ep.acc_bounds:
         lo = tensor("acc_lo", low.channel_layout, np.int32, p.acc_lo, ACC_LO_RANGE)
         hi = tensor("acc_hi", low.channel_layout, np.int32, p.acc_hi, ACC_HI_RANGE)
@@ -337,8 +336,9 @@ class _ConvEmitter:
         (ResNet-18's 3x3 residual layers on pynq-z1: 483K -> 509K cycles), while one part
         longer than a step idles the GEMM core at every tile (ResNet-18's stride-2 3x3 layers
         with one channel block a step: 435 cycles a tile)."""
-        costs = [busy_cycles(self.timing, x.row()) if isinstance(x, (Alu, Gemm)) else 0
-                 for x in insns]  # fmt: skip
+        costs = [
+            busy_cycles(self.timing, x.row()) if isinstance(x, (Alu, Gemm)) else 0 for x in insns
+        ]
         total = sum(costs) or 1
         chunks: list[list] = [[] for _ in range(steps)]
         if not self.work.alu_bound and any(isinstance(x, Gemm) for x in insns):
@@ -383,8 +383,13 @@ class _ConvEmitter:
         `offset` on)."""
         low, w = self.low, self._window(tile)
         wr, wc = window(low, tile.toh, tile.tow)
-        pads = dict(y_pad0=w.y_pad0, y_pad1=w.y_pad1, x_pad0=w.x_pad0, x_pad1=w.x_pad1,
-                    pad_value=low.pad_value if w.y_pad0 + w.y_pad1 + w.x_pad0 + w.x_pad1 else 0)
+        pads = dict(
+            y_pad0=w.y_pad0,
+            y_pad1=w.y_pad1,
+            x_pad0=w.x_pad0,
+            x_pad1=w.x_pad1,
+            pad_value=low.pad_value if w.y_pad0 + w.y_pad1 + w.x_pad0 + w.x_pad1 else 0,
+        )
         block = ic0 + (tile.oc0 if low.grouped else 0)  # a depthwise block reads its own
         first = self.dram.input + ((tile.nb * low.input_blocks + block) * low.h + w.row) * low.w
         first += w.col
@@ -432,8 +437,9 @@ class _ConvEmitter:
             )
         )
 
-    def _gemm(self, tile: Tile, tic: int, islot: int, wslot: int, a: int,
-              part: int | None = None) -> None:  # fmt: skip
+    def _gemm(
+        self, tile: Tile, tic: int, islot: int, wslot: int, a: int, part: int | None = None
+    ) -> None:
         """The step's GEMM, or with `part` only its input-channel block `part`."""
         dims = step_dims(self.low, tile.toc, tic, tile.toh, tile.tow)
         base = (self.slots.acc[a], self.slots.inp[islot], self.slots.wgt[wslot])
@@ -469,8 +475,11 @@ class _ConvEmitter:
         first += tile.oh0 * low.ow + tile.ow0
         acc = self.slots.acc[a] + row
         if tile.tow == low.ow:
-            return [Store(sram_base=acc, dram_base=first, y_size=tile.toc, x_size=tile.pix,
-                          x_stride=plane)]  # fmt: skip
+            return [
+                Store(
+                    sram_base=acc, dram_base=first, y_size=tile.toc, x_size=tile.pix, x_stride=plane
+                )
+            ]
         return [
             Store(
                 sram_base=acc + o * tile.pix,

@@ -32,8 +32,16 @@ class ConvParams:
     multiplier2: np.ndarray | None = None  # (channels,) int32: the two-stage multiply's
 
 
-def check_params(cfg: HwConfig, low: MappedConv, weight=None, bias=None, multiplier=None,
-                 acc_lo=None, acc_hi=None, multiplier2=None):
+def check_params(
+    cfg: HwConfig,
+    low: MappedConv,
+    weight=None,
+    bias=None,
+    multiplier=None,
+    acc_lo=None,
+    acc_hi=None,
+    multiplier2=None,
+):
     """The parameters of `low` as the epilogue needs them, or a `ScheduleError` naming the tensor,
     its shape or values, and what would be valid."""
     ep, src = low.epilogue, low.source

@@ -203,17 +203,17 @@ def compile_operator(
     clock.seconds.update(plan.seconds)
     low, ranked, wanted = plan.mapped, plan.ranked, plan.wanted
     with clock("map"):
-        params = check_params(cfg, low, weight, bias, multiplier, acc_lo, acc_hi,
-                              multiplier2)
+        params = check_params(cfg, low, weight, bias, multiplier, acc_lo, acc_hi, multiplier2)
     computation = Computation(low.source, epilogue, params.tensor_multiplier)
     name = name or op.kind
     built: list[tuple[Ranked, Program]] = []
     tilings = set()
     at_least = MEASURE_AT_LEAST_RESIDUAL if epilogue.residual else 1
     for r in ranked:
-        if len(built) == wanted or (len(built) >= at_least
-                                    and sum(len(p.insns) for _, p in built) >= MEASURE_BUDGET):
-            break  # fmt: skip
+        if len(built) == wanted or (
+            len(built) >= at_least and sum(len(p.insns) for _, p in built) >= MEASURE_BUDGET
+        ):
+            break
         tiling = _tiling(r.schedule)
         if tiling in tilings:
             continue  # the same tiles in another loop order or slot count: measure others
@@ -260,6 +260,11 @@ def single_buffered(compilation: Compilation, **params) -> Program:
     s = replace(compilation.schedule, double_buffer=False)
     low = compilation.mapped
     return compile_operator(
-        compilation.program.config, low.source, low.epilogue, schedule=s, fold=low.folded,
-        name=compilation.program.name, **params,
-    ).program  # fmt: skip
+        compilation.program.config,
+        low.source,
+        low.epilogue,
+        schedule=s,
+        fold=low.folded,
+        name=compilation.program.name,
+        **params,
+    ).program

@@ -227,8 +227,13 @@ def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterat
         slots = ACC_SLOTS if db else ACC_SLOTS[:1]
         for oc, ic, oh, ow in itertools.product(oc_sizes, ic_sizes, oh_sizes, ow_sizes):
             # the loop order changes no limit: each slot count is checked once for both
-            fit = [acc for acc in slots if not _tile_violations(
-                cfg, low, ConvSchedule(oc, ic, oh, ow, LoopOrder.OC_OUTER, db, acc))]  # fmt: skip
+            fit = [
+                acc
+                for acc in slots
+                if not _tile_violations(
+                    cfg, low, ConvSchedule(oc, ic, oh, ow, LoopOrder.OC_OUTER, db, acc)
+                )
+            ]
             if not fit:
                 continue
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)

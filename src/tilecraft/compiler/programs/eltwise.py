@@ -34,8 +34,10 @@ SLOTS = 2
 def compile_scaled_add(cfg: HwConfig, op: ScaledAdd, name: str = "add") -> Program:
     """A verified program computing `op` (see the module)."""
     if cfg.block_in != cfg.block_out:
-        raise ScheduleError("a scaled add widens rows through a diagonal GEMM: it needs "
-                            f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}")
+        raise ScheduleError(
+            "a scaled add widens rows through a diagonal GEMM: it needs "
+            f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}"
+        )
     pb = ProgramBuilder(cfg, name)
     lay_in, lay_out = Activation(op.input_shape, Lanes.INP), Activation(op.input_shape, Lanes.OUT)
     shape = lay_in.stored_shape(cfg)
@@ -54,19 +56,39 @@ def compile_scaled_add(cfg: HwConfig, op: ScaledAdd, name: str = "add") -> Progr
         count = min(group, rows - first)
         inp = (t % SLOTS) * (cfg.depth("inp") // SLOTS)
         acc = (t % ACC_BANKS) * cfg.acc_bank_rows
-        body += [Load(mem=MemId.INP, sram_base=inp, dram_base=a0 + first, y_size=1,
-                      x_size=count, x_stride=count),
-                 Load(mem=MemId.INP, sram_base=inp + count, dram_base=b0 + first, y_size=1,
-                      x_size=count, x_stride=count)]  # fmt: skip
+        body += [
+            Load(
+                mem=MemId.INP,
+                sram_base=inp,
+                dram_base=a0 + first,
+                y_size=1,
+                x_size=count,
+                x_stride=count,
+            ),
+            Load(
+                mem=MemId.INP,
+                sram_base=inp + count,
+                dram_base=b0 + first,
+                y_size=1,
+                x_size=count,
+                x_stride=count,
+            ),
+        ]
         both = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(2 * count, 1, 1, 0))
         body.append(Gemm(reset=True, **both))
         for side in (0, 1):  # each side into its own rows, through its diagonal
             dst, src = acc + side * count, inp + side * count
-            body.append(Gemm(**kernels.loop(("widen", dst, src, side), [Uop(dst, src, side)],
-                                            outer=(count, 1, 1, 0))))  # fmt: skip
+            body.append(
+                Gemm(
+                    **kernels.loop(
+                        ("widen", dst, src, side), [Uop(dst, src, side)], outer=(count, 1, 1, 0)
+                    )
+                )
+            )
         body += _requantize(op, kernels, acc, count)
-        body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
-                          x_stride=count))  # fmt: skip
+        body.append(
+            Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count, x_stride=count)
+        )
     return finish_program(cfg, op, pb, weights, kernels, body, tiles=2)
 
 
@@ -79,8 +101,10 @@ def _requantize(op: ScaledAdd, kernels: UopKernels, acc: int, count: int) -> lis
         base = acc + side * count
         return kernels.loop(("rows", base), [Uop(base, base)], outer=(count, 1, 1, 0))
 
-    for side, zero, weight, m in ((0, op.zero_a, op.weight_a, op.multiplier_a),
-                                  (1, op.zero_b, op.weight_b, op.multiplier_b)):  # fmt: skip
+    for side, zero, weight, m in (
+        (0, op.zero_a, op.weight_a, op.multiplier_a),
+        (1, op.zero_b, op.weight_b, op.multiplier_b),
+    ):
         if zero:
             out.append(Alu(op=AluOp.ADD, use_imm=True, imm=-zero * weight, **rows(side)))
         out.append(Alu(op=AluOp.MUL, use_imm=True, imm=m, **rows(side)))

@@ -44,12 +44,14 @@ def _tile_rows(cfg: HwConfig, op: MaxPool2d) -> int:
         best = toh
     if not best:
         rows_in = kh * width
-        limit = (f"an input slot of {inp_slot} rows" if rows_in > inp_slot else
-                 f"an accumulator bank of {bank} rows (with its {op.ow} output rows)")
+        limit = (
+            f"an input slot of {inp_slot} rows"
+            if rows_in > inp_slot
+            else f"an accumulator bank of {bank} rows (with its {op.ow} output rows)"
+        )
         raise ScheduleError(
-            f"{op.describe()}: one output row's windows ({rows_in} input rows) do not fit "
-            f"{limit}"
-        )  # fmt: skip
+            f"{op.describe()}: one output row's windows ({rows_in} input rows) do not fit {limit}"
+        )
     return best
 
 
@@ -67,19 +69,29 @@ def _buffers(cfg: HwConfig, op, name: str, diagonal: int = 1):
     return pb, x, y, ident
 
 
-def finish_program(cfg: HwConfig, op, pb: ProgramBuilder, weights, kernels: UopKernels,
-                   body: list, tiles: int = 1) -> Program:  # fmt: skip
+def finish_program(
+    cfg: HwConfig, op, pb: ProgramBuilder, weights, kernels: UopKernels, body: list, tiles: int = 1
+) -> Program:
     """The verified program of a fixed operator (a pool, a scaled add): micro-ops and its
     `tiles` weight tiles (`weights`, into weight rows 0..) loaded first, then `body`, tokens
     inserted."""
     region = pb.place_uops(kernels.uops)
-    prologue = [pb.load_uops(), Load(mem=MemId.WGT, sram_base=0,
-                                     dram_base=pb.elem(weights, "wgt"), y_size=1, x_size=tiles,
-                                     x_stride=tiles)]  # fmt: skip
+    prologue = [
+        pb.load_uops(),
+        Load(
+            mem=MemId.WGT,
+            sram_base=0,
+            dram_base=pb.elem(weights, "wgt"),
+            y_size=1,
+            x_size=tiles,
+            x_stride=tiles,
+        ),
+    ]
     insns = prologue + body + [Finish()]
     if len(insns) > MAX_INSNS:
-        raise ScheduleError(f"{op.describe()} needs {len(insns):,} instructions, more than "
-                            f"{MAX_INSNS:,}")  # fmt: skip
+        raise ScheduleError(
+            f"{op.describe()} needs {len(insns):,} instructions, more than {MAX_INSNS:,}"
+        )
     insns = insert_tokens(cfg, insns, list(kernels.uops), region)
     program = pb.build(insns, computation=Computation(op))
     verify(program)
@@ -89,8 +101,10 @@ def finish_program(cfg: HwConfig, op, pb: ProgramBuilder, weights, kernels: UopK
 def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Program:
     """A verified program computing `op` (the LOADs pad with its `pad_value`)."""
     if cfg.block_in != cfg.block_out:
-        raise ScheduleError("max pooling widens rows through an identity GEMM: it needs "
-                            f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}")
+        raise ScheduleError(
+            "max pooling widens rows through an identity GEMM: it needs "
+            f"block_in == block_out, not {cfg.block_in} and {cfg.block_out}"
+        )
     pad = isa_for(cfg).field("y_pad0")
     if max(op.pads) > pad.hi:
         raise ScheduleError(f"maxpool pads {list(op.pads)} exceed the LOAD's {pad.hi}")
@@ -103,8 +117,12 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
     pb, x, y, ident = _buffers(cfg, op, name)
     kernels = UopKernels()
     bank = cfg.acc_bank_rows
-    tiles = [(nb, cb, oh0, min(toh, op.oh - oh0))
-             for nb in range(nbs) for cb in range(cbs) for oh0 in range(0, op.oh, toh)]  # fmt: skip
+    tiles = [
+        (nb, cb, oh0, min(toh, op.oh - oh0))
+        for nb in range(nbs)
+        for cb in range(cbs)
+        for oh0 in range(0, op.oh, toh)
+    ]
     body: list = []
     x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
     for t, (nb, cb, oh0, rows) in enumerate(tiles):
@@ -116,28 +134,50 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         ih0 = oh0 * sh - t_pad  # first input row of the tile, maybe in the padding
         top, bottom = max(0, -ih0), max(0, ih0 + height - op.h)
         plane = x0 + (nb * cbs + cb) * op.h * op.w
-        body.append(Load(mem=MemId.INP, sram_base=inp, dram_base=plane + max(ih0, 0) * op.w,
-                         y_size=height - top - bottom, x_size=op.w, x_stride=op.w,
-                         y_pad0=top, y_pad1=bottom, x_pad0=l_pad, x_pad1=r_pad,
-                         pad_value=op.pad_value if top + bottom + l_pad + r_pad else 0),
-                    )  # fmt: skip
-        everything = kernels.loop(("rows", acc_in, inp), [Uop(acc_in, inp, 0)],
-                                  outer=(height, width, width, 0),
-                                  inner=(width, 1, 1, 0))  # fmt: skip
+        body.append(
+            Load(
+                mem=MemId.INP,
+                sram_base=inp,
+                dram_base=plane + max(ih0, 0) * op.w,
+                y_size=height - top - bottom,
+                x_size=op.w,
+                x_stride=op.w,
+                y_pad0=top,
+                y_pad1=bottom,
+                x_pad0=l_pad,
+                x_pad1=r_pad,
+                pad_value=op.pad_value if top + bottom + l_pad + r_pad else 0,
+            ),
+        )
+        everything = kernels.loop(
+            ("rows", acc_in, inp),
+            [Uop(acc_in, inp, 0)],
+            outer=(height, width, width, 0),
+            inner=(width, 1, 1, 0),
+        )
         body += [Gemm(reset=True, **everything), Gemm(**everything)]
-        first = kernels.loop(("first", out, inp), [Uop(out, inp, 0)],
-                             outer=(rows, op.ow, sh * width, 0),
-                             inner=(op.ow, 1, sw, 0))  # fmt: skip
+        first = kernels.loop(
+            ("first", out, inp),
+            [Uop(out, inp, 0)],
+            outer=(rows, op.ow, sh * width, 0),
+            inner=(op.ow, 1, sw, 0),
+        )
         body += [Gemm(reset=True, **first), Gemm(**first)]
         taps = [Uop(out, acc_in + i * width + j) for i in range(kh) for j in range(kw)][1:]
         if taps:
-            fields = kernels.loop(("taps", out, acc_in), taps,
-                                  outer=(rows, op.ow, sh * width, 0),
-                                  inner=(op.ow, 1, sw, 0))  # fmt: skip
+            fields = kernels.loop(
+                ("taps", out, acc_in),
+                taps,
+                outer=(rows, op.ow, sh * width, 0),
+                inner=(op.ow, 1, sw, 0),
+            )
             body.append(Alu(op=AluOp.MAX, **fields))
         dst = y0 + ((nb * cbs + cb) * op.oh + oh0) * op.ow
-        body.append(Store(sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow,
-                          x_stride=rows * op.ow))  # fmt: skip
+        body.append(
+            Store(
+                sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow, x_stride=rows * op.ow
+            )
+        )
     return finish_program(cfg, op, pb, ident, kernels, body)
 
 
@@ -146,20 +186,27 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
     into one accumulator row with the GEMM core (an identity weight, the plane's rows on the
     inner loop), then MUL, ADD the rounding constant, SHR, clip on the ALU, and STORE."""
     if cfg.block_in != cfg.block_out:
-        raise ScheduleError("global average pooling sums rows through an identity GEMM: it "
-                            f"needs block_in == block_out, not {cfg.block_in}, {cfg.block_out}")
+        raise ScheduleError(
+            "global average pooling sums rows through an identity GEMM: it "
+            f"needs block_in == block_out, not {cfg.block_in}, {cfg.block_out}"
+        )
     imm = isa_for(cfg).field("imm")
     offset_in = -op.h * op.w * op.input_zero * op.weight
-    if op.multiplier > imm.hi or (op.shift and 1 << (op.shift - 1) > imm.hi) or \
-            not imm.lo <= offset_in <= imm.hi:  # fmt: skip
-        raise ScheduleError(f"{op.describe()}: the multiplier, 2**(shift-1) and H*W times the "
-                            f"input zero point must fit the ALU immediate (<= {imm.hi})",
-                            )  # fmt: skip
+    if (
+        op.multiplier > imm.hi
+        or (op.shift and 1 << (op.shift - 1) > imm.hi)
+        or not imm.lo <= offset_in <= imm.hi
+    ):
+        raise ScheduleError(
+            f"{op.describe()}: the multiplier, 2**(shift-1) and H*W times the "
+            f"input zero point must fit the ALU immediate (<= {imm.hi})",
+        )
     plane = op.h * op.w
     slot_rows = cfg.depth("inp") // SLOTS
     if plane > slot_rows:
-        raise ScheduleError(f"{op.describe()}: a {plane}-row plane exceeds an input slot "
-                            f"({slot_rows} rows)")  # fmt: skip
+        raise ScheduleError(
+            f"{op.describe()}: a {plane}-row plane exceeds an input slot ({slot_rows} rows)"
+        )
     group = min(slot_rows // plane, cfg.acc_bank_rows)
     nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
     pb, x, y, ident = _buffers(cfg, op, name, op.weight)
@@ -172,12 +219,24 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         slot = t % SLOTS
         inp = slot * slot_rows
         acc = (slot % ACC_BANKS) * cfg.acc_bank_rows
-        body.append(Load(mem=MemId.INP, sram_base=inp, dram_base=x0 + first * plane,
-                         y_size=1, x_size=count * plane, x_stride=count * plane))  # fmt: skip
+        body.append(
+            Load(
+                mem=MemId.INP,
+                sram_base=inp,
+                dram_base=x0 + first * plane,
+                y_size=1,
+                x_size=count * plane,
+                x_stride=count * plane,
+            )
+        )
         sums = kernels.loop(("sum", acc, inp), [Uop(acc, inp, 0)],
                             outer=(count, 1, plane, 0), inner=(plane, 0, 1, 0))  # fmt: skip
-        body += [Gemm(reset=True, **kernels.loop(("rows", acc), [Uop(acc, acc)],
-                                                 outer=(count, 1, 1, 0))), Gemm(**sums)]
+        body += [
+            Gemm(
+                reset=True, **kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
+            ),
+            Gemm(**sums),
+        ]
         rows = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
         if offset_in:
             body.append(Alu(op=AluOp.ADD, use_imm=True, imm=offset_in, **rows))
@@ -190,6 +249,7 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         if op.output_zero:
             body.append(Alu(op=AluOp.ADD, use_imm=True, imm=op.output_zero, **rows))
         body += clip(-128, 127, **rows)
-        body.append(Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
-                          x_stride=count))  # fmt: skip
+        body.append(
+            Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count, x_stride=count)
+        )
     return finish_program(cfg, op, pb, ident, kernels, body)

@@ -34,8 +34,10 @@ def check_calibration(graph: Graph, data: dict[str, np.ndarray]) -> int:
     missing = sorted(set(graph.inputs) - set(data))
     unknown = sorted(set(data) - set(graph.inputs))
     if missing or unknown:
-        raise ModelError(f"calibration data must hold the inputs {list(graph.inputs)}; "
-                         f"missing {missing}, unknown {unknown}")  # fmt: skip
+        raise ModelError(
+            f"calibration data must hold the inputs {list(graph.inputs)}; "
+            f"missing {missing}, unknown {unknown}"
+        )
     counts = set()
     for name in graph.inputs:
         x, shape = np.asarray(data[name]), graph.shape(name)
@@ -48,8 +50,10 @@ def check_calibration(graph: Graph, data: dict[str, np.ndarray]) -> int:
         ):  # S samples on a new axis, or along the batch axis of a batch-1 input
             counts.add(x.shape[0])
         else:
-            raise ModelError(f"calibration input {name!r} has shape {x.shape}; expected "
-                             f"{shape} or (S, *{shape}) for S samples")  # fmt: skip
+            raise ModelError(
+                f"calibration input {name!r} has shape {x.shape}; expected "
+                f"{shape} or (S, *{shape}) for S samples"
+            )
     if len(counts) != 1 or 0 in counts:
         raise ModelError(f"calibration inputs hold different sample counts {sorted(counts)}")
     return counts.pop()
@@ -72,8 +76,10 @@ def load_calibration(graph: Graph, path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     if path.suffix == ".npy":
         if len(graph.inputs) != 1:
-            raise ModelError(f"{str(path)!r}: a .npy serves a one-input model; this one has "
-                             f"inputs {list(graph.inputs)}: use an .npz")  # fmt: skip
+            raise ModelError(
+                f"{str(path)!r}: a .npy serves a one-input model; this one has "
+                f"inputs {list(graph.inputs)}: use an .npz"
+            )
         try:
             data = {graph.inputs[0]: np.load(path, allow_pickle=False)}
         except (OSError, ValueError) as e:
@@ -92,8 +98,9 @@ def random_calibration(graph: Graph, count: int, seed: int = 0) -> dict[str, np.
     return {n: rng.standard_normal((count, *graph.shape(n))) for n in graph.inputs}
 
 
-def calibrate(graph: Graph, data: dict[str, np.ndarray], observer: Observer | str = "minmax",
-              progress=None) -> Ranges:  # fmt: skip
+def calibrate(
+    graph: Graph, data: dict[str, np.ndarray], observer: Observer | str = "minmax", progress=None
+) -> Ranges:
     """Thresholds for every tensor of `graph` (inputs included) over `data`."""
     observer = Observer(observer)
     n = check_calibration(graph, data)
@@ -118,6 +125,8 @@ def model_ranges(graph: Graph) -> Ranges:
     tensors = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]
     missing = [t for t in tensors if t not in graph.scales]
     if missing:
-        raise ModelError(f"the model states no scale for tensor(s) {missing}: give "
-                         "calibration data (--calib) to measure them")  # fmt: skip
+        raise ModelError(
+            f"the model states no scale for tensor(s) {missing}: give "
+            "calibration data (--calib) to measure them"
+        )
     return Ranges({t: graph.scales[t] * 127 for t in tensors}, Observer.MODEL, 0)

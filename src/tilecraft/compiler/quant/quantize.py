@@ -124,10 +124,12 @@ def check_supported(graph: Graph) -> None:
         if not ok:
             bad.append((node.op.value, node.name, False))
     if bad:
-        lines = "\n".join(f"  {op} (node {name}): no int8 accelerator or host kernel yet"
-                          for op, name, _ in bad)  # fmt: skip
-        raise UnsupportedOperatorError(f"{len(bad)} node(s) cannot be quantized to int8:\n{lines}",
-                                       bad)  # fmt: skip
+        lines = "\n".join(
+            f"  {op} (node {name}): no int8 accelerator or host kernel yet" for op, name, _ in bad
+        )
+        raise UnsupportedOperatorError(
+            f"{len(bad)} node(s) cannot be quantized to int8:\n{lines}", bad
+        )
 
 
 class _Groups:
@@ -168,9 +170,11 @@ def activation_scales(graph: Graph, ranges: Ranges) -> dict[str, float]:
         scales = {t: ranges.thresholds[t] / QMAX for t in tensors}
         for a, b in _shared(graph):
             if not np.isclose(scales[a], scales[b], rtol=1e-6, atol=0):
-                raise ModelError(f"tensors {a!r} (scale {scales[a]:.6g}) and {b!r} (scale "
-                                 f"{scales[b]:.6g}) must share a scale here; quantize the model "
-                                 "with equal scales or give calibration data")  # fmt: skip
+                raise ModelError(
+                    f"tensors {a!r} (scale {scales[a]:.6g}) and {b!r} (scale "
+                    f"{scales[b]:.6g}) must share a scale here; quantize the model "
+                    "with equal scales or give calibration data"
+                )
         return scales
     groups = _Groups()
     for a, b in _shared(graph):
@@ -216,16 +220,27 @@ def _clip(bounds, s_y: float, zero: int = 0) -> tuple[int, int]:
     `zero`."""
     if bounds is None:
         return (-128, 127)
-    lo, hi = (int(np.clip(zero + np.rint(b / s_y), -128, 127)) if np.isfinite(b) else d
-              for b, d in zip(bounds, (-128, 127)))  # fmt: skip
+    lo, hi = (
+        int(np.clip(zero + np.rint(b / s_y), -128, 127)) if np.isfinite(b) else d
+        for b, d in zip(bounds, (-128, 127))
+    )
     return lo, max(lo, hi)
 
 
 PRE_SHIFT = 10  # the two-stage multiply's first shift (requant_bounds)
 
 
-def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis: int,
-             clip: tuple[int, int], residual: bool, exact: bool, offset: int = 0):
+def _requant(
+    node: Node,
+    qw: np.ndarray,
+    qb: np.ndarray,
+    scale: np.ndarray,
+    axis: int,
+    clip: tuple[int, int],
+    residual: bool,
+    exact: bool,
+    offset: int = 0,
+):
     """The epilogue's requantization and its per-channel vectors by parameter name. `exact`:
     accumulator bounds and a two-stage multiply (`requant_bounds`), within ~2**-14 of an
     output step of the real product, where every scale is below 1. `offset` (zero points) is
@@ -241,11 +256,21 @@ def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis
         except Exception as e:
             raise ModelError(f"node {node.name}: cannot requantize: {e}") from None
     if found is not None:
-        ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=found.shift,
-                      residual=residual, clip=clip if residual else INT8, acc_bounds=True,
-                      pre_shift=found.pre_shift, offset=offset)  # fmt: skip
-        vectors = {"multiplier": found.multiplier.astype(np.int32), "acc_lo": found.acc_lo,
-                   "acc_hi": found.acc_hi}  # fmt: skip
+        ep = Epilogue(
+            bias=True,
+            multiplier=Multiplier.CHANNEL,
+            shift=found.shift,
+            residual=residual,
+            clip=clip if residual else INT8,
+            acc_bounds=True,
+            pre_shift=found.pre_shift,
+            offset=offset,
+        )
+        vectors = {
+            "multiplier": found.multiplier.astype(np.int32),
+            "acc_lo": found.acc_lo,
+            "acc_hi": found.acc_hi,
+        }
         if found.pre_shift:
             vectors["multiplier2"] = found.multiplier2.astype(np.int32)
         return ep, vectors
@@ -257,13 +282,27 @@ def _requant(node: Node, qw: np.ndarray, qb: np.ndarray, scale: np.ndarray, axis
         m, s = requant_params(scale, bound)
     except Exception as e:
         raise ModelError(f"node {node.name}: cannot requantize: {e}") from None
-    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=int(s), residual=residual,
-                  clip=clip, offset=offset)  # fmt: skip
+    ep = Epilogue(
+        bias=True,
+        multiplier=Multiplier.CHANNEL,
+        shift=int(s),
+        residual=residual,
+        clip=clip,
+        offset=offset,
+    )
     return ep, {"multiplier": m.astype(np.int32)}
 
 
-def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool,
-                accelerator: bool = True, absorbed: str | None = None):  # fmt: skip
+def _conv_layer(
+    graph: Graph,
+    node: Node,
+    scales,
+    zeros,
+    name_of,
+    exact: bool,
+    accelerator: bool = True,
+    absorbed: str | None = None,
+):
     """A conv or dense node's int8 layer. `absorbed`: the (N, C, H, W) map a dense layer reads
     through a Flatten (its x), which it reads as an H x W convolution with one output pixel,
     its (C*H*W, N) weights as (N, C, H, W): the Flatten's NCHW order is the weights' order."""
@@ -285,8 +324,9 @@ def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool,
     scale = (np.float32(s_x) * s_w.astype(np.float32) / np.float32(s_y)).astype(np.float64)
     residual = bool(conv and a.residual)
     offset = z_y - (zeros.get(node.inputs[3], 0) if residual else 0)
-    ep, vectors = _requant(node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact,
-                           offset)  # fmt: skip
+    ep, vectors = _requant(
+        node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact, offset
+    )
     out = name_of(node.output)
     if conv and a.groups > 1 and not accelerator:
         op = host_ops.DepthwiseConv(a.kernel, a.stride, a.pads, ep, z_x)
@@ -306,8 +346,18 @@ def _conv_layer(graph: Graph, node: Node, scales, zeros, name_of, exact: bool,
         (mm, k), nn = graph.shape(x), qw.shape[1]
         op = Dense(mm, k, nn)
     res = name_of(node.inputs[3]) if residual else None
-    return AccelLayer(node.name, op, ep, qw, qb.astype(np.int32), vectors.pop("multiplier"),
-                      name_of(x), res, out, vectors)  # fmt: skip
+    return AccelLayer(
+        node.name,
+        op,
+        ep,
+        qw,
+        qb.astype(np.int32),
+        vectors.pop("multiplier"),
+        name_of(x),
+        res,
+        out,
+        vectors,
+    )
 
 
 def _gap_layer(graph: Graph, node: Node, scales, zeros, name_of) -> PoolLayer | HostLayer:
@@ -420,14 +470,14 @@ def model_zero_points(graph: Graph, ranges: Ranges) -> dict[str, int]:
         if node.op in (OpType.MAXPOOL, OpType.FLATTEN):
             a, b = node.inputs[0], node.output
             if zeros.get(a, 0) != zeros.get(b, 0):
-                raise ModelError(f"tensors {a!r} (zero point {zeros.get(a, 0)}) and {b!r} (zero "
-                                 f"point {zeros.get(b, 0)}) must share a zero point here",
-                                 )  # fmt: skip
+                raise ModelError(
+                    f"tensors {a!r} (zero point {zeros.get(a, 0)}) and {b!r} (zero "
+                    f"point {zeros.get(b, 0)}) must share a zero point here",
+                )
     return zeros
 
 
-def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None,
-             cfg=None) -> QuantizedNetwork:  # fmt: skip
+def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None, cfg=None) -> QuantizedNetwork:
     """The int8 network of `graph` with activation ranges `ranges`. `exact` requantization
     (the default for a model that brings its own scales) reproduces the float32 rounding of
     the runtime that quantized the model (onnxruntime) on all but a few elements in 10**4, at
@@ -439,10 +489,16 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None,
     zeros = model_zero_points(graph, ranges)
 
     placed = {p.node: p for p in partition(graph, cfg)}  # the one placement: what is built
-    views = {n.output: n.inputs[0] for n in graph.nodes
-             if placed[n.name].reason in (Reason.FLATTEN_VIEW, Reason.FLATTEN_ABSORBED)}
-    absorbed = {n.output: n.inputs[0] for n in graph.nodes
-                if placed[n.name].reason is Reason.FLATTEN_ABSORBED}  # read as an HxW conv
+    views = {
+        n.output: n.inputs[0]
+        for n in graph.nodes
+        if placed[n.name].reason in (Reason.FLATTEN_VIEW, Reason.FLATTEN_ABSORBED)
+    }
+    absorbed = {
+        n.output: n.inputs[0]
+        for n in graph.nodes
+        if placed[n.name].reason is Reason.FLATTEN_ABSORBED
+    }  # read as an HxW conv
 
     def name_of(t: str) -> str:
         t = views.get(t, t)
@@ -458,8 +514,11 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None,
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
             through = absorbed.get(node.inputs[0]) if node.op is OpType.DENSE else None
-            layers.append(_conv_layer(graph, node, scales, zeros, name_of, exact,
-                                      on_accelerator(node), through))  # fmt: skip
+            layers.append(
+                _conv_layer(
+                    graph, node, scales, zeros, name_of, exact, on_accelerator(node), through
+                )
+            )
         elif node.op is OpType.MAXPOOL and on_accelerator(node):
             n, c, h, w = graph.shape(node.inputs[0])
             a = node.attrs
@@ -479,8 +538,9 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None,
     tensors = {}
     for t, s in scales.items():
         if t not in views:
-            tensors[name_of(t)] = TensorSpec(name_of(t), graph.shape(t), "int8", float(s),
-                                             zeros.get(t, 0))  # fmt: skip
+            tensors[name_of(t)] = TensorSpec(
+                name_of(t), graph.shape(t), "int8", float(s), zeros.get(t, 0)
+            )
     for t in (*graph.inputs, *graph.outputs):
         tensors[t] = TensorSpec(t, graph.shape(t), "float32", 1.0)
     float_names = {name_of(t): t for t in scales if t not in views}

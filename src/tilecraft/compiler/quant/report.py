@@ -28,8 +28,9 @@ def float_name(tensor: str) -> str:
     return tensor[:-2] if tensor.endswith(":q") else tensor
 
 
-def error_report(graph: Graph, model: CompiledModel, inputs: list[dict[str, np.ndarray]],
-                 device=None) -> list[LayerError]:  # fmt: skip
+def error_report(
+    graph: Graph, model: CompiledModel, inputs: list[dict[str, np.ndarray]], device=None
+) -> list[LayerError]:
     """Per int8 tensor made by a node, SQNR and max |error| over `inputs`, worst first."""
     producer = {o: n.name for n in graph.nodes for o in n.outputs}
     signal: dict[str, float] = {}
@@ -54,8 +55,11 @@ def error_report(graph: Graph, model: CompiledModel, inputs: list[dict[str, np.n
     for name in signal:
         sqnr = 10 * np.log10(signal[name] / noise[name]) if noise[name] > 0 else float("inf")
         ref = float_name(name)
-        rows.append(LayerError(ref, producer[ref], float(sqnr), worst[name], top[name],
-                               model.tensor(name).scale))  # fmt: skip
+        rows.append(
+            LayerError(
+                ref, producer[ref], float(sqnr), worst[name], top[name], model.tensor(name).scale
+            )
+        )
     return sorted(rows, key=lambda r: r.sqnr_db)
 
 
@@ -63,8 +67,10 @@ def format_report(rows: list[LayerError], limit: int | None = None) -> str:
     width = max([len(r.node) for r in rows] + [4])
     lines = [f"{'node':<{width}}  {'SQNR dB':>8} {'max |err|':>10} {'max |x|':>9} {'scale':>9}"]
     for r in rows[:limit]:
-        lines.append(f"{r.node:<{width}}  {r.sqnr_db:>8.2f} {r.max_abs_error:>10.4g} "
-                     f"{r.max_abs_value:>9.4g} {r.scale:>9.3g}")  # fmt: skip
+        lines.append(
+            f"{r.node:<{width}}  {r.sqnr_db:>8.2f} {r.max_abs_error:>10.4g} "
+            f"{r.max_abs_value:>9.4g} {r.scale:>9.3g}"
+        )
     if limit is not None and len(rows) > limit:
         lines.append(f"... {len(rows) - limit} more layers (better SQNR)")
     return "\n".join(lines)

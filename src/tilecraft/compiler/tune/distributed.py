@@ -18,15 +18,23 @@ RETRIED = "retried: the first worker died"
 TIMED_OUT = "timed out"
 
 
-def measure_chunk(measure: str, config: dict, op: dict, epilogue: dict, fold,
-                  schedules: list[dict], options: dict | None = None) -> list[tuple]:  # fmt: skip
+def measure_chunk(
+    measure: str,
+    config: dict,
+    op: dict,
+    epilogue: dict,
+    fold,
+    schedules: list[dict],
+    options: dict | None = None,
+) -> list[tuple]:
     """On a worker: (cycles, error, seconds) of each schedule (plain data in and out)."""
     from tilecraft.hw.config import HwConfig
     from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue
 
     kind = Dense if op.get("kind") == "dense" else Conv2d
-    task = Task(HwConfig.from_dict(config), from_json(kind, op), from_json(Epilogue, epilogue),
-                fold)  # fmt: skip
+    task = Task(
+        HwConfig.from_dict(config), from_json(kind, op), from_json(Epilogue, epilogue), fold
+    )
     meter = measurer(measure, **(options or {}))
     out = []
     for s in schedules:
@@ -38,15 +46,22 @@ def measure_chunk(measure: str, config: dict, op: dict, epilogue: dict, fold,
 class DaskMeasurer:
     """`measure_many` on a cluster; `name` is the wrapped measurer's (the records' tool)."""
 
-    def __init__(self, measure: str = "sim", workers: int = 2, scheduler: str | None = None,
-                 fpga: bool = False, timeout_s: float | None = None,
-                 options: dict | None = None):  # fmt: skip
+    def __init__(
+        self,
+        measure: str = "sim",
+        workers: int = 2,
+        scheduler: str | None = None,
+        fpga: bool = False,
+        timeout_s: float | None = None,
+        options: dict | None = None,
+    ):
         try:
             import dask
             from distributed import Client, LocalCluster
         except ImportError:
-            raise TilecraftError("distributed measurement needs dask: pip install "
-                                 "'tilecraft[tune]'") from None  # fmt: skip
+            raise TilecraftError(
+                "distributed measurement needs dask: pip install 'tilecraft[tune]'"
+            ) from None
         if timeout_s is not None and not timeout_s > 0:
             raise TilecraftError(f"a measurement timeout must be positive, not {timeout_s}")
         self.measure_name = measure
@@ -63,9 +78,13 @@ class DaskMeasurer:
             if workers < 1:
                 raise TilecraftError(f"--workers must be at least 1, not {workers}")
             with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=None,
-                                             host="127.0.0.1")  # fmt: skip
+                self._cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    host="127.0.0.1",
+                )
             self.client = Client(self._cluster)
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})) or workers)
 
@@ -73,8 +92,13 @@ class DaskMeasurer:
         return self.measure_many(task, [schedule])[0]
 
     def measure_many(self, task: Task, schedules: list) -> list[Result]:
-        plain = (self.measure_name, task.config.to_dict(), to_json(task.op),
-                 to_json(task.epilogue), task.mapped.folded)  # fmt: skip
+        plain = (
+            self.measure_name,
+            task.config.to_dict(),
+            to_json(task.op),
+            to_json(task.epilogue),
+            task.mapped.folded,
+        )
         size = -(-len(schedules) // self.workers)
         chunks = [schedules[i : i + size] for i in range(0, len(schedules), size)]
         futures = [self._submit(plain, chunk) for chunk in chunks]
@@ -94,14 +118,21 @@ class DaskMeasurer:
                 try:
                     rows = self._submit(plain, chunk).result()
                 except Exception as again:
-                    rows = [(None, f"the worker died twice: {type(again).__name__}", 0.0)] * \
-                        len(chunk)  # fmt: skip
+                    rows = [(None, f"the worker died twice: {type(again).__name__}", 0.0)] * len(
+                        chunk
+                    )
             results += [Result(c, e, s, note) for c, e, s in rows]
         return results
 
     def _submit(self, plain, chunk):
-        return self.client.submit(measure_chunk, *plain, [to_json(s) for s in chunk],
-                                  self.options, pure=False, resources=self.resources)  # fmt: skip
+        return self.client.submit(
+            measure_chunk,
+            *plain,
+            [to_json(s) for s in chunk],
+            self.options,
+            pure=False,
+            resources=self.resources,
+        )
 
     def close(self) -> None:
         self.client.close()

@@ -55,8 +55,14 @@ class CycleModel:
         from tilecraft.runtime.device import cycle_model
 
         def run():
-            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
-                                       fold=task.mapped.folded, check=False).program  # fmt: skip
+            program = compile_operator(
+                task.config,
+                task.op,
+                task.epilogue,
+                schedule=schedule,
+                fold=task.mapped.folded,
+                check=False,
+            ).program
             return (self.timer or cycle_model())(program)
 
         return _timed(run)
@@ -75,8 +81,9 @@ class Rtl:
         from tilecraft.runtime.layout import pack_inputs, random_inputs
 
         def run():
-            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
-                                       fold=task.mapped.folded).program  # fmt: skip
+            program = compile_operator(
+                task.config, task.op, task.epilogue, schedule=schedule, fold=task.mapped.folded
+            ).program
             x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
             return get_device("rtl").run(program, x).report.cycles
 
@@ -111,10 +118,12 @@ class Board:
 
         def run():
             if self._device is None:
-                self._device = get_device("pynq", bitfile=self.bitfile, config=task.config,
-                                          timeout_s=self.timeout_s)  # fmt: skip
-            program = compile_operator(task.config, task.op, task.epilogue, schedule=schedule,
-                                       fold=task.mapped.folded).program  # fmt: skip
+                self._device = get_device(
+                    "pynq", bitfile=self.bitfile, config=task.config, timeout_s=self.timeout_s
+                )
+            program = compile_operator(
+                task.config, task.op, task.epilogue, schedule=schedule, fold=task.mapped.folded
+            ).program
             x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
             return self._device.run(program, x).report.cycles
 

@@ -14,8 +14,9 @@ def _xgboost():
     try:
         import xgboost
     except ImportError:
-        raise TilecraftError("the tuner's cost model needs xgboost: pip install "
-                             "'tilecraft[tune]'") from None  # fmt: skip
+        raise TilecraftError(
+            "the tuner's cost model needs xgboost: pip install 'tilecraft[tune]'"
+        ) from None
     return xgboost
 
 
@@ -43,9 +44,16 @@ class CostModel:
             return
         data = xgb.DMatrix(np.vstack(xs), label=np.concatenate(labels))
         data.set_group(sizes)
-        params = {"objective": "rank:pairwise", "eta": 0.2, "max_depth": 6,
-                  "min_child_weight": 1, "subsample": 0.9, "seed": self.seed, "nthread": 1,
-                  "verbosity": 0}  # fmt: skip
+        params = {
+            "objective": "rank:pairwise",
+            "eta": 0.2,
+            "max_depth": 6,
+            "min_child_weight": 1,
+            "subsample": 0.9,
+            "seed": self.seed,
+            "nthread": 1,
+            "verbosity": 0,
+        }
         self._booster = xgb.train(params, data, num_boost_round=self.rounds)
 
     def score(self, x: np.ndarray) -> np.ndarray:

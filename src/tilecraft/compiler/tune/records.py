@@ -73,8 +73,9 @@ class Records:
             except (ValueError, TypeError) as exc:
                 if last:  # killed mid-write: dropped at the next append, and measured again
                     self.truncated = len(line.encode())
-                    warnings.warn(f"{self.path}: the last line is cut short and was skipped",
-                                  stacklevel=2)  # fmt: skip
+                    warnings.warn(
+                        f"{self.path}: the last line is cut short and was skipped", stacklevel=2
+                    )
                     continue
                 raise ArtifactError(f"{self.path}:{number}: not a tuning record ({exc})") from None
             self._unterminated = last

@@ -29,16 +29,18 @@ def space_digest(task: Task) -> str:
 CHUNK = 32  # schedules a worker measures per job (a job costs a few ms to hand out)
 
 
-def measure_all(task: Task, measurer: Measurer, progress: Callable | None = None,
-                jobs: int | None = 1) -> np.ndarray:  # fmt: skip
+def measure_all(
+    task: Task, measurer: Measurer, progress: Callable | None = None, jobs: int | None = 1
+) -> np.ndarray:
     """The cycles of every schedule of `task` (-1: failed), in the space's order; `jobs`
     worker processes measure chunks of the space side by side (None: one per core; with a
     `progress` callback, one job: it is called after each schedule)."""
     n = len(task.space)
     if progress is None and check_jobs(jobs) > 1:
         chunks = [range(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
-        parts = map_jobs(partial(_measure_chunk, task, measurer), chunks, jobs,
-                         f"measuring {n:,} schedules")  # fmt: skip
+        parts = map_jobs(
+            partial(_measure_chunk, task, measurer), chunks, jobs, f"measuring {n:,} schedules"
+        )
         return np.concatenate(parts) if parts else np.full(0, -1, np.int64)
     out = np.full(n, -1, np.int64)
     start = time.perf_counter()
@@ -65,8 +67,10 @@ class Replay:
 
     def __init__(self, task: Task, cycles: np.ndarray, digest: str):
         if digest != space_digest(task) or len(cycles) != len(task.space):
-            raise TilecraftError(f"the exhaustive table for {task.op.describe()} belongs to "
-                                 f"another schedule space (measure it again)")  # fmt: skip
+            raise TilecraftError(
+                f"the exhaustive table for {task.op.describe()} belongs to "
+                f"another schedule space (measure it again)"
+            )
         self.index = {schedule_key(s): i for i, s in enumerate(task.space)}
         self.cycles = cycles
 

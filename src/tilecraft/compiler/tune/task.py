@@ -37,8 +37,9 @@ class Task:
     def space(self) -> tuple[ConvSchedule, ...]:
         schedules = tuple(S.space(self.config, self.mapped))
         if not schedules:
-            raise ScheduleError(f"no legal schedule for {self.mapped.describe()} on "
-                                f"{self.config.tag}")  # fmt: skip
+            raise ScheduleError(
+                f"no legal schedule for {self.mapped.describe()} on {self.config.tag}"
+            )
         return schedules
 
     @cached_property
@@ -47,12 +48,20 @@ class Task:
         epilogue shapes a schedule (which ALU passes and buffers it takes, not its values), so
         that a schedule found for one layer serves every layer of the same shape."""
         ep = self.epilogue
-        shape = {"bias": ep.bias, "multiplier": ep.multiplier.value, "residual": ep.residual,
-                 "final_clip": ep.final_clip, "acc_bounds": ep.acc_bounds,
-                 "two_stage": ep.pre_shift > 0, "shift": ep.shift > 0,
-                 "round_row": self.mapped.round_row}  # fmt: skip
-        return json.dumps({"op": to_json(self.op), "epilogue": shape,
-                           "folded": self.mapped.folded}, sort_keys=True)  # fmt: skip
+        shape = {
+            "bias": ep.bias,
+            "multiplier": ep.multiplier.value,
+            "residual": ep.residual,
+            "final_clip": ep.final_clip,
+            "acc_bounds": ep.acc_bounds,
+            "two_stage": ep.pre_shift > 0,
+            "shift": ep.shift > 0,
+            "round_row": self.mapped.round_row,
+        }
+        return json.dumps(
+            {"op": to_json(self.op), "epilogue": shape, "folded": self.mapped.folded},
+            sort_keys=True,
+        )
 
     def describe(self) -> str:
         return f"{self.op.describe()} on {self.config.tag} ({len(self.space):,} schedules)"

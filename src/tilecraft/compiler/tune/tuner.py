@@ -36,10 +36,20 @@ class TuneResult:
     seconds: float = 0.0
 
 
-def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = None, *,
-         strategy: str = "model", seed: int = 0, batch: int = 8, epsilon: float = 0.1,
-         warm: list | None = None, progress: Callable | None = None,
-         target: int | None = None) -> TuneResult:  # fmt: skip
+def tune(
+    task: Task,
+    measurer: Measurer,
+    trials: int,
+    records: Records | None = None,
+    *,
+    strategy: str = "model",
+    seed: int = 0,
+    batch: int = 8,
+    epsilon: float = 0.1,
+    warm: list | None = None,
+    progress: Callable | None = None,
+    target: int | None = None,
+) -> TuneResult:
     """Measure up to `trials` new schedules of `task` (fewer if the space runs out, or once a
     schedule of at most `target` cycles is found) and return the best one found, counting
     what `records` already held. `warm`: (features, cycles) of other layers, to start from a
@@ -61,15 +71,20 @@ def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = 
     x = features(task) if strategy == "model" else None
     rng = np.random.default_rng(seed)
     model = CostModel(seed)
+
     def reached() -> bool:
-        return target is not None and result.best_cycles is not None and \
-            result.best_cycles <= target  # fmt: skip
+        return (
+            target is not None and result.best_cycles is not None and result.best_cycles <= target
+        )
 
     while result.measured < trials and len(cycles) < len(space) and not reached():
         size = min(batch, trials - result.measured, len(space) - len(cycles))
         picks = _propose(x, len(space), cycles, size, strategy, model, warm, rng, epsilon)
-        batch_results = measurer.measure_many(task, [space[i] for i in picks]) \
-            if hasattr(measurer, "measure_many") else None  # fmt: skip
+        batch_results = (
+            measurer.measure_many(task, [space[i] for i in picks])
+            if hasattr(measurer, "measure_many")
+            else None
+        )
         for n, i in enumerate(picks):
             if reached() and batch_results is None:  # measured ones are recorded all the same
                 break
@@ -78,9 +93,18 @@ def tune(task: Task, measurer: Measurer, trials: int, records: Records | None = 
             result.measured += 1
             result.failed += r.cycles is None
             if records is not None:
-                records.append(Record(task.key, task.config.digest, schedule_key(space[i]),
-                                      r.cycles, r.error, records.tool, r.seconds,
-                                      r.note))  # fmt: skip
+                records.append(
+                    Record(
+                        task.key,
+                        task.config.digest,
+                        schedule_key(space[i]),
+                        r.cycles,
+                        r.error,
+                        records.tool,
+                        r.seconds,
+                        r.note,
+                    )
+                )
             _advance(result, r.cycles, space[i])
             if progress is not None:
                 progress(result, time.perf_counter() - start)
@@ -102,8 +126,9 @@ def _best_of(space, cycles: dict) -> ConvSchedule | None:
     return space[min(done)[1]] if done else None
 
 
-def _propose(x, n: int, cycles: dict, size: int, strategy: str, model: CostModel, warm,
-             rng, epsilon: float) -> list[int]:  # fmt: skip
+def _propose(
+    x, n: int, cycles: dict, size: int, strategy: str, model: CostModel, warm, rng, epsilon: float
+) -> list[int]:
     """The next `size` schedules to measure (indices into the space of `n`, none measured)."""
     todo = np.array([i for i in range(n) if i not in cycles])
     ok = [(i, c) for i, c in cycles.items() if c is not None]
@@ -111,15 +136,17 @@ def _propose(x, n: int, cycles: dict, size: int, strategy: str, model: CostModel
         return [int(i) for i in rng.choice(todo, size=size, replace=False)]
     if len(ok) < size and not warm:  # nothing to learn from yet: the analytic estimate's best
         prior = x[todo, NAMES.index("log_estimate")]
-        return _explore([int(i) for i in todo[np.argsort(prior, kind="stable")[:size]]], todo,
-                        rng, epsilon)  # fmt: skip
+        return _explore(
+            [int(i) for i in todo[np.argsort(prior, kind="stable")[:size]]], todo, rng, epsilon
+        )
     own = [(x[np.array([i for i, _ in ok])], np.array([c for _, c in ok]))] if ok else []
     model.fit(own + list(warm or []))
     scores = model.score(x)
     picks = anneal(x, scores, cycles, size, rng)
     if len(ok) < size:  # a warm start's first batch: half the estimate's best, half the model's
-        prior = [int(i) for i in todo[np.argsort(x[todo, NAMES.index("log_estimate")],
-                                                 kind="stable")]]  # fmt: skip
+        prior = [
+            int(i) for i in todo[np.argsort(x[todo, NAMES.index("log_estimate")], kind="stable")]
+        ]
         half = [i for i in prior if i not in picks][: size // 2]
         picks = picks[: size - len(half)] + half
     return _explore(picks, todo, rng, epsilon)
@@ -136,8 +163,15 @@ def _explore(picks: list[int], todo, rng, epsilon: float) -> list[int]:
     return picks
 
 
-def anneal(x: np.ndarray, scores: np.ndarray, cycles: dict, size: int, rng,
-           chains: int = 8, steps: int = 60) -> list[int]:  # fmt: skip
+def anneal(
+    x: np.ndarray,
+    scores: np.ndarray,
+    cycles: dict,
+    size: int,
+    rng,
+    chains: int = 8,
+    steps: int = 60,
+) -> list[int]:
     """Simulated annealing on the model's scores over the space's neighbourhood graph
     (schedules one knob step apart): chains start at the best measured schedules and at
     random ones, and the best-scored unmeasured schedules they visit are returned."""

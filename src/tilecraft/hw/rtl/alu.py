@@ -95,9 +95,15 @@ def lane_candidates(m: Module, spec: IsaSpec, a, b, product=None) -> dict:
         compares[name] = Signal(name=name)
         m.d.comb += compares[name].eq(value)
     return {
-        "a": a, "b": b, "hi": hi, "lo": lo, **compares, "add": (a + b)[:bits],
-        "shr": (wide >> by)[:bits], "mul": (a * b)[:bits] if product is None else product,
-    }  # fmt: skip
+        "a": a,
+        "b": b,
+        "hi": hi,
+        "lo": lo,
+        **compares,
+        "add": (a + b)[:bits],
+        "shr": (wide >> by)[:bits],
+        "mul": (a * b)[:bits] if product is None else product,
+    }
 
 
 def registered(m: Module, spec: IsaSpec, c: dict, name: str) -> dict:
@@ -123,8 +129,7 @@ def select(m: Module, flags: OpFlags, c: dict, bits: int):
     and lo from the compares, then an AND-OR of every candidate under its pick or flag."""
     clip_hi = c["above_hi"] | c["empty"]
     picks = {
-        "a": Mux(c["lt"], flags["min"], flags["max"])
-        | (flags["clip"] & ~clip_hi & ~c["below_lo"]),
+        "a": Mux(c["lt"], flags["min"], flags["max"]) | (flags["clip"] & ~clip_hi & ~c["below_lo"]),
         "b": Mux(c["lt"], flags["max"], flags["min"]),
         "hi": flags["clip"] & clip_hi,
         "lo": flags["clip"] & ~clip_hi & c["below_lo"],

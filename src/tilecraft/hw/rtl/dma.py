@@ -486,8 +486,9 @@ class ElementStream(wiring.Component):
     above it in `elems.payload`, worked out as the element's last beat arrives and registered
     with it, so a consumer's decision on the element starts from flip-flops."""
 
-    def __init__(self, beat_bits: int, elem_bits: int, row_bits: int = 16, decode=None,
-                 tag_bits: int = 0):  # fmt: skip
+    def __init__(
+        self, beat_bits: int, elem_bits: int, row_bits: int = 16, decode=None, tag_bits: int = 0
+    ):
         self.beat_bits, self.elem_bits = beat_bits, elem_bits
         if decode is not None and elem_bits < beat_bits:
             raise ValueError("decode needs elements at least a beat wide")

@@ -29,15 +29,30 @@ def mult18x18d_pins(a, b, product, input_registers: bool = True) -> dict:
     come from flip-flops of their own, nextpnr then times them into P, REGS_OUTPUT)."""
     clk_in = "CLK0" if input_registers else "NONE"
     kw = {
-        "p_REG_INPUTA_CLK": clk_in, "p_REG_INPUTB_CLK": clk_in, "p_REG_OUTPUT_CLK": "CLK0",
-        "p_REG_PIPELINE_CLK": "NONE", "p_REG_INPUTC_CLK": "NONE",
-        "p_REG_INPUTA_CE": "CE0", "p_REG_INPUTB_CE": "CE0", "p_REG_OUTPUT_CE": "CE0",
-        "p_REG_INPUTA_RST": "RST0", "p_REG_INPUTB_RST": "RST0", "p_REG_OUTPUT_RST": "RST0",
-        "p_GSR": "DISABLED", "p_RESETMODE": "SYNC", "p_MULT_BYPASS": "DISABLED",
-        "p_SOURCEB_MODE": "B_SHIFT", "p_CLK0_DIV": "ENABLED",
-        "i_CLK0": ClockSignal(), "i_CE0": Const(1), "i_RST0": Const(0),
-        "i_SIGNEDA": Const(1), "i_SIGNEDB": Const(1), "i_SOURCEA": Const(0), "i_SOURCEB": Const(0),
-    }  # fmt: skip
+        "p_REG_INPUTA_CLK": clk_in,
+        "p_REG_INPUTB_CLK": clk_in,
+        "p_REG_OUTPUT_CLK": "CLK0",
+        "p_REG_PIPELINE_CLK": "NONE",
+        "p_REG_INPUTC_CLK": "NONE",
+        "p_REG_INPUTA_CE": "CE0",
+        "p_REG_INPUTB_CE": "CE0",
+        "p_REG_OUTPUT_CE": "CE0",
+        "p_REG_INPUTA_RST": "RST0",
+        "p_REG_INPUTB_RST": "RST0",
+        "p_REG_OUTPUT_RST": "RST0",
+        "p_GSR": "DISABLED",
+        "p_RESETMODE": "SYNC",
+        "p_MULT_BYPASS": "DISABLED",
+        "p_SOURCEB_MODE": "B_SHIFT",
+        "p_CLK0_DIV": "ENABLED",
+        "i_CLK0": ClockSignal(),
+        "i_CE0": Const(1),
+        "i_RST0": Const(0),
+        "i_SIGNEDA": Const(1),
+        "i_SIGNEDB": Const(1),
+        "i_SOURCEA": Const(0),
+        "i_SOURCEB": Const(0),
+    }
 
     def extended(x):  # sign-extended to the DSP's width
         return Cat(x, x[-1].replicate(DSP_WIDTH - len(x)))
@@ -89,8 +104,13 @@ class Mult18x18dModel(Elaboratable):
         # the input registers both on or both off
         self.input_registers = p.get("REG_INPUTA_CLK") == "CLK0"
         clk_in = "CLK0" if self.input_registers else "NONE"
-        want = {"REG_INPUTA_CLK": clk_in, "REG_INPUTB_CLK": clk_in, "REG_OUTPUT_CLK": "CLK0",
-                "REG_PIPELINE_CLK": "NONE", "MULT_BYPASS": "DISABLED"}  # fmt: skip
+        want = {
+            "REG_INPUTA_CLK": clk_in,
+            "REG_INPUTB_CLK": clk_in,
+            "REG_OUTPUT_CLK": "CLK0",
+            "REG_PIPELINE_CLK": "NONE",
+            "MULT_BYPASS": "DISABLED",
+        }
         for name, value in want.items():
             if p.get(name) != value:
                 raise ValueError(f"the model covers {name}={value!r}, not {p.get(name)!r}")

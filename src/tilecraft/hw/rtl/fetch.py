@@ -52,9 +52,11 @@ class Fetch(wiring.Component):
         # each instruction arrives with its route and error code decoded into registers (the
         # element stream works them out with its last beat), so dispatch starts from flip-flops
         m.submodules.insns = stream = ElementStream(
-            cfg.axi_data_bits, INSN_BITS, decode=lambda word: _classify(spec, word),
+            cfg.axi_data_bits,
+            INSN_BITS,
+            decode=lambda word: _classify(spec, word),
             tag_bits=TAG_BITS,
-        )  # fmt: skip
+        )
         wiring.connect(m, wiring.flipped(self.read), client.read)
         wiring.connect(m, client.beats, stream.beats)
         m.submodules.head = head = ReadyBuffer(INSN_BITS + TAG_BITS)  # the one being dispatched
@@ -166,8 +168,9 @@ def _classify(spec, word):
     code = Mux(
         bad_op | bad_alu,
         regs.ErrorCode.ILLEGAL_OPCODE,
-        Mux(bad_mem, regs.ErrorCode.ILLEGAL_MEMORY,
-            Mux(bad_flags, regs.ErrorCode.ILLEGAL_FLAGS, 0)),
-    )  # fmt: skip
+        Mux(
+            bad_mem, regs.ErrorCode.ILLEGAL_MEMORY, Mux(bad_flags, regs.ErrorCode.ILLEGAL_FLAGS, 0)
+        ),
+    )
     stages = {Stage.LOAD: is_load_stage, Stage.COMPUTE: is_compute, Stage.STORE: is_store}
     return Cat(*(stages[s] for s in Stage), code[:CODE_BITS])

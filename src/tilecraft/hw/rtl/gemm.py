@@ -82,8 +82,11 @@ class GemmCore(wiring.Component):
                     for i in range(bi):
                         product = Signal(2 * DSP_WIDTH, name=f"p{r}_{o}_{i}")
                         pins = mult18x18d_pins(inp(r, i), wgt(o, i), product)
-                        cell = (Instance("MULT18X18D", **pins) if self.dsp == ECP5_DSP
-                                else Mult18x18dModel(pins))  # fmt: skip
+                        cell = (
+                            Instance("MULT18X18D", **pins)
+                            if self.dsp == ECP5_DSP
+                            else Mult18x18dModel(pins)
+                        )
                         m.submodules[f"mult{r}_{o}_{i}"] = cell
                         prod[r, o, i] = product[: ib + wb].as_signed()
         # the operands are registered first, the packed weights already combined, so only a

@@ -246,10 +246,16 @@ class LoadEngine(wiring.Component):
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [y.eq(0), x.eq(0), addr.eq(insn.sram_base), data_row.eq(0),
-                             in_rows.eq((insn.y_pad0 == 0) & (insn.y_size != 0)),
-                             in_cols.eq(cols_first), at_pad0.eq(pad0_zero),
-                             x_at_last.eq(x_last == 0)]  # fmt: skip
+                m.d.sync += [
+                    y.eq(0),
+                    x.eq(0),
+                    addr.eq(insn.sram_base),
+                    data_row.eq(0),
+                    in_rows.eq((insn.y_pad0 == 0) & (insn.y_size != 0)),
+                    in_cols.eq(cols_first),
+                    at_pad0.eq(pad0_zero),
+                    x_at_last.eq(x_last == 0),
+                ]
                 with m.If(insn.x_size == 0):
                     m.d.sync += error.eq(0)
                     m.next = "DONE"
@@ -279,8 +285,13 @@ class LoadEngine(wiring.Component):
                     with m.If(is_data & (x == x_data_last)):
                         m.d.sync += row_elem.eq(row_elem + insn.x_stride)
                     with m.If(x_at_last):
-                        m.d.sync += [x.eq(0), y.eq(y + 1), in_cols.eq(cols_first),
-                                     at_pad0.eq(pad0_zero), x_at_last.eq(x_last == 0)]  # fmt: skip
+                        m.d.sync += [
+                            x.eq(0),
+                            y.eq(y + 1),
+                            in_cols.eq(cols_first),
+                            at_pad0.eq(pad0_zero),
+                            x_at_last.eq(x_last == 0),
+                        ]
                         with m.If(y == y_data_last):
                             m.d.sync += in_rows.eq(0)
                         with m.Elif(y == y_before):
@@ -288,8 +299,11 @@ class LoadEngine(wiring.Component):
                         with m.If(y == y_last):
                             m.next = "DONE"
                     with m.Else():
-                        m.d.sync += [x.eq(x + 1), at_pad0.eq(x == x_before),
-                                     x_at_last.eq(x == x_last_1)]  # fmt: skip
+                        m.d.sync += [
+                            x.eq(x + 1),
+                            at_pad0.eq(x == x_before),
+                            x_at_last.eq(x == x_last_1),
+                        ]
                         with m.If(x == x_data_last):
                             m.d.sync += in_cols.eq(0)
                         with m.Elif(x == x_before):

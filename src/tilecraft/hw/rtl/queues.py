@@ -100,8 +100,9 @@ class FlaggedFIFO(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, r = self.w_stream, self.r_stream
-        m.submodules.storage = storage = Memory(shape=unsigned(self.width), depth=self.depth,
-                                                init=[])  # fmt: skip
+        m.submodules.storage = storage = Memory(
+            shape=unsigned(self.width), depth=self.depth, init=[]
+        )
         wp, rp = storage.write_port(), storage.read_port(domain="comb")
         w_ptr, r_ptr = Signal(range(self.depth)), Signal(range(self.depth))
         ready, valid = Signal(), Signal()

@@ -62,8 +62,7 @@ class RegisterFile(wiring.Component):
         missing = {r.name for r in regs.REGISTERS} ^ set(bound)
         assert not missing, f"registers of hw/regs.py and the register file differ: {missing}"
         readable = {r.offset: bound[r.name] for r in regs.REGISTERS if "r" in r.access}
-        writable = {r.offset: bound[r.name] for r in regs.REGISTERS
-                    if r.access == "rw"}  # fmt: skip
+        writable = {r.offset: bound[r.name] for r in regs.REGISTERS if r.access == "rw"}
         control = regs.OFFSETS["CONTROL"]
         # write: latch AW and W independently, act when both are held, then answer on B
         aw_addr, aw_ok = Signal(regs.ADDR_BITS), Signal()

@@ -21,10 +21,18 @@ def replicated(m: Module, d, copies: int, name: str, dsp: str | None = None) -> 
         if dsp == ECP5_DSP:
             m.submodules[f"{name}_ff{k}"] = Instance(
                 "TRELLIS_FF",
-                p_GSR="DISABLED", p_CEMUX="1", p_CLKMUX="CLK", p_LSRMUX="LSR",
-                p_REGSET="RESET", p_SRMODE="LSR_OVER_CE",
-                i_CLK=ClockSignal(), i_LSR=Const(0), i_CE=Const(1), i_DI=d, o_Q=q,
-            )  # fmt: skip
+                p_GSR="DISABLED",
+                p_CEMUX="1",
+                p_CLKMUX="CLK",
+                p_LSRMUX="LSR",
+                p_REGSET="RESET",
+                p_SRMODE="LSR_OVER_CE",
+                i_CLK=ClockSignal(),
+                i_LSR=Const(0),
+                i_CE=Const(1),
+                i_DI=d,
+                o_Q=q,
+            )
         else:
             m.d.sync += q.eq(d)
         out.append(q)

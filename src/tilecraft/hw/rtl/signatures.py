@@ -92,6 +92,7 @@ def read_registers(m, data, name: str, en=None):
         out = reg
     return out
 
+
 # A scratchpad's attributes where no read needs the memory's answer to a read and a write of
 # the same row in one cycle (INP and WGT: the load stage writes them, the GEMM unit reads them,
 # the two ordered by tokens): yosys then maps a block RAM as it is, where it otherwise keeps
@@ -148,12 +149,18 @@ class AxiWrite(wiring.Signature):
     def __init__(self, data_bits: int):
         super().__init__(
             {
-                "awaddr": Out(ADDR_BITS), "awlen": Out(LEN_BITS), "awvalid": Out(1),
+                "awaddr": Out(ADDR_BITS),
+                "awlen": Out(LEN_BITS),
+                "awvalid": Out(1),
                 "awready": In(1),
-                "wdata": Out(data_bits), "wlast": Out(1), "wvalid": Out(1), "wready": In(1),
-                "bvalid": In(1), "bready": Out(1),
+                "wdata": Out(data_bits),
+                "wlast": Out(1),
+                "wvalid": Out(1),
+                "wready": In(1),
+                "bvalid": In(1),
+                "bready": Out(1),
             }
-        )  # fmt: skip
+        )
 
 
 class Axi4(wiring.Signature):

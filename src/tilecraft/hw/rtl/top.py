@@ -154,8 +154,12 @@ class Accelerator(wiring.Component):
             ("inp", load.inp_write, compute.inp),
             ("wgt", load.wgt_write, compute.wgt),
         ):
-            mem = Memory(shape=unsigned(cfg.elem_bytes(name) * 8), depth=cfg.depth(name), init=[],
-                         attrs=NO_RW_CHECK)  # fmt: skip
+            mem = Memory(
+                shape=unsigned(cfg.elem_bytes(name) * 8),
+                depth=cfg.depth(name),
+                init=[],
+                attrs=NO_RW_CHECK,
+            )
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
             word = read_registers(m, r.data, name)  # SRAM_READ_LATENCY

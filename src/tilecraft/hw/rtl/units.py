@@ -522,10 +522,12 @@ class AluUnit(wiring.Component):
         # behind the DSPs' routing was the 81.1 MHz route's 10.75 ns path)
         h = ab // 2
         parts = [
-            tuple(Signal(n, name=f"mul_part{k}_{j}", reset_less=True)
-                  for j, n in enumerate((2 * h, ab - h, ab - h)))
+            tuple(
+                Signal(n, name=f"mul_part{k}_{j}", reset_less=True)
+                for j, n in enumerate((2 * h, ab - h, ab - h))
+            )
             for k in range(lanes)
-        ]  # fmt: skip
+        ]
         result = Signal.like(w.data)
         # X1: the lane ops' candidates into registers; X2: the pick (`select`) into `res`.
         # MUL's products are summed at X2 from their registers (the next micro-op's first lane

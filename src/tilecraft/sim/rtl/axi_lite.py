@@ -60,5 +60,3 @@ async def hold_reset(dut) -> None:
         getattr(dut, PORTS + n).value = 0
     for _ in range(4):
         await RisingEdge(dut.aclk)
-
-

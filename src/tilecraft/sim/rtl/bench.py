@@ -55,9 +55,7 @@ async def run_jobs(dut):
         seconds = time.perf_counter() - t0
         finished = fired is not limit
         status = await read(dut, o["STATUS"])
-        cycles = await read(dut, o["CYCLES_LO"]) | (
-            await read(dut, o["CYCLES_HI"]) << 32
-        )
+        cycles = await read(dut, o["CYCLES_LO"]) | (await read(dut, o["CYCLES_HI"]) << 32)
         code = await read(dut, o["ERROR_CODE"])
         index = await read(dut, o["ERROR_INDEX"])
         dut.dump.value = 1

@@ -111,18 +111,26 @@ class RtlDevice:
             specs = []
             for k, (program, dram) in enumerate(prepared):
                 write_hex(tmp / f"in.{k}.hex", dram, cfg.axi_bytes)
-                specs.append({
-                    "job": k, "base": BASE, "insn_offset": program.insn_offset,
-                    "insn_count": len(program.insns), "dram_size": program.dram_size,
-                    "max_cycles": self.max_cycles, "stall_pct": self.stall_pct,
-                    "latency": cfg.dram_latency if self.latency is None else self.latency,
-                    "seed": self.seed + k,
-                })  # fmt: skip
+                specs.append(
+                    {
+                        "job": k,
+                        "base": BASE,
+                        "insn_offset": program.insn_offset,
+                        "insn_count": len(program.insns),
+                        "dram_size": program.dram_size,
+                        "max_cycles": self.max_cycles,
+                        "stall_pct": self.stall_pct,
+                        "latency": cfg.dram_latency if self.latency is None else self.latency,
+                        "seed": self.seed + k,
+                    }
+                )
             (tmp / "jobs.json").write_text(json.dumps(specs))
             results_file = tmp / "results.json"
             log = tmp / "run.log"
-            with task(f"{self.simulator}: {len(jobs)} program(s) on the {cfg.tag} model"), \
-                    _simulator_failure(log):  # fmt: skip
+            with (
+                task(f"{self.simulator}: {len(jobs)} program(s) on the {cfg.tag} model"),
+                _simulator_failure(log),
+            ):
                 runner.test(
                     hdl_toplevel="tb_top",
                     test_module="tilecraft.sim.rtl.bench",

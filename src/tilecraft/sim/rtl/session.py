@@ -92,9 +92,12 @@ class RtlSession:
                         shutil.rmtree(sock_dir, ignore_errors=True)
                         shutil.rmtree(self._dir, ignore_errors=True)
                         self._thread = None
-                        why = (f"exited before it connected ({self._failure})" if died else
-                               f"did not connect within {START_SECONDS:.0f} s (it may still "
-                               f"be starting: is the machine overloaded?)")  # fmt: skip
+                        why = (
+                            f"exited before it connected ({self._failure})"
+                            if died
+                            else f"did not connect within {START_SECONDS:.0f} s (it may still "
+                            f"be starting: is the machine overloaded?)"
+                        )
                         raise DeviceError(f"the RTL simulator {why}:\n{log}") from None
         listener.close()
         conn.settimeout(REPLY_SECONDS)

@@ -65,15 +65,19 @@ class Conv2d(Spec):
         if isinstance(self.out_channels, bool) or int(self.out_channels) < 1:
             raise KernelError(f"conv2d out_channels must be >= 1, not {self.out_channels!r}")
         if min(self.out_hw) < 1:
-            raise KernelError(f"conv2d kernel {self.kernel} is larger than the padded input "
-                              f"{self.shape[2:]} with pads {pads}")  # fmt: skip
+            raise KernelError(
+                f"conv2d kernel {self.kernel} is larger than the padded input "
+                f"{self.shape[2:]} with pads {pads}"
+            )
         if self.dtype == "float32" and (self.epilogue != Epilogue() or self.pad_value):
             raise KernelError("a float32 conv2d takes bias and relu, not an int8 epilogue")
         if self.dtype == "int8" and (self.bias or self.relu):
             raise KernelError("an int8 conv2d states bias and ReLU in its epilogue")
         if self.dtype == "int8" and self.kernel[0] * self.kernel[1] > EXACT_TERMS:
-            raise KernelError(f"an int8 conv2d kernel has at most {EXACT_TERMS} taps, not "
-                              f"{self.kernel[0] * self.kernel[1]}")  # fmt: skip
+            raise KernelError(
+                f"an int8 conv2d kernel has at most {EXACT_TERMS} taps, not "
+                f"{self.kernel[0] * self.kernel[1]}"
+            )
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -125,8 +129,10 @@ class Conv2d(Spec):
         else:
             ins += E.vector_buffers(self.epilogue, oc)
             ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
-        work = [Buffer("xq", (len(self.phases), c, self.plane_size), "float32", "work"),
-                Buffer("yq", (oc, self.q_count), self.dtype, "work")]  # fmt: skip
+        work = [
+            Buffer("xq", (len(self.phases), c, self.plane_size), "float32", "work"),
+            Buffer("yq", (oc, self.q_count), self.dtype, "work"),
+        ]
         if self.dtype == "int8":
             work.append(Buffer("wq", (oc, c, kh, kw), "float32", "work"))
             if self.epilogue.residual:
@@ -150,8 +156,10 @@ class Conv2d(Spec):
                 self._q_space(k, n, to_q=True)
             if self.weights_outer:  # each block of weights read once, the input many times
                 if oc // mr:
-                    with k.loop(oc // mr * mr, step=mr, name="oc") as oc0, \
-                            k.loop(self.q_count, step=nr, name="q") as q0:  # fmt: skip
+                    with (
+                        k.loop(oc // mr * mr, step=mr, name="oc") as oc0,
+                        k.loop(self.q_count, step=nr, name="q") as q0,
+                    ):
                         self._tile(k, weights, q0, oc0, mr)
                 if oc % mr:
                     with k.loop(self.q_count, step=nr, name="q") as q0:
@@ -185,18 +193,23 @@ class Conv2d(Spec):
             k.store(ir.Constant(F32, float(self.pad_value)), k.arg["xq"], i)
         for p, (a, bb) in enumerate(self.phases):
             # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
-            y0, x0 = -(-(top - a) // sh) if top > a else 0, -(-(left - bb) // sw) if left > bb \
-                else 0  # fmt: skip
+            y0, x0 = (
+                -(-(top - a) // sh) if top > a else 0,
+                -(-(left - bb) // sw) if left > bb else 0,
+            )
             y1 = min((h - 1 + top - a) // sh + 1, -(-size // pitch))
             x1 = min((w - 1 + left - bb) // sw + 1, pitch)
             if y1 <= y0 or x1 <= x0:
                 continue
             with k.loop(c_count, name="pc") as c, k.loop(y1, start=y0, name="py") as yy:
-                src = b.add(b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
-                            b.add(b.mul(yy, k.i(sh)), k.i(a - top)))  # fmt: skip
+                src = b.add(
+                    b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
+                    b.add(b.mul(yy, k.i(sh)), k.i(a - top)),
+                )
                 src = b.add(b.mul(src, k.i(w)), k.i(bb - left))
-                dst = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(size)),
-                            b.mul(yy, k.i(pitch)))  # fmt: skip
+                dst = b.add(
+                    b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(size)), b.mul(yy, k.i(pitch))
+                )
                 end = b.add(b.mul(b.add(b.mul(k.i(p), k.i(c_count)), c), k.i(size)), k.i(size))
                 with k.loop(x1, start=x0, name="px") as xx:
                     at = b.add(dst, xx)
@@ -226,8 +239,9 @@ class Conv2d(Spec):
         b, vw = k.b, k.target.vector_width
         fv, iv = vec(F32, vw), vec(I32, vw)
         acc = [[k.local(fv) for _ in range(2)] for _ in range(mr)]
-        total = [[k.local(iv) for _ in range(2)] for _ in range(mr)] \
-            if self.dtype == "int8" else None  # fmt: skip
+        total = (
+            [[k.local(iv) for _ in range(2)] for _ in range(mr)] if self.dtype == "int8" else None
+        )
         for row in total or []:
             for t in row:
                 b.store(ir.Constant(iv, [0] * vw), t)
@@ -283,7 +297,10 @@ class Conv2d(Spec):
                     if self.relu:
                         x = k.fmax(x, k.fconst(x.type, 0.0))
                 else:
-                    res = k.load(k.arg["rq"], vec(I8, vw), at, align=1) \
-                        if self.epilogue.residual else None  # fmt: skip
+                    res = (
+                        k.load(k.arg["rq"], vec(I8, vw), at, align=1)
+                        if self.epilogue.residual
+                        else None
+                    )
                     x = E.emit(k, self.epilogue, x, ch, res)
                 k.store(x, k.arg["yq"], at)

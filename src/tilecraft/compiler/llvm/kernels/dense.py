@@ -45,11 +45,13 @@ class Dense(Spec):
             ins += [Buffer("bias", (self.n,), "float32")] if self.bias else []
         else:
             ins += E.vector_buffers(self.epilogue, self.n)
-            ins += [Buffer("residual", (self.m, self.n), "int8")] if self.epilogue.residual \
-                else []  # fmt: skip
+            ins += [Buffer("residual", (self.m, self.n), "int8")] if self.epilogue.residual else []
         acc = "float32" if t == "float32" else "int32"
-        return (*ins, Buffer("y", (self.m, self.n), t, "out"),
-                Buffer("acc", (self.n,), acc, "work"))  # fmt: skip
+        return (
+            *ins,
+            Buffer("y", (self.m, self.n), t, "out"),
+            Buffer("acc", (self.n,), acc, "work"),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -90,6 +92,5 @@ class Dense(Spec):
             acc = k.load(k.arg["acc"], at, j)
             for r, xv in zip(rows, xs):
                 w = k.load(k.arg["weight"], t, b.add(b.mul(r, k.i(self.n)), j))
-                acc = b.add(acc, b.mul(xv, b.sext(w, I32))) if integer \
-                    else k.fmuladd(xv, w, acc)  # fmt: skip
+                acc = b.add(acc, b.mul(xv, b.sext(w, I32))) if integer else k.fmuladd(xv, w, acc)
             k.store(acc, k.arg["acc"], j)

@@ -41,13 +41,17 @@ class DirectConv2d(Conv2d):
     def __post_init__(self):
         super().__post_init__()
         if self.depthwise and self.out_channels != self.shape[1]:
-            raise KernelError(f"a depthwise conv has as many outputs as inputs ({self.shape[1]})"
-                              f", not {self.out_channels}")  # fmt: skip
+            raise KernelError(
+                f"a depthwise conv has as many outputs as inputs ({self.shape[1]})"
+                f", not {self.out_channels}"
+            )
 
     def buffers(self):
         oc, c = self.out_channels, 1 if self.depthwise else self.shape[1]
-        ins = [Buffer("x", self.shape, self.dtype),
-               Buffer("weight", (oc, c, *self.kernel), self.dtype)]  # fmt: skip
+        ins = [
+            Buffer("x", self.shape, self.dtype),
+            Buffer("weight", (oc, c, *self.kernel), self.dtype),
+        ]
         if self.dtype == "float32":
             ins += [Buffer("bias", (oc,), "float32")] if self.bias else []
         else:
@@ -68,20 +72,27 @@ class DirectConv2d(Conv2d):
             acc = k.local(at)
             b.store(ir.Constant(at, 0 if integer else 0.0), acc)
             inputs = 1 if self.depthwise else c_count
-            with k.loop(inputs, name="c") as dc, k.loop(kh, name="ki") as i, \
-                    k.loop(kw, name="kj") as j:  # fmt: skip
+            with (
+                k.loop(inputs, name="c") as dc,
+                k.loop(kh, name="ki") as i,
+                k.loop(kw, name="kj") as j,
+            ):
                 c = oc if self.depthwise else dc
                 y = b.add(b.mul(oy, k.i(sh)), b.sub(i, k.i(top)))
                 x = b.add(b.mul(ox, k.i(sw)), b.sub(j, k.i(left)))
-                inside = b.and_(b.and_(b.icmp_signed(">=", y, k.i(0)),
-                                       b.icmp_signed("<", y, k.i(h))),
-                                b.and_(b.icmp_signed(">=", x, k.i(0)),
-                                       b.icmp_signed("<", x, k.i(w))))  # fmt: skip
-                src = b.add(b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
-                            b.select(inside, y, k.i(0)))  # fmt: skip
+                inside = b.and_(
+                    b.and_(b.icmp_signed(">=", y, k.i(0)), b.icmp_signed("<", y, k.i(h))),
+                    b.and_(b.icmp_signed(">=", x, k.i(0)), b.icmp_signed("<", x, k.i(w))),
+                )
+                src = b.add(
+                    b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)), b.select(inside, y, k.i(0))
+                )
                 src = b.add(b.mul(src, k.i(w)), b.select(inside, x, k.i(0)))
-                v = b.select(inside, k.load(k.arg["x"], t, src),
-                             ir.Constant(t, self.pad_value if integer else 0.0))  # fmt: skip
+                v = b.select(
+                    inside,
+                    k.load(k.arg["x"], t, src),
+                    ir.Constant(t, self.pad_value if integer else 0.0),
+                )
                 w_at = b.add(b.mul(b.add(b.mul(oc, k.i(inputs)), dc), k.i(kh)), i)
                 wv = k.load(k.arg["weight"], t, b.add(b.mul(w_at, k.i(kw)), j))
                 if integer:
@@ -160,8 +171,7 @@ class DirectMaxPool(Spec):
         return (*self.shape[:2], (h + t + bottom - kh) // sh + 1, (w + left + r - kw) // sw + 1)
 
     def buffers(self):
-        return (Buffer("x", self.shape, self.dtype),
-                Buffer("y", self.out_shape, self.dtype, "out"))  # fmt: skip
+        return (Buffer("x", self.shape, self.dtype), Buffer("y", self.out_shape, self.dtype, "out"))
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -180,12 +190,14 @@ class DirectMaxPool(Spec):
                 for j in range(kw):
                     y = b.add(b.mul(oy, k.i(sh)), k.i(i - top))
                     x = b.add(b.mul(ox, k.i(sw)), k.i(j - left))
-                    inside = b.and_(b.and_(b.icmp_signed(">=", y, k.i(0)),
-                                           b.icmp_signed("<", y, k.i(h))),
-                                    b.and_(b.icmp_signed(">=", x, k.i(0)),
-                                           b.icmp_signed("<", x, k.i(w))))  # fmt: skip
-                    src = b.add(b.mul(b.add(b.mul(plane, k.i(h)), b.select(inside, y, k.i(0))),
-                                      k.i(w)), b.select(inside, x, k.i(0)))  # fmt: skip
+                    inside = b.and_(
+                        b.and_(b.icmp_signed(">=", y, k.i(0)), b.icmp_signed("<", y, k.i(h))),
+                        b.and_(b.icmp_signed(">=", x, k.i(0)), b.icmp_signed("<", x, k.i(w))),
+                    )
+                    src = b.add(
+                        b.mul(b.add(b.mul(plane, k.i(h)), b.select(inside, y, k.i(0))), k.i(w)),
+                        b.select(inside, x, k.i(0)),
+                    )
                     v = b.select(inside, k.load(k.arg["x"], t, src), pad)
                     bigger = k.smax(b.load(best), v) if integer else k.fmax(b.load(best), v)
                     b.store(bigger, best)

@@ -34,15 +34,21 @@ def _to_int8(k: Kernel, y: ir.Value, lo: int, hi: int) -> ir.Value:
 
 
 def _int8(what: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
-            not -128 <= value <= 127:  # fmt: skip
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or not -128 <= value <= 127
+    ):
         raise KernelError(f"{what} must be an int8 (-128..127), not {value!r}")
     return int(value)
 
 
 def _scale(what: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or \
-            not (np.isfinite(value) and value > 0):  # fmt: skip
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.floating))
+        or not (np.isfinite(value) and value > 0)
+    ):
         raise KernelError(f"{what} must be a positive finite number, not {value!r}")
     return float(np.float32(value))
 
@@ -84,8 +90,7 @@ class Dequantize(Spec):
     gpu: ClassVar[bool] = True
 
     def __post_init__(self):
-        object.__setattr__(self, "shape",
-                           positive_shape("dequantize", self.shape, len(self.shape)))  # fmt: skip
+        object.__setattr__(self, "shape", positive_shape("dequantize", self.shape, len(self.shape)))
         object.__setattr__(self, "scale", _scale("dequantize scale", self.scale))
         object.__setattr__(self, "zero", _int8("dequantize zero", self.zero))
 
@@ -126,8 +131,11 @@ class ScaledAdd(Spec):
         object.__setattr__(self, "clip", (lo, hi))
 
     def buffers(self):
-        return (Buffer("a", self.shape, "int8"), Buffer("b", self.shape, "int8"),
-                Buffer("y", self.shape, "int8", "out"))  # fmt: skip
+        return (
+            Buffer("a", self.shape, "int8"),
+            Buffer("b", self.shape, "int8"),
+            Buffer("y", self.shape, "int8", "out"),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -170,8 +178,11 @@ class WrappedScaledAdd(Spec):
         object.__setattr__(self, "clip", tuple(int(v) for v in self.clip))
 
     def buffers(self):
-        return (Buffer("a", self.shape, "int8"), Buffer("b", self.shape, "int8"),
-                Buffer("y", self.shape, "int8", "out"))  # fmt: skip
+        return (
+            Buffer("a", self.shape, "int8"),
+            Buffer("b", self.shape, "int8"),
+            Buffer("y", self.shape, "int8", "out"),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -184,8 +195,10 @@ class WrappedScaledAdd(Spec):
             return b.mul(b.mul(x, i32(weight)), i32(multiplier))
 
         with k.parallel(_count(self.shape)) as i:
-            y = b.add(side("a", self.zero_a, self.weight_a, self.multiplier_a),
-                      side("b", self.zero_b, self.weight_b, self.multiplier_b))  # fmt: skip
+            y = b.add(
+                side("a", self.zero_a, self.weight_a, self.multiplier_a),
+                side("b", self.zero_b, self.weight_b, self.multiplier_b),
+            )
             y = b.ashr(y, i32(self.pre_shift)) if self.pre_shift else y
             if self.shift:
                 y = b.ashr(b.add(y, i32(1 << (self.shift - 1))), i32(self.shift))
@@ -234,8 +247,11 @@ class FloatAdd(Spec):
         object.__setattr__(self, "shape", positive_shape("add", self.shape, len(self.shape)))
 
     def buffers(self):
-        return (Buffer("a", self.shape, "float32"), Buffer("b", self.shape, "float32"),
-                Buffer("y", self.shape, "float32", "out"))  # fmt: skip
+        return (
+            Buffer("a", self.shape, "float32"),
+            Buffer("b", self.shape, "float32"),
+            Buffer("y", self.shape, "float32", "out"),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -292,8 +308,7 @@ def exp(k: Kernel, x: ir.Value) -> ir.Value:
     n = k.roundeven(b.fmul(x, _f32(1.44269504088896341)))
     r = b.fsub(b.fsub(x, b.fmul(n, _f32(0.693359375))), b.fmul(n, _f32(-2.12194440e-4)))
     p = _f32(1.9875691500e-4)
-    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-              5.0000001201e-1):  # fmt: skip
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = b.fadd(b.fmul(p, r), _f32(c))
     y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), _f32(1.0))
     scale = b.shl(b.add(b.fptosi(n, I32), ir.Constant(I32, 127)), ir.Constant(I32, 23))

@@ -22,12 +22,19 @@ def vector_buffers(ep: Epilogue, channels: int) -> list[Buffer]:
         names.append("multiplier")
     if ep.pre_shift:
         names.append("multiplier2")
-    return [Buffer(n, (1 if n == "multiplier" and ep.multiplier == Multiplier.TENSOR
-                       else channels,), "int32") for n in names]  # fmt: skip
+    return [
+        Buffer(
+            n,
+            (1 if n == "multiplier" and ep.multiplier == Multiplier.TENSOR else channels,),
+            "int32",
+        )
+        for n in names
+    ]
 
 
-def emit(k: Kernel, ep: Epilogue, x: ir.Value, channel: ir.Value,
-         residual: ir.Value | None = None) -> ir.Value:  # fmt: skip
+def emit(
+    k: Kernel, ep: Epilogue, x: ir.Value, channel: ir.Value, residual: ir.Value | None = None
+) -> ir.Value:
     """int8 result(s) of `ep` on int32 `x` (a scalar or a vector) of output channel `channel`;
     `residual` is the int8 residual value(s) shaped like `x`."""
     b = k.b

@@ -27,8 +27,9 @@ class _Blocked(Spec):
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape(self.kind, self.shape, 4))
         positive_shape(f"{self.kind} blocks (batch, lanes)", (self.batch, self.lanes), 2)
-        object.__setattr__(self, "dtype", dtype_of(self.kind, self.dtype,
-                                                   ("int8", "int32", "float32")))  # fmt: skip
+        object.__setattr__(
+            self, "dtype", dtype_of(self.kind, self.dtype, ("int8", "int32", "float32"))
+        )
 
     @property
     def blocked(self) -> tuple[int, ...]:
@@ -40,11 +41,17 @@ class _Blocked(Spec):
         b = k.b
         n, c, h, w = self.shape
         nb, cb = self.blocked[:2]
-        with k.loop(nb, name="nb") as i0, k.loop(cb, name="cb") as c0, \
-                k.loop(h * w, name="hw") as p, k.loop(self.batch, name="bi") as bi, \
-                k.loop(self.lanes, name="li") as li:  # fmt: skip
-            blocked = b.add(b.mul(b.add(b.mul(b.add(b.mul(i0, k.i(cb)), c0), k.i(h * w)), p),
-                                  k.i(self.batch)), bi)  # fmt: skip
+        with (
+            k.loop(nb, name="nb") as i0,
+            k.loop(cb, name="cb") as c0,
+            k.loop(h * w, name="hw") as p,
+            k.loop(self.batch, name="bi") as bi,
+            k.loop(self.lanes, name="li") as li,
+        ):
+            blocked = b.add(
+                b.mul(b.add(b.mul(b.add(b.mul(i0, k.i(cb)), c0), k.i(h * w)), p), k.i(self.batch)),
+                bi,
+            )
             blocked = b.add(b.mul(blocked, k.i(self.lanes)), li)
             ni = b.add(b.mul(i0, k.i(self.batch)), bi)
             ci = b.add(b.mul(c0, k.i(self.lanes)), li)

@@ -36,8 +36,9 @@ class _Window(Spec):
             raise KernelError(f"{self.kind} pads must be 4 ints >= 0, not {self.pads}")
         object.__setattr__(self, "pads", pads)
         if self.out_hw[0] < 1 or self.out_hw[1] < 1:
-            raise KernelError(f"{self.kind} kernel {self.kernel} does not fit the padded input "
-                              f"{self.padded_hw}")  # fmt: skip
+            raise KernelError(
+                f"{self.kind} kernel {self.kernel} does not fit the padded input {self.padded_hw}"
+            )
 
     @property
     def padded_hw(self) -> tuple[int, int]:
@@ -70,8 +71,12 @@ class _Window(Spec):
         """For each output of the plane: `acc = start()`, `acc = step(acc, value, i, j)` per
         tap, then `finish(acc, out_index)`."""
         b = k.b
-        (oh, ow), (_, pw), (kh, kw), (sh, sw) = self.out_hw, self.padded_hw, self.kernel, \
-            self.stride  # fmt: skip
+        (oh, ow), (_, pw), (kh, kw), (sh, sw) = (
+            self.out_hw,
+            self.padded_hw,
+            self.kernel,
+            self.stride,
+        )
         with k.loop(oh, name="oy") as y, k.loop(ow, name="ox") as x:
             acc = start()
             corner = b.add(b.mul(b.mul(y, k.i(sh)), k.i(pw)), b.mul(x, k.i(sw)))
@@ -101,8 +106,11 @@ class MaxPool(_Window):
             raise KernelError(f"maxpool pad_value must be an int8, not {self.pad_value!r}")
 
     def buffers(self):
-        return (Buffer("x", self.shape, self.dtype), Buffer("y", self.out_shape, self.dtype,
-                "out"), self._work(self.dtype))  # fmt: skip
+        return (
+            Buffer("x", self.shape, self.dtype),
+            Buffer("y", self.out_shape, self.dtype, "out"),
+            self._work(self.dtype),
+        )
 
     def emit(self, k: Kernel) -> None:
         t = DTYPES[self.dtype]
@@ -111,8 +119,14 @@ class MaxPool(_Window):
         biggest = k.smax if t == I8 else k.fmax
         with k.loop(self.shape[0] * self.shape[1], name="plane") as p:
             self._plane(k, t, p, pad)
-            self._windows(k, t, p, lambda: low, lambda acc, v, i, j: biggest(acc, v),
-                          lambda acc, out: k.store(acc, k.arg["y"], out))  # fmt: skip
+            self._windows(
+                k,
+                t,
+                p,
+                lambda: low,
+                lambda acc, v, i, j: biggest(acc, v),
+                lambda acc, out: k.store(acc, k.arg["y"], out),
+            )
 
 
 @dataclass(frozen=True)
@@ -125,9 +139,12 @@ class AvgPool(_Window):
         self._check()
 
     def buffers(self):
-        return (Buffer("x", self.shape, "float32"),
-                Buffer("y", self.out_shape, "float32", "out"), self._work("float32"),
-                Buffer("count", self.padded_hw, "float32", "work"))  # fmt: skip
+        return (
+            Buffer("x", self.shape, "float32"),
+            Buffer("y", self.out_shape, "float32", "out"),
+            self._work("float32"),
+            Buffer("count", self.padded_hw, "float32", "work"),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -178,10 +195,16 @@ class DepthwiseConv(_Window):
 
     def buffers(self):
         c, t = self.shape[1], self.dtype
-        vectors = E.vector_buffers(self.epilogue, c) if t == "int8" else \
-            [Buffer("bias", (c,), "float32")]  # fmt: skip
-        return (Buffer("x", self.shape, t), Buffer("weight", (c, 1, *self.kernel), t), *vectors,
-                Buffer("y", self.out_shape, t, "out"), self._work(t))  # fmt: skip
+        vectors = (
+            E.vector_buffers(self.epilogue, c) if t == "int8" else [Buffer("bias", (c,), "float32")]
+        )
+        return (
+            Buffer("x", self.shape, t),
+            Buffer("weight", (c, 1, *self.kernel), t),
+            *vectors,
+            Buffer("y", self.out_shape, t, "out"),
+            self._work(t),
+        )
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -192,19 +215,30 @@ class DepthwiseConv(_Window):
             c = b.srem(p, k.i(c_count))
             pad = ir.Constant(I8, int(self.pad_value)) if integer else ir.Constant(F32, 0.0)
             self._plane(k, t, p, pad)
-            taps = [k.load(k.arg["weight"], t, b.add(b.mul(c, k.i(kh * kw)), k.i(i)))
-                    for i in range(kh * kw)]  # fmt: skip
+            taps = [
+                k.load(k.arg["weight"], t, b.add(b.mul(c, k.i(kh * kw)), k.i(i)))
+                for i in range(kh * kw)
+            ]
             if integer:
                 taps = [b.sext(w, I32) for w in taps]
                 self._windows(
-                    k, I8, p, lambda: ir.Constant(I32, 0),
+                    k,
+                    I8,
+                    p,
+                    lambda: ir.Constant(I32, 0),
                     lambda acc, v, i, j: b.add(acc, b.mul(b.sext(v, I32), taps[i * kw + j])),
-                    lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out))
+                    lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out),
+                )
             else:
                 bias = k.load(k.arg["bias"], F32, c)
-                self._windows(k, F32, p, lambda: bias,
-                              lambda acc, v, i, j: k.fmuladd(v, taps[i * kw + j], acc),
-                              lambda acc, out: k.store(self._clipped(k, acc), k.arg["y"], out))
+                self._windows(
+                    k,
+                    F32,
+                    p,
+                    lambda: bias,
+                    lambda acc, v, i, j: k.fmuladd(v, taps[i * kw + j], acc),
+                    lambda acc, out: k.store(self._clipped(k, acc), k.arg["y"], out),
+                )
 
     def _clipped(self, k: Kernel, x):
         if self.clip is None:
@@ -231,15 +265,15 @@ class GlobalAvgPool(Spec):
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
-        object.__setattr__(self, "dtype",
-                           dtype_of("globalavgpool", self.dtype, ("int8", "float32")))  # fmt: skip
+        object.__setattr__(
+            self, "dtype", dtype_of("globalavgpool", self.dtype, ("int8", "float32"))
+        )
         if not 0 <= self.shift <= 62:
             raise KernelError(f"globalavgpool shift must be in 0..62, not {self.shift}")
 
     def buffers(self):
         n, c = self.shape[:2]
-        return (Buffer("x", self.shape, self.dtype),
-                Buffer("y", (n, c, 1, 1), self.dtype, "out"))  # fmt: skip
+        return (Buffer("x", self.shape, self.dtype), Buffer("y", (n, c, 1, 1), self.dtype, "out"))
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -269,8 +303,9 @@ class GlobalAvgPool(Spec):
         y = b.sub(b.load(total), ir.Constant(I64, hw * self.input_zero))
         y = b.mul(y, ir.Constant(I64, self.multiplier))
         if self.shift:
-            y = b.ashr(b.add(y, ir.Constant(I64, 1 << (self.shift - 1))),
-                       ir.Constant(I64, self.shift))  # fmt: skip
+            y = b.ashr(
+                b.add(y, ir.Constant(I64, 1 << (self.shift - 1))), ir.Constant(I64, self.shift)
+            )
         y = b.add(y, ir.Constant(I64, self.output_zero))
         y = k.clamp(y, ir.Constant(I64, -128), ir.Constant(I64, 127))
         k.store(b.trunc(y, I8), k.arg["y"], p)
@@ -296,8 +331,9 @@ class WrappedGlobalAvgPool(Spec):
         object.__setattr__(self, "shape", positive_shape("globalavgpool", self.shape, 4))
         for name, top in (("shift", 31), ("pre_shift", 31)):
             if not 0 <= getattr(self, name) <= top:
-                raise KernelError(f"globalavgpool {name} must be in 0..{top}, not "
-                                  f"{getattr(self, name)}")  # fmt: skip
+                raise KernelError(
+                    f"globalavgpool {name} must be in 0..{top}, not {getattr(self, name)}"
+                )
 
     def buffers(self):
         n, c = self.shape[:2]
