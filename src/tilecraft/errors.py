@@ -30,8 +30,8 @@ class PathError(TilecraftError, ValueError):
 
 
 class ArtifactError(TilecraftError, ValueError):
-    """An artifact file (a program, and later compiled models, kernel caches, tuning records)
-    is unreadable, malformed, tampered with or of another format version."""
+    """An artifact file (a program, a compiled model, a kernel library's manifest) is
+    unreadable, malformed, tampered with or of another format version."""
 
 
 class ProgramError(ArtifactError):

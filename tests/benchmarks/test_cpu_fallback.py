@@ -1,5 +1,5 @@
 """The cpu-fallback suite runs end to end: every case checked against numpy, the JSON keys
-BENCHMARKS.md names, and (with emulation) the ARM builds' instruction counts."""
+benchmarks README names, and (with emulation) the ARM builds' instruction counts."""
 
 import pytest
 

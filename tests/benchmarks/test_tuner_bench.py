@@ -1,5 +1,5 @@
 """The tuner suite on one layer (its exhaustive table ships with the package): the JSON keys
-BENCHMARKS.md names, every tuning run reaching 95% of the exhaustive best, and the tuned
+benchmarks README names, every tuning run reaching 95% of the exhaustive best, and the tuned
 schedule's figures."""
 
 import pytest

@@ -1,5 +1,5 @@
 """cpu-fallback: the generated host kernels against numpy and onnxruntime, one thread each,
-same process (BENCHMARKS.md). Cases: the 3x3 64->64 conv at 56x56 and ResNet-18's 1x1
+same process (benchmarks/README.md). Cases: the 3x3 64->64 conv at 56x56 and ResNet-18's 1x1
 downsampling conv (float32 and int8), dense 512->1000, ResNet-18's max pool and global average
 pool, the NCHW <-> blocked layout transforms, and float ResNet-18 and MobileNetV2 whole. Each
 time is the best of `repeats` warm runs; every result is checked against numpy's (int8

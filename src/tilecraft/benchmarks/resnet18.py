@@ -1,5 +1,5 @@
 """resnet18 (and mobilenet-v2, `network=`): the whole network from its ONNX file (generated in
-the repo: torchvision's architecture, seeded weights) on the PYNQ-Z1 preset (BENCHMARKS.md).
+the repo: torchvision's architecture, seeded weights) on the PYNQ-Z1 preset (benchmarks/README.md).
 
 Import, calibrate (random inputs: the weights are random too), quantize, compile, run one image
 on the simulator (bit-exact with the integer reference, checked here) and report: modeled

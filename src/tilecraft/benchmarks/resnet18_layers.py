@@ -1,4 +1,5 @@
-"""resnet18-layers: the accelerator's efficiency on ResNet-18's 11 conv layers (BENCHMARKS.md).
+"""resnet18-layers: the accelerator's efficiency on ResNet-18's 11 conv layers (see
+benchmarks/README.md).
 
 Each layer is compiled with the default schedule heuristic (no tuning), run on the behavioral
 simulator with random int8 data, checked bit-exact against the numpy reference, and timed by

@@ -1,5 +1,5 @@
-"""resources: each preset config through yosys `synth_xilinx` (BENCHMARKS.md): LUT, FF, DSP48E1
-and BRAM36 on the xc7z020, and their share of the part."""
+"""resources: each preset config through yosys `synth_xilinx` (benchmarks/README.md): LUT,
+FF, DSP48E1 and BRAM36 on the xc7z020, and their share of the part."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """rtl-speed: a fixed conv layer program on the generated Verilog under cocotb + Verilator
-(BENCHMARKS.md): simulated cycles per wall-clock second, and the cycle model's error; with
-`random=N`, also N seeded random programs (compiler/random_programs.py) and the out-of-order-units
-program, each compared bit for bit and cycle for cycle."""
+(benchmarks/README.md): simulated cycles per wall-clock second, and the cycle model's error;
+with `random=N`, also N seeded random programs (compiler/programs/random_test_programs.py) and
+the out-of-order-units program, each compared bit for bit and cycle for cycle."""
 
 from __future__ import annotations
 

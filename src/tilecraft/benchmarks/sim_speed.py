@@ -1,4 +1,5 @@
-"""sim-speed: functional simulation of the ResNet-18 conv layers vs numpy.matmul (BENCHMARKS.md).
+"""sim-speed: functional simulation of the ResNet-18 conv layers vs numpy.matmul (see
+benchmarks/README.md).
 
 Each layer is compiled by the conv2d compiler (default schedule; compile time not counted) and
 run on the behavioral simulator with random int8 data. The baseline is numpy.matmul of int32

@@ -1,4 +1,4 @@
-"""tuner: the XGBoost tuner against random search on ResNet-18's conv layers (BENCHMARKS.md),
+"""tuner: the XGBoost tuner against random search on ResNet-18's conv layers (benchmarks/README.md),
 on the default config with the resnet18-layers epilogue (shift 8, ReLU).
 
 Per layer, every schedule is measured once on the cycle model (the exhaustive table; shipped

@@ -1,4 +1,5 @@
-"""The public workloads the benchmarks use (a copy of shared/data ships with the package)."""
+"""The public workloads the benchmarks use (data/: ResNet-18's conv layers C1-C11, shipped
+with the package)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from tilecraft.cli.common import (
     modeled_cycles,
     names,
     positive,
+    record_result,
     recorded,
     schedule,
     write,
@@ -188,7 +189,27 @@ def cmd_bench(args) -> int:
     if args.plot:
         write(args.plot, lambda p: module.plot(result, p), "plot")
     write(args.json, lambda p: write_json(p, result), "JSON")
+    if args.record:
+        record_result(args.suite, result)
     return 0 if result.get("ok", True) else 1
+
+
+def cmd_figures(args) -> int:
+    from tilecraft.benchmarks import tables
+    from tilecraft.files import write_atomic
+
+    stale = tables.check()
+    if args.check:
+        if stale:
+            print(f"the benchmarks README's tables disagree with the recorded results of: "
+                  f"{', '.join(stale)} (run tilecraft figures)")  # fmt: skip
+            return 1
+        print("the benchmarks README's tables agree with the recorded results")
+        return 0
+    write_atomic(tables.README, tables.render(tables.README.read_text()))
+    print(f"{tables.README}: {len(stale)} table(s) made again from the recorded results"
+          f"{' (' + ', '.join(stale) + ')' if stale else ''}")  # fmt: skip
+    return 0
 
 
 def cmd_hw_verilog(args) -> int:
@@ -322,7 +343,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.npz",
         help="tuner: write the exhaustive tables (the package's data/tuner_tables.npz)",
     )
+    bench.add_argument("--record", action="store_true", help="keep the result as the suite's "
+                       "recorded figures (benchmarks/results/SUITE.json; tilecraft figures "
+                       "then makes the README's tables from it)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
+
+    figures = sub.add_parser("figures", help="the benchmarks README's tables, made from the "
+                             "recorded results")  # fmt: skip
+    figures.add_argument("--check", action="store_true", help="only say whether they agree "
+                         "(exit 1 if not)")  # fmt: skip
+    figures.set_defaults(func=cmd_figures)
 
     hw = sub.add_parser("hw", help="the accelerator's RTL").add_subparsers(title="hw")
     ver = hw.add_parser("verilog", help="write the top-level Verilog and its register map")

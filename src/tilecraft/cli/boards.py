@@ -168,7 +168,10 @@ def cmd_hw_timing(args) -> int:
         if args.plot:
             _plot_endpoints(report, args.plot)
         if args.record:
+            from tilecraft.cli.common import record_result
+
             _record_ecp5(args.config, cfg, report)
+            record_result("timing", data)
     else:
         from tilecraft.boards.flows.resources import synthesize
 

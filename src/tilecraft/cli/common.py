@@ -161,3 +161,14 @@ def modeled_cycles(programs, known=None) -> Modeled:
     known = list(known or [None] * len(programs))
     cycles = [k if k is not None else model_report(p).cycles for p, k in zip(programs, known)]
     return Modeled(cycles, programs[0].config.clock_mhz if programs else 0.0)
+
+
+def record_result(suite: str, result: dict) -> None:
+    """Keep `result` as the suite's recorded figures, with the command line that made it."""
+    import sys
+
+    from tilecraft.benchmarks.results import record
+
+    command = "tilecraft " + " ".join(sys.argv[1:]) if sys.argv[1:] else f"tilecraft {suite}"
+    path = record(suite, result, command)
+    print(f"recorded in {path} (tilecraft figures makes the README's tables from it)")

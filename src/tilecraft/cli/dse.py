@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def cmd_dse(args) -> int:
-    from tilecraft.cli.common import write, write_json
+    from tilecraft.cli.common import record_result, write, write_json
     from tilecraft.explore.sweep import run_sweep
 
     if args.workers is not None and args.workers < 0:
@@ -20,6 +20,8 @@ def cmd_dse(args) -> int:
     )
     print(format_table(result))
     write(args.json, lambda p: write_json(p, result), "JSON")
+    if args.record:
+        record_result("dse", result)
     if args.plot:
         from tilecraft.explore.plot import plot_fronts
 
@@ -80,4 +82,6 @@ def add_parsers(sub, count) -> None:
     )
     p.add_argument("--plot", help="draw the fronts (latency against LUT, DSP, BRAM) to a PNG")
     p.add_argument("--json", help="write the points and fronts as JSON here")
+    p.add_argument("--record", action="store_true", help="keep the sweep as the recorded "
+                   "figures (benchmarks/results/dse.json)")  # fmt: skip
     p.set_defaults(func=cmd_dse)

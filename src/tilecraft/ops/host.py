@@ -1,6 +1,6 @@
 """The host operators of a compiled network (what runs between accelerator programs) as frozen
-records, and their integer semantics in numpy: the reference every host kernel (numpy today,
-llvmlite-generated later) must match bit for bit.
+records, and their integer semantics in numpy: the reference every host kernel (numpy's, and
+the llvmlite-generated ones of `compiler.llvm`) must match bit for bit.
 
 Requantization on the host is the accelerator's: (x * m + 2**(s-1)) >> s, clipped to int8, in
 64-bit integers (the host has no 32-bit ALU limit, so nothing wraps).

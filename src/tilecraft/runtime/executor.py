@@ -1,7 +1,8 @@
 """The graph executor: runs a compiled model's steps in order, accelerator programs on a Device
-(`sim`, `rtl`, later the board) or on the integer reference, host operators on a host-kernel
-backend (`HostKernels`: numpy now; the llvmlite CPU/GPU kernels plug in behind the same
-interface). numpy only, so it runs on a board."""
+(`sim`, `rtl`, `pynq`, `cpu`, `gpu`) or on the integer reference, host operators on a
+host-kernel backend (`HostKernels`: numpy's `NumpyKernels`, or the generated kernels through
+`runtime.kernels.HostStepKernels`, JIT-compiled here or from a board's prebuilt library). numpy
+only, so it runs on a board."""
 
 from __future__ import annotations
 

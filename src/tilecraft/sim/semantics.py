@@ -4,7 +4,7 @@ Each function takes the machine and one decoded instruction (a dict-like row), m
 machine, and returns the scratchpad rows it read and wrote (for the race checker). One GEMM or ALU
 instruction's whole micro-op loop runs as numpy array operations.
 
-Rules beyond ARCHITECTURE.md's "ISA semantics":
+Rules beyond the ISA summary in docs/ARCHITECTURE.md:
 - accumulator arithmetic wraps at the accumulator width (two's complement);
 - SHR takes its amount from the low log_acc_width+1 bits of the operand, read as signed:
   amount >= 0 is an arithmetic right shift, amount < 0 a left shift by -amount (so for 32-bit

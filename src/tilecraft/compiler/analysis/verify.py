@@ -17,7 +17,7 @@ Rules, each a `VerifyError` naming the instruction:
   accumulator row they read or write in their own half (the halves are banks);
 - ``dataflow``: a conv2d or dense program stores each output from exactly the products its
   operator needs, each input element the one the convolution reads there, not a row left by
-  an earlier tile (`compiler/dataflow.py`).
+  an earlier tile (`compiler/analysis/dataflow.py`).
 """
 
 from __future__ import annotations

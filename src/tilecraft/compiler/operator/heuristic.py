@@ -1,6 +1,6 @@
 """The default schedule's first half (no tuning): an analytic estimate of the pipeline ranks
-every legal schedule; the pipeline (compiler/pipeline.py) then builds the best few and keeps
-the one the cycle model finds fastest.
+every legal schedule; the pipeline (compiler/operator/pipeline.py) then builds the best few
+and keeps the one the cycle model finds fastest.
 
 The estimate: compute-stage work (GEMM micro-ops, accumulator resets, epilogue ALU passes,
 per-instruction overheads), load-stage work (per-LOAD latency, padding, data beats) and DRAM

@@ -6,7 +6,7 @@ writes; it starts when its unit is free and, if the other unit is busy, only if 
 instruction's bank differs (the one-bit interlock the cycle model assumes). Tokens are popped
 when an instruction starts and pushed when it completes, in program order per queue (so a
 token vouches for its own instruction, not for an older one still running on the other unit:
-the token pass knows, see compiler/completion.py).
+the token pass knows, see compiler/analysis/completion.py).
 
 Scratchpads held here: micro-ops (a read port per unit; LOAD UOP writes through the GEMM
 unit's), the accumulator and its narrowed OUT copy, each split into two banks by the top index

@@ -1,8 +1,8 @@
 """Instruction fetch: reads the program a burst at a time (the next burst once the previous one
 is dispatched, as the cycle model assumes), checks each instruction, and routes it into the
-load, compute or store command queue (ARCHITECTURE.md's routing), one per cycle. The element
-stream hands instructions over through a `ReadyBuffer`, so a command queue's ready never reaches
-back into the element stream and its beat FIFO in the same cycle."""
+load, compute or store command queue (the routing of docs/ARCHITECTURE.md), one per cycle.
+The element stream hands instructions over through a `ReadyBuffer`, so a command queue's
+ready never reaches back into the element stream and its beat FIFO in the same cycle."""
 
 from __future__ import annotations
 

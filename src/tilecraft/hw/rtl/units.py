@@ -463,9 +463,10 @@ class AluUnit(wiring.Component):
         history = WriteHistory(m, w, (done_x2, dsts[lat + 2]), lanes, self.dsp)
         # O: the operands, with the unit's writes the reads missed, then kept up to date from
         # each write to their row (so a src read once serves the micro-ops after it that repeat
-        # it: within an instruction, only this unit writes the rows it reads, see
-        # compiler/verify.py's unit-overlap). A write reaches them the cycle after it, from the
-        # write-data register: no path from the lane ops back into the operands (`hazard`)
+        # it: within an instruction, only this unit writes the rows it reads, see the
+        # unit-overlap rule of compiler/analysis/verify.py). A write reaches them the cycle
+        # after it, from the write-data register: no path from the lane ops back into the
+        # operands (`hazard`)
         value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
         # an immediate op's b is its immediate in every lane, from the instruction's start
         # (so no lane op selects between a tensor and an immediate operand)

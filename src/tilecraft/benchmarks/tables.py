@@ -1,0 +1,446 @@
+"""The benchmarks README's tables, made from the recorded results (`results.py`): each suite's
+section holds a block between `<!-- figures: SUITE -->` and `<!-- /figures: SUITE -->` that
+`render` fills from `results/SUITE.json` (the figures with their goals, then the suite's
+per-layer or per-case rows). `tilecraft figures` rewrites the README; `check` says which blocks
+disagree with the data (a test runs it)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from tilecraft.benchmarks import results
+
+README = Path(__file__).with_name("README.md")
+BLOCK = re.compile(r"(<!-- figures: ([a-z0-9-]+) -->\n)(.*?)(<!-- /figures: \2 -->)", re.S)
+
+Row = tuple[str, str, str]  # (JSON key path, what it is, goal)
+
+
+def _get(data, path: str):
+    for part in path.split("."):
+        if isinstance(data, list):
+            data = data[int(part)]
+        elif isinstance(data, dict) and part in data:
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def value(v, digits: int = 3) -> str:
+    """A figure as the README prints it."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}" if abs(v) < 100 else f"{v:.1f}"
+    return str(v)
+
+
+def _schedule(s) -> str:
+    """A recorded schedule as `tilecraft bench` prints it: tiles, order, slots."""
+    if not isinstance(s, dict):
+        return str(s or "")
+    tiles = " ".join(str(s[k]) for k in ("tile_oc", "tile_ic", "tile_oh", "tile_ow"))
+    slots = f"x{s['acc_slots']}" if s.get("double_buffer") else "single"
+    return f"{tiles} {s.get('order', '')} {slots}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _figures(result: dict, rows: list[Row]) -> str:
+    return _table(
+        ["figure (JSON key)", "goal", "measured"],
+        [
+            [f"`{key}` ({what})" if what else f"`{key}`", goal, f"**{value(_get(result, key))}**"]
+            for key, what, goal in rows
+        ],
+    )
+
+
+def _provenance(entry: dict) -> str:
+    m = entry["machine"]
+    where = ", ".join(f"{k} {m[k]}" for k in ("cores", "machine", "python", "numpy") if k in m)
+    text = (
+        f"Measured {entry['date']} at commit `{entry['commit'][:12]}` with "
+        f"`{entry['command']}` on {m.get('processor', 'an unrecorded machine')}"
+        f"{' (' + where + ')' if where else ''}."
+    )
+    if entry.get("transcribed"):
+        text += f" Transcribed: {entry['transcribed']}."
+    if entry.get("stale"):
+        text += f" **Stale**: {entry['stale']}."
+    return text
+
+
+# ---- per suite -------------------------------------------------------------------------------
+def _resnet18_layers(r: dict) -> str:
+    figures = _figures(
+        r,
+        [
+            ("mac_weighted_utilization", "MACs / (cycles x 256), MAC-weighted", "≥ 0.98"),
+            ("min_roofline_fraction", "the worst layer's roofline / cycles", "≥ 0.95"),
+            ("mac_weighted_utilization_no_overlap", "the same tiles single-buffered", "—"),
+            ("total_cycles", "the 11 layers", "—"),
+            ("total_ideal_cycles", "MACs / 256", "—"),
+            ("compile_seconds", "all 11 layers", "—"),
+            ("all_bit_exact", "against ops.reference", "true"),
+        ],
+    )
+    layers = _table(
+        [
+            "layer",
+            "MMACs",
+            "cycles",
+            "utilization",
+            "roofline fraction",
+            "no overlap",
+            "schedule",
+            "compile s",
+        ],
+        [
+            [
+                x["name"],
+                value(x["macs"] / 1e6, 1),
+                value(x["cycles"]),
+                value(x["utilization"]),
+                value(x["roofline_fraction"]),
+                value(x["utilization_no_overlap"]),
+                _schedule(x.get("schedule")),
+                value(x["compile_seconds"], 2),
+            ]
+            for x in r["layers"]
+        ],
+    )
+    return figures + "\n\n" + layers
+
+
+def _network(goal_ms: str) -> Callable[[dict], str]:
+    def render(r: dict) -> str:
+        return _figures(
+            r,
+            [
+                ("modeled_latency_ms", "accelerator + host", goal_ms),
+                ("accelerator_ms", "the cycle model at the config's clock", "—"),
+                ("host_ms_measured_here", "host steps and packing, warm, this machine", "—"),
+                ("accelerator_mac_share", "", "1.0"),
+                ("accelerator_programs", "", "1"),
+                ("chained_layers", "layers in the programs", "—"),
+                ("mac_weighted_utilization", "pooling cycles included", "—"),
+                ("compile_seconds", "calibration excluded", "≤ 2"),
+                ("sim_ratio", "functional simulation / numpy int32 GEMM, same MACs", "≤ 2"),
+                ("arena_peak_bytes", "", "—"),
+                ("arena_lower_bound_bytes", "", "—"),
+                ("output_sqnr_db", "int8 logits against float", "—"),
+                ("bit_exact_vs_reference", "", "true"),
+            ],
+        )
+
+    return render
+
+
+def _digits(r: dict) -> str:
+    return _figures(
+        r,
+        [
+            ("float_accuracy", "360 held-out images", "—"),
+            ("int8_accuracy", "on the simulator", "within 0.01 of float"),
+            ("cycles_per_image", "batch of 360", "—"),
+            ("modeled_us_per_image", "", "—"),
+            ("programs", "", "—"),
+            ("accelerator_mac_share", "", "1.0"),
+            ("compile_seconds", "", "—"),
+        ],
+    )
+
+
+def _onnxruntime(r: dict) -> str:
+    figures = _figures(
+        r,
+        [
+            ("onnxruntime_equal_fraction", "int8 logits equal to onnxruntime's", "1.0"),
+            ("onnxruntime_max_steps", "", "0"),
+            ("onnxruntime_accuracy", "", "—"),
+            ("asymmetric.equal_fraction", "uint8 activations, zero points", "1.0"),
+            ("asymmetric.max_steps", "", "0"),
+        ],
+    )
+    modes = [
+        [
+            name,
+            value(m.get("cycles_per_image"), 0),
+            value(m.get("accuracy")),
+            value(m.get("equal_fraction")),
+        ]
+        for name, m in sorted(r["modes"].items())
+    ]
+    a = r["asymmetric"]
+    modes.append(
+        [
+            "asymmetric",
+            value(a.get("cycles_per_image"), 0),
+            value(a.get("accuracy")),
+            value(a.get("equal_fraction")),
+        ]
+    )
+    return (
+        figures
+        + "\n\n"
+        + _table(["requantization", "cycles per image", "accuracy", "equal to onnxruntime"], modes)
+    )
+
+
+def _onnxruntime_resnet18(r: dict) -> str:
+    rows = []
+    for name, v in r["variants"].items():
+        layers = list(v.get("layer_equal_fraction", {}).values())
+        ordered = sorted(layers)
+        median = ordered[len(ordered) // 2] if ordered else None
+        rows.append(
+            [
+                name,
+                value(v.get("programs")),
+                value(v.get("modeled_latency_ms"), 1),
+                value(v.get("compile_seconds"), 1),
+                value(v.get("equal_fraction")),
+                value(v.get("max_steps")),
+                value(layers[0] if layers else None),
+                value(median),
+                value(ordered[0] if ordered else None),
+            ]
+        )
+    return (
+        _table(
+            [
+                "variant",
+                "programs",
+                "modeled ms",
+                "compile s",
+                "logits equal",
+                "max steps",
+                "tensors equal: first conv",
+                "median",
+                "worst",
+            ],
+            rows,
+        )
+        + "\n\nGoal: modeled ms within 3% of the same network quantized by "
+        "tilecraft; logits and every tensor equal to onnxruntime's (1.0)."
+    )
+
+
+def _sim_speed(r: dict) -> str:
+    return _figures(
+        r,
+        [
+            ("ratio", "sim_seconds / numpy_seconds", "≤ 2"),
+            ("sim_seconds", "", "—"),
+            ("numpy_seconds", "", "—"),
+        ],
+    )
+
+
+def _rtl_speed(r: dict) -> str:
+    return _figures(
+        r,
+        [
+            ("cycles_per_second", "simulated cycles per wall-clock second", "≥ 100,000"),
+            ("cycle_error", "|rtl − model| / rtl", "≤ 0.02"),
+            ("rtl_cycles", "", "—"),
+            ("model_cycles", "", "—"),
+            ("bit_exact", "", "true"),
+        ],
+    )
+
+
+def _resources(r: dict) -> str:
+    rows = []
+    for c in r["configs"]:
+        f = c.get("fractions", {})
+
+        def cell(k, c=c, f=f):
+            return f"{value(c[k])} ({f.get(k, 0):.1%})"
+
+        rows.append(
+            [
+                c["config"],
+                c["part"],
+                cell("lut"),
+                cell("ff"),
+                cell("dsp"),
+                cell("bram36"),
+                value(c.get("seconds"), 0),
+            ]
+        )
+    return (
+        _table(["config", "part", "LUT", "FF", "DSP", "BRAM36", "seconds"], rows)
+        + "\n\nGoal: the default config within 70% of each resource of the xc7z020."
+    )
+
+
+def _cpu_fallback(r: dict) -> str:
+    figures = _figures(
+        r,
+        [
+            ("conv_max_vs_numpy", "the convs' worst ours / numpy", "≤ 1"),
+            ("conv_max_vs_onnxruntime", "the convs' worst ours / onnxruntime", "≤ 1.5"),
+            ("network_max_vs_onnxruntime", "whole networks' worst ours / onnxruntime", "≤ 1.0"),
+            ("host_cpu", "", "—"),
+        ],
+    )
+    cases = _table(
+        ["case", "dtype", "ours ms", "numpy ms", "onnxruntime ms", "vs numpy", "vs onnxruntime"],
+        [
+            [
+                c["name"],
+                c["dtype"],
+                value(c.get("ours_ms"), 2),
+                value(c.get("numpy_ms"), 2),
+                value(c.get("onnxruntime_ms"), 2),
+                value(c.get("vs_numpy"), 2),
+                value(c.get("vs_onnxruntime"), 2),
+            ]
+            for c in r["cases"]
+        ],
+    )
+    targets = r.get("arm") or []
+    emulated = _table(
+        ["ARM target", "kernel (emulated)", "instructions per MAC", "build s", "bytes"],
+        [
+            [t["target"] + f" ({t.get('cpu', '')})", e["name"],
+             value(e["instructions_per_mac"], 2),
+             value(t.get("compile_seconds", 0) + t.get("link_seconds", 0), 2),
+             value(t.get("bytes"))]
+            for t in targets
+            for e in t.get("emulated", [])
+        ],
+    )  # fmt: skip
+    return figures + "\n\n" + cases + "\n\n" + emulated
+
+
+def _timing(r: dict) -> str:
+    figures = _figures(
+        r,
+        [
+            ("fmax_mhz", "after routing", "≥ 100"),
+            ("routed", "", "true"),
+            ("seed", "nextpnr's placement seed (— : its default)", "—"),
+            ("endpoints.failing", "endpoints short of the clock's period", "0"),
+            ("endpoints.endpoints", "timed endpoints", "—"),
+            ("endpoints.worst_ns", "the worst path", "—"),
+            ("seconds", "synthesis, placement and routing", "—"),
+        ],
+    )
+    out = [figures]
+    if r.get("seeds"):
+        out.append(
+            _table(
+                ["seed", "Fmax MHz", "failing endpoints"],
+                [
+                    [str(x["seed"]), value(x["fmax_mhz"], 1), value(x.get("failing_endpoints"))]
+                    for x in r["seeds"]
+                ],
+            )
+        )
+    use = {k: (v.get("used") if isinstance(v, dict) else v) for k, v in r["resources"].items()}
+    out.append(_table(["resource", "used"], [[k, value(v)] for k, v in use.items() if v]))
+    return "\n\n".join(out)
+
+
+def _dse(r: dict) -> str:
+    front = set(r.get("fronts", {}).get("joint", []))
+    rows = []
+    for p in r["points"]:
+        f = p.get("fractions", {})
+
+        def cell(k, p=p, f=f):
+            return f"{value(p.get(k))} ({f.get(k, 0):.0%})"
+
+        rows.append([("* " if p["name"] in front else "") + p["name"],
+                     value(p.get("latency_ms"), 1), cell("lut"), cell("ff"), cell("dsp"),
+                     cell("bram36"), ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
+    return _table(["config (* joint front)", "ResNet-18 accelerator ms", "LUT", "FF", "DSP",
+                   "BRAM36", "fits"], rows)  # fmt: skip
+
+
+def _gpu_fallback(r: dict) -> str:
+    rows = [[n["name"], value(n.get("gpu_ms"), 1), value(n.get("cpu_ms"), 1),
+             value(n.get("gpu_vs_cpu"), 2), value(n.get("gpu_first_run_ms"), 0),
+             value(n.get("reference_ms"), 0), value(n.get("bit_exact"))]
+            for n in r["networks"]]  # fmt: skip
+    return (
+        f"On {r.get('gpu', '?')} (compute capability {r.get('compute_capability', '?')}):"
+        "\n\n"
+        + _table(
+            [
+                "network",
+                "GPU ms",
+                "CPU (1 thread) ms",
+                "GPU / CPU",
+                "first GPU run ms",
+                "integer reference ms",
+                "bit-exact",
+            ],
+            rows,
+        )
+    )
+
+
+def _tuner(r: dict) -> str:
+    return _figures(
+        r,
+        [
+            ("median_trials_ratio", "random / tuner trials to 95% of the exhaustive best", "≥ 4"),
+            ("tuned_min_roofline_fraction", "", "≥ 0.95"),
+            ("tuned_mac_weighted_utilization", "", "≥ 0.98"),
+        ],
+    )
+
+
+RENDER: dict[str, Callable[[dict], str]] = {
+    "resnet18-layers": _resnet18_layers,
+    "resnet18": _network("≤ 74"),
+    "mobilenet-v2": _network("≤ 38 (≤ 20 with depthwise at array speed)"),
+    "digits": _digits,
+    "onnxruntime": _onnxruntime,
+    "onnxruntime-resnet18": _onnxruntime_resnet18,
+    "sim-speed": _sim_speed,
+    "rtl-speed": _rtl_speed,
+    "resources": _resources,
+    "cpu-fallback": _cpu_fallback,
+    "tuner": _tuner,
+    "timing": _timing,
+    "dse": _dse,
+    "gpu-fallback": _gpu_fallback,
+}
+
+
+def block(suite: str, folder: Path | None = None) -> str:
+    """The markdown of `suite`'s figures block, from its recorded result."""
+    entry = results.load(suite, folder)
+    if entry is None:
+        return "_No recorded result: `tilecraft bench SUITE --record` makes one._\n"
+    return RENDER[suite](entry["result"]) + "\n\n" + _provenance(entry) + "\n"
+
+
+def render(text: str, folder: Path | None = None) -> str:
+    """`text` (the README) with every figures block made again from the recorded data."""
+    return BLOCK.sub(lambda m: m.group(1) + block(m.group(2), folder) + m.group(4), text)
+
+
+def check(path: Path | None = None, folder: Path | None = None) -> list[str]:
+    """The suites whose block in `path` (the README) disagrees with their recorded data."""
+    path = path or README
+    text = path.read_text()
+    return [m.group(2) for m in BLOCK.finditer(text) if m.group(3) != block(m.group(2), folder)]

@@ -1,0 +1,82 @@
+"""The benchmarks README's figures are data: each suite's last result is recorded with its
+provenance (`benchmarks/results/`), the README's tables are made from it, and this test fails
+while a table and its data disagree (`tilecraft figures` makes them again)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tilecraft.benchmarks import SUITES, results, tables
+from tilecraft.cli import main
+from tilecraft.errors import FormatError
+
+
+def test_the_readme_tables_agree_with_the_recorded_results():
+    stale = tables.check()
+    assert not stale, f"run `tilecraft figures`: the tables of {stale} disagree with their data"
+
+
+def test_every_suite_has_a_section_made_from_data():
+    text = tables.README.read_text()
+    blocks = {m.group(2) for m in tables.BLOCK.finditer(text)}
+    assert set(SUITES) | {"timing", "dse"} <= blocks <= set(tables.RENDER)
+
+
+def test_every_recorded_result_says_where_it_came_from():
+    for path in sorted(results.FOLDER.glob("*.json")):
+        entry = results.load(path.stem)
+        assert entry is not None and path.stem in tables.RENDER, path
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", entry["commit"]), (path, entry["commit"])
+        assert entry["command"].startswith("tilecraft ") and entry["date"][:4].isdigit()
+        assert entry["machine"].get("processor"), path
+
+
+def test_no_table_cell_keeps_history():
+    """A cell says what was measured, not every value it had: history is git's."""
+    for line in tables.README.read_text().splitlines():
+        if line.startswith("|"):
+            for cell in line.strip("|").split("|"):
+                assert len(cell) <= 140, cell
+
+
+def test_a_changed_result_shows_in_its_table(tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(results.FOLDER, folder)
+    readme = tmp_path / "README.md"
+    readme.write_text(tables.README.read_text())
+    assert tables.check(readme, folder) == []
+    entry = json.loads((folder / "resnet18.json").read_text())
+    entry["result"]["modeled_latency_ms"] += 1.0
+    (folder / "resnet18.json").write_text(json.dumps(entry))
+    assert tables.check(readme, folder) == ["resnet18"]
+    readme.write_text(tables.render(readme.read_text(), folder))
+    assert tables.check(readme, folder) == []
+
+
+def test_recording_keeps_the_result_with_its_provenance(tmp_path):
+    path = results.record("digits", {"int8_accuracy": 0.99}, "tilecraft bench digits", tmp_path)
+    entry = results.load("digits", tmp_path)
+    assert (
+        entry["result"] == {"int8_accuracy": 0.99} and entry["command"] == "tilecraft bench digits"
+    )
+    assert set(results.KEYS) <= set(entry) and path.name == "digits.json"
+    path.write_text(json.dumps({"suite": "digits", "result": {}}))
+    with pytest.raises(FormatError, match=r"missing \['commit', 'date', 'machine', 'command'\]"):
+        results.load("digits", tmp_path)
+    path.write_text("{not json")
+    with pytest.raises(FormatError, match="not JSON"):
+        results.load("digits", tmp_path)
+
+
+def test_figures_check_says_when_the_readme_disagrees(monkeypatch, tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(tables.README.read_text().replace("| **0.970** |", "| **0.99** |", 1))
+    monkeypatch.setattr(tables, "README", readme)
+    assert main(["figures", "--check"]) == 1
+    assert "disagree with the recorded results of" in capsys.readouterr().out
+    assert main(["figures"]) == 0
+    assert main(["figures", "--check"]) == 0
