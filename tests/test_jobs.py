@@ -60,6 +60,7 @@ def test_none_means_one_job_per_available_core():
     assert check_jobs(3) == 3
 
 
+@pytest.mark.slow
 @forks
 def test_a_network_compiled_on_two_workers_is_the_one_compiled_in_order():
     """A small ResNet-18 (layers of one shape share a job; four jobs run on two workers)."""

@@ -6,6 +6,7 @@ import pytest
 pytest.importorskip("llvmlite", reason="the host kernels need llvmlite (the llvm extra)")
 
 
+@pytest.mark.slow
 def test_cpu_fallback_suite_reports_every_case():
     from tilecraft.benchmarks import cpu_fallback
 

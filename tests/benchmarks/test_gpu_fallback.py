@@ -39,6 +39,7 @@ def tiny(monkeypatch):
     monkeypatch.setitem(G.MODELS, "tiny", lambda seed: tiny_resnet(seed=7, depthwise=True))
 
 
+@pytest.mark.slow
 def test_each_network_is_checked_tensor_by_tensor(jit, tiny):
     cfg, cpu = preset("default"), CpuDevice(JitCompute(jit))
     good = G._network("tiny", cfg, CpuDevice(JitCompute(jit, direct=True)), cpu, repeats=1)

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("xgboost", reason="the cost model needs xgboost (the tune extra)")
 
 
+@pytest.mark.slow
 def test_tuner_suite_on_one_layer():
     from tilecraft.benchmarks import tuner
 

@@ -62,6 +62,7 @@ def _stand_ins(monkeypatch, tools, verilog: bool = False) -> None:
         monkeypatch.setattr(top, "verilog", lambda cfg, name, *a: f"module {name}();\nendmodule\n")
 
 
+@pytest.mark.slow
 def test_the_bitstream_flow(tmp_path, monkeypatch):
     _stand_ins(monkeypatch, _tools(tmp_path / "bin", fmax=(104.2,)), verilog=True)
     made = ecp5_board.build_bitstream(board("ulx3s-85f"), tmp_path / "out", preset("1x8x8"))
@@ -94,6 +95,7 @@ def test_a_missed_clock_is_lowered_and_routed_again(tmp_path, monkeypatch):
     assert resolve_config(str(made.config_file)).clock_mhz == 85.1
 
 
+@pytest.mark.slow
 def test_no_bitstream_for_a_clock_the_route_misses_unless_asked(tmp_path, monkeypatch):
     _stand_ins(monkeypatch, _tools(tmp_path / "bin", fmax=(41.0, 38.0, 35.0)))
     out = tmp_path / "out"

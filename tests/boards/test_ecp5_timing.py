@@ -77,6 +77,7 @@ def _tools(folder, nextpnr_body: str) -> None:
         tool.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_the_report_is_read_back(tmp_path, monkeypatch):
     body = (
         "echo 'Info: Running placement'\n"
@@ -102,6 +103,7 @@ def test_the_report_is_read_back(tmp_path, monkeypatch):
     assert (tmp_path / "work" / "harness.v").exists() and (tmp_path / "work" / "top.v").exists()
 
 
+@pytest.mark.slow
 def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, monkeypatch):
     body = (
         "echo \"Info: Max frequency for clock '\\$glbnet\\$clk': 55.00 MHz (FAIL at 100.00 MHz)\"\n"
@@ -115,6 +117,7 @@ def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, mon
     assert "after placement (routing did not finish)" in r.format()
 
 
+@pytest.mark.slow
 def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
     body = f"echo \"$@\" > args.txt\ncat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
     _tools(tmp_path / "bin", body)
@@ -129,6 +132,7 @@ def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
         assert r.seed == seed and r.to_dict()["seed"] == seed and shown in r.format()
 
 
+@pytest.mark.slow
 def test_failures_and_bad_input(tmp_path, monkeypatch):
     with pytest.raises(DeviceError, match="unknown ECP5 device '12k'; valid: 25k, 45k, 85k"):
         ecp5.timing(preset("1x8x8"), device="12k")

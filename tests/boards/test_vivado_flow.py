@@ -12,6 +12,7 @@ from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["pynq-z1", "zcu104"])
 def test_the_project_describes_the_block_design(tmp_path, name):
     d = block_design(board(name))

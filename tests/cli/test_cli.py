@@ -353,6 +353,7 @@ def test_resnet18_layers_result_shape():
     assert "MAC-weighted utilization" in table and "(taps folded)" in table
 
 
+@pytest.mark.slow
 def test_hw_verilog_writes_the_top_and_its_register_map(tmp_path, capsys):
     out = tmp_path / "rtl"
     assert main(["hw", "verilog", "--config", "1x8x8", "-o", str(out)]) == 0

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tilecraft.cli import main
 
 
+@pytest.mark.slow
 def test_boards_lists_every_preset_and_its_fits(tmp_path, capsys):
     out = tmp_path / "boards.json"
     assert main(["boards", "--json", str(out)]) == 0
@@ -18,6 +21,7 @@ def test_boards_lists_every_preset_and_its_fits(tmp_path, capsys):
     assert rows["ulx3s-85f"]["pynq"] is None and rows["kv260"]["cma_mib"] == 1000
 
 
+@pytest.mark.slow
 def test_build_writes_into_an_existing_folder_and_says_how_to_finish(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     folder = tmp_path / "overlay-project"

@@ -71,6 +71,7 @@ def test_dram_budget(tmp_path, capsys):
     assert main([*argv, "--dram-budget", "1M"]) == 0
 
 
+@pytest.mark.slow
 def test_the_cpu_device_and_a_prebuilt_kernel_library(tmp_path, capsys, monkeypatch):
     """`compile --host-target x86_64` writes the model's kernels beside it; `run --device cpu`
     gives the reference's outputs, JIT-compiled or from that library."""

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 from network_models import quantized_by_onnxruntime, small_cnn, tiny_resnet
+from tiers import slow
 
 from tilecraft.cli import main
 from tilecraft.compiler.frontend import import_model
@@ -93,8 +94,11 @@ def _built(comp) -> dict[str, Place]:
 @pytest.mark.parametrize("config", ["default", "1x16x8"])
 @pytest.mark.parametrize(
     "make",
-    [small_cnn, lambda: tiny_resnet(depthwise=True), lambda: mobilenet_v2(size=32)],
-    ids=["small_cnn", "tiny_resnet", "mobilenet_v2"],
+    [
+        pytest.param(small_cnn, id="small_cnn"),
+        pytest.param(lambda: tiny_resnet(depthwise=True), id="tiny_resnet"),
+        slow(lambda: mobilenet_v2(size=32), id="mobilenet_v2"),
+    ],
 )
 def test_partition_and_compile_place_every_node_alike(make, config):
     """One placement: what `tilecraft partition --config C` reports is what compile builds."""

@@ -24,6 +24,7 @@ def test_the_committed_model_is_accurate_in_float(split):
     assert (logits.argmax(1) == y).mean() >= 0.98
 
 
+@pytest.mark.slow
 def test_int8_on_sim_is_within_one_point_of_float(split):
     x_train, _, x, y = split
     n = len(x)  # the whole held-out split as one batch

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
@@ -28,6 +30,7 @@ def _data_files() -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_every_module_and_data_file(tmp_path):
     pip = [sys.executable, "-m", "pip", "-qq", "--disable-pip-version-check"]
     build = pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)]

@@ -80,6 +80,7 @@ def test_a_program_started_by_register_writes_runs_bit_exact():
         rtl.read(OFFSET["MAGIC"])
 
 
+@pytest.mark.slow
 def test_a_simulator_that_never_connects_is_an_error_not_a_hang(monkeypatch, tmp_path):
     import tilecraft.sim.rtl.session as session
 

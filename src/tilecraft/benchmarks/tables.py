@@ -73,7 +73,8 @@ def _provenance(entry: dict) -> str:
     m = entry["machine"]
     where = ", ".join(f"{k} {m[k]}" for k in ("cores", "machine", "python", "numpy") if k in m)
     text = (
-        f"Measured {entry['date']} at commit `{entry['commit'][:12]}` with "
+        f"Measured {entry['date']} at commit `{entry['commit'][:12]}`"
+        f"{' (with uncommitted changes)' if entry['commit'].endswith('+dirty') else ''} with "
         f"`{entry['command']}` on {m.get('processor', 'an unrecorded machine')}"
         f"{' (' + where + ')' if where else ''}."
     )
@@ -270,7 +271,7 @@ def _resources(r: dict) -> str:
         f = c.get("fractions", {})
 
         def cell(k, c=c, f=f):
-            return f"{value(c[k])} ({f.get(k, 0):.1%})"
+            return f"{value(c[k], 1)} ({f.get(k, 0):.1%})"
 
         rows.append(
             [

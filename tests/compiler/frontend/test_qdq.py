@@ -3,6 +3,7 @@ through tilecraft with its own scales and integers, and gives onnxruntime's own 
 
 import numpy as np
 import pytest
+from tiers import slow
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import OpType
@@ -24,7 +25,7 @@ def _quantize(tmp_path, x_train, symmetric=True, form="qdq"):
     return quantize_with_onnxruntime(out, x_train, symmetric=symmetric, form=form)
 
 
-@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+@pytest.mark.parametrize("form", ["qdq", slow("qoperator", id="qoperator")])
 def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form):
     from onnx import load, numpy_helper
 
@@ -65,7 +66,12 @@ def test_a_model_quantized_by_onnxruntime_gives_its_int8_outputs(tmp_path, form)
 
 
 @pytest.mark.parametrize(
-    "activations, form", [("uint8", "qdq"), ("int8", "qdq"), ("uint8", "qoperator")]
+    "activations, form",
+    [
+        ("uint8", "qdq"),
+        slow("int8", "qdq", id="int8-qdq"),
+        slow("uint8", "qoperator", id="uint8-qoperator"),
+    ],
 )
 def test_asymmetric_activations_give_onnxruntimes_outputs(tmp_path, activations, form):
     """onnxruntime's default: uint8 activations with zero points (stored less 128 in int8).

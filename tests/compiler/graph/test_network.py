@@ -19,6 +19,7 @@ from tilecraft.runtime.model import AcceleratorStep, HostStep
 @pytest.mark.parametrize(
     ("config", "programs", "host_depthwise"), [("default", 1, 0), ("1x16x8", 36, 17)]
 )
+@pytest.mark.slow
 def test_mobilenet_v2_on_sim(config, programs, host_depthwise):
     graph = import_model(mobilenet_v2(seed=1, size=64))
     model = compile_network(graph, preset(config), random_calibration(graph, 1)).model

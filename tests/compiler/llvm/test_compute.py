@@ -5,6 +5,7 @@ through the graph executor, JIT-compiled here or from a prebuilt library."""
 import numpy as np
 import pytest
 from network_models import tiny_resnet
+from tiers import slow
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
@@ -60,7 +61,9 @@ def _network(config: str, depthwise: bool):
     return model, x
 
 
-@pytest.mark.parametrize("config, depthwise", [("default", True), ("1x16x8", False)])
+@pytest.mark.parametrize(
+    "config, depthwise", [("default", True), slow("1x16x8", False, id="1x16x8-False")]
+)
 def test_a_whole_network_on_the_cpu_device(cpu, jit, config, depthwise):
     model, x = _network(config, depthwise)
     ours = run_model(model, x, cpu, host=LlvmKernels(jit), keep=True)
@@ -70,6 +73,7 @@ def test_a_whole_network_on_the_cpu_device(cpu, jit, config, depthwise):
     assert {s.place for s in ours.steps} <= {"cpu", "host"} and ours.host_seconds > 0
 
 
+@pytest.mark.slow
 def test_a_prebuilt_library_runs_the_same_network(tmp_path):
     pytest.importorskip("ziglang", reason="linking needs ziglang (the cross extra)")
     from tilecraft.compiler.llvm.library import build_model_library

@@ -28,6 +28,7 @@ def _geometry(rng):
     return shape, int(rng.integers(1, 30)), (k, k), (s, s), (p, p, p, p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_float32_conv_matches_float64_reference(jit, seed):
     rng = np.random.default_rng(seed)
@@ -54,6 +55,7 @@ EPILOGUES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
 def test_int8_conv_is_bit_exact(jit, seed):
     rng = np.random.default_rng(seed)

@@ -49,6 +49,7 @@ def libraries(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(this_machine() != "x86_64", reason="loads an x86-64 object with ctypes")
 def test_the_x86_library_loads_and_runs_with_ctypes(libraries):
     folder, built = libraries

@@ -83,6 +83,7 @@ def _check(case):
     assert ok, f"{op.describe()} [{ep.describe()}] on {config}, {schedule.describe()}: {message}"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_legal_schedule_is_bit_exact(case):

@@ -101,6 +101,7 @@ def test_compiled_model_round_trips(compiled, tmp_path):
         CompiledModel.load(path, preset("default"))
 
 
+@pytest.mark.slow
 def test_observers_clip_outliers():
     graph = import_model(tiny_resnet())
     data = random_calibration(graph, 64, seed=2)

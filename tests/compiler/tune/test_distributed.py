@@ -49,6 +49,7 @@ def test_the_cluster_measures_what_this_process_does(cluster, tmp_path):
     assert result.measured == 16 and len(records.of(TASK.key)) == 16
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_retried_and_noted(cluster, tmp_path, monkeypatch):
     marker = tmp_path / "died"
     monkeypatch.setenv("TILECRAFT_TEST_MARKER", str(marker))
@@ -75,6 +76,7 @@ class Slow(M.CycleModel):
         return super().measure(task, s)
 
 
+@pytest.mark.slow
 def test_a_measurement_past_its_timeout_is_recorded_and_the_run_goes_on(cluster, monkeypatch):
     monkeypatch.setitem(M.MEASURERS, "slow", Slow)
     cluster.client.run(lambda: M.MEASURERS.update({"slow": Slow}))

@@ -43,6 +43,7 @@ class StandIn:
         return Result(self.cycles(s), None, 0.0)
 
 
+@pytest.mark.slow
 def test_the_tuner_beats_random_search_at_equal_trials():
     optimum = min(StandIn().cycles(s) for s in TASK.space)
     found = {}
@@ -67,6 +68,7 @@ class Remembered(CycleModel):
         return r
 
 
+@pytest.mark.slow
 def test_every_schedule_measured_on_the_cycle_model_finds_the_optimum():
     small = Task(preset("default"), Conv2d(1, 16, 8, 8, 32, kernel=3, stride=1, pad=1))
     meter = Remembered()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from amaranth import Signal
 from amaranth.sim import Simulator
+from tiers import slow
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL, Mult18x18dModel, mult18x18d_pins
@@ -29,8 +30,9 @@ def unpack(word, n, bits):
         ("1x8x8", False),
         ("2x16x16", True),
         ("1x16x8", True),
-        ("1x8x8", ECP5_DSP_MODEL),  # the MULT18X18D pins the ECP5 flows build, on the model
-        ("2x16x16", ECP5_DSP_MODEL),
+        # the MULT18X18D pins the ECP5 flows build, on the model
+        slow("1x8x8", ECP5_DSP_MODEL, id="1x8x8-ecp5-dsp-model"),
+        slow("2x16x16", ECP5_DSP_MODEL, id="2x16x16-ecp5-dsp-model"),
     ],
 )
 def test_dot_products_match_numpy_every_cycle(config, packed):
@@ -67,6 +69,7 @@ def test_dot_products_match_numpy_every_cycle(config, packed):
     assert dut.multipliers == (b * bi * bo // 2 if packed is True else b * bi * bo)
 
 
+@pytest.mark.slow
 def test_the_ecp5_build_instantiates_registered_dsps():
     """The Verilog of the ECP5 flows has one MULT18X18D per product, its operands and product
     registered in the DSP (no operand or product flip-flops of its own), and the model refuses

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Shape
 from system_model import run_program
+from tiers import slow
 
 from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.compiler.programs.blocked_gemm import blocked_gemm
@@ -51,7 +52,7 @@ def _check(program, inputs, latency=6, packed=None):
         assert np.array_equal(outputs[name], value), name
 
 
-@pytest.mark.parametrize("tiles", [(2, 2, 4), (16, 2, 2)])
+@pytest.mark.parametrize("tiles", [(2, 2, 4), slow((16, 2, 2), id="tiles1")])
 def test_blocked_gemm_runs_bit_exact(tiles):
     cfg = preset("1x8x8")
     rng = np.random.default_rng(0)
@@ -61,7 +62,9 @@ def test_blocked_gemm_runs_bit_exact(tiles):
     _check(program, pack_inputs(program, {"a": a, "b": w}))
 
 
-@pytest.mark.parametrize("packed", [None, ECP5_DSP_MODEL])  # ECP5: every product on MULT18X18D
+@pytest.mark.parametrize(
+    "packed", [None, slow(ECP5_DSP_MODEL, id="ecp5-dsp-model")]
+)  # ECP5: every product on MULT18X18D
 def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact(packed):
     cfg = preset("1x8x8")
     op = Conv2d(1, 12, 6, 6, 10, kernel=3, stride=2, pad=1)
@@ -82,7 +85,8 @@ def test_compiled_convolution_with_every_epilogue_step_runs_bit_exact(packed):
         (4, 4, 3, regs.ErrorCode.SRAM_RANGE),  # one row past them
     ],
 )
-@pytest.mark.parametrize("packed", [None, ECP5_DSP_MODEL])
+@pytest.mark.slow
+@pytest.mark.parametrize("packed", [None, slow(ECP5_DSP_MODEL, id="ecp5-dsp-model")])
 def test_store_checks_its_ranges_at_the_boundary(from_end, y_size, sram_from_end, want, packed):
     """STORE's range checks at and just past the end: DRAM ((dram_base + span) x element bytes
     > DRAM_SIZE, worked out as the span's rows part against what the rest of the region

@@ -9,6 +9,7 @@ import pytest
 from amaranth import Module, Signal, unsigned
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
+from tiers import slow
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Uop, insn_table, isa_for, uop_table
@@ -147,7 +148,7 @@ def assert_alu_matches(cfg, m, insns, unit=AluUnit):
 
 
 # the ECP5 flows' registered MULT18X18D pins, on their model (hw/rtl/dsp.py)
-ON_DSPS = [(0, ECP5_DSP_MODEL)]
+ON_DSPS = [slow(0, ECP5_DSP_MODEL, id="0-ecp5-dsp-model")]
 
 
 @pytest.mark.parametrize(("seed", "dsp"), [(s, None) for s in range(3)] + ON_DSPS)
@@ -184,7 +185,7 @@ def test_gemm_unit_matches_the_simulator(seed, dsp):
     assert acc == words(m.acc)
 
 
-@pytest.mark.parametrize("dsp", [None, ECP5_DSP_MODEL])
+@pytest.mark.parametrize("dsp", [None, slow(ECP5_DSP_MODEL, id="ecp5-dsp-model")])
 def test_alu_multiplies_wrapping_at_the_lane_width(dsp):
     """MUL alone (no later op overwrites its rows): tensor and immediate products of lanes of
     both signs up to +-2**20 (products past 32 bits wrap), each micro-op on rows of its own."""

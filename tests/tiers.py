@@ -1,0 +1,11 @@
+"""The test tiers, shared: a parametrized case that belongs to the `slow` tier while its
+siblings keep the quick loop (`pytest -m "not slow"`) covering the same code."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def slow(*values, id: str | None = None):
+    """`values` as one parametrize case of the slow tier."""
+    return pytest.param(*values, marks=pytest.mark.slow, id=id)
