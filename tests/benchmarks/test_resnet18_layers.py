@@ -25,5 +25,5 @@ def test_the_roofline_plot_is_a_png_of_every_layer(tmp_path):
 
 def test_plot_is_only_for_the_cycle_model_suite(tmp_path, capsys):
     assert main(["bench", "sim-speed", "--plot", str(tmp_path / "x.png")]) == 1
-    assert "--plot is for resnet18-layers, not sim-speed" in capsys.readouterr().err
+    assert "--plot is for resnet18-layers and rtl-speed, not sim-speed" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()

@@ -1,14 +1,17 @@
 """rtl-speed: a fixed conv layer program on the generated Verilog under cocotb + Verilator
 (benchmarks/README.md): simulated cycles per wall-clock second, and the cycle model's error;
 with `random=N`, also N seeded random programs (compiler/programs/random_test_programs.py) and
-the out-of-order-units program, each compared bit for bit and cycle for cycle."""
+the out-of-order-units program, each compared bit for bit and cycle for cycle; with
+`schedules=N`, N random layers under random legal schedules per config
+(compiler/programs/random_schedules.py): the model's error across the schedule space."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tilecraft.compiler.operator.conv2d import conv2d
-from tilecraft.hw.config import HwConfig
+from tilecraft.errors import TilecraftError
+from tilecraft.hw.config import HwConfig, preset
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.progress import track
 from tilecraft.runtime import get_device
@@ -17,7 +20,21 @@ from tilecraft.runtime.layout import pack_inputs
 LAYER = Conv2d(1, 64, 14, 14, 64, kernel=3, pad=1)
 
 
-def run(cfg: HwConfig | None = None, seed: int = 0, random: int = 0) -> dict:
+MAX_SCHEDULE_ERROR = 0.005  # the goals of the sweep over drawn schedules, on every config
+MIN_EXACT_SHARE = 0.8
+SCHEDULE_CONFIGS = ("default", "1x8x8", "2x16x16")
+BATCH = 20  # drawn schedules per simulator process (the progress bar's step)
+
+
+def run(
+    cfg: HwConfig | None = None,
+    seed: int = 0,
+    random: int = 0,
+    schedules: int = 0,
+    schedule_configs: list[HwConfig] | None = None,
+) -> dict:
+    """`schedules`: drawn schedules per config, on `schedule_configs` (default: the presets
+    default, 1x8x8 and 2x16x16)."""
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = cfg or HwConfig()
@@ -45,7 +62,50 @@ def run(cfg: HwConfig | None = None, seed: int = 0, random: int = 0) -> dict:
     if random:
         result["random"] = random_programs(cfg, random)
         result["ok"] = exact and not result["random"]["differ"]
+    if schedules:
+        configs = schedule_configs or [preset(name) for name in SCHEDULE_CONFIGS]
+        result["schedules"] = [drawn_schedules(c, schedules) for c in configs]
+        result["ok"] = result["ok"] and not any(x["differ"] for x in result["schedules"])
     return result
+
+
+def drawn_schedules(cfg: HwConfig, count: int, first_seed: int = 0) -> dict:
+    """Seeds first_seed.. of compiler/programs/random_schedules.py on the RTL and the cycle
+    model: outputs compared bit for bit, the model's signed cycle error per schedule."""
+    from tilecraft.compiler.programs.random_schedules import draw
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    seeds = list(range(first_seed, first_seed + count))
+    rtl_device, sim = RtlDevice(cfg), get_device("sim")
+    rows, differ = [], []
+    batches = [seeds[i : i + BATCH] for i in range(0, count, BATCH)]
+    for batch in track(batches, f"drawn schedules on {cfg.tag}"):
+        drawn = [draw(cfg, s) for s in batch]
+        runs = rtl_device.run_many([(d.program, d.inputs) for d in drawn])
+        for d, rtl in zip(drawn, runs):
+            model = sim.run(d.program, d.inputs)
+            if any(not np.array_equal(rtl.outputs[n], v) for n, v in model.outputs.items()):
+                differ.append(d.describe())
+            r, m = rtl.report.cycles, model.report.cycles
+            row = {"seed": d.seed, "rtl": r, "model": m, "error": (m - r) / r}
+            rows.append({**row, "schedule": d.describe()})
+    errors = np.abs([row["error"] for row in rows])
+    worst = rows[int(np.argmax(errors))]
+    exact = int(np.count_nonzero(errors == 0))
+    return {
+        "config": cfg.tag,
+        "schedules": count,
+        "first_seed": first_seed,
+        "bit_exact": count - len(differ),
+        "differ": differ,
+        "max_cycle_error": float(errors.max()),
+        "mean_cycle_error": float(errors.mean()),
+        "exact_cycles": exact,
+        "exact_share": exact / count,
+        "worst": worst,
+        "errors": [row["error"] for row in rows],  # signed: (model - rtl) / rtl, by seed
+        "meets_goal": bool(errors.max() <= MAX_SCHEDULE_ERROR and exact / count >= MIN_EXACT_SHARE),
+    }
 
 
 def random_programs(cfg: HwConfig, count: int) -> dict:
@@ -92,4 +152,43 @@ def format_table(r: dict) -> str:
             f"cycle error max {x['max_cycle_error']:.2%} ({x['worst']}), "
             f"mean {x['mean_cycle_error']:.3%}, {x['exact_cycles']} exact"
         )
+    for x in r.get("schedules", []):
+        w = x["worst"]
+        text += (
+            f"\n  {x['schedules']} drawn schedules on {x['config']}: {x['bit_exact']} bit-exact"
+            f"{' (differ: ' + '; '.join(x['differ']) + ')' if x['differ'] else ''}; "
+            f"cycle error max {x['max_cycle_error']:.3%}, mean {x['mean_cycle_error']:.4%}, "
+            f"{x['exact_share']:.0%} exact (goal: max <= {MAX_SCHEDULE_ERROR:.1%}, "
+            f">= {MIN_EXACT_SHARE:.0%} exact: {'met' if x['meets_goal'] else 'NOT MET'})\n"
+            f"    worst: model {w['model']:,} cycles, RTL {w['rtl']:,} ({w['schedule']})"
+        )
     return text
+
+
+def plot(r: dict, path) -> None:
+    """The model's signed error over the drawn schedules, one histogram per config."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweeps = r.get("schedules")
+    if not sweeps:
+        raise TilecraftError("rtl-speed --plot draws the --schedules sweep: give --schedules N")
+    fig, axes = plt.subplots(1, len(sweeps), figsize=(4.5 * len(sweeps), 3.4), squeeze=False)
+    for ax, x in zip(axes[0], sweeps):
+        errors = 100 * np.asarray(x["errors"])
+        lim = max(100 * MAX_SCHEDULE_ERROR, 1.05 * float(np.abs(errors).max()))
+        ax.hist(errors, bins=41, range=(-lim, lim), color="tab:blue")
+        for goal in (-100 * MAX_SCHEDULE_ERROR, 100 * MAX_SCHEDULE_ERROR):
+            ax.axvline(goal, color="tab:red", lw=0.6, ls="--")
+        ax.axvline(0, color="black", lw=0.6)
+        share, worst = x["exact_share"], x["max_cycle_error"]
+        ax.set_title(f"{x['config']}\n{share:.0%} exact, max {worst:.3%}", fontsize=9)
+        ax.set_xlabel("(model - RTL) / RTL, %")
+        ax.set_yscale("log")
+    axes[0][0].set_ylabel(f"schedules (of {sweeps[0]['schedules']})")
+    fig.suptitle("cycle model against the RTL over random layers and legal schedules")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

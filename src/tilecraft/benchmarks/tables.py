@@ -253,7 +253,7 @@ def _sim_speed(r: dict) -> str:
 
 
 def _rtl_speed(r: dict) -> str:
-    return _figures(
+    figures = _figures(
         r,
         [
             ("cycles_per_second", "simulated cycles per wall-clock second", "≥ 100,000"),
@@ -262,6 +262,21 @@ def _rtl_speed(r: dict) -> str:
             ("model_cycles", "", "—"),
             ("bit_exact", "", "true"),
         ],
+    )
+    sweeps = r.get("schedules")
+    if not sweeps:
+        return figures
+    rows = [[x["config"], value(x["schedules"]), value(x["bit_exact"]),
+             f"{x['max_cycle_error']:.3%}", f"{x['mean_cycle_error']:.4%}",
+             f"{x['exact_share']:.0%}", "met" if x["meets_goal"] else "**not met**"]
+            for x in sweeps]  # fmt: skip
+    header = ["config", "drawn schedules", "bit-exact", "max error", "mean error", "exact",
+              "goal (max ≤ 0.5%, ≥ 80% exact)"]  # fmt: skip
+    worst = max(sweeps, key=lambda x: x["max_cycle_error"])["worst"]
+    return (
+        f"{figures}\n\nThe model against the RTL over random layers under random legal "
+        f"schedules (`schedules.N.KEY`):\n\n{_table(header, rows)}\n\nThe worst: model "
+        f"{worst['model']:,} cycles, RTL {worst['rtl']:,}: {worst['schedule']}."
     )
 
 
@@ -366,7 +381,7 @@ def _dse(r: dict) -> str:
         f = p.get("fractions", {})
 
         def cell(k, p=p, f=f):
-            return f"{value(p.get(k))} ({f.get(k, 0):.0%})"
+            return f"{value(p.get(k), 1)} ({f.get(k, 0):.0%})"
 
         rows.append([("* " if p["name"] in front else "") + p["name"],
                      value(p.get("latency_ms"), 1), cell("lut"), cell("ff"), cell("dsp"),
@@ -399,14 +414,24 @@ def _gpu_fallback(r: dict) -> str:
 
 
 def _tuner(r: dict) -> str:
-    return _figures(
+    figures = _figures(
         r,
         [
             ("median_trials_ratio", "random / tuner trials to 95% of the exhaustive best", "≥ 4"),
-            ("tuned_min_roofline_fraction", "", "≥ 0.95"),
-            ("tuned_mac_weighted_utilization", "", "≥ 0.98"),
+            ("median_trials_ratio_99", "the same to 99%", "—"),
+            ("tuned_min_roofline_fraction", "64 trials", "≥ 0.95"),
+            ("tuned_mac_weighted_utilization", "64 trials", "≥ 0.98"),
         ],
     )
+    rows = [[x["name"], value(x.get("space")), value(x.get("exhaustive_best")),
+             ", ".join(map(str, x.get("tuner_trials", []))),
+             ", ".join(map(str, x.get("random_trials", []))),
+             value(x.get("tuned_roofline_fraction"))]
+            for x in r.get("layers", [])]  # fmt: skip
+    header = ["layer", "space", "exhaustive best", "tuner trials to 95%", "random",
+              "tuned roofline fraction"]  # fmt: skip
+    layers = _table(header, rows)
+    return figures + "\n\n" + layers
 
 
 RENDER: dict[str, Callable[[dict], str]] = {

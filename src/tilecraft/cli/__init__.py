@@ -169,14 +169,21 @@ def cmd_bench(args) -> int:
 
     module = suite(args.suite)
     if args.plot and not hasattr(module, "plot"):
-        raise TilecraftError(f"--plot is for resnet18-layers, not {args.suite}")
+        raise TilecraftError(f"--plot is for resnet18-layers and rtl-speed, not {args.suite}")
+    if args.plot and args.suite == "rtl-speed" and not args.schedules:
+        raise TilecraftError("rtl-speed --plot draws the --schedules sweep: give --schedules N")
     options = {
         "resnet18-layers": {
             "check": not args.no_check,
             "rtl": names(args.rtl),
             "records": args.records,
         },
-        "rtl-speed": {"random": args.random},
+        "rtl-speed": {
+            "random": args.random,
+            "schedules": args.schedules,
+            # the sweep runs on the three presets unless a config is named
+            "schedule_configs": [resolve_config(args.config)] if args.config else None,
+        },
         "tuner": {
             "seeds": args.seeds,
             "layers": names(args.layers),
@@ -318,7 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("suite", choices=list(SUITES))
     bench.add_argument("--config", help="default: the suite's preset (resnet18: pynq-z1)")
     bench.add_argument("--json", help="write the result JSON here")
-    bench.add_argument("--plot", help="resnet18-layers: draw each layer against its roofline")
+    bench.add_argument(
+        "--plot",
+        help="resnet18-layers: each layer against its roofline; rtl-speed: the --schedules "
+        "sweep's error histogram per config",
+    )
     bench.add_argument(
         "--no-check", action="store_true", help="resnet18-layers: cycle model only, no runs"
     )
@@ -331,6 +342,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="rtl-speed: also run N seeded random programs on the RTL and the cycle model",
+    )
+    bench.add_argument(
+        "--schedules",
+        type=count,
+        default=0,
+        metavar="N",
+        help="rtl-speed: also run N random layers under random legal schedules on the RTL and "
+        "the cycle model, on each of default, 1x8x8 and 2x16x16 (or on --config's config): "
+        "the model's error, max, mean and the share that is exact",
     )
     bench.add_argument(
         "--records",

@@ -50,8 +50,14 @@ class Timing:
     row_delay: int = 1  # a new row's first burst follows the last one's acceptance (the burst
     # planner works out each row a cycle ahead, see hw/rtl/dma.py)
     pad_ii: int = 1  # cycles per zero-padding element written
+    write_lag: int = 3  # from a data beat's arrival (the model's) to the LOAD's write of it
+    first_write: int = 5  # from a LOAD's start to its first scratchpad write (the loader writes
+    # its padded box one element a cycle from then: however early the data comes, it waits)
     dispatch_ii: int = 1  # cycles for fetch to route one instruction
     queue_latency: int = 2  # a routed instruction reaches its stage (block-RAM command queue)
+    queue_extra: int = 2  # commands a stage's queue holds beyond cmd_queue_depth: the register
+    # and the ready buffer behind the block RAM (hw/rtl/top.py)
+    queue_free: int = 3  # from a stage taking a command to fetch seeing a full queue's room
     store_tail: int = 0  # STORE completes with its last write response
     token_latency: int = 1  # from an instruction's completion to its token being poppable
     issue_ii: int = 6  # compute-stage cycles between issuing two GEMM/ALU instructions

@@ -165,4 +165,4 @@ class DramPort:
         if tr.drain <= beats or over <= 0:
             return
         last = tr.first + -(-over * tr.drain // beats)  # the consumer's pace, over the FIFO
-        self.data_free = max(self.data_free, last + self.timing.burst_gap)
+        self.data_free = max(self.data_free, last + 1 + self.timing.burst_gap)

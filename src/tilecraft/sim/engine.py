@@ -11,11 +11,11 @@ not done, `DeadlockError` lists every stage's blocked instruction and the tokens
 The compute stage has two execution units, the GEMM core and the vector ALU. It issues in
 order, one instruction per cycle at most; an instruction waits for its own unit, and also for
 the other unit's in-flight instruction unless their first micro-ops write different halves of
-the accumulator (the interlock the hardware can afford: one bit per unit). Per-instruction
-facts come from `plan.py`, the fetch unit's model from `fetch.py`, the DRAM port's from
-`dram_port.py`. LOAD UOP/ACC and
-FINISH wait for both units. Tokens pushed into one queue keep program order: a push waits for
-an older instruction on the other unit that pushes to the same queue.
+the accumulator (the interlock the hardware can afford: one bit per unit), and nothing issues
+while the other unit's finished instruction owes its push. LOAD UOP/ACC and FINISH wait for
+both units. Tokens pushed into one queue keep program order: a push waits for an older
+instruction on the other unit that pushes to the same queue. Per-instruction facts come from
+`plan.py`, the fetch unit's model from `fetch.py`, the DRAM port's from `dram_port.py`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ class Engine:
         self.free = dict.fromkeys(Stage, 0)
         self.pending: dict[Stage, tuple[int, int] | None] = dict.fromkeys(Stage)
         self.starts: dict[Stage, list[int]] = {s: [] for s in Stage}
+        # when each stage took each of its commands out of its queue (what frees an entry for
+        # fetch): the load and store stages as they start one, the compute stage as it decodes
+        # one, which it does once it has issued the one before (after a compute LOAD, once that
+        # LOAD is done): its first, at once
+        self.takes: dict[Stage, list[int]] = {s: [] for s in Stage}
+        self.takes[Stage.COMPUTE].append(0)
         self.push_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.pop_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.port = DramPort(timing)
@@ -121,7 +127,7 @@ class Engine:
     def _ready(self, a) -> int | None:
         """Time actor `a` can take its next step, or None while it is blocked."""
         if a == FETCH:
-            return self.fetch.ready(self.starts)
+            return self.fetch.ready(self.takes)
         if self.in_flight[a]:  # its transfer is not yet through the DRAM port
             return None
         if self.pending[a]:
@@ -170,6 +176,11 @@ class Engine:
         if self.unit_last[unit] is not None:
             t = max(t, self.unit_free[unit] + self.timing.unit_handoff)
         j = self.unit_last[other]
+        if j is not None and self.plan.pushes[j]:
+            # while the other unit's instruction owes its push, nothing issues
+            owed = self.end[j]
+            if owed <= t < owed + self.timing.push_hold:
+                t = owed + self.timing.push_hold
         if j is None or self.unit_free[other] <= t:
             return t, None
         if self.half(k) == self.half(j):
@@ -197,11 +208,15 @@ class Engine:
         for q in self.plan.pops[k]:
             self.pop_t[q].append(t)
         self.starts[s].append(t)
+        if s != Stage.COMPUTE:
+            self.takes[s].append(t)
+        elif self.plan.unit[k] is not BARRIER:
+            self.takes[s].append(t)  # it decodes the next command as this one issues
         self.pos[s] += 1
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
             lead = self.timing.dma_overhead + self.timing.dma_plan
-            self.port.request(k, PORT_CLIENT[s], bursts, t + lead, drain=self.plan.writes[k])
+            self.port.request(k, PORT_CLIENT[s], bursts, t + lead, drain=self.plan.drain[k])
             self.in_flight[s] = (k, t)
             return
         busy = self.plan.busy[k]
@@ -223,12 +238,19 @@ class Engine:
         _, t = self.in_flight[s]
         self.in_flight[s] = None
         tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1
-        end = max(t + self.plan.busy[k], done.free + tail, done.first + self.plan.writes[k] + 1)
-        self._complete(s, k, t, end + self.plan.post[k], None)
+        end = max(
+            t + self.plan.busy[k],
+            done.free + tail + self.plan.post[k],
+            t + self.plan.box[k],
+            done.first + self.plan.writes[k],
+        )
+        self._complete(s, k, t, end, None)
 
     def _complete(self, s: Stage, k: int, t: int, end: int, overlaps: int | None) -> None:
         """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
+        if s == Stage.COMPUTE and self.plan.unit[k] is BARRIER:
+            self.takes[s].append(end)  # a compute LOAD holds the stage until it is done
         self.execute(k, s, t, end, overlaps)
         unit = self.plan.unit[k]
         if s == Stage.COMPUTE:

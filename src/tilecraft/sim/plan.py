@@ -4,6 +4,9 @@ and, for a LOAD or STORE, its AXI bursts as the RTL's burst planner cuts them.""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
+
 import numpy as np
 
 from tilecraft.hw.config import HwConfig
@@ -31,7 +34,9 @@ class Plan:
         self.pushes: list[tuple[int, ...]] = []
         self.busy: list[int] = []  # cycles without DRAM
         self.post: list[int] = []  # cycles after the data (padding written after it)
-        self.writes: list[int] = []  # LOAD: scratchpad rows written, one per cycle at most
+        self.writes: list[int] = []  # LOAD: cycles from its first data beat to its last write
+        self.drain: list[int] = []  # LOAD of narrow elements: cycles its writes take (one each)
+        self.box: list[int] = []  # LOAD: cycles from its start to its last write, at the least
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
@@ -53,24 +58,56 @@ class Plan:
                 overhead = timing.dma_overhead if bursts else timing.barrier_overhead
                 if row["x_size"] and (row["y_size"] or op == Opcode.LOAD):
                     overhead += timing.dma_plan  # STORE skips the plan when y_size is 0 too
-                lead, trail, mid = pad_split(row) if bursts else (0, 0, 0)
-                # zeros before the data are written while the DRAM answers; after it, serially;
-                # between rows, in the gaps between elements (if an element takes several beats)
-                # or, rows being separate bursts, in the DRAM's gap between them
-                slow = eb > timing.axi_bytes
-                hidden = 0
-                if runs > 1 and not slow:
-                    between = row["x_pad0"] + row["x_pad1"]
-                    hidden = (row["y_size"] - 1) * min(between, timing.burst_gap)
+                lead, trail, _ = pad_split(row) if bursts else (0, 0, 0)
+                # the loader writes its padded box in order, one element a cycle, each data
+                # element once its beats have come: zeros before the data while the DRAM
+                # answers, the rest as the data allows (`write_bounds`)
                 self.busy.append(overhead + max(lat, lead * timing.pad_ii))
-                self.post.append((trail + (0 if slow else mid - hidden)) * timing.pad_ii)
+                self.post.append(trail * timing.pad_ii)
+                box, tail = (0, 0)
+                if op == Opcode.LOAD and bursts:
+                    box, tail = write_bounds(timing, row, eb, bursts)
+                self.box.append(box)
+                self.writes.append(tail)
                 narrow = eb < timing.axi_bytes and op == Opcode.LOAD
-                self.writes.append(row["x_size"] * row["y_size"] if narrow and bursts else 0)
+                self.drain.append(row["x_size"] * row["y_size"] if narrow and bursts else 0)
                 self.bursts.append(bursts)
                 self.dram_bytes.append(nbytes)
             else:
                 self.busy.append(busy_cycles(timing, row))
                 self.post.append(0)
                 self.writes.append(0)
+                self.drain.append(0)
+                self.box.append(0)
                 self.bursts.append([])
                 self.dram_bytes.append(0)
+
+
+def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) -> tuple[int, int]:
+    """A LOAD's last scratchpad write, bounded two ways: from its start, the first write
+    (`Timing.first_write`) and then its whole padded box one element a cycle; and from its
+    first data beat, each data element's arrival (its beats through the stream of `bursts`,
+    `burst_gap` idle cycles between them) and then every element after it in the box. The
+    writer goes in order, so its last write is the larger: the latest arrival plus what
+    follows it. Per row the larger is at the row's first or last data element (elements of
+    a beat or more each get later faster than the box shrinks; narrower ones, slower)."""
+    x, y = int(row["x_size"]), int(row["y_size"])
+    width = int(row["x_pad0"]) + x + int(row["x_pad1"])
+    rows = int(row["y_pad0"]) + y + int(row["y_pad1"])
+    box = timing.first_write + width * rows * timing.pad_ii
+    firsts = list(accumulate((count for count, _ in bursts[:-1]), initial=0))
+
+    def arrival(beat: int) -> int:  # from the first beat: the beats before it and the gaps
+        return beat + (bisect_right(firsts, beat) - 1) * timing.burst_gap
+
+    axi = timing.axi_bytes
+    lag = timing.write_lag - (eb < axi)  # a beat of several elements: one goes on at once
+    tail = 0
+    for r in range(y):
+        for c in {0, x - 1}:
+            e = r * x + c
+            beat = ((e + 1) * eb - 1) // axi  # the beat its last byte comes in
+            after = (x - 1 - c) + int(row["x_pad1"]) + (y - 1 - r) * width
+            after += int(row["y_pad1"]) * width
+            tail = max(tail, arrival(beat) + lag + after * timing.pad_ii)
+    return box, tail
