@@ -51,6 +51,8 @@ class Timing:
     # planner works out each row a cycle ahead, see hw/rtl/dma.py)
     pad_ii: int = 1  # cycles per zero-padding element written
     write_lag: int = 3  # from a data beat's arrival (the model's) to the LOAD's write of it
+    stream_ahead: int = 2  # elements of several beats the loader's element stream holds
+    # ready for its writer (its register and the ReadyBuffer after it, hw/rtl/loader.py)
     first_write: int = 5  # from a LOAD's start to its first scratchpad write (the loader writes
     # its padded box one element a cycle from then: however early the data comes, it waits)
     dispatch_ii: int = 1  # cycles for fetch to route one instruction

@@ -4,6 +4,7 @@ and, for a LOAD or STORE, its AXI bursts as the RTL's burst planner cuts them.""
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from itertools import accumulate
 
@@ -90,7 +91,9 @@ def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) ->
     `burst_gap` idle cycles between them) and then every element after it in the box. The
     writer goes in order, so its last write is the larger: the latest arrival plus what
     follows it. Per row the larger is at the row's first or last data element (elements of
-    a beat or more each get later faster than the box shrinks; narrower ones, slower)."""
+    a beat or more each get later faster than the box shrinks; narrower ones, slower).
+    Elements of several beats in padded rows are followed element by element (`_streamed`):
+    the element stream between the data and the writer runs only so far ahead of it."""
     x, y = int(row["x_size"]), int(row["y_size"])
     width = int(row["x_pad0"]) + x + int(row["x_pad1"])
     rows = int(row["y_pad0"]) + y + int(row["y_pad1"])
@@ -103,6 +106,10 @@ def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) ->
     axi = timing.axi_bytes
     lag = timing.write_lag - (eb < axi)  # a beat of several elements: one goes on at once
     tail = 0
+    beats = -(-eb // axi)
+    if beats > 1 and y and int(row["x_pad0"]) + int(row["x_pad1"]):
+        shape = (x, y, int(row["x_pad0"]), int(row["x_pad1"]), int(row["y_pad1"]))
+        tail = _streamed(timing, shape, beats, tuple(firsts), lag)
     for r in range(y):
         for c in {0, x - 1}:
             e = r * x + c
@@ -111,3 +118,39 @@ def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) ->
             after += int(row["y_pad1"]) * width
             tail = max(tail, arrival(beat) + lag + after * timing.pad_ii)
     return box, tail
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _streamed(
+    timing: Timing, shape: tuple[int, ...], beats: int, firsts: tuple[int, ...], lag: int
+) -> int:
+    """The last write, from the first data beat, of a LOAD whose elements take several beats
+    and whose rows have padding (`shape`: x_size, y_size, x_pad0, x_pad1, y_pad1; `firsts`: each
+    burst's first beat): each element reaches the writer through the element stream, which
+    takes a beat a cycle once the beat is in, and holds at most `Timing.stream_ahead` elements
+    the writer has not written (hw/rtl/loader.py), so the pads between rows let it run ahead
+    only so far. Element by element, in the writer's order; loads of one shape share it."""
+    x, y, x_pad0, x_pad1, y_pad1 = shape
+    gap = timing.burst_gap
+    pad0, pad1 = x_pad0 * timing.pad_ii, x_pad1 * timing.pad_ii
+    ahead, late = timing.stream_ahead, lag - 1  # a beat is taken `late` cycles after it comes
+
+    def arrival(beat: int) -> int:
+        return beat + (bisect_right(firsts, beat) - 1) * gap + late
+
+    written: list[int] = []  # each data element's write
+    free = w = -(1 << 30)  # the stream's next beat, the writer's last write
+    for r in range(y):
+        if r:
+            w += pad0  # the row's leading pads (the first row's are written before its data)
+        for c in range(x):
+            e = r * x + c
+            start = max(free, arrival(e * beats))
+            if e >= ahead:
+                start = max(start, written[e - ahead] + 1)
+            end = max(start + beats - 1, arrival(e * beats + beats - 1))
+            free = end + 1
+            w = max(w + 1, end + 1)
+            written.append(w)
+        w += pad1
+    return w + y_pad1 * (x_pad0 + x + x_pad1) * timing.pad_ii
