@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -80,3 +81,29 @@ def test_figures_check_says_when_the_readme_disagrees(monkeypatch, tmp_path, cap
     assert "disagree with the recorded results of" in capsys.readouterr().out
     assert main(["figures"]) == 0
     assert main(["figures", "--check"]) == 0
+
+
+def test_recording_a_result_leaves_the_commit_clean(tmp_path):
+    """A suite recorded first must not mark the next one as measured on a modified tree:
+    the results and the README made from them do not count; any other tracked file does."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    package = tmp_path / "benchmarks"
+    (package / "results").mkdir(parents=True)
+    (package / "results" / "a.json").write_text("{}")
+    (package / "README.md").write_text("tables")
+    (package / "suite.py").write_text("x = 1")
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    clean = results.commit(package)
+    assert re.fullmatch(r"[0-9a-f]{40}", clean), clean
+    (package / "results" / "a.json").write_text('{"new": 1}')
+    (package / "README.md").write_text("new tables")
+    assert results.commit(package) == clean
+    (package / "suite.py").write_text("x = 2")
+    assert results.commit(package) == clean + "+dirty"

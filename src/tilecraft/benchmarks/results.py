@@ -47,16 +47,19 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def commit() -> str:
+def commit(here: Path | None = None) -> str:
     """The checkout's commit, `+dirty` when its tracked files differ from it; "unknown" outside
-    a git checkout (an installed package)."""
-    here = Path(__file__).parent
+    a git checkout (an installed package). The recorded results and the README's tables made
+    from them do not count: recording one suite leaves the tree the next suite measures as it
+    was. `here`: the folder holding the results (this package's by default)."""
+    here = here or Path(__file__).parent
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)"]
+            + [f":(exclude){p}" for p in ("results", "README.md")],
             cwd=here,
             capture_output=True,
             text=True,
