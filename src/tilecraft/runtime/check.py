@@ -35,19 +35,28 @@ def expected_chain_outputs(
     return chain_outputs(program, layers, inputs, reference.outputs, every)
 
 
+def logical_constants(program: Program) -> dict[str, np.ndarray]:
+    """The program's constants (weights, epilogue vectors) as logical tensors, unpacked from
+    the layouts they are stored in."""
+    values = {}
+    for name, stored in program.constants.items():
+        layout = program.buffer(name).layout
+        values[name] = layout.unpack(program.config, stored) if layout is not None else stored
+    return values
+
+
 def chain_outputs(
-    program: Program, layers, inputs: dict, compute, every: bool = False
+    program: Program, layers, inputs: dict, compute, every: bool = False, constants=None
 ) -> dict[str, np.ndarray]:
     """`expected_chain_outputs` with each computation run by `compute(computation, tensors)`
-    (the reference, or host kernels); no `layers` means the program's own computation."""
+    (the reference, or host kernels); no `layers` means the program's own computation.
+    `constants`: the program's `logical_constants`, when the caller keeps them between runs."""
     if not layers:
         if program.computation is None:
             raise ProgramError(f"program {program.name!r} does not say what it computes")
         layers = [_Whole(program)]
     values = dict(inputs)
-    for name, stored in program.constants.items():
-        layout = program.buffer(name).layout
-        values[name] = layout.unpack(program.config, stored) if layout is not None else stored
+    values.update(logical_constants(program) if constants is None else constants)
     for layer in layers:
         local = {b.buffer: values[b.tensor] for b in layer.buffers if b.tensor in values}
         shape = getattr(layer.computation.op, "input_shape", None)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tilecraft.errors import DeviceError, KernelError
 from tilecraft.ops.reference import RESULT
-from tilecraft.runtime.check import chain_outputs
+from tilecraft.runtime.check import chain_outputs, logical_constants
 from tilecraft.runtime.device import RunResult, check_inputs
 from tilecraft.runtime.kernels import (
     ComputeKernels,
@@ -169,6 +169,9 @@ class CpuDevice:
     def __init__(self, compute: ComputeKernels, name: str = "cpu"):
         self.compute = compute
         self.name = name  # "gpu" for the same device on GPU kernels
+        # each program's constants unpacked once (ResNet-18's weights: 11 MB, ~10 ms a run);
+        # keyed by identity, the program held so that its id is not reused
+        self._constants: dict[int, tuple[Program, dict]] = {}
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:
@@ -200,7 +203,15 @@ class CpuDevice:
     def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:
         """The outputs (logical) of `program` from logical inputs: its `layers` in order
         (`runtime.model.ChainLayer`), or its own computation when there are none."""
-        return chain_outputs(program, layers, logical, self.compute.outputs, every)
+        held = self._constants.get(id(program))
+        if held is None or held[0] is not program:
+            constants = {k: v.view() for k, v in logical_constants(program).items()}
+            for value in constants.values():
+                value.setflags(write=False)  # shared by every run: no kernel may write them
+            held = self._constants[id(program)] = (program, constants)
+        return chain_outputs(
+            program, layers, logical, self.compute.outputs, every, constants=held[1]
+        )
 
 
 def cpu_device(library: str | Path | None = None) -> CpuDevice:

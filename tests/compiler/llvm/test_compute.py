@@ -49,6 +49,13 @@ def test_one_program_through_the_device_api(cpu):
     ok, message = check_outputs(program, x, unpack_outputs(program, result.outputs))
     assert ok, message
     assert result.report.seconds > 0
+    # the weights are unpacked once and kept read-only; a second input runs on them exactly
+    _, held = cpu._constants[id(program)]
+    assert not held["weight"].flags.writeable
+    x = random_inputs(program, rng)
+    again = cpu.run(program, pack_inputs(program, x))
+    ok, message = check_outputs(program, x, unpack_outputs(program, again.outputs))
+    assert ok, message
     folded = compile_operator(preset("default"), op, ep, fold=True).program
     with pytest.raises(Exception, match="cannot take input 'input' .* packed as im2col"):
         cpu.run(folded, pack_inputs(folded, random_inputs(folded, rng)))
