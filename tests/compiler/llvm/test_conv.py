@@ -2,10 +2,15 @@
 `ops.reference.conv2d` (epilogues, residuals, zero-point padding, more terms than one exact
 float chunk holds), over random shapes, strides and kernels."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+from tiers import slow
 
 from tilecraft.compiler.llvm.kernels.conv import EXACT_TERMS, Conv2d
+from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d, dot_lanes, for_target
+from tilecraft.compiler.llvm.targets import AARCH64, ARMV7, X86_64, host
 from tilecraft.errors import KernelError
 from tilecraft.ops import reference as R
 from tilecraft.ops.operators import Conv2d as ConvOp
@@ -55,14 +60,28 @@ EPILOGUES = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(8))
-def test_int8_conv_is_bit_exact(jit, seed):
+def _int8_records(jit):
+    """The int8 conv records this machine builds: the float datapath's, and the integer dot
+    products' where the CPU has them (skipped, with the reason, where it has none)."""
+    return [
+        Conv2d,
+        pytest.param(
+            DotConv2d,
+            marks=pytest.mark.skipif(
+                not dot_lanes(host()), reason="this CPU has no VNNI (avx512vnni or avxvnni)"
+            ),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("record", _int8_records(None), ids=["float-datapath", "dot-products"])
+@pytest.mark.parametrize("seed", [0, 1, *(slow(s) for s in range(2, 8))])
+def test_int8_conv_is_bit_exact(jit, seed, record):
     rng = np.random.default_rng(seed)
     shape, oc, kernel, stride, pads = _geometry(rng)
     ep = EPILOGUES[seed % len(EPILOGUES)]
     pad_value = int(rng.integers(-128, 128)) if seed % 2 else 0
-    spec = Conv2d(shape, oc, kernel, stride, pads, "int8", epilogue=ep, pad_value=pad_value)
+    spec = record(shape, oc, kernel, stride, pads, "int8", epilogue=ep, pad_value=pad_value)
     tensors = {
         "x": rng.integers(-128, 128, shape).astype(np.int8),
         "weight": rng.integers(-128, 128, (oc, shape[1], *kernel)).astype(np.int8),
@@ -93,15 +112,52 @@ def test_int8_conv_is_bit_exact(jit, seed):
     assert np.array_equal(got, want), f"seed {seed}: {spec}"
 
 
-def test_int8_sums_past_one_exact_float_chunk(jit):
-    """3x3 x 300 channels: 2,700 products of -128 * -128, far past 2**24 in one float sum."""
+@pytest.mark.parametrize("record", _int8_records(None), ids=["float-datapath", "dot-products"])
+def test_int8_sums_past_one_exact_float_chunk(jit, record):
+    """3x3 x 300 channels: 2,700 products of -128 * -128, far past 2**24 in one float sum;
+    on dot products, -128 biased to 0 and the whole sum in the weight-sum correction."""
     shape, oc = (1, 300, 5, 6), 7
-    spec = Conv2d(shape, oc, (3, 3), (1, 1), (1, 1, 1, 1), "int8", epilogue=Epilogue(shift=20))
+    spec = record(shape, oc, (3, 3), (1, 1), (1, 1, 1, 1), "int8", epilogue=Epilogue(shift=20))
     assert spec.chunk * 9 <= EXACT_TERMS < 300 * 9
     x = np.full(shape, -128, np.int8)
     w = np.full((oc, 300, 3, 3), -128, np.int8)
     op = ConvOp(n=1, ic=300, h=5, w=6, oc=oc, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
     assert np.array_equal(jit.kernel(spec)(x, w), R.conv2d(op, Epilogue(shift=20), x, w))
+
+
+def test_the_int32_sums_wrap_as_the_reference_does(jit):
+    """A sum past 2**31 wraps in the reference's int32 accumulator; both records wrap alike
+    (the dot products' biased sum and its correction wrap too)."""
+    shape, oc = (1, 15000, 3, 3), 2
+    x = np.full(shape, 127, np.int8)
+    w = np.full((oc, 15000, 3, 3), 127, np.int8)
+    op = ConvOp(n=1, ic=15000, h=3, w=3, oc=oc, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
+    want = R.conv2d(op, Epilogue(shift=24), x, w)
+    assert 9 * 15000 * 127 * 127 > 2**31 and want.min() < 0  # the centre's sum wrapped
+    for record in (Conv2d, DotConv2d) if dot_lanes(host()) else (Conv2d,):
+        spec = record(shape, oc, (3, 3), (1, 1), (1, 1, 1, 1), "int8", epilogue=Epilogue(shift=24))
+        assert np.array_equal(jit.kernel(spec)(x, w), want), record.__name__
+
+
+def test_the_dot_product_record_is_chosen_where_the_target_has_vnni():
+    spec = Conv2d((1, 8, 6, 6), 4, (3, 3), dtype="int8")
+    for t in (X86_64, ARMV7, AARCH64):  # x86-64-v3 (AVX2), Cortex-A9, Cortex-A53: no VNNI
+        assert for_target(spec, t) is spec and not dot_lanes(t)
+    wide = replace(X86_64, cpu="icelake-server", features="+avx512f,+avx512vnni", vector_width=16)
+    assert type(for_target(spec, wide)) is DotConv2d and dot_lanes(wide) == 16
+    assert dot_lanes(replace(X86_64, features="+avxvnni")) == 8
+    float_spec = Conv2d((1, 8, 6, 6), 4, (3, 3))
+    assert for_target(float_spec, wide) is float_spec  # float32 stays on the float datapath
+
+
+def test_the_dot_product_record_refuses_a_target_without_vnni():
+    from tilecraft.compiler.llvm.build import module_ir
+
+    spec = DotConv2d((1, 8, 6, 6), 4, (3, 3))
+    with pytest.raises(KernelError, match="needs VNNI .* target x86_64 .* use conv.Conv2d"):
+        module_ir([spec], X86_64)
+    with pytest.raises(KernelError, match="dot-product conv2d is int8, not float32"):
+        DotConv2d((1, 8, 6, 6), 4, (3, 3), dtype="float32")
 
 
 @pytest.mark.parametrize(

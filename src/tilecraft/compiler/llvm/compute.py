@@ -11,17 +11,22 @@ import numpy as np
 from tilecraft.compiler.llvm.kernels import conv, dense, window
 from tilecraft.compiler.llvm.kernels import direct as D
 from tilecraft.compiler.llvm.kernels import elementwise as EW
+from tilecraft.compiler.llvm.kernels.dot_conv import for_target
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
 from tilecraft.compiler.llvm.spec import Spec
+from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 from tilecraft.ops import operators as O
 from tilecraft.ops.reference import RESULT
 from tilecraft.runtime.kernels import computation_key, kernel_arguments
 
 
-def computation_kernel(comp: O.Computation, gpu: bool = False) -> tuple[Spec, list[str]]:
+def computation_kernel(
+    comp: O.Computation, gpu: bool = False, target: Target | None = None
+) -> tuple[Spec, list[str]]:
     """The kernel record computing `comp`, and the tensor (by its program name) each of the
-    kernel's inputs is; with `gpu`, one whose iterations are threads (`kernels.direct`)."""
+    kernel's inputs is; with `gpu`, one whose iterations are threads (`kernels.direct`). A conv
+    runs on integer dot products where `target` (the CPU it is built for) has them."""
     op, ep = comp.op, comp.epilogue or O.Epilogue()
     if gpu and isinstance(op, (O.Conv2d, O.DepthwiseConv2d, O.Dense, O.MaxPool2d)):
         return _direct(comp, op, ep)
@@ -37,7 +42,7 @@ def computation_kernel(comp: O.Computation, gpu: bool = False) -> tuple[Spec, li
             epilogue=ep,
             pad_value=op.pad_value,
         )
-        return spec, _operands(ep, op.oc)
+        return (spec if target is None else for_target(spec, target)), _operands(ep, op.oc)
     if isinstance(op, O.DepthwiseConv2d):
         (ph, pw) = op.pad
         if ep.residual:
@@ -125,7 +130,7 @@ class JitCompute:
         key = computation_key(comp)
         found = self._kernels.get(key)
         if found is None:
-            spec, names = computation_kernel(comp, gpu=self.direct)
+            spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
             found = self._kernels[key] = (self.jit.kernel(spec), names)
         kernel, names = found
         return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
@@ -153,11 +158,11 @@ class GpuCompute:
         return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
 
 
-def compute_entries(computations) -> list[tuple[Spec, dict]]:
-    """The kernel records of a model's computations with the manifest entries a board finds
-    them by (`runtime.cpu.LibraryCompute`)."""
+def compute_entries(computations, target: Target | None = None) -> list[tuple[Spec, dict]]:
+    """The kernel records of a model's computations (for `target`) with the manifest entries
+    a board finds them by (`runtime.cpu.LibraryCompute`)."""
     out = []
     for comp in computations:
-        spec, names = computation_kernel(comp)
+        spec, names = computation_kernel(comp, target=target)
         out.append((spec, {"key": computation_key(comp), "symbol": spec.symbol, "operands": names}))
     return out

@@ -129,7 +129,7 @@ def build_model_library(model, target: Target, folder: str | Path, name: str) ->
         for s in model.steps
         if isinstance(s, HostStep)
     ]
-    compute, host = compute_entries(comps), host_entries(hosts)
+    compute, host = compute_entries(comps, target), host_entries(hosts)
     return build_library(
         [spec for spec, _ in compute + host],
         target,

@@ -14,7 +14,8 @@ int8 runs on the same float datapath, exactly: products of int8 values are integ
 most 2**14, and a float32 sum of up to 1,024 of them is exact (below 2**24), so the reduction
 is done in chunks of at most 1,024 terms, each chunk converted to int32 and added: the int32
 accumulator (wrapping) of `ops.reference.conv2d_acc`, bit for bit, then the accelerator's
-epilogue.
+epilogue. Where the CPU has integer dot products (x86 VNNI), int8 runs on them instead
+(`dot_conv.DotConv2d`, the same tile); this datapath is every other target's.
 """
 
 from __future__ import annotations

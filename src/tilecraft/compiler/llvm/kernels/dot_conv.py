@@ -1,0 +1,240 @@
+"""int8 convolution on the CPU's integer dot products: x86's VNNI `vpdpbusd` multiplies four
+unsigned bytes by four signed bytes and adds the four products to an int32 lane, 16 lanes an
+instruction on AVX-512 (64 multiply-adds), where the float datapath of `conv.Conv2d` does 16.
+
+The register tile, the stride phases and the q numbering are `conv.Conv2d`'s; what changes is
+what a lane holds. The input's padded phase copy keeps four input channels of one position in
+one 32-bit word (channels padded to a multiple of four, the weights of the pad channels zero),
+so a vector load of NR consecutive positions is NR words of four channels each, and a weight
+word (four channels of one tap of one output channel) is broadcast to every lane.
+
+`vpdpbusd` takes its first operand unsigned, so the input is stored biased, x + 128 (its top
+bit flipped), and the sum corrected by 128 x the output channel's weight sum:
+sum (x + 128) w = sum x w + 128 sum w. The int32 lanes wrap, as `ops.reference.conv2d_acc`'s
+accumulator does, and wrapping sums are exact modulo 2**32 in any order, so the result is the
+reference's bit for bit. The epilogue is the accelerator's (`epilogue.emit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from llvmlite import ir
+
+from tilecraft.compiler.llvm.irgen import I8, I32, Kernel, vec
+from tilecraft.compiler.llvm.kernels import epilogue as E
+from tilecraft.compiler.llvm.kernels.conv import Conv2d
+from tilecraft.compiler.llvm.spec import Buffer
+from tilecraft.compiler.llvm.targets import Target
+from tilecraft.errors import KernelError
+
+GROUP = 4  # input channels a 32-bit word holds, and a dot-product lane sums
+
+
+def dot_lanes(target: Target) -> int:
+    """The int32 lanes of one integer dot-product instruction on `target`: its vector width
+    where it has VNNI (AVX-512 VNNI, or AVX-VNNI at 8 lanes); 0 where it has none."""
+    features = set(target.features.split(","))
+    if "+avx512vnni" in features and target.vector_width in (4, 8, 16):
+        return target.vector_width
+    if "+avxvnni" in features and target.vector_width == 8:
+        return 8
+    return 0
+
+
+def for_target(spec, target: Target):
+    """The record to build for `target`: an int8 `conv.Conv2d` on integer dot products where
+    the target has them, any other record as it is."""
+    if type(spec) is Conv2d and spec.dtype == "int8" and dot_lanes(target):
+        return DotConv2d(**{f.name: getattr(spec, f.name) for f in fields(spec)})
+    return spec
+
+
+@dataclass(frozen=True)
+class DotConv2d(Conv2d):
+    """`conv.Conv2d`'s int8 convolution (the same fields and inputs) on integer dot products;
+    only for a target whose `dot_lanes` is not 0."""
+
+    dtype: str = "int8"
+    kind: ClassVar[str] = "conv2d_dot"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dtype != "int8":
+            raise KernelError(f"a dot-product conv2d is int8, not {self.dtype}")
+
+    @property
+    def groups(self) -> int:
+        """Words of four input channels (the last padded with zero weights)."""
+        return -(-self.shape[1] // GROUP)
+
+    def buffers(self):
+        c, oc, (kh, kw) = self.shape[1], self.out_channels, self.kernel
+        ins = [Buffer("x", self.shape, "int8"), Buffer("weight", (oc, c, kh, kw), "int8")]
+        ins += E.vector_buffers(self.epilogue, oc)
+        ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
+        words = (len(self.phases), self.groups, self.plane_size, GROUP)
+        work = [
+            Buffer("xq", words, "int8", "work"),  # x + 128, four channels a word
+            Buffer("wq", (oc, self.groups, kh, kw, GROUP), "int8", "work"),
+            Buffer("wsum", (oc,), "int32", "work"),  # 128 x each output channel's weight sum
+            Buffer("yq", (oc, self.q_count), "int8", "work"),
+        ]
+        if self.epilogue.residual:
+            work.append(Buffer("rq", (oc, self.q_count), "int8", "work"))
+        return (*ins, Buffer("y", self.out_shape, "int8", "out"), *work)
+
+    # ---- the body ----------------------------------------------------------------------------
+    def emit(self, k: Kernel) -> None:
+        if not dot_lanes(k.target):
+            raise KernelError(
+                f"the dot-product conv2d needs VNNI (avx512vnni or avxvnni); target "
+                f"{k.target.name} ({k.target.cpu}) has none: use conv.Conv2d"
+            )
+        self._weights(k)
+        nr, mr, oc = 2 * k.target.vector_width, k.target.tile_rows, self.out_channels
+        with k.loop(self.shape[0], name="n") as n:
+            self._phases(k, n)
+            if self.epilogue.residual:
+                self._q_space(k, n, to_q=True)
+            if self.weights_outer:
+                if oc // mr:
+                    with (
+                        k.loop(oc // mr * mr, step=mr, name="oc") as oc0,
+                        k.loop(self.q_count, step=nr, name="q") as q0,
+                    ):
+                        self._tile(k, q0, oc0, mr)
+                if oc % mr:
+                    with k.loop(self.q_count, step=nr, name="q") as q0:
+                        self._tile(k, q0, k.i(oc // mr * mr), oc % mr)
+            else:
+                with k.loop(self.q_count, step=nr, name="q") as q0:
+                    if oc // mr:
+                        with k.loop(oc // mr * mr, step=mr, name="oc") as oc0:
+                            self._tile(k, q0, oc0, mr)
+                    if oc % mr:
+                        self._tile(k, q0, k.i(oc // mr * mr), oc % mr)
+            self._q_space(k, n, to_q=False)
+
+    def _weights(self, k: Kernel) -> None:
+        """wq: the weights regrouped four input channels a word (pad channels zero); wsum:
+        128 x each output channel's weight sum (wrapping), the bias correction."""
+        b = k.b
+        oc, c_count, (kh, kw) = self.out_channels, self.shape[1], self.kernel
+        taps, groups = kh * kw, self.groups
+        if c_count % GROUP:
+            with k.loop(oc * groups * taps * GROUP, name="wz") as i:
+                k.store(ir.Constant(I8, 0), k.arg["wq"], i)
+        with k.loop(oc, name="wo") as o:
+            total = k.local(I32)
+            b.store(ir.Constant(I32, 0), total)
+            with k.loop(c_count, name="wc") as c, k.loop(taps, name="wt") as t:
+                w = k.load(
+                    k.arg["weight"],
+                    I8,
+                    b.add(b.mul(b.add(b.mul(o, k.i(c_count)), c), k.i(taps)), t),
+                )
+                g, lane = b.lshr(c, k.i(2)), b.and_(c, k.i(GROUP - 1))
+                word = b.add(b.mul(b.add(b.mul(o, k.i(groups)), g), k.i(taps)), t)
+                k.store(w, k.arg["wq"], b.add(b.mul(word, k.i(GROUP)), lane))
+                b.store(b.add(b.load(total), b.sext(w, I32)), total)
+            k.store(b.shl(b.load(total), ir.Constant(I32, 7)), k.arg["wsum"], o)
+
+    def _phases(self, k: Kernel, n) -> None:
+        """`conv.Conv2d._phases` into words: the padded, stride-split copy of image `n`, each
+        value biased by 128, four channels of a position in one word."""
+        b = k.b
+        c_count, h, w = self.shape[1:]
+        (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
+        size, groups = self.plane_size, self.groups
+        pad = ir.Constant(I8, self.pad_value ^ -128)  # pad_value + 128 as a byte
+        flip = ir.Constant(I8, -128)
+        with k.loop(len(self.phases) * groups * size * GROUP, name="fill") as i:
+            k.store(pad, k.arg["xq"], i)
+        for p, (a, bb) in enumerate(self.phases):
+            y0, x0 = (
+                -(-(top - a) // sh) if top > a else 0,
+                -(-(left - bb) // sw) if left > bb else 0,
+            )
+            y1 = min((h - 1 + top - a) // sh + 1, -(-size // pitch))
+            x1 = min((w - 1 + left - bb) // sw + 1, pitch)
+            if y1 <= y0 or x1 <= x0:
+                continue
+            with k.loop(c_count, name="pc") as c, k.loop(y1, start=y0, name="py") as yy:
+                src = b.add(
+                    b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
+                    b.add(b.mul(yy, k.i(sh)), k.i(a - top)),
+                )
+                src = b.add(b.mul(src, k.i(w)), k.i(bb - left))
+                plane = b.mul(b.add(b.mul(k.i(p), k.i(groups)), b.lshr(c, k.i(2))), k.i(size))
+                row = b.add(plane, b.mul(yy, k.i(pitch)))
+                end = b.add(plane, k.i(size))
+                lane = b.and_(c, k.i(GROUP - 1))
+                with k.loop(x1, start=x0, name="px") as xx:
+                    at = b.add(row, xx)
+                    with b.if_then(b.icmp_signed("<", at, end)):  # the plane's last row
+                        v = k.load(k.arg["x"], I8, b.add(src, b.mul(xx, k.i(sw))))
+                        dst = b.add(b.mul(at, k.i(GROUP)), lane)
+                        k.store(b.xor(v, flip), k.arg["xq"], dst)
+
+    def _tile(self, k: Kernel, q0, oc0, mr: int) -> None:
+        """Output channels [oc0, oc0 + mr) x q positions [q0, q0 + NR), into yq."""
+        b, vw = k.b, k.target.vector_width
+        iv = vec(I32, vw)
+        acc = [[k.local(iv) for _ in range(2)] for _ in range(mr)]
+        for row in acc:
+            for a in row:
+                b.store(ir.Constant(iv, [0] * vw), a)
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        phase = {ab: p for p, ab in enumerate(self.phases)}
+        taps = [(i, j, phase[i % sh, j % sw]) for i in range(kh) for j in range(kw)]
+        with k.loop(self.groups, name="g") as g:
+            for i, j, p in taps:
+                self._tap(k, acc, q0, oc0, g, i, j, p)
+        values = []
+        for r in range(mr):
+            fix = k.splat(k.load(k.arg["wsum"], I32, b.add(oc0, k.i(r))), vw)
+            values.append([b.sub(b.load(acc[r][v]), fix) for v in range(2)])
+        self._store_words(k, q0, oc0, mr, values)
+
+    def _tap(self, k: Kernel, acc, q0, oc0, g, i: int, j: int, phase: int) -> None:
+        """acc += the dot products of tap (i, j) over the four input channels of word `g`."""
+        b, vw = k.b, k.target.vector_width
+        iv = vec(I32, vw)
+        (kh, kw), (sh, sw), groups = self.kernel, self.stride, self.groups
+        plane = b.add(b.mul(k.i(phase), k.i(groups)), g)
+        at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
+        at = b.add(at, k.i(i // sh * self.pitch + j // sw))
+        xs = [k.load(k.arg["xq"], iv, b.add(at, k.i(v * vw)), align=4) for v in range(2)]
+        for r, row in enumerate(acc):
+            word = b.add(b.mul(b.add(oc0, k.i(r)), k.i(groups)), g)
+            word = b.add(b.mul(word, k.i(kh * kw)), k.i(i * kw + j))
+            w = k.splat(k.load(k.arg["wq"], I32, word), vw)
+            for v in range(2):
+                b.store(_vpdpbusd(k, b.load(row[v]), xs[v], w), row[v])
+
+    def _store_words(self, k: Kernel, q0, oc0, mr: int, values) -> None:
+        b, vw = k.b, k.target.vector_width
+        for r in range(mr):
+            ch = b.add(oc0, k.i(r))
+            base = b.add(b.mul(ch, k.i(self.q_count)), q0)
+            for v in range(2):
+                at = b.add(base, k.i(v * vw))
+                res = (
+                    k.load(k.arg["rq"], vec(I8, vw), at, align=1)
+                    if self.epilogue.residual
+                    else None
+                )
+                k.store(E.emit(k, self.epilogue, values[r][v], ch, res), k.arg["yq"], at)
+
+
+def _vpdpbusd(k: Kernel, acc: ir.Value, unsigned: ir.Value, signed: ir.Value) -> ir.Value:
+    """acc + the four products of each lane's unsigned bytes of `unsigned` and signed bytes of
+    `signed` (wrapping), one VNNI instruction."""
+    lanes = acc.type.count
+    name = f"llvm.x86.avx512.vpdpbusd.{32 * lanes}"
+    fn = k.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(k.module, ir.FunctionType(acc.type, [acc.type] * 3), name)
+    return k.b.call(fn, [acc, unsigned, signed])
