@@ -174,3 +174,23 @@ def test_bad_conv_records_are_refused(kwargs, message):
     args = {"shape": (1, 3, 8, 8), "out_channels": 4, "kernel": (3, 3), **kwargs}
     with pytest.raises(KernelError, match=message):
         Conv2d(**args)
+
+
+@pytest.mark.parametrize(
+    "cpu, features, width, register",
+    [
+        ("icelake-server", "+avx512f,+avx512bw,+avx512vl,+avx512vnni", 16, "%zmm"),
+        ("alderlake", "+avxvnni", 8, "%ymm"),  # AVX-VNNI: the VEX form, no AVX-512
+    ],
+)
+def test_the_dot_products_are_vnni_instructions(cpu, features, width, register):
+    """What a VNNI CPU would run, read from the assembly (no such CPU needed): every tap's
+    multiply-adds are vpdpbusd on full registers, none on the float unit."""
+    from tilecraft.compiler.llvm.build import assembly
+
+    t = replace(X86_64, cpu=cpu, features=features, vector_width=width)
+    lines = assembly([DotConv2d((1, 16, 8, 8), 8, (3, 3))], t).splitlines()
+    dots = [line for line in lines if "vpdpbusd" in line]
+    assert dots and all(register in line for line in dots), dots[:3]
+    assert ("{vex}" in dots[0]) == (width == 8)
+    assert not [line for line in lines if "vfmadd" in line]
