@@ -188,28 +188,38 @@ class DotConv2d(Conv2d):
                 b.store(ir.Constant(iv, [0] * vw), a)
         (kh, kw), (sh, sw) = self.kernel, self.stride
         phase = {ab: p for p, ab in enumerate(self.phases)}
-        taps = [(i, j, phase[i % sh, j % sw]) for i in range(kh) for j in range(kw)]
         with k.loop(self.groups, name="g") as g:
-            for i, j, p in taps:
-                self._tap(k, acc, q0, oc0, g, i, j, p)
+            if kh * kw > 9 and kh >= sh:  # a 7x7 kernel: a loop over its rows, so that
+                cols = sorted({j % sw for j in range(kw)})  # its IR is a seventh the size
+                with k.loop(kh, name="ki") as i:
+                    row_phase = b.mul(b.urem(i, k.i(sh)), k.i(len(cols)))
+                    for j in range(kw):
+                        p = b.add(row_phase, k.i(cols.index(j % sw)))
+                        self._tap(k, acc, q0, oc0, g, i, j, p)
+            else:
+                for i in range(kh):
+                    for j in range(kw):
+                        self._tap(k, acc, q0, oc0, g, k.i(i), j, k.i(phase[i % sh, j % sw]))
         values = []
         for r in range(mr):
             fix = k.splat(k.load(k.arg["wsum"], I32, b.add(oc0, k.i(r))), vw)
             values.append([b.sub(b.load(acc[r][v]), fix) for v in range(2)])
         self._store_words(k, q0, oc0, mr, values)
 
-    def _tap(self, k: Kernel, acc, q0, oc0, g, i: int, j: int, phase: int) -> None:
-        """acc += the dot products of tap (i, j) over the four input channels of word `g`."""
+    def _tap(self, k: Kernel, acc, q0, oc0, g, i, j: int, phase) -> None:
+        """acc += the dot products of tap (i, j) over the four input channels of word `g`
+        (`i` and the tap's stride `phase` are index values: constants or a loop's)."""
         b, vw = k.b, k.target.vector_width
         iv = vec(I32, vw)
         (kh, kw), (sh, sw), groups = self.kernel, self.stride, self.groups
-        plane = b.add(b.mul(k.i(phase), k.i(groups)), g)
+        plane = b.add(b.mul(phase, k.i(groups)), g)
         at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
-        at = b.add(at, k.i(i // sh * self.pitch + j // sw))
+        at = b.add(at, b.add(b.mul(b.udiv(i, k.i(sh)), k.i(self.pitch)), k.i(j // sw)))
         xs = [k.load(k.arg["xq"], iv, b.add(at, k.i(v * vw)), align=4) for v in range(2)]
+        tap = b.add(b.mul(i, k.i(kw)), k.i(j))
         for r, row in enumerate(acc):
             word = b.add(b.mul(b.add(oc0, k.i(r)), k.i(groups)), g)
-            word = b.add(b.mul(word, k.i(kh * kw)), k.i(i * kw + j))
+            word = b.add(b.mul(word, k.i(kh * kw)), tap)
             w = k.splat(k.load(k.arg["wq"], I32, word), vw)
             for v in range(2):
                 b.store(_vpdpbusd(k, b.load(row[v]), xs[v], w), row[v])
