@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +43,19 @@ class NativeKernel:
         self.inputs = [b for b in self.buffers if b.role == "in"]
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
         self._owner = owner  # keeps the code the address points into alive
+        # the scratch space, kept between calls (a thread's own): fresh megabytes every call
+        # cost page faults (ResNet-18's 512-channel conv: 3 ms a call against 1 ms kept)
+        self._scratch = threading.local()
+
+    def _work(self) -> dict[str, np.ndarray]:
+        work = getattr(self._scratch, "arrays", None)
+        if work is None:
+            work = self._scratch.arrays = {
+                b.name: np.empty(b.shape if b.shape else (1,), b.dtype)
+                for b in self.buffers
+                if b.role == "work"
+            }
+        return work
 
     def __call__(self, *inputs: np.ndarray):
         if len(inputs) != len(self.inputs):
@@ -49,7 +63,7 @@ class NativeKernel:
             raise DeviceError(
                 f"kernel {self.symbol} takes {len(self.inputs)} inputs ({names}), not {len(inputs)}"
             )
-        given = iter(inputs)
+        given, work = iter(inputs), self._work()
         arrays, outputs = [], []
         for b in self.buffers:
             if b.role == "in":
@@ -60,10 +74,11 @@ class NativeKernel:
                         f"expected {b.dtype}{list(b.shape)}"
                     )
                 a = np.ascontiguousarray(a)
+            elif b.role == "work":
+                a = work[b.name]
             else:
                 a = np.empty(b.shape if b.shape else (1,), b.dtype)
-                if b.role == "out":
-                    outputs.append(a)
+                outputs.append(a)
             arrays.append(a)
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         self._fn(ctypes.addressof(pointers))

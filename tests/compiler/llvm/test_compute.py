@@ -96,3 +96,35 @@ def test_a_prebuilt_library_runs_the_same_network(tmp_path):
     ref = run_model(model, x)
     for name in model.outputs:
         np.testing.assert_array_equal(ours.outputs[name], ref.outputs[name])
+
+
+def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):
+    """On a VNNI CPU a conv's weights are packed for the dot products once and kept while the
+    array is read-only (the cpu device's constants); a writable array is packed again each
+    call, so a caller that changes it gets the new weights' result, never a stale one."""
+    from tilecraft.compiler.llvm.kernels.dot_conv import dot_lanes
+    from tilecraft.ops import Computation
+    from tilecraft.ops import reference as R
+
+    if not dot_lanes(jit.target):
+        pytest.skip("this CPU has no VNNI (avx512vnni or avxvnni)")
+    op = Conv2d(n=1, ic=12, h=9, w=9, oc=8, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
+    ep = Epilogue(shift=6)
+    comp = Computation(op, ep)
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, op.input_shape).astype(np.int8)
+    weight = rng.integers(-128, 128, op.weight_shape).astype(np.int8)
+    compute = JitCompute(jit)
+
+    def result(w):
+        return compute.outputs(comp, {"input": x, "weight": w})["output"]
+
+    frozen = weight.copy()
+    frozen.setflags(write=False)
+    assert np.array_equal(result(frozen), R.conv2d(op, ep, x, frozen))
+    assert np.array_equal(result(frozen), R.conv2d(op, ep, x, frozen))
+    assert len(compute._packed) == 1
+    assert np.array_equal(result(weight), R.conv2d(op, ep, x, weight))
+    weight[:] = -weight  # changed in place: packed again
+    assert np.array_equal(result(weight), R.conv2d(op, ep, x, weight))
+    assert len(compute._packed) == 1

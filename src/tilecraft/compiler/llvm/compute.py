@@ -6,12 +6,14 @@ them: the baseline to compare the accelerator against, and the fallback when the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tilecraft.compiler.llvm.kernels import conv, dense, window
 from tilecraft.compiler.llvm.kernels import direct as D
 from tilecraft.compiler.llvm.kernels import elementwise as EW
-from tilecraft.compiler.llvm.kernels.dot_conv import for_target
+from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d, for_target
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
 from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.compiler.llvm.targets import Target
@@ -125,15 +127,32 @@ class JitCompute:
         self.jit = jit or Jit()
         self.direct = direct
         self._kernels: dict[str, tuple] = {}
+        self._packed: dict[tuple[str, int], tuple] = {}  # (pack symbol, id(weight)) -> packed
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
         key = computation_key(comp)
         found = self._kernels.get(key)
         if found is None:
             spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
-            found = self._kernels[key] = (self.jit.kernel(spec), names)
-        kernel, names = found
-        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, names, tensors))}
+            pack = None
+            if isinstance(spec, DotConv2d):  # the weights packed once, the conv takes them
+                pack, spec = self.jit.kernel(spec.weights), replace(spec, packed=True)
+            found = self._kernels[key] = (self.jit.kernel(spec), names, pack)
+        kernel, names, pack = found
+        args = kernel_arguments(comp, names, tensors)
+        if pack is not None:
+            args[1:2] = self._pack(pack, args[1])
+        return {RESULT[type(comp.op)]: kernel(*args)}
+
+    def _pack(self, pack, weight: np.ndarray) -> tuple:
+        """`weight` packed by `pack` (`DotWeights`); kept while the array is read-only (the
+        cpu device's constants: unchanged between runs), packed again each call if not."""
+        if weight.flags.writeable:
+            return pack(weight)
+        held = self._packed.get((pack.symbol, id(weight)))
+        if held is None or held[0] is not weight:
+            held = self._packed[pack.symbol, id(weight)] = (weight, *pack(weight))
+        return held[1:]
 
 
 class GpuCompute:

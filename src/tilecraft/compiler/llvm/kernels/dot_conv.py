@@ -25,7 +25,7 @@ from llvmlite import ir
 from tilecraft.compiler.llvm.irgen import I8, I32, Kernel, vec
 from tilecraft.compiler.llvm.kernels import epilogue as E
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
-from tilecraft.compiler.llvm.spec import Buffer
+from tilecraft.compiler.llvm.spec import Buffer, Spec, positive_shape
 from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 
@@ -57,6 +57,7 @@ class DotConv2d(Conv2d):
     only for a target whose `dot_lanes` is not 0."""
 
     dtype: str = "int8"
+    packed: bool = False  # takes the weights as `DotWeights` packs them (wq, wsum)
     kind: ClassVar[str] = "conv2d_dot"
 
     def __post_init__(self):
@@ -69,18 +70,26 @@ class DotConv2d(Conv2d):
         """Words of four input channels (the last padded with zero weights)."""
         return -(-self.shape[1] // GROUP)
 
+    @property
+    def weights(self) -> DotWeights:
+        """The record that packs this conv's weights (for `packed`)."""
+        return DotWeights((self.out_channels, self.shape[1], *self.kernel))
+
     def buffers(self):
         c, oc, (kh, kw) = self.shape[1], self.out_channels, self.kernel
-        ins = [Buffer("x", self.shape, "int8"), Buffer("weight", (oc, c, kh, kw), "int8")]
+        weights = self.weights.buffers()
+        ins = [Buffer("x", self.shape, "int8")]
+        if self.packed:
+            ins += [Buffer(w.name, w.shape, w.dtype) for w in weights[1:]]  # wq, wsum
+        else:
+            ins.append(Buffer("weight", (oc, c, kh, kw), "int8"))
         ins += E.vector_buffers(self.epilogue, oc)
         ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
         words = (len(self.phases), self.groups, self.plane_size, GROUP)
-        work = [
-            Buffer("xq", words, "int8", "work"),  # x + 128, four channels a word
-            Buffer("wq", (oc, self.groups, kh, kw, GROUP), "int8", "work"),
-            Buffer("wsum", (oc,), "int32", "work"),  # 128 x each output channel's weight sum
-            Buffer("yq", (oc, self.q_count), "int8", "work"),
-        ]
+        work = [Buffer("xq", words, "int8", "work")]  # x + 128, four channels a word
+        if not self.packed:
+            work += [Buffer(w.name, w.shape, w.dtype, "work") for w in weights[1:]]
+        work.append(Buffer("yq", (oc, self.q_count), "int8", "work"))
         if self.epilogue.residual:
             work.append(Buffer("rq", (oc, self.q_count), "int8", "work"))
         return (*ins, Buffer("y", self.out_shape, "int8", "out"), *work)
@@ -92,7 +101,8 @@ class DotConv2d(Conv2d):
                 f"the dot-product conv2d needs VNNI (avx512vnni or avxvnni); target "
                 f"{k.target.name} ({k.target.cpu}) has none: use conv.Conv2d"
             )
-        self._weights(k)
+        if not self.packed:
+            self.weights.emit(k)
         nr, mr, oc = 2 * k.target.vector_width, k.target.tile_rows, self.out_channels
         with k.loop(self.shape[0], name="n") as n:
             self._phases(k, n)
@@ -116,30 +126,6 @@ class DotConv2d(Conv2d):
                     if oc % mr:
                         self._tile(k, q0, k.i(oc // mr * mr), oc % mr)
             self._q_space(k, n, to_q=False)
-
-    def _weights(self, k: Kernel) -> None:
-        """wq: the weights regrouped four input channels a word (pad channels zero); wsum:
-        128 x each output channel's weight sum (wrapping), the bias correction."""
-        b = k.b
-        oc, c_count, (kh, kw) = self.out_channels, self.shape[1], self.kernel
-        taps, groups = kh * kw, self.groups
-        if c_count % GROUP:
-            with k.loop(oc * groups * taps * GROUP, name="wz") as i:
-                k.store(ir.Constant(I8, 0), k.arg["wq"], i)
-        with k.loop(oc, name="wo") as o:
-            total = k.local(I32)
-            b.store(ir.Constant(I32, 0), total)
-            with k.loop(c_count, name="wc") as c, k.loop(taps, name="wt") as t:
-                w = k.load(
-                    k.arg["weight"],
-                    I8,
-                    b.add(b.mul(b.add(b.mul(o, k.i(c_count)), c), k.i(taps)), t),
-                )
-                g, lane = b.lshr(c, k.i(2)), b.and_(c, k.i(GROUP - 1))
-                word = b.add(b.mul(b.add(b.mul(o, k.i(groups)), g), k.i(taps)), t)
-                k.store(w, k.arg["wq"], b.add(b.mul(word, k.i(GROUP)), lane))
-                b.store(b.add(b.load(total), b.sext(w, I32)), total)
-            k.store(b.shl(b.load(total), ir.Constant(I32, 7)), k.arg["wsum"], o)
 
     def _phases(self, k: Kernel, n) -> None:
         """`conv.Conv2d._phases` into words: the padded, stride-split copy of image `n`, each
@@ -237,6 +223,50 @@ class DotConv2d(Conv2d):
                     else None
                 )
                 k.store(E.emit(k, self.epilogue, values[r][v], ch, res), k.arg["yq"], at)
+
+
+@dataclass(frozen=True)
+class DotWeights(Spec):
+    """A dot-product conv's weights (`shape` (OC, C, KH, KW) int8) packed: wq, the weights
+    regrouped four input channels a word (pad channels zero); wsum, 128 x each output
+    channel's weight sum (wrapping), the bias correction. Run once per weight tensor when
+    the caller keeps the result (`DotConv2d(packed=True)`), or inside the conv."""
+
+    shape: tuple[int, int, int, int]
+    kind: ClassVar[str] = "conv2d_dot_weights"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", positive_shape("dot weights", self.shape, 4))
+
+    def buffers(self):
+        oc, c, kh, kw = self.shape
+        return (
+            Buffer("weight", self.shape, "int8"),
+            Buffer("wq", (oc, -(-c // GROUP), kh, kw, GROUP), "int8", "out"),
+            Buffer("wsum", (oc,), "int32", "out"),
+        )
+
+    def emit(self, k: Kernel) -> None:
+        b = k.b
+        oc, c_count, kh, kw = self.shape
+        taps, groups = kh * kw, -(-c_count // GROUP)
+        if c_count % GROUP:
+            with k.loop(oc * groups * taps * GROUP, name="wz") as i:
+                k.store(ir.Constant(I8, 0), k.arg["wq"], i)
+        with k.loop(oc, name="wo") as o:
+            total = k.local(I32)
+            b.store(ir.Constant(I32, 0), total)
+            with k.loop(c_count, name="wc") as c, k.loop(taps, name="wt") as t:
+                w = k.load(
+                    k.arg["weight"],
+                    I8,
+                    b.add(b.mul(b.add(b.mul(o, k.i(c_count)), c), k.i(taps)), t),
+                )
+                g, lane = b.lshr(c, k.i(2)), b.and_(c, k.i(GROUP - 1))
+                word = b.add(b.mul(b.add(b.mul(o, k.i(groups)), g), k.i(taps)), t)
+                k.store(w, k.arg["wq"], b.add(b.mul(word, k.i(GROUP)), lane))
+                b.store(b.add(b.load(total), b.sext(w, I32)), total)
+            k.store(b.shl(b.load(total), ir.Constant(I32, 7)), k.arg["wsum"], o)
 
 
 def _vpdpbusd(k: Kernel, acc: ir.Value, unsigned: ir.Value, signed: ir.Value) -> ir.Value:
