@@ -129,16 +129,19 @@ class DotConv2d(Conv2d):
 
     def _phases(self, k: Kernel, n) -> None:
         """`conv.Conv2d._phases` into words: the padded, stride-split copy of image `n`, each
-        value biased by 128, four channels of a position in one word."""
-        b = k.b
+        value biased by 128, four channels of a position in one word. Whole words of whole
+        rows go a vector at a time (`_words`: four channels' rows loaded, interleaved); the
+        rest (a last group of fewer than four channels, a plane's cut last row, the columns
+        past the last whole vector) a byte at a time."""
         c_count, h, w = self.shape[1:]
         (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
         size, groups = self.plane_size, self.groups
         pad = ir.Constant(I8, self.pad_value ^ -128)  # pad_value + 128 as a byte
-        flip = ir.Constant(I8, -128)
         with k.loop(len(self.phases) * groups * size * GROUP, name="fill") as i:
             k.store(pad, k.arg["xq"], i)
+        whole = c_count // GROUP * GROUP  # channels in whole words
         for p, (a, bb) in enumerate(self.phases):
+            # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
             y0, x0 = (
                 -(-(top - a) // sh) if top > a else 0,
                 -(-(left - bb) // sw) if left > bb else 0,
@@ -147,22 +150,102 @@ class DotConv2d(Conv2d):
             x1 = min((w - 1 + left - bb) // sw + 1, pitch)
             if y1 <= y0 or x1 <= x0:
                 continue
-            with k.loop(c_count, name="pc") as c, k.loop(y1, start=y0, name="py") as yy:
-                src = b.add(
-                    b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
-                    b.add(b.mul(yy, k.i(sh)), k.i(a - top)),
-                )
-                src = b.add(b.mul(src, k.i(w)), k.i(bb - left))
-                plane = b.mul(b.add(b.mul(k.i(p), k.i(groups)), b.lshr(c, k.i(2))), k.i(size))
-                row = b.add(plane, b.mul(yy, k.i(pitch)))
-                end = b.add(plane, k.i(size))
-                lane = b.and_(c, k.i(GROUP - 1))
-                with k.loop(x1, start=x0, name="px") as xx:
-                    at = b.add(row, xx)
-                    with b.if_then(b.icmp_signed("<", at, end)):  # the plane's last row
+            full = max(y0, min(y1, size // pitch))  # rows [y0, full) lie wholly in the plane
+            if whole and full > y0:
+                self._words(k, n, p, (a, bb), (y0, full), (x0, x1))
+                self._bytes(k, n, p, (a, bb), (0, whole), (full, y1), (x0, x1))
+            else:
+                self._bytes(k, n, p, (a, bb), (0, whole), (y0, y1), (x0, x1))
+            self._bytes(k, n, p, (a, bb), (whole, c_count), (y0, y1), (x0, x1))
+
+    def _source(self, k: Kernel, n, c, yy, phase: tuple[int, int]):
+        """The index in x of plane row `yy`'s column 0 of channel `c` (its stride phase's)."""
+        b = k.b
+        c_count, h, w = self.shape[1:]
+        sh, (top, left) = self.stride[0], self.pads[:2]
+        src = b.add(
+            b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
+            b.add(b.mul(yy, k.i(sh)), k.i(phase[0] - top)),
+        )
+        return b.add(b.mul(src, k.i(w)), k.i(phase[1] - left))
+
+    def _row(self, k: Kernel, p: int, g, yy):
+        """The word index of plane row `yy`'s column 0 (phase `p`, channel word `g`)."""
+        b = k.b
+        plane = b.mul(b.add(b.mul(k.i(p), k.i(self.groups)), g), k.i(self.plane_size))
+        return plane, b.add(plane, b.mul(yy, k.i(self.pitch)))
+
+    def _bytes(self, k: Kernel, n, p: int, phase, channels, rows, cols) -> None:
+        """Channels x rows x columns of the copy a byte at a time (guarded at the plane's
+        end, where its last row is cut)."""
+        b, sw = k.b, self.stride[1]
+        if channels[1] <= channels[0] or rows[1] <= rows[0]:
+            return
+        flip = ir.Constant(I8, -128)
+        with (
+            k.loop(channels[1], start=channels[0], name="pc") as c,
+            k.loop(rows[1], start=rows[0], name="py") as yy,
+        ):
+            src = self._source(k, n, c, yy, phase)
+            plane, row = self._row(k, p, b.lshr(c, k.i(2)), yy)
+            end = b.add(plane, k.i(self.plane_size))
+            lane = b.and_(c, k.i(GROUP - 1))
+            with k.loop(cols[1], start=cols[0], name="px") as xx:
+                at = b.add(row, xx)
+                with b.if_then(b.icmp_signed("<", at, end)):  # the plane's last row
+                    v = k.load(k.arg["x"], I8, b.add(src, b.mul(xx, k.i(sw))))
+                    dst = b.add(b.mul(at, k.i(GROUP)), lane)
+                    k.store(b.xor(v, flip), k.arg["xq"], dst)
+
+    def _words(self, k: Kernel, n, p: int, phase, rows, cols) -> None:
+        """Whole words of whole rows: per vector of V columns, each of the word's four
+        channels' V bytes loaded (V x stride contiguous bytes, every stride-th kept),
+        interleaved into V words, biased, stored; the columns past the last whole vector
+        (or whose load would pass the row's end) a byte at a time."""
+        b, sw, w = k.b, self.stride[1], self.shape[3]
+        lanes = k.target.vector_width  # V columns: 4V bytes, one register
+        x0, x1 = cols
+        first = x0 * sw + phase[1] - self.pads[1]  # x column of plane column x0
+        vectors = 0
+        while x0 + (vectors + 1) * lanes <= x1 and first + ((vectors + 1) * lanes) * sw <= w:
+            vectors += 1
+        keep = ir.Constant(vec(I32, lanes), [i * sw for i in range(lanes)])
+        join = ir.Constant(vec(I32, 2 * lanes), list(range(2 * lanes)))
+        weave = ir.Constant(
+            vec(I32, GROUP * lanes),
+            [lane * lanes + i for i in range(lanes) for lane in range(GROUP)],
+        )
+        flip = ir.Constant(vec(I8, GROUP * lanes), [-128] * (GROUP * lanes))
+        with (
+            k.loop(self.groups if self.shape[1] % GROUP == 0 else self.groups - 1, name="wg") as g,
+            k.loop(rows[1], start=rows[0], name="wy") as yy,
+        ):
+            _, row = self._row(k, p, g, yy)
+            srcs = [
+                self._source(k, n, b.add(b.shl(g, k.i(2)), k.i(lane)), yy, phase)
+                for lane in range(GROUP)
+            ]
+            if vectors:
+                with k.loop(vectors, name="wv") as m:
+                    xx = b.add(k.i(x0), b.mul(m, k.i(lanes)))
+                    parts = []
+                    for src in srcs:
+                        v = k.load(
+                            k.arg["x"], vec(I8, lanes * sw), b.add(src, b.mul(xx, k.i(sw))), align=1
+                        )
+                        parts.append(v if sw == 1 else b.shuffle_vector(v, v, keep))
+                    low = b.shuffle_vector(parts[0], parts[1], join)
+                    high = b.shuffle_vector(parts[2], parts[3], join)
+                    words = b.xor(b.shuffle_vector(low, high, weave), flip)
+                    k.store(words, k.arg["xq"], b.mul(b.add(row, xx), k.i(GROUP)))
+            rest = x0 + vectors * lanes
+            if rest < x1:
+                flip1 = ir.Constant(I8, -128)
+                with k.loop(x1, start=rest, name="wx") as xx:
+                    at = b.mul(b.add(row, xx), k.i(GROUP))
+                    for lane, src in enumerate(srcs):
                         v = k.load(k.arg["x"], I8, b.add(src, b.mul(xx, k.i(sw))))
-                        dst = b.add(b.mul(at, k.i(GROUP)), lane)
-                        k.store(b.xor(v, flip), k.arg["xq"], dst)
+                        k.store(b.xor(v, flip1), k.arg["xq"], b.add(at, k.i(lane)))
 
     def _tile(self, k: Kernel, q0, oc0, mr: int) -> None:
         """Output channels [oc0, oc0 + mr) x q positions [q0, q0 + NR), into yq."""
