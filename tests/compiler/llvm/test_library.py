@@ -11,6 +11,7 @@ import pytest
 from tilecraft.compiler.llvm.host import host_entries
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
 from tilecraft.compiler.llvm.kernels.elementwise import Quantize
+from tilecraft.compiler.llvm.kernels.window import DepthwiseConv
 from tilecraft.compiler.llvm.library import build_library
 from tilecraft.compiler.llvm.targets import target
 from tilecraft.errors import KernelError
@@ -27,6 +28,10 @@ CONV = Conv2d((1, 8, 9, 11), 13, (3, 3), (2, 2), (1, 1, 1, 1), "int8", epilogue=
               pad_value=-4)  # fmt: skip
 FLOAT_CONV = Conv2d((1, 5, 8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), bias=True)
 QUANT = H.Quantize(0.25, 1)
+DW_EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3)
+DEPTHWISE = DepthwiseConv(
+    (1, 5, 9, 25), (3, 3), (2, 2), (1, 1, 1, 1), DW_EP, -6
+)  # 13 outputs a row
 
 
 def _conv_case(rng):
@@ -43,7 +48,7 @@ def _conv_case(rng):
 def libraries(tmp_path_factory):
     folder = tmp_path_factory.mktemp("libraries")
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
-    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1)]
+    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE]
     return folder, {
         t: build_library(specs, target(t), folder, t, host) for t in ("x86_64", "armv7", "aarch64")
     }
@@ -125,6 +130,15 @@ def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
     q = rng.standard_normal((3, 5)).astype(np.float32) * 9
     got = emu.call(Quantize((3, 5), 0.25, 1).signature(), [q]).outputs[0]
     assert np.array_equal(got, H.run(QUANT, [q], {}))
+    x = rng.integers(-128, 128, DEPTHWISE.shape).astype(np.int8)  # vectors of outputs, NEON's
+    consts = {
+        "weight": rng.integers(-128, 128, (5, 1, 3, 3)).astype(np.int8),
+        "bias": rng.integers(-2000, 2000, 5).astype(np.int32),
+        "multiplier": rng.integers(1, 300, 5).astype(np.int32),
+    }
+    got = emu.call(DEPTHWISE.signature(), [x, *consts.values()]).outputs[0]
+    op = H.DepthwiseConv((3, 3), (2, 2), (1, 1, 1, 1), DW_EP, -6)
+    assert np.array_equal(got, H.run(op, [x], consts))
 
 
 def test_unknown_targets_are_named():

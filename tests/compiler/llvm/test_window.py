@@ -45,9 +45,20 @@ def test_avgpool_does_not_count_padding(jit, seed):
     np.testing.assert_allclose(got, windows[0] / windows[1], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("seed", range(6))
+WIDE = [  # rows of several vectors of outputs, a partial last one or none
+    ((1, 5, 9, 37), (3, 3), (1, 1), (1, 1, 1, 1)),
+    ((1, 3, 11, 64), (3, 3), (2, 2), (1, 1, 1, 1)),
+    ((2, 4, 8, 50), (5, 5), (2, 2), (2, 1, 2, 3)),
+    ((1, 2, 7, 33), (7, 3), (1, 3), (3, 0, 3, 2)),
+    ((1, 3, 6, 32), (1, 1), (1, 1), (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("seed", range(6 + len(WIDE)))
 def test_depthwise_conv_with_the_accelerator_epilogue(jit, seed):
     rng, shape, kernel, stride, pads = _case(seed)
+    if seed >= 6:
+        shape, kernel, stride, pads = WIDE[seed - 6]
     ep = [
         Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3),
         Epilogue(acc_bounds=True, bias=True, multiplier=Multiplier.CHANNEL, shift=6, pre_shift=4),

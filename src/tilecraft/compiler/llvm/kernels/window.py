@@ -13,11 +13,13 @@ from typing import ClassVar
 
 from llvmlite import ir
 
-from tilecraft.compiler.llvm.irgen import DTYPES, F32, I8, I32, I64, Kernel
+from tilecraft.compiler.llvm.irgen import DTYPES, F32, I8, I16, I32, I64, Kernel, vec
 from tilecraft.compiler.llvm.kernels import epilogue as E
 from tilecraft.compiler.llvm.spec import Buffer, Spec, dtype_of, positive_shape
 from tilecraft.errors import KernelError
 from tilecraft.ops.operators import Epilogue
+
+MAX_LANES = 16  # outputs of a vector, at most (AVX-512's int32 lanes)
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,12 @@ class _Window(Spec):
     def out_shape(self) -> tuple[int, int, int, int]:
         return (self.shape[0], self.shape[1], *self.out_hw)
 
-    def _plane(self, k: Kernel, t: ir.Type, plane, fill: ir.Constant) -> None:
-        """Copy input plane `plane` (n * C + c) into the padded scratch plane."""
+    def _plane(self, k: Kernel, t: ir.Type, plane, fill: ir.Constant, width=None) -> None:
+        """Copy input plane `plane` (n * C + c) into the padded scratch plane (rows `width`
+        wide, the padded width unless given)."""
         b = k.b
         (h, w), (ph, pw), (top, left) = self.shape[2:], self.padded_hw, self.pads[:2]
+        pw = width or pw
         with k.loop(ph * pw, name="fill") as i:
             k.store(fill, k.arg["pad"], i)
         src = b.mul(plane, k.i(h * w))
@@ -193,17 +197,30 @@ class DepthwiseConv(_Window):
         if self.dtype == "float32" and (self.epilogue != Epilogue() or self.pad_value):
             raise KernelError("a float32 depthwise conv takes a bias and a clip, not an epilogue")
 
+    @property
+    def row_width(self) -> int:
+        """int8: the padded plane's row, wide enough for whole vectors of outputs (up to
+        MAX_LANES of them, every tap of the last one loaded whole) to read no bounds."""
+        (ow, (_, pw), kw, sw) = self.out_hw[1], self.padded_hw, self.kernel[1], self.stride[1]
+        return max(pw, -(-ow // MAX_LANES) * MAX_LANES * sw + kw - 1)
+
     def buffers(self):
         c, t = self.shape[1], self.dtype
         vectors = (
             E.vector_buffers(self.epilogue, c) if t == "int8" else [Buffer("bias", (c,), "float32")]
         )
+        work = [self._work(t)]
+        if t == "int8":  # wider rows, and a vector's worth of a row's last outputs
+            work = [
+                Buffer("pad", (self.padded_hw[0], self.row_width), t, "work"),
+                Buffer("tail", (MAX_LANES,), t, "work"),
+            ]
         return (
             Buffer("x", self.shape, t),
             Buffer("weight", (c, 1, *self.kernel), t),
             *vectors,
             Buffer("y", self.out_shape, t, "out"),
-            self._work(t),
+            *work,
         )
 
     def emit(self, k: Kernel) -> None:
@@ -214,21 +231,13 @@ class DepthwiseConv(_Window):
         with k.loop(self.shape[0] * c_count, name="plane") as p:
             c = b.srem(p, k.i(c_count))
             pad = ir.Constant(I8, int(self.pad_value)) if integer else ir.Constant(F32, 0.0)
-            self._plane(k, t, p, pad)
+            self._plane(k, t, p, pad, self.row_width if integer else None)
             taps = [
                 k.load(k.arg["weight"], t, b.add(b.mul(c, k.i(kh * kw)), k.i(i)))
                 for i in range(kh * kw)
             ]
             if integer:
-                taps = [b.sext(w, I32) for w in taps]
-                self._windows(
-                    k,
-                    I8,
-                    p,
-                    lambda: ir.Constant(I32, 0),
-                    lambda acc, v, i, j: b.add(acc, b.mul(b.sext(v, I32), taps[i * kw + j])),
-                    lambda acc, out: k.store(E.emit(k, self.epilogue, acc, c), k.arg["y"], out),
-                )
+                self._vector_windows(k, p, c, taps)
             else:
                 bias = k.load(k.arg["bias"], F32, c)
                 self._windows(
@@ -239,6 +248,45 @@ class DepthwiseConv(_Window):
                     lambda acc, v, i, j: k.fmuladd(v, taps[i * kw + j], acc),
                     lambda acc, out: k.store(self._clipped(k, acc), k.arg["y"], out),
                 )
+
+    def _vector_windows(self, k: Kernel, plane, c, taps: list) -> None:
+        """int8: a vector of V consecutive outputs of a row at a time (V the target's
+        vector width): per tap, V inputs (V x stride bytes loaded, every stride-th kept)
+        times the tap's weight in 16 bits (exact: |w x| <= 2**14), summed in int32, then
+        the epilogue on the vector. A row's last, partial vector is stored to `tail` and its
+        outputs copied from there."""
+        b = k.b
+        lanes = k.target.vector_width
+        (oh, ow), (kh, kw), (sh, sw) = self.out_hw, self.kernel, self.stride
+        width = self.row_width
+        i16, i32 = vec(I16, lanes), vec(I32, lanes)
+        weights = [k.splat(b.sext(w, I16), lanes) for w in taps]
+        keep = ir.Constant(vec(I32, lanes), [i * sw for i in range(lanes)])
+        chunks = -(-ow // lanes)
+        with k.loop(oh, name="oy") as y, k.loop(chunks, name="ov") as m:
+            x = b.mul(m, k.i(lanes))
+            corner = b.add(b.mul(b.mul(y, k.i(sh)), k.i(width)), b.mul(x, k.i(sw)))
+            acc = ir.Constant(i32, [0] * lanes)
+            for i in range(kh):
+                for j in range(kw):
+                    at = b.add(corner, k.i(i * width + j))
+                    v = k.load(k.arg["pad"], vec(I8, lanes * sw), at, align=1)
+                    v = v if sw == 1 else b.shuffle_vector(v, v, keep)
+                    product = b.mul(b.sext(v, i16), weights[i * kw + j])
+                    acc = b.add(acc, b.sext(product, i32))
+            out = b.add(b.mul(plane, k.i(oh * ow)), b.add(b.mul(y, k.i(ow)), x))
+            result = E.emit(k, self.epilogue, acc, c)
+            if ow % lanes == 0:
+                k.store(result, k.arg["y"], out)
+            else:
+                with b.if_else(b.icmp_signed("<", m, k.i(chunks - 1))) as (whole, part):
+                    with whole:
+                        k.store(result, k.arg["y"], out)
+                    with part:
+                        k.store(result, k.arg["tail"], k.i(0))
+                        with k.loop(ow % lanes, name="ot") as t:
+                            v = k.load(k.arg["tail"], I8, t)
+                            k.store(v, k.arg["y"], b.add(out, t))
 
     def _clipped(self, k: Kernel, x):
         if self.clip is None:
