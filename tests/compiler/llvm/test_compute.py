@@ -102,12 +102,12 @@ def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):
     """On a VNNI CPU a conv's weights are packed for the dot products once and kept while the
     array is read-only (the cpu device's constants); a writable array is packed again each
     call, so a caller that changes it gets the new weights' result, never a stale one."""
-    from tilecraft.compiler.llvm.kernels.dot_conv import dot_lanes
+    from tilecraft.compiler.llvm.kernels.dot_conv import dot_form
     from tilecraft.ops import Computation
     from tilecraft.ops import reference as R
 
-    if not dot_lanes(jit.target):
-        pytest.skip("this CPU has no VNNI (avx512vnni or avxvnni)")
+    if not dot_form(jit.target):
+        pytest.skip("this CPU has no integer dot products (VNNI, NEON)")
     op = Conv2d(n=1, ic=12, h=9, w=9, oc=8, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
     ep = Epilogue(shift=6)
     comp = Computation(op, ep)

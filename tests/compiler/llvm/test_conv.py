@@ -9,8 +9,8 @@ import pytest
 from tiers import slow
 
 from tilecraft.compiler.llvm.kernels.conv import EXACT_TERMS, Conv2d
-from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d, dot_lanes, for_target
-from tilecraft.compiler.llvm.targets import AARCH64, ARMV7, X86_64, host
+from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d, dot_form, for_target
+from tilecraft.compiler.llvm.targets import AARCH64, ARMV7, NVPTX, X86_64, host
 from tilecraft.errors import KernelError
 from tilecraft.ops import reference as R
 from tilecraft.ops.operators import Conv2d as ConvOp
@@ -60,15 +60,20 @@ EPILOGUES = [
 ]
 
 
+def _dot_products(*args, **kwargs):
+    """The dot-product record in this CPU's form and tile."""
+    return DotConv2d(*args, **kwargs, form=dot_form(host()) or "vnni", rows=host().tile_rows)
+
+
 def _int8_records(jit):
     """The int8 conv records this machine builds: the float datapath's, and the integer dot
     products' where the CPU has them (skipped, with the reason, where it has none)."""
     return [
         Conv2d,
         pytest.param(
-            DotConv2d,
+            _dot_products,
             marks=pytest.mark.skipif(
-                not dot_lanes(host()), reason="this CPU has no VNNI (avx512vnni or avxvnni)"
+                not dot_form(host()), reason="this CPU has no integer dot products (VNNI, NEON)"
             ),
         ),
     ]
@@ -134,46 +139,42 @@ def test_the_int32_sums_wrap_as_the_reference_does(jit):
     op = ConvOp(n=1, ic=15000, h=3, w=3, oc=oc, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
     want = R.conv2d(op, Epilogue(shift=24), x, w)
     assert 9 * 15000 * 127 * 127 > 2**31 and want.min() < 0  # the centre's sum wrapped
-    for record in (Conv2d, DotConv2d) if dot_lanes(host()) else (Conv2d,):
+    for record in (Conv2d, _dot_products) if dot_form(host()) else (Conv2d,):
         spec = record(shape, oc, (3, 3), (1, 1), (1, 1, 1, 1), "int8", epilogue=Epilogue(shift=24))
-        assert np.array_equal(jit.kernel(spec)(x, w), want), record.__name__
+        assert np.array_equal(jit.kernel(spec)(x, w), want), spec
 
 
-def test_the_dot_product_record_is_chosen_where_the_target_has_vnni():
+def test_the_dot_product_record_is_chosen_where_the_target_has_them():
     spec = Conv2d((1, 8, 6, 6), 4, (3, 3), dtype="int8")
-    for t in (X86_64, ARMV7, AARCH64):  # x86-64-v3 (AVX2), Cortex-A9, Cortex-A53: no VNNI
-        assert for_target(spec, t) is spec and not dot_lanes(t)
-    wide = replace(X86_64, cpu="icelake-server", features="+avx512f,+avx512vnni", vector_width=16)
-    assert type(for_target(spec, wide)) is DotConv2d and dot_lanes(wide) == 16
-    assert dot_lanes(replace(X86_64, features="+avxvnni")) == 8
+    for t in (X86_64, NVPTX):  # x86-64-v3 (AVX2 only), a GPU: none
+        assert for_target(spec, t) is spec and dot_form(t) is None
+    for t in (ARMV7, AARCH64):  # the boards' Cortex-A9 and A53: NEON's widening products
+        assert for_target(spec, t) == DotConv2d(**spec.__dict__, form="neon", rows=t.tile_rows)
+    wide = replace(
+        X86_64, cpu="icelake-server", features="+avx512f,+avx512vnni", vector_width=16, tile_rows=8
+    )
+    assert for_target(spec, wide) == DotConv2d(**spec.__dict__, form="vnni", rows=8)
+    assert dot_form(replace(X86_64, features="+avxvnni")) == "vnni"
     float_spec = Conv2d((1, 8, 6, 6), 4, (3, 3))
     assert for_target(float_spec, wide) is float_spec  # float32 stays on the float datapath
 
 
-def test_the_dot_product_record_refuses_a_target_without_vnni():
+def test_the_dot_product_record_refuses_a_target_without_its_form():
     from tilecraft.compiler.llvm.build import module_ir
 
-    spec = DotConv2d((1, 8, 6, 6), 4, (3, 3))
-    with pytest.raises(KernelError, match="needs VNNI .* target x86_64 .* use conv.Conv2d"):
-        module_ir([spec], X86_64)
+    with pytest.raises(KernelError, match="vnni dot-product conv2d needs VNNI .* target x86_64"):
+        module_ir([DotConv2d((1, 8, 6, 6), 4, (3, 3))], X86_64)
+    with pytest.raises(
+        KernelError,
+        match="neon dot-product conv2d needs ARM NEON; target x86_64 .* has no dot products",
+    ):
+        module_ir([DotConv2d((1, 8, 6, 6), 4, (3, 3), form="neon")], X86_64)
     with pytest.raises(KernelError, match="dot-product conv2d is int8, not float32"):
         DotConv2d((1, 8, 6, 6), 4, (3, 3), dtype="float32")
-
-
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        ({"kernel": (9, 9)}, "larger than the padded input"),
-        ({"dtype": "int16"}, "no kernel for dtype int16"),
-        ({"epilogue": Epilogue(shift=3)}, "not an int8 epilogue"),
-        ({"dtype": "int8", "relu": True}, "states bias and ReLU in its epilogue"),
-        ({"pads": (1, 1, 1)}, "pads must be 4 ints"),
-    ],
-)
-def test_bad_conv_records_are_refused(kwargs, message):
-    args = {"shape": (1, 3, 8, 8), "out_channels": 4, "kernel": (3, 3), **kwargs}
-    with pytest.raises(KernelError, match=message):
-        Conv2d(**args)
+    with pytest.raises(KernelError, match="form 'sve'; valid: vnni, neon"):
+        DotConv2d((1, 8, 6, 6), 4, (3, 3), form="sve")
+    with pytest.raises(KernelError, match="tile has 1-16 rows, not 0"):
+        DotConv2d((1, 8, 6, 6), 4, (3, 3), rows=0)
 
 
 @pytest.mark.parametrize(
@@ -194,3 +195,19 @@ def test_the_dot_products_are_vnni_instructions(cpu, features, width, register):
     assert dots and all(register in line for line in dots), dots[:3]
     assert ("{vex}" in dots[0]) == (width == 8)
     assert not [line for line in lines if "vfmadd" in line]
+
+
+@pytest.mark.parametrize(
+    "t, multiply, accumulate",
+    [(ARMV7, "vmull.s8", "vpadal.s16"), (AARCH64, "smull", "sadalp")],
+    ids=["armv7", "aarch64"],
+)
+def test_the_dot_products_are_neon_widening_instructions(t, multiply, accumulate):
+    """The boards' kernels, from the assembly: 8 products of bytes in 16 bits, added pairwise
+    into the int32 lanes, as many of each; no float multiply-add, no conversion."""
+    from tilecraft.compiler.llvm.build import assembly
+
+    spec = DotConv2d((1, 16, 8, 8), 8, (3, 3), form="neon")
+    ops = [line.split()[0] for line in assembly([spec], t).splitlines() if line.startswith("\t")]
+    assert ops.count(multiply) == ops.count(accumulate) >= 9 * 4 * 2  # taps x rows x vectors
+    assert not {"vmla.f32", "fmla", "vcvt.f32.s32", "scvtf"} & set(ops)

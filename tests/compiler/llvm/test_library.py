@@ -10,6 +10,7 @@ import pytest
 
 from tilecraft.compiler.llvm.host import host_entries
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
+from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d
 from tilecraft.compiler.llvm.kernels.elementwise import Quantize
 from tilecraft.compiler.llvm.kernels.window import DepthwiseConv
 from tilecraft.compiler.llvm.library import build_library
@@ -26,6 +27,7 @@ pytest.importorskip("ziglang", reason="linking shared objects needs ziglang (the
 EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=12, relu=True, offset=-2)
 CONV = Conv2d((1, 8, 9, 11), 13, (3, 3), (2, 2), (1, 1, 1, 1), "int8", epilogue=EP,
               pad_value=-4)  # fmt: skip
+NEON_CONV = DotConv2d(**CONV.__dict__, form="neon")  # the boards' int8 conv (for_target's)
 FLOAT_CONV = Conv2d((1, 5, 8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), bias=True)
 QUANT = H.Quantize(0.25, 1)
 DW_EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3)
@@ -49,8 +51,10 @@ def libraries(tmp_path_factory):
     folder = tmp_path_factory.mktemp("libraries")
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
     specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE]
+    arm = [NEON_CONV]  # the ARM cores' own
     return folder, {
-        t: build_library(specs, target(t), folder, t, host) for t in ("x86_64", "armv7", "aarch64")
+        t: build_library(specs + (arm if t != "x86_64" else []), target(t), folder, t, host)
+        for t in ("x86_64", "armv7", "aarch64")
     }
 
 
@@ -118,6 +122,10 @@ def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
     args, want = _conv_case(np.random.default_rng(2))
     run = emu.call(CONV.signature(), args)
     assert np.array_equal(run.outputs[0], want) and run.instructions > 10_000
+    dot = emu.call(NEON_CONV.signature(), args)  # NEON's widening products
+    assert np.array_equal(dot.outputs[0], want)
+    if arch == "armv7":  # no int8 -> float conversions, 8 products in two instructions
+        assert dot.instructions < run.instructions
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((1, 5, 8, 8)), rng.standard_normal((6, 5, 3, 3))
     bias = rng.standard_normal(6)
