@@ -172,6 +172,7 @@ class CpuDevice:
         # each program's constants unpacked once (ResNet-18's weights: 11 MB, ~10 ms a run);
         # keyed by identity, the program held so that its id is not reused
         self._constants: dict[int, tuple[Program, dict]] = {}
+        self._prepared: dict[int, object] = {}  # the models whose kernels are ready, by id
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:
@@ -199,6 +200,24 @@ class CpuDevice:
                 pack(program.config, b.layout, outs[b.name]) if b.layout else outs[b.name]
             )
         return RunResult(result, CpuReport(time.perf_counter() - start))
+
+    def prepare(self, model) -> None:
+        """Ready the kernels of `model`'s accelerator steps before its first run, where the
+        backend can build them all at once (`prepare`); once per model."""
+        prepare = getattr(self.compute, "prepare", None)
+        if prepare is None or self._prepared.get(id(model)) is model:
+            return
+        from tilecraft.runtime.model import AcceleratorStep
+
+        computations = []
+        for step in model.steps:
+            if isinstance(step, AcceleratorStep):
+                program = model.programs[step.program]
+                computations += [layer.computation for layer in step.layers] or [
+                    program.computation
+                ]
+        prepare([c for c in computations if c is not None])
+        self._prepared[id(model)] = model
 
     def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:
         """The outputs (logical) of `program` from logical inputs: its `layers` in order

@@ -78,6 +78,10 @@ def run_model(
     integer reference when it is None. With `keep`, every tensor is returned."""
     host = host or NumpyKernels()
     check_names(model.name, model.inputs, inputs)
+    for backend in (device, host):  # kernels compiled here: all at once, before the first step
+        prepare = getattr(backend, "prepare", None)
+        if prepare is not None:
+            prepare(model)
     values = {}
     for name in model.inputs:
         spec = model.tensor(name)

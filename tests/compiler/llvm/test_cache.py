@@ -55,3 +55,21 @@ def test_no_temp_files_are_left_behind(tmp_path):
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("TILECRAFT_CACHE", str(tmp_path))
     assert KernelCache().folder == tmp_path / "kernels"
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
+def test_a_models_kernels_build_at_once_on_threads(tmp_path, cached):
+    """`Jit.build` compiles the records not yet built on several threads (each module in an
+    LLVM context of its own), once: the kernels it built load without compiling again, and
+    compute what the ones built one at a time do."""
+    specs = [Quantize((3, 5 + i), 0.25 * (i + 1), i) for i in range(4)]
+    jit = Jit(KernelCache(tmp_path) if cached else False)
+    jit.build(specs + specs[:1], workers=2)
+    assert jit.built == 4
+    jit.build(specs)  # nothing left to build
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32) * 9
+    alone = Jit(False)
+    for spec in specs:
+        got = jit.kernel(spec)(x[:, : spec.shape[1]])
+        assert np.array_equal(got, alone.kernel(spec)(x[:, : spec.shape[1]]))
+    assert jit.built == 4  # loading compiled nothing more

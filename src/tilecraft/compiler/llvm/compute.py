@@ -144,6 +144,20 @@ class JitCompute:
             args[1:2] = self._pack(pack, args[1])
         return {RESULT[type(comp.op)]: kernel(*args)}
 
+    def prepare(self, computations) -> None:
+        """Compile the kernels of `computations` all at once (`jit.Jit.build`: on every core),
+        before their first use."""
+        specs = []
+        for comp in computations:
+            if computation_key(comp) in self._kernels:
+                continue
+            spec, _ = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
+            if isinstance(spec, DotConv2d):
+                specs += [spec.weights, replace(spec, packed=True)]
+            else:
+                specs.append(spec)
+        self.jit.build(specs)
+
     def _pack(self, pack, weight: np.ndarray) -> tuple:
         """`weight` packed by `pack` (`DotWeights`); kept while the array is read-only (the
         cpu device's constants: unchanged between runs), packed again each call if not."""

@@ -66,6 +66,17 @@ class LlvmKernels(HostStepKernels):
         spec, bind = host_kernel(op, shapes)
         return self.jit.kernel(spec), bind
 
+    def prepare(self, model) -> None:
+        """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`)."""
+        from tilecraft.runtime.model import HostStep
+
+        steps = [
+            (s.op, [model.tensor(i).shape for i in s.inputs])
+            for s in model.steps
+            if isinstance(s, HostStep)
+        ]
+        self.jit.build([spec for spec, _ in host_entries(steps)])
+
 
 def host_entries(steps) -> list[tuple[Spec, dict]]:
     """The kernel records of a model's host steps, each with the manifest entry that lets a

@@ -3,6 +3,9 @@ cached on disk (`cache.KernelCache`), each returned as a `runtime.kernels.Native
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 from tilecraft.compiler.llvm.build import object_code
 from tilecraft.compiler.llvm.cache import KernelCache
 from tilecraft.compiler.llvm.spec import Spec
@@ -25,13 +28,40 @@ class Jit:
         self.cache = KernelCache() if cache is None else cache or None
         self._engine = b.create_mcjit_compiler(b.parse_assembly(""), machine(self.target))
         self._loaded: dict[str, NativeKernel] = {}
+        self._built: dict[str, bytes] = {}  # compiled by `build`, not loaded yet (no cache)
         self.built = 0  # kernels compiled by this instance (not found in the cache)
+
+    def build(self, specs, workers: int | None = None) -> None:
+        """Compile every record of `specs` not yet loaded nor cached, on `workers` threads at
+        once (the machine's cores by default: LLVM runs outside the GIL), so that a model's
+        first run does not compile its kernels one after another."""
+        missing, seen = [], set()
+        for spec in specs:
+            if spec.symbol in seen or spec.symbol in self._loaded or spec.symbol in self._built:
+                continue
+            seen.add(spec.symbol)
+            if not (self.cache and self.cache.get(spec, self.target)):
+                missing.append(spec)
+        workers = min(len(missing), workers or os.cpu_count() or 1)
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                objects = list(pool.map(lambda s: object_code([s], self.target), missing))
+        else:
+            objects = [object_code([s], self.target) for s in missing]
+        for spec, obj in zip(missing, objects):
+            self.built += 1
+            if self.cache:
+                self.cache.put(spec, self.target, obj)
+            else:
+                self._built[spec.symbol] = obj
 
     def kernel(self, spec: Spec) -> NativeKernel:
         found = self._loaded.get(spec.symbol)
         if found is not None:
             return found
-        obj = self.cache.get(spec, self.target) if self.cache else None
+        obj = self._built.pop(spec.symbol, None)
+        if obj is None and self.cache:
+            obj = self.cache.get(spec, self.target)
         if obj is None:
             obj = object_code([spec], self.target)
             self.built += 1
