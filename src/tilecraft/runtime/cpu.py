@@ -14,6 +14,7 @@ import ctypes
 import json
 import platform
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,10 +170,10 @@ class CpuDevice:
     def __init__(self, compute: ComputeKernels, name: str = "cpu"):
         self.compute = compute
         self.name = name  # "gpu" for the same device on GPU kernels
-        # each program's constants unpacked once (ResNet-18's weights: 11 MB, ~10 ms a run);
-        # keyed by identity, the program held so that its id is not reused
-        self._constants: dict[int, tuple[Program, dict]] = {}
-        self._prepared: dict[int, object] = {}  # the models whose kernels are ready, by id
+        # each program's constants unpacked once (ResNet-18's weights: 11 MB, ~10 ms a run),
+        # by the program's id while it lives (weakly held: a dropped program frees them)
+        self._constants: dict[int, tuple[weakref.ref, dict]] = {}
+        self._prepared: dict[int, weakref.ref] = {}  # the models whose kernels are ready
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:
@@ -205,7 +206,7 @@ class CpuDevice:
         """Ready the kernels of `model`'s accelerator steps before its first run, where the
         backend can build them all at once (`prepare`); once per model."""
         prepare = getattr(self.compute, "prepare", None)
-        if prepare is None or self._prepared.get(id(model)) is model:
+        if prepare is None or _alive(self._prepared, model):
             return
         from tilecraft.runtime.model import AcceleratorStep
 
@@ -217,20 +218,38 @@ class CpuDevice:
                     program.computation
                 ]
         prepare([c for c in computations if c is not None])
-        self._prepared[id(model)] = model
+        _hold(self._prepared, model, None)
 
     def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:
         """The outputs (logical) of `program` from logical inputs: its `layers` in order
         (`runtime.model.ChainLayer`), or its own computation when there are none."""
-        held = self._constants.get(id(program))
-        if held is None or held[0] is not program:
-            constants = {k: v.view() for k, v in logical_constants(program).items()}
-            for value in constants.values():
+        constants = _alive(self._constants, program)
+        if constants is None:
+            constants = logical_constants(program)
+            for name, value in constants.items():
+                if value is program.constants[name]:  # the program's own: a read-only view
+                    value = constants[name] = value.view()
                 value.setflags(write=False)  # shared by every run: no kernel may write them
-            held = self._constants[id(program)] = (program, constants)
+            _hold(self._constants, program, constants)
         return chain_outputs(
-            program, layers, logical, self.compute.outputs, every, constants=held[1]
+            program, layers, logical, self.compute.outputs, every, constants=constants
         )
+
+
+def _alive(table: dict, key_object):
+    """What `table` keeps for `key_object` (by id, while that object lives), else None; True
+    for an entry that keeps nothing but the object's being there."""
+    held = table.get(id(key_object))
+    if held is None or held[0]() is not key_object:
+        return None
+    return True if held[1] is None else held[1]
+
+
+def _hold(table: dict, key_object, value) -> None:
+    """Keep `value` for `key_object` while it lives (dropped with it)."""
+    key = id(key_object)
+    table[key] = (weakref.ref(key_object), value)
+    weakref.finalize(key_object, table.pop, key, None)
 
 
 def cpu_device(library: str | Path | None = None) -> CpuDevice:

@@ -58,10 +58,10 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
-def test_a_models_kernels_build_at_once_on_threads(tmp_path, cached):
-    """`Jit.build` compiles the records not yet built on several threads (each module in an
-    LLVM context of its own), once: the kernels it built load without compiling again, and
-    compute what the ones built one at a time do."""
+def test_a_models_kernels_build_at_once_in_processes(tmp_path, cached):
+    """`Jit.build` compiles the records not yet built in several processes, once: the
+    kernels it built load without compiling again, and compute what the ones built one at a
+    time do."""
     specs = [Quantize((3, 5 + i), 0.25 * (i + 1), i) for i in range(4)]
     jit = Jit(KernelCache(tmp_path) if cached else False)
     jit.build(specs + specs[:1], workers=2)

@@ -127,4 +127,11 @@ def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):
     assert np.array_equal(result(weight), R.conv2d(op, ep, x, weight))
     weight[:] = -weight  # changed in place: packed again
     assert np.array_equal(result(weight), R.conv2d(op, ep, x, weight))
+    view = weight.view()  # read-only, but over memory that can change: packed each call too
+    view.setflags(write=False)
+    assert np.array_equal(result(view), R.conv2d(op, ep, x, weight))
+    weight[:] = weight[::-1]
+    assert np.array_equal(result(view), R.conv2d(op, ep, x, weight))
     assert len(compute._packed) == 1
+    del frozen  # the packed copy goes with the weights
+    assert len(compute._packed) == 0

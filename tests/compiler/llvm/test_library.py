@@ -153,3 +153,48 @@ def test_unknown_targets_are_named():
     with pytest.raises(KernelError, match="unknown kernel target 'mips'; valid: host, armv7"):
         target("mips")
     assert target("pynq-z1").name == "armv7" and target("kv260").name == "aarch64"
+
+
+@pytest.mark.slow
+def test_the_cpu_devices_packing_on_a_neon_core(tmp_path):
+    """JitCompute as it runs on an ARM board's own CPU, under emulation: a conv on NEON's
+    dot products takes its weights packed once (DotWeights, one output: wq) and gives the
+    reference's result, call after call."""
+    from tilecraft.compiler.llvm.compute import JitCompute
+    from tilecraft.compiler.llvm.emulate import Emulator, available
+    from tilecraft.ops import Computation
+
+    if available():
+        pytest.skip(available())
+
+    class EmulatedJit:  # a Jit for the Cortex-A9: each kernel built, linked, emulated
+        target = target("armv7")
+
+        def build(self, specs):
+            pass
+
+        def kernel(self, spec):
+            lib = build_library([spec], self.target, tmp_path, spec.symbol)
+            emu = Emulator(lib.shared_object.read_bytes())
+
+            class Kernel:  # called as runtime.kernels.NativeKernel is
+                symbol = spec.symbol
+
+                def __call__(self, *inputs):
+                    outputs = emu.call(spec.signature(), list(inputs)).outputs
+                    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+            return Kernel()
+
+    op = ConvOp(n=1, ic=6, h=7, w=9, oc=5, kernel=(3, 3), stride=(1, 2), pad=(1, 1), pad_value=3)
+    ep = Epilogue(bias=True, shift=7, relu=True)
+    rng = np.random.default_rng(4)
+    weight = rng.integers(-128, 128, op.weight_shape).astype(np.int8)
+    weight.setflags(write=False)
+    bias = rng.integers(-900, 900, 5).astype(np.int32)
+    compute = JitCompute(EmulatedJit())
+    for _ in range(2):
+        x = rng.integers(-128, 128, op.input_shape).astype(np.int8)
+        got = compute.outputs(Computation(op, ep), {"input": x, "weight": weight, "bias": bias})
+        assert np.array_equal(got["output"], R.conv2d(op, ep, x, weight, bias=bias))
+    assert len(compute._packed) == 1

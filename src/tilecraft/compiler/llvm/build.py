@@ -44,10 +44,9 @@ def _no_builtins(text: str) -> str:
 
 
 def optimized(text: str, target: Target):
-    """The parsed, verified and O3-optimised module (in an LLVM context of its own, so that
-    modules may be built on several threads at once)."""
+    """The parsed, verified and O3-optimised module."""
     b = llvm()
-    mod = b.parse_assembly(text, context=b.create_context())
+    mod = b.parse_assembly(text)
     mod.verify()
     tm = machine(target)
     options = b.create_pipeline_tuning_options(speed_level=3)

@@ -6,6 +6,7 @@ them: the baseline to compare the accelerator against, and the fallback when the
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -127,7 +128,7 @@ class JitCompute:
         self.jit = jit or Jit()
         self.direct = direct
         self._kernels: dict[str, tuple] = {}
-        self._packed: dict[tuple[str, int], tuple] = {}  # (pack symbol, id(weight)) -> packed
+        self._packed: dict[tuple[str, int], tuple] = {}  # (pack symbol, id(weight)): packed
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
         key = computation_key(comp)
@@ -159,14 +160,32 @@ class JitCompute:
         self.jit.build(specs)
 
     def _pack(self, pack, weight: np.ndarray) -> tuple:
-        """`weight` packed by `pack` (`DotWeights`); kept while the array is read-only (the
-        cpu device's constants: unchanged between runs), packed again each call if not."""
-        if weight.flags.writeable:
-            return pack(weight)
-        held = self._packed.get((pack.symbol, id(weight)))
-        if held is None or held[0] is not weight:
-            held = self._packed[pack.symbol, id(weight)] = (weight, *pack(weight))
-        return held[1:]
+        """`weight` packed by `pack` (`DotWeights`: wq, and wsum for vnni); kept while the
+        array cannot change (read-only down to the memory it views: the cpu device's
+        constants), packed again each call if it can. Kept no longer than the array lives."""
+        if not _frozen(weight):
+            return _outputs(pack(weight))
+        key = (pack.symbol, id(weight))
+        held = self._packed.get(key)
+        if held is None or held[0]() is not weight:
+            held = self._packed[key] = (weakref.ref(weight), _outputs(pack(weight)))
+            weakref.finalize(weight, self._packed.pop, key, None)
+        return held[1]
+
+
+def _outputs(result) -> tuple:
+    """A kernel's outputs as a tuple (a kernel of one output returns it alone)."""
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _frozen(a: np.ndarray) -> bool:
+    """Whether `a` and every array whose memory it views are read-only (numpy refuses to make
+    a view writable again over a read-only base)."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
 
 
 class GpuCompute:

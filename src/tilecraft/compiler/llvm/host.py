@@ -5,6 +5,7 @@ built ahead of time for a board, are what `runtime.cpu.LibraryKernels` calls the
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 from tilecraft.compiler.llvm.kernels import elementwise as EW
@@ -61,21 +62,28 @@ class LlvmKernels(HostStepKernels):
 
         super().__init__()
         self.jit = jit or Jit()
+        self._prepared: dict[int, weakref.ref] = {}  # the models whose kernels are built
 
     def find(self, op, shapes, key):
         spec, bind = host_kernel(op, shapes)
         return self.jit.kernel(spec), bind
 
     def prepare(self, model) -> None:
-        """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`)."""
+        """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`), once
+        per model."""
         from tilecraft.runtime.model import HostStep
 
+        held = self._prepared.get(id(model))
+        if held is not None and held() is model:
+            return
         steps = [
             (s.op, [model.tensor(i).shape for i in s.inputs])
             for s in model.steps
             if isinstance(s, HostStep)
         ]
         self.jit.build([spec for spec, _ in host_entries(steps)])
+        self._prepared[id(model)] = weakref.ref(model)
+        weakref.finalize(model, self._prepared.pop, id(model), None)
 
 
 def host_entries(steps) -> list[tuple[Spec, dict]]:

@@ -3,8 +3,9 @@ cached on disk (`cache.KernelCache`), each returned as a `runtime.kernels.Native
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 from tilecraft.compiler.llvm.build import object_code
 from tilecraft.compiler.llvm.cache import KernelCache
@@ -32,9 +33,10 @@ class Jit:
         self.built = 0  # kernels compiled by this instance (not found in the cache)
 
     def build(self, specs, workers: int | None = None) -> None:
-        """Compile every record of `specs` not yet loaded nor cached, on `workers` threads at
-        once (the machine's cores by default: LLVM runs outside the GIL), so that a model's
-        first run does not compile its kernels one after another."""
+        """Compile every record of `specs` not yet loaded nor cached, in `workers` processes
+        at once (the machine's cores by default; forked, where the system forks: llvmlite
+        runs one LLVM call at a time in a process), so that a model's first run does not
+        compile its kernels one after another."""
         missing, seen = [], set()
         for spec in specs:
             if spec.symbol in seen or spec.symbol in self._loaded or spec.symbol in self._built:
@@ -43,9 +45,10 @@ class Jit:
             if not (self.cache and self.cache.get(spec, self.target)):
                 missing.append(spec)
         workers = min(len(missing), workers or os.cpu_count() or 1)
-        if workers > 1:
-            with ThreadPoolExecutor(workers) as pool:
-                objects = list(pool.map(lambda s: object_code([s], self.target), missing))
+        if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("fork")  # the parent's llvmlite, no imports
+            with ProcessPoolExecutor(workers, mp_context=context) as pool:
+                objects = list(pool.map(_object_code, missing, [self.target] * len(missing)))
         else:
             objects = [object_code([s], self.target) for s in missing]
         for spec, obj in zip(missing, objects):
@@ -74,3 +77,8 @@ class Jit:
         kernel = NativeKernel(spec.signature(), address, owner=self._engine)
         self._loaded[spec.symbol] = kernel
         return kernel
+
+
+def _object_code(spec: Spec, target: Target) -> bytes:
+    """One record's object code (a worker process's job in `Jit.build`)."""
+    return object_code([spec], target)

@@ -373,6 +373,8 @@ class DotWeights(Spec):
         object.__setattr__(self, "shape", positive_shape("dot weights", self.shape, 4))
         if self.form not in GROUPS:
             raise KernelError(f"dot-product form {self.form!r}; valid: {', '.join(GROUPS)}")
+        if isinstance(self.rows, bool) or not 1 <= int(self.rows) <= 16:
+            raise KernelError(f"dot weights come in blocks of 1-16 rows, not {self.rows!r}")
 
     def buffers(self):
         oc, c, kh, kw = self.shape
