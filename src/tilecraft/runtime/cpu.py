@@ -229,6 +229,8 @@ class CpuDevice:
             for name, value in constants.items():
                 if value is program.constants[name]:  # the program's own: a read-only view
                     value = constants[name] = value.view()
+                elif value.base is not None:  # unpacked here, a view of a scratch array: ours
+                    value = constants[name] = value.copy()
                 value.setflags(write=False)  # shared by every run: no kernel may write them
             _hold(self._constants, program, constants)
         return chain_outputs(

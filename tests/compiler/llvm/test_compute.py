@@ -11,6 +11,7 @@ from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.compiler.llvm.compute import JitCompute
 from tilecraft.compiler.llvm.host import LlvmKernels
+from tilecraft.compiler.llvm.kernels.dot_conv import dot_form
 from tilecraft.compiler.operator.pipeline import compile_operator
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.hw.config import preset
@@ -135,3 +136,23 @@ def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):
     assert len(compute._packed) == 1
     del frozen  # the packed copy goes with the weights
     assert len(compute._packed) == 0
+
+
+def test_the_devices_weights_are_packed_once_for_its_dot_products(jit):
+    """Weights unpacked from whole blocks (channels a multiple of the array's) come out as a
+    view of the unpacking's scratch: the device keeps its own read-only copy, so the packed
+    weights are kept and a second run packs nothing."""
+    if not dot_form(jit.target):
+        pytest.skip("this CPU has no integer dot products (VNNI, NEON)")
+    op = Conv2d(n=1, ic=32, h=6, w=6, oc=32, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
+    rng = np.random.default_rng(1)
+    weight = rng.integers(-128, 128, op.weight_shape, np.int8)
+    program = compile_operator(preset("default"), op, Epilogue(shift=9), weight=weight).program
+    cpu = CpuDevice(JitCompute(jit))
+    for _ in range(2):
+        x = random_inputs(program, rng)
+        ok, message = check_outputs(
+            program, x, unpack_outputs(program, cpu.run(program, pack_inputs(program, x)).outputs)
+        )
+        assert ok, message
+        assert len(cpu.compute._packed) == 1
