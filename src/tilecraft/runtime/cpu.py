@@ -27,6 +27,7 @@ from tilecraft.runtime.kernels import (
     HostStepKernels,
     NativeKernel,
     computation_key,
+    hashable,
     kernel_arguments,
 )
 from tilecraft.runtime.layout import pack, unpack
@@ -144,16 +145,22 @@ class LibraryCompute:
 
     def __init__(self, library: KernelLibrary):
         self.library = library
+        self._found: dict = {}  # each computation's (kernel, operands), by the record itself
 
     def outputs(self, comp, tensors):
-        entry = self.library.compute.get(computation_key(comp))
-        if entry is None:
-            raise KernelError(
-                f"the kernel library has no kernel for {comp.op.describe()} "
-                f"(rebuild it for this model)"
-            )
-        kernel = self.library[entry["symbol"]]
-        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, entry["operands"], tensors))}
+        found = self._found.get(comp) if hashable(comp) else None
+        if found is None:
+            entry = self.library.compute.get(computation_key(comp))
+            if entry is None:
+                raise KernelError(
+                    f"the kernel library has no kernel for {comp.op.describe()} "
+                    f"(rebuild it for this model)"
+                )
+            found = (self.library[entry["symbol"]], entry["operands"])
+            if hashable(comp):
+                self._found[comp] = found
+        kernel, operands = found
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, operands, tensors))}
 
 
 @dataclass

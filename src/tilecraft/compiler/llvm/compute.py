@@ -21,7 +21,7 @@ from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 from tilecraft.ops import operators as O
 from tilecraft.ops.reference import RESULT
-from tilecraft.runtime.kernels import computation_key, kernel_arguments
+from tilecraft.runtime.kernels import computation_key, hashable, kernel_arguments
 
 
 def computation_kernel(
@@ -127,11 +127,11 @@ class JitCompute:
 
         self.jit = jit or Jit()
         self.direct = direct
-        self._kernels: dict[str, tuple] = {}
+        self._kernels: dict = {}  # by `_key`
         self._packed: dict[tuple[str, int], tuple] = {}  # (pack symbol, id(weight)): packed
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
-        key = computation_key(comp)
+        key = _key(comp)
         found = self._kernels.get(key)
         if found is None:
             spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
@@ -150,7 +150,7 @@ class JitCompute:
         before their first use."""
         specs = []
         for comp in computations:
-            if computation_key(comp) in self._kernels:
+            if _key(comp) in self._kernels:
                 continue
             spec, _ = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
             if isinstance(spec, DotConv2d):
@@ -171,6 +171,12 @@ class JitCompute:
             held = self._packed[key] = (weakref.ref(weight), _outputs(pack(weight)))
             weakref.finalize(weight, self._packed.pop, key, None)
         return held[1]
+
+
+def _key(comp: O.Computation):
+    """What JitCompute finds a computation's kernel by: the record itself where it can be
+    hashed (`runtime.kernels.hashable`), else its JSON (`computation_key`)."""
+    return comp if hashable(comp) else computation_key(comp)
 
 
 def _outputs(result) -> tuple:
