@@ -211,3 +211,23 @@ def test_the_dot_products_are_neon_widening_instructions(t, multiply, accumulate
     ops = [line.split()[0] for line in assembly([spec], t).splitlines() if line.startswith("\t")]
     assert ops.count(multiply) == ops.count(accumulate) >= 9 * 4 * 2  # taps x rows x vectors
     assert not {"vmla.f32", "fmla", "vcvt.f32.s32", "scvtf"} & set(ops)
+
+
+@pytest.mark.parametrize("record", _int8_records(None), ids=["float-datapath", "dot-products"])
+@pytest.mark.parametrize("channels, stride", [(3, 2), (7, 1), (6, 3)])
+def test_rows_of_several_vectors_with_a_last_partial_word(jit, record, channels, stride):
+    """Rows wide enough for the word copy's vectors, channels that leave a last word partly
+    empty (its lanes the padding, under zero weights): the first conv of a network's shape."""
+    shape, oc, kernel = (1, channels, 11, 70), 9, (5, 5)
+    rng = np.random.default_rng(channels)
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=10, offset=-5)
+    spec = record(shape, oc, kernel, (stride, stride), (2, 2, 2, 2), "int8", epilogue=ep,
+                  pad_value=-100)  # fmt: skip
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    w = rng.integers(-128, 128, (oc, channels, *kernel)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, oc).astype(np.int32)
+    mult = rng.integers(1, 90, oc).astype(np.int32)
+    op = ConvOp(n=1, ic=channels, h=11, w=70, oc=oc, kernel=kernel, stride=(stride, stride),
+                pad=(2, 2), pad_value=-100)  # fmt: skip
+    want = R.conv2d(op, ep, x, w, bias=bias, multiplier=mult)
+    assert np.array_equal(jit.kernel(spec)(x, w, bias, mult), want)

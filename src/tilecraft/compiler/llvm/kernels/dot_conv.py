@@ -174,7 +174,7 @@ class DotConv2d(Conv2d):
         pad = ir.Constant(I8, self._biased(self.pad_value))
         with k.loop(len(self.phases) * groups * size * self.group, name="fill") as i:
             k.store(pad, k.arg["xq"], i)
-        whole = c_count // self.group * self.group  # channels in whole words
+        whole, part = divmod(c_count, self.group)  # whole words, channels of a last one
         for p, (a, bb) in enumerate(self.phases):
             # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
             y0, x0 = (
@@ -186,12 +186,12 @@ class DotConv2d(Conv2d):
             if y1 <= y0 or x1 <= x0:
                 continue
             full = max(y0, min(y1, size // pitch))  # rows [y0, full) lie wholly in the plane
-            if whole and full > y0:
-                self._words(k, n, p, (a, bb), (y0, full), (x0, x1))
-                self._bytes(k, n, p, (a, bb), (0, whole), (full, y1), (x0, x1))
-            else:
-                self._bytes(k, n, p, (a, bb), (0, whole), (y0, y1), (x0, x1))
-            self._bytes(k, n, p, (a, bb), (whole, c_count), (y0, y1), (x0, x1))
+            if full > y0:
+                if whole:
+                    self._words(k, n, p, (a, bb), (0, whole), self.group, (y0, full), (x0, x1))
+                if part:
+                    self._words(k, n, p, (a, bb), (whole, whole + 1), part, (y0, full), (x0, x1))
+            self._bytes(k, n, p, (a, bb), (0, c_count), (full, y1), (x0, x1))
 
     def _biased(self, value: int) -> int:
         """An int8 `value` plus `input_bias`, as the byte (a signed int) that holds it."""
@@ -242,11 +242,13 @@ class DotConv2d(Conv2d):
                     dst = b.add(b.mul(at, k.i(group)), lane)
                     k.store(self._flip(k, v), k.arg["xq"], dst)
 
-    def _words(self, k: Kernel, n, p: int, phase, rows, cols) -> None:
-        """Whole words of whole rows: per vector of V columns (V words fill a 128-bit register
-        or more), each of the word's G channels' V bytes loaded (V x stride contiguous bytes,
-        every stride-th kept), interleaved into V words, biased, stored; the columns past the
-        last whole vector (or whose load would pass the row's end) a byte at a time."""
+    def _words(self, k: Kernel, n, p: int, phase, words, real: int, rows, cols) -> None:
+        """Words `words` (a range) of whole rows, `real` channels each (fewer than G in a last
+        word, its other lanes the padding, under zero weights): per vector of V columns (V
+        words fill a 128-bit register or more), each channel's V bytes loaded (V x stride
+        contiguous bytes, every stride-th kept), interleaved into V words, biased, stored;
+        the columns past the last whole vector (or whose load would pass the row's end) a
+        byte at a time."""
         b, sw, w, group = k.b, self.stride[1], self.shape[3], self.group
         lanes = k.target.vector_width * 4 // group  # V columns: 4 x vector width bytes
         x0, x1 = cols
@@ -260,12 +262,15 @@ class DotConv2d(Conv2d):
             vec(I32, group * lanes),
             [lane * lanes + i for i in range(lanes) for lane in range(group)],
         )
-        whole = self.groups if self.shape[1] % group == 0 else self.groups - 1
-        with k.loop(whole, name="wg") as g, k.loop(rows[1], start=rows[0], name="wy") as yy:
+        pad = ir.Constant(vec(I8, lanes), [self.pad_value] * lanes)  # biased with the rest
+        with (
+            k.loop(words[1], start=words[0], name="wg") as g,
+            k.loop(rows[1], start=rows[0], name="wy") as yy,
+        ):
             _, row = self._row(k, p, g, yy)
             srcs = [
                 self._source(k, n, b.add(b.mul(g, k.i(group)), k.i(lane)), yy, phase)
-                for lane in range(group)
+                for lane in range(real)
             ]
             if vectors:
                 with k.loop(vectors, name="wv") as m:
@@ -275,6 +280,7 @@ class DotConv2d(Conv2d):
                         at = b.add(src, b.mul(xx, k.i(sw)))
                         v = k.load(k.arg["x"], vec(I8, lanes * sw), at, align=1)
                         parts.append(v if sw == 1 else b.shuffle_vector(v, v, keep))
+                    parts += [pad] * (group - real)
                     if group == 4:
                         parts = [
                             b.shuffle_vector(parts[0], parts[1], join),
