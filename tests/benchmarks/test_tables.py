@@ -56,6 +56,9 @@ def test_a_changed_result_shows_in_its_table(tmp_path):
     assert tables.check(readme, folder) == ["resnet18"]
     readme.write_text(tables.render(readme.read_text(), folder))
     assert tables.check(readme, folder) == []
+    entry["result"]["accelerator_ms"] += 1.0  # set beside the Cortex-A9's estimate too
+    (folder / "resnet18.json").write_text(json.dumps(entry))
+    assert tables.check(readme, folder) == ["resnet18", "cpu-fallback"]
 
 
 def test_recording_keeps_the_result_with_its_provenance(tmp_path):

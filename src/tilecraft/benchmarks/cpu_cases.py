@@ -220,8 +220,10 @@ from tilecraft.benchmarks.cpu_onnx import (  # noqa: E402  (the onnxruntime side
 
 def arm_builds(specs: list[Spec], folder: str, emulate: bool) -> list[dict]:
     """Each ARM target: the bench's kernels compiled and linked (seconds, bytes), and a
-    smaller conv and the dense layer run under emulation (instructions per MAC)."""
+    smaller conv and the dense layer run under emulation (instructions per MAC), each the
+    record the target builds (`for_target`: int8 convs on NEON's widening products)."""
     from tilecraft.compiler.llvm.emulate import Emulator, available
+    from tilecraft.compiler.llvm.kernels.dot_conv import for_target
     from tilecraft.compiler.llvm.library import build_library
     from tilecraft.compiler.llvm.targets import target
     from tilecraft.errors import KernelError
@@ -235,8 +237,11 @@ def arm_builds(specs: list[Spec], folder: str, emulate: bool) -> list[dict]:
     out = []
     for name in ("armv7", "aarch64"):
         t = target(name)
+        own = {id(m): for_target(m.spec, t) for _, m in small}  # what the board builds
         try:
-            lib = build_library(specs + [m.spec for _, m in small], t, folder, name)
+            lib = build_library(
+                [for_target(s, t) for s in specs] + list(own.values()), t, folder, name
+            )
         except KernelError as exc:
             out.append({"target": name, "error": str(exc)})
             continue
@@ -253,7 +258,7 @@ def arm_builds(specs: list[Spec], folder: str, emulate: bool) -> list[dict]:
         if emulate and not available():
             emu = Emulator(Path(lib.shared_object).read_bytes())
             for case, made in small:
-                run = emu.call(made.spec.signature(), made.inputs)
+                run = emu.call(own[id(made)].signature(), made.inputs)
                 ok = made.check(run.outputs[0], made.numpy(*made.inputs))
                 row["emulated"].append(
                     {

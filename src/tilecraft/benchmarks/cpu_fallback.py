@@ -1,7 +1,8 @@
 """cpu-fallback: the generated host kernels against numpy and onnxruntime, one thread each,
 same process (benchmarks/README.md). Cases: the 3x3 64->64 conv at 56x56 and ResNet-18's 1x1
 downsampling conv (float32 and int8), dense 512->1000, ResNet-18's max pool and global average
-pool, the NCHW <-> blocked layout transforms, and float ResNet-18 and MobileNetV2 whole. Each
+pool, the NCHW <-> blocked layout transforms, float ResNet-18 and MobileNetV2 whole, and the
+same networks quantized by onnxruntime run whole on the `cpu` device (`QUANTIZED`). Each
 time is the best of `repeats` warm runs; every result is checked against numpy's (int8
 bit-exact, float32 within 1e-5 relative). On an AVX-512 host the convs are also timed as an
 AVX2-only CPU would run them (x86-64-v3 code; numpy and onnxruntime keep AVX-512).
@@ -23,6 +24,7 @@ import numpy as np
 
 from tilecraft.benchmarks import cpu_cases
 from tilecraft.compiler.llvm.jit import Jit
+from tilecraft.compiler.llvm.kernels.dot_conv import for_target
 from tilecraft.compiler.llvm.targets import X86_64
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import track
@@ -87,6 +89,119 @@ def _network(jit, name: str, repeats: int) -> dict:
     }
 
 
+QUANTIZED = (("resnet18", "int8"), ("resnet18", "uint8"), ("mobilenet_v2", "int8"))
+CALIBRATION = 4  # random images onnxruntime's quantizer calibrates on
+
+# The PYNQ-Z1/Z2's host, for an estimate of its time (no Cortex-A9 is at hand to measure):
+# the instructions per MAC of its own int8 conv kernel counted under emulation, times a
+# network's MACs, at this clock and rate.
+A9 = {
+    "clock_mhz": 650,
+    "clock_source": "PYNQ-Z1 reference manual (Digilent): 650 MHz dual-core Cortex-A9",
+    "instructions_per_cycle": 1.0,
+    "ipc_source": (
+        "assumed: one instruction a cycle on one core; likely optimistic, since the A9's "
+        "NEON unit works 64 bits a cycle, so an operation on 128-bit q registers takes two "
+        "(Cortex-A9 NEON Media Processing Engine TRM, ARM DDI 0409, instruction timing), and "
+        "a load that misses the caches stalls it"
+    ),
+    "kernel": "conv3x3_64to64_14x14_int8",
+}
+
+
+def _quantized_network(jit, name: str, activations: str, repeats: int, tmp: str) -> dict:
+    """A zoo network quantized by onnxruntime (QDQ, per-channel weights; int8 or uint8
+    activations), compiled by tilecraft and run whole on the `cpu` device (its accelerator
+    steps and host steps on the kernels), against onnxruntime's session on the same file and
+    the numpy reference (`ops.reference`, one run); ours must match the reference bit for
+    bit. `first_run_s`: the first run, every kernel JIT-compiled (an empty kernel cache)."""
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from tilecraft.compiler.frontend import import_model
+    from tilecraft.compiler.graph.network import compile_network
+    from tilecraft.compiler.llvm.compute import JitCompute
+    from tilecraft.compiler.llvm.host import LlvmKernels
+    from tilecraft.hw.config import preset
+    from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime
+    from tilecraft.models.zoo import MODELS
+    from tilecraft.runtime.cpu import CpuDevice
+    from tilecraft.runtime.executor import run_model
+
+    rng = np.random.default_rng(1)
+    model = MODELS[name](seed=0)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feed = model.graph.input[0].name
+    samples = [{feed: rng.standard_normal(shape).astype(np.float32)} for _ in range(CALIBRATION)]
+    path = quantize_with_onnxruntime(
+        model, Path(tmp) / f"{name}_{activations}.onnx", samples, activations=activations
+    )
+    graph = import_model(str(path))
+    compiled = compile_network(graph, preset(PRESET), None).model
+    x = {feed: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    device, host = CpuDevice(JitCompute(jit)), LlvmKernels(jit)
+    start = time.perf_counter()
+    ours = run_model(compiled, x, device, host=host).outputs
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    want = run_model(compiled, x, None).outputs
+    numpy_ms = (time.perf_counter() - start) * 1e3
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return {
+        "name": f"{name}_network",
+        "dtype": activations,
+        "ours_ms": _best(repeats, lambda: run_model(compiled, x, device, host=host)),
+        "numpy_ms": numpy_ms,
+        "onnxruntime_ms": _best(repeats, session.run, None, x),
+        "first_run_s": first,
+        "matches_numpy": all(np.array_equal(ours[k], want[k]) for k in want),
+        "macs": _macs(compiled),
+    }
+
+
+def _macs(compiled) -> int:
+    """The multiply-accumulates of a compiled model's convs and dense layers."""
+    from tilecraft.ops import operators as O
+    from tilecraft.runtime.model import AcceleratorStep
+
+    total = 0
+    for step in compiled.steps:
+        if isinstance(step, AcceleratorStep):
+            program = compiled.programs[step.program]
+            comps = [layer.computation for layer in step.layers] or [program.computation]
+            total += sum(
+                c.op.macs for c in comps if isinstance(c.op, (O.Conv2d, O.DepthwiseConv2d, O.Dense))
+            )
+    return total
+
+
+def a9_estimate(rows: list[dict], arm: list[dict]) -> dict | None:
+    """The quantized networks' estimated time on a PYNQ-Z1's Cortex-A9 (`A9`: its int8 conv
+    kernel's emulated instructions per MAC x the network's MACs, at its clock and rate)."""
+    counted = [
+        e["instructions_per_mac"]
+        for a in arm
+        if a["target"] == "armv7"
+        for e in a.get("emulated", [])
+        if e["name"] == A9["kernel"]
+    ]
+    if not counted:
+        return None
+    per_second = A9["clock_mhz"] * 1e6 * A9["instructions_per_cycle"]
+    networks = {
+        f"{r['name']} ({r['dtype']})": {
+            "macs": r["macs"],
+            "estimate_ms": counted[0] * r["macs"] / per_second * 1e3,
+        }
+        for r in rows
+        if r["name"].endswith("_network") and r["dtype"] != "float32" and r["macs"]
+    }
+    return {**A9, "instructions_per_mac": counted[0], "networks": networks}
+
+
 def run(
     cfg: HwConfig | None = None, repeats: int = 7, emulate: bool = True, networks: bool = True
 ) -> dict:
@@ -100,7 +215,7 @@ def run(
         for case in track(cpu_cases.CASES, "cpu-fallback cases"):
             made = case.make(np.random.default_rng(0))
             start = time.perf_counter()
-            kernel = jit.kernel(made.spec)
+            kernel = jit.kernel(for_target(made.spec, jit.target))  # what the cpu device runs
             build = time.perf_counter() - start
             ours = kernel(*made.inputs)
             ok = made.check(ours, made.numpy(*made.inputs))
@@ -129,6 +244,11 @@ def run(
                 _network(jit, name, max(1, repeats // 2))
                 for name in track(NETWORKS, "cpu-fallback networks")
             ]
+            rows += [
+                _quantized_network(Jit(KernelCache(f"{tmp}/{name}_{acts}")), name, acts,
+                                   max(1, repeats // 2), tmp)
+                for name, acts in track(QUANTIZED, "cpu-fallback int8 networks")
+            ]  # fmt: skip
         arm = cpu_cases.arm_builds(specs, tmp, emulate)
     if limits is not None:
         limits.unregister()
@@ -137,6 +257,7 @@ def run(
         r["vs_onnxruntime"] = r["ours_ms"] / r["onnxruntime_ms"] if r["onnxruntime_ms"] else None
     convs = [r for r in rows if r["name"].startswith("conv")]
     nets = [r for r in rows if r["name"].endswith("_network")]
+    quantized = [r for r in nets if r["dtype"] != "float32"]
     return {
         "suite": "cpu-fallback",
         "host_cpu": jit.target.cpu,
@@ -150,6 +271,11 @@ def run(
         "network_max_vs_onnxruntime": max(
             (r["vs_onnxruntime"] for r in nets if r["vs_onnxruntime"]), default=None
         ),
+        "int8_network_max_vs_onnxruntime": max(
+            (r["vs_onnxruntime"] for r in quantized), default=None
+        ),
+        "int8_network_first_run_s": max((r["first_run_s"] for r in quantized), default=None),
+        "a9_estimate": a9_estimate(rows, arm),
         "arm": arm,
         "ok": all(r["matches_numpy"] for r in rows) and all(a.get("ok", True) for a in arm),
     }

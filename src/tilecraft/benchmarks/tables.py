@@ -312,6 +312,16 @@ def _cpu_fallback(r: dict) -> str:
             ("conv_max_vs_numpy", "the convs' worst ours / numpy", "≤ 1"),
             ("conv_max_vs_onnxruntime", "the convs' worst ours / onnxruntime", "≤ 1.5"),
             ("network_max_vs_onnxruntime", "whole networks' worst ours / onnxruntime", "≤ 1.0"),
+            (
+                "int8_network_max_vs_onnxruntime",
+                "networks quantized by onnxruntime, the worst ours / onnxruntime",
+                "≤ 1.2",
+            ),
+            (
+                "int8_network_first_run_s",
+                "the slowest first run of one, every kernel JIT-compiled, seconds",
+                "≤ 1",
+            ),
             ("host_cpu", "", "—"),
         ],
     )
@@ -342,7 +352,33 @@ def _cpu_fallback(r: dict) -> str:
             for e in t.get("emulated", [])
         ],
     )  # fmt: skip
-    return figures + "\n\n" + cases + "\n\n" + emulated
+    accelerator = _get(r, "related.resnet18.accelerator_ms")
+    return figures + "\n\n" + cases + "\n\n" + emulated + _a9_estimate(r, accelerator)
+
+
+def _a9_estimate(r: dict, accelerator: float | None) -> str:
+    """The quantized networks' estimated time on the PYNQ-Z1's Cortex-A9, labelled so, with
+    its assumptions, beside the accelerator's modeled ResNet-18 (the resnet18 suite's)."""
+    est = r.get("a9_estimate")
+    if not est:
+        return ""
+    rows = []
+    for name, v in est["networks"].items():
+        ratio = "—"
+        if accelerator and name.startswith("resnet18_network"):
+            ratio = f"{v['estimate_ms'] / accelerator:.0f}x its {accelerator:.1f} ms"
+        rows.append([name, value(v["macs"]), f"{v['estimate_ms']:,.0f} ms (estimate)", ratio])
+    table = _table(
+        ["network", "MACs", "Cortex-A9, one core (estimate)", "the accelerator (modeled)"], rows
+    )
+    return (
+        "\n\n" + table + "\n\n**Estimates, not measurements** (no Cortex-A9 is at hand): "
+        f"{est['instructions_per_mac']:.2f} instructions per MAC ({est['kernel']}, counted "
+        f"under emulation, the table above) x the network's MACs, at {est['clock_mhz']} MHz "
+        f"({est['clock_source']}) and {est['instructions_per_cycle']:g} instruction a cycle "
+        f"({est['ipc_source']}). The accelerator's time is the resnet18 suite's modeled "
+        "figure (the PYNQ-Z1 preset at its clock)."
+    )
 
 
 def _timing(r: dict) -> str:
@@ -452,12 +488,21 @@ RENDER: dict[str, Callable[[dict], str]] = {
 }
 
 
+# the other suites' results a suite's block shows beside its own (under its result's "related")
+RELATED = {"cpu-fallback": ("resnet18",)}
+
+
 def block(suite: str, folder: Path | None = None) -> str:
-    """The markdown of `suite`'s figures block, from its recorded result."""
+    """The markdown of `suite`'s figures block, from its recorded result (and those of the
+    suites it is set beside, `RELATED`)."""
     entry = results.load(suite, folder)
     if entry is None:
         return "_No recorded result: `tilecraft bench SUITE --record` makes one._\n"
-    return RENDER[suite](entry["result"]) + "\n\n" + _provenance(entry) + "\n"
+    result = entry["result"]
+    if suite in RELATED:
+        related = {name: results.load(name, folder) for name in RELATED[suite]}
+        result = {**result, "related": {k: v["result"] for k, v in related.items() if v}}
+    return RENDER[suite](result) + "\n\n" + _provenance(entry) + "\n"
 
 
 def render(text: str, folder: Path | None = None) -> str:
