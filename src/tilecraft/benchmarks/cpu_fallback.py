@@ -165,17 +165,9 @@ def _quantized_network(jit, name: str, activations: str, repeats: int, tmp: str)
 def _macs(compiled) -> int:
     """The multiply-accumulates of a compiled model's convs and dense layers."""
     from tilecraft.ops import operators as O
-    from tilecraft.runtime.model import AcceleratorStep
 
-    total = 0
-    for step in compiled.steps:
-        if isinstance(step, AcceleratorStep):
-            program = compiled.programs[step.program]
-            comps = [layer.computation for layer in step.layers] or [program.computation]
-            total += sum(
-                c.op.macs for c in comps if isinstance(c.op, (O.Conv2d, O.DepthwiseConv2d, O.Dense))
-            )
-    return total
+    kinds = (O.Conv2d, O.DepthwiseConv2d, O.Dense)
+    return sum(c.op.macs for c in compiled.computations() if isinstance(c.op, kinds))
 
 
 def a9_estimate(rows: list[dict], arm: list[dict]) -> dict | None:

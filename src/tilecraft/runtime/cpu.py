@@ -215,16 +215,7 @@ class CpuDevice:
         prepare = getattr(self.compute, "prepare", None)
         if prepare is None or _alive(self._prepared, model):
             return
-        from tilecraft.runtime.model import AcceleratorStep
-
-        computations = []
-        for step in model.steps:
-            if isinstance(step, AcceleratorStep):
-                program = model.programs[step.program]
-                computations += [layer.computation for layer in step.layers] or [
-                    program.computation
-                ]
-        prepare([c for c in computations if c is not None])
+        prepare([c for c in model.computations() if c is not None])
         _hold(self._prepared, model, None)
 
     def run_layers(self, program: Program, layers, logical: dict, every: bool = False) -> dict:

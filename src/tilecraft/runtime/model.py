@@ -146,6 +146,16 @@ class CompiledModel:
             "programs": [p.header() for p in self.programs],
         }
 
+    def computations(self) -> list:
+        """What the accelerator steps compute, in order: each chained layer's computation, or
+        a program's own where it has no layers."""
+        out = []
+        for step in self.steps:
+            if isinstance(step, AcceleratorStep):
+                program = self.programs[step.program]
+                out += [layer.computation for layer in step.layers] or [program.computation]
+        return out
+
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
         for i, p in enumerate(self.programs):

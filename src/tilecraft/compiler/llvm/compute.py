@@ -134,10 +134,8 @@ class JitCompute:
         key = _key(comp)
         found = self._kernels.get(key)
         if found is None:
-            spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
-            pack = None
-            if isinstance(spec, DotConv2d):  # the weights packed once, the conv takes them
-                pack, spec = self.jit.kernel(spec.weights), replace(spec, packed=True)
+            spec, pack, names = self._records(comp)
+            pack = self.jit.kernel(pack) if pack is not None else None
             found = self._kernels[key] = (self.jit.kernel(spec), names, pack)
         kernel, names, pack = found
         args = kernel_arguments(comp, names, tensors)
@@ -150,14 +148,18 @@ class JitCompute:
         before their first use."""
         specs = []
         for comp in computations:
-            if _key(comp) in self._kernels:
-                continue
-            spec, _ = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
-            if isinstance(spec, DotConv2d):
-                specs += [spec.weights, replace(spec, packed=True)]
-            else:
-                specs.append(spec)
+            if _key(comp) not in self._kernels:
+                spec, pack, _ = self._records(comp)
+                specs += [spec] if pack is None else [spec, pack]
         self.jit.build(specs)
+
+    def _records(self, comp: O.Computation) -> tuple:
+        """(the kernel record, the record packing its weights or None, its operands): a
+        dot-product conv takes its weights packed once (`_pack`)."""
+        spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
+        if isinstance(spec, DotConv2d):
+            return replace(spec, packed=True), spec.weights, names
+        return spec, None, names
 
     def _pack(self, pack, weight: np.ndarray) -> tuple:
         """`weight` packed by `pack` (`DotWeights`: wq, and wsum for vnni); kept while the

@@ -117,13 +117,9 @@ def build_model_library(model, target: Target, folder: str | Path, name: str) ->
     computation for the `cpu` device) built for `target` into `folder/name.so` + `.json`."""
     from tilecraft.compiler.llvm.compute import compute_entries
     from tilecraft.compiler.llvm.host import host_entries
-    from tilecraft.runtime.model import AcceleratorStep, HostStep
+    from tilecraft.runtime.model import HostStep
 
-    comps = []
-    for step in model.steps:
-        if isinstance(step, AcceleratorStep):
-            program = model.programs[step.program]
-            comps += [layer.computation for layer in step.layers] or [program.computation]
+    comps = model.computations()
     hosts = [
         (s.op, [model.tensor(i).shape for i in s.inputs])
         for s in model.steps

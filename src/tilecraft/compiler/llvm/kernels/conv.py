@@ -193,15 +193,10 @@ class Conv2d(Spec):
         with k.loop(len(self.phases) * c_count * size, name="fill") as i:
             k.store(ir.Constant(F32, float(self.pad_value)), k.arg["xq"], i)
         for p, (a, bb) in enumerate(self.phases):
-            # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
-            y0, x0 = (
-                -(-(top - a) // sh) if top > a else 0,
-                -(-(left - bb) // sw) if left > bb else 0,
-            )
-            y1 = min((h - 1 + top - a) // sh + 1, -(-size // pitch))
-            x1 = min((w - 1 + left - bb) // sw + 1, pitch)
-            if y1 <= y0 or x1 <= x0:
+            box = self.phase_box(a, bb)
+            if box is None:
                 continue
+            y0, x0, y1, x1 = box
             with k.loop(c_count, name="pc") as c, k.loop(y1, start=y0, name="py") as yy:
                 src = b.add(
                     b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
@@ -217,6 +212,18 @@ class Conv2d(Spec):
                     with b.if_then(b.icmp_signed("<", at, end)):  # the plane's last row
                         v = k.load(k.arg["x"], t, b.add(src, b.mul(xx, k.i(sw))))
                         k.store(b.sitofp(v, F32) if t == I8 else v, k.arg["xq"], at)
+
+    def phase_box(self, a: int, bb: int) -> tuple[int, int, int, int] | None:
+        """The rectangle (y0, x0, y1, x1) of phase plane (a, bb) that real input fills (plane
+        row yy holds input row yy * sh + a - top, column xx column xx * sw + bb - left; the
+        rest is padding), or None where it holds none."""
+        h, w = self.shape[2:]
+        (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
+        y0 = -(-(top - a) // sh) if top > a else 0
+        x0 = -(-(left - bb) // sw) if left > bb else 0
+        y1 = min((h - 1 + top - a) // sh + 1, -(-self.plane_size // pitch))
+        x1 = min((w - 1 + left - bb) // sw + 1, pitch)
+        return None if y1 <= y0 or x1 <= x0 else (y0, x0, y1, x1)
 
     def _q_space(self, k: Kernel, n, to_q: bool) -> None:
         """Copy between an (OC, OH, OW) image and its q numbering (OC, q): the residual in,

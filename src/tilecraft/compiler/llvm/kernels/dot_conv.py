@@ -168,23 +168,16 @@ class DotConv2d(Conv2d):
         a vector at a time (`_words`: G channels' rows loaded, interleaved); the rest (a last
         group of fewer than G channels, a plane's cut last row, the columns past the last
         whole vector) a byte at a time."""
-        c_count, h, w = self.shape[1:]
-        (sh, sw), (top, left), pitch = self.stride, self.pads[:2], self.pitch
-        size, groups = self.plane_size, self.groups
+        c_count, size, groups, pitch = self.shape[1], self.plane_size, self.groups, self.pitch
         pad = ir.Constant(I8, self._biased(self.pad_value))
         with k.loop(len(self.phases) * groups * size * self.group, name="fill") as i:
             k.store(pad, k.arg["xq"], i)
         whole, part = divmod(c_count, self.group)  # whole words, channels of a last one
         for p, (a, bb) in enumerate(self.phases):
-            # plane row yy holds input row yy * sh + a - top; column xx, xx * sw + bb - left
-            y0, x0 = (
-                -(-(top - a) // sh) if top > a else 0,
-                -(-(left - bb) // sw) if left > bb else 0,
-            )
-            y1 = min((h - 1 + top - a) // sh + 1, -(-size // pitch))
-            x1 = min((w - 1 + left - bb) // sw + 1, pitch)
-            if y1 <= y0 or x1 <= x0:
+            box = self.phase_box(a, bb)
+            if box is None:
                 continue
+            y0, x0, y1, x1 = box
             full = max(y0, min(y1, size // pitch))  # rows [y0, full) lie wholly in the plane
             if full > y0:
                 if whole:
