@@ -35,10 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilecraft.errors import ScheduleError
+from tilecraft.hw.isa.requant import MAX_EXPONENT, MIN_EXPONENT, SIGNIFICAND_BITS
 
-SIGNIFICAND_BITS = 24  # float32's, the implicit leading one included
-MIN_EXPONENT = -64  # the least scale is 2**MIN_EXPONENT
-MAX_EXPONENT = 15  # scales are below 2**(MAX_EXPONENT + 1)
 CLIP_LIMIT = 1 << 23  # within +-2**23, the clip bounds less the zero point are exact in float32
 
 

@@ -1,0 +1,170 @@
+"""One lane of the requantization unit: onnxruntime's float32 requantization
+(`ops.requant`, the spec) in integer logic, pipelined to take one accumulator a cycle.
+
+    v = acc + bias                                  int32, wrapping
+    y = clip(rne(fl32(fl32(v) * scale)) + zero, lo, hi)
+
+with the scale held as its 24-bit significand and 7-bit exponent (`ops.requant.scale_fields`).
+The stages are the spec's, each into registers:
+
+    1  v = acc + bias; its sign and magnitude (32 bits: |-2**31| fits unsigned)
+    2  the magnitude's leading one: how many bits (0-8) float32 drops
+    3  the rounding shift to a 24-bit significand a, to nearest even (a carry renormalizes)
+    4  a * significand (24 x 24 bits; the product's register is a multiplier's output register)
+    5  the product's leading one (bit 47 or 46, or lower for a small a): bits to drop (0-24)
+    6  the rounding shift to the product's 24-bit significand p and its exponent e
+    7  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0 (the scale's
+       significand is normalized), so f >= 2**(23 + e): an e >= -13 is past any clip and
+       saturates, an e <= -25 rounds to 0, and the rest is a right shift by 14-24
+    8  sign, + zero point, clip
+
+`LATENCY` cycles from an input to its output, one input a cycle, no stall (a `valid` bit rides
+along). Clip bounds and the zero point are 10-bit signed (|zero| <= 511, so any |r| >= 2**10
+saturates).
+"""
+
+from amaranth import Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilecraft.hw.isa.requant import EXPONENT_BITS, SIGNIFICAND_BITS
+
+LATENCY = 8
+ACC_BITS = 32
+BOUND_BITS = 10  # zero point and clip bounds: signed, |x| <= 511
+SATURATES = -13  # a product exponent from here up puts |r| >= 2**10: past any clip
+LAST_SHIFT = 24  # p >> 25 and beyond round to 0 (p < 2**24)
+
+
+def _bit_length(m: Module, x, name: str) -> Signal:
+    """x's leading one plus one (0 for 0), combinational: the spec's search, halving the
+    window each step (log2 of the width steps, where a priority chain is one per bit)."""
+    steps = [1 << k for k in reversed(range((len(x) - 1).bit_length()))]
+    n = Signal(range(len(x) + 1), name=name)
+    y, found = x, 0
+    for k, step in enumerate(steps):
+        high = Signal(name=f"{name}_high{k}")
+        rest = Signal(len(x), name=f"{name}_rest{k}")
+        m.d.comb += [high.eq((y >> step) != 0), rest.eq(Mux(high, y >> step, y))]
+        found = found + Mux(high, step, 0)
+        y = rest
+    m.d.comb += n.eq(found + (y != 0))
+    return n
+
+
+def _round_shift(x, d, width: int):
+    """x >> d rounded to nearest, ties to even (x unsigned, d a small unsigned amount >= 0)."""
+    q = (x >> d)[:width]
+    rest = x & ((1 << d) - 1)[: len(x)]
+    half = (1 << d) >> 1
+    up = (d != 0) & ((rest > half) | ((rest == half) & q[0]))
+    return q + up
+
+
+class RequantLane(wiring.Component):
+    """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later."""
+
+    valid: In(1)
+    acc: In(signed(ACC_BITS))
+    bias: In(signed(ACC_BITS))
+    significand: In(SIGNIFICAND_BITS)
+    exponent: In(signed(EXPONENT_BITS))
+    zero: In(signed(BOUND_BITS))
+    lo: In(signed(BOUND_BITS))
+    hi: In(signed(BOUND_BITS))
+    out_valid: Out(1)
+    out: Out(signed(BOUND_BITS))
+
+    def elaborate(self, platform):
+        m = Module()
+        # the per-instruction constants ride along with each value (a pipeline of fields)
+        stages = [self._fields(m, k) for k in range(LATENCY - 1)]
+        first = stages[0]
+        m.d.sync += [
+            first["valid"].eq(self.valid),
+            first["sig"].eq(self.significand),
+            first["exp"].eq(self.exponent),
+            first["zero"].eq(self.zero),
+            first["lo"].eq(self.lo),
+            first["hi"].eq(self.hi),
+        ]
+        for a, b in zip(stages, stages[1:]):
+            m.d.sync += [b[k].eq(a[k]) for k in ("valid", "sig", "exp", "zero", "lo", "hi", "neg")]
+
+        # 1: v and its magnitude
+        v = Signal(signed(ACC_BITS))
+        m.d.comb += v.eq(self.acc + self.bias)
+        mag1 = Signal(ACC_BITS, name="mag1")
+        m.d.sync += [stages[0]["neg"].eq(v < 0), mag1.eq(Mux(v < 0, -v, v))]
+        # 2: bits float32 drops from the magnitude
+        mag2 = Signal(ACC_BITS, name="mag2")
+        drop1 = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 1), name="drop1")
+        n1 = _bit_length(m, mag1, "n1")
+        m.d.sync += [
+            mag2.eq(mag1),
+            drop1.eq(Mux(n1 > SIGNIFICAND_BITS, n1 - SIGNIFICAND_BITS, 0)),
+        ]
+        # 3: the 24-bit significand of float32(|v|) and its exponent
+        a = Signal(SIGNIFICAND_BITS, name="a")
+        ea = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 2), name="ea")
+        rounded = Signal(SIGNIFICAND_BITS + 1, name="rounded")
+        m.d.comb += rounded.eq(_round_shift(mag2, drop1, SIGNIFICAND_BITS + 1))
+        carry = rounded[SIGNIFICAND_BITS]
+        m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
+        # 4: the product of the significands (registered: the multiplier's output register)
+        product = Signal(2 * SIGNIFICAND_BITS, name="product")
+        ea4 = Signal.like(ea, name="ea4")
+        m.d.sync += [product.eq(a * stages[2]["sig"]), ea4.eq(ea)]
+        # 5: bits the product's rounding drops
+        product5 = Signal.like(product, name="product5")
+        ea5 = Signal.like(ea, name="ea5")
+        drop2 = Signal(range(SIGNIFICAND_BITS + 1), name="drop2")
+        n2 = _bit_length(m, product, "n2")
+        m.d.sync += [
+            product5.eq(product),
+            ea5.eq(ea4),
+            drop2.eq(Mux(n2 > SIGNIFICAND_BITS, n2 - SIGNIFICAND_BITS, 0)),
+        ]
+        # 6: the product's 24-bit significand p and exponent e (f = p * 2**e)
+        p = Signal(SIGNIFICAND_BITS, name="p")
+        e = Signal(signed(EXPONENT_BITS + 2), name="e")
+        zero6 = Signal(name="zero6")
+        rounded2 = Signal(SIGNIFICAND_BITS + 1, name="rounded2")
+        m.d.comb += rounded2.eq(_round_shift(product5, drop2, SIGNIFICAND_BITS + 1))
+        carry2 = rounded2[SIGNIFICAND_BITS]
+        m.d.sync += [
+            p.eq(Mux(carry2, rounded2 >> 1, rounded2)),
+            e.eq(ea5 + stages[4]["exp"] - (SIGNIFICAND_BITS - 1) + drop2 + carry2),
+            zero6.eq(product5 == 0),
+        ]
+        # 7: to the integer: saturated, zero, or p >> (14..24) rounded to even
+        r = Signal(BOUND_BITS + 1, name="r")  # |r| < 2**10, or saturated at 2**10
+        shift = Signal(range(LAST_SHIFT + 1), name="shift")
+        m.d.comb += shift.eq((-e)[: len(shift)])
+        with m.If(zero6 | (e < -LAST_SHIFT)):
+            m.d.sync += r.eq(0)
+        with m.Elif(e >= SATURATES):
+            m.d.sync += r.eq(1 << BOUND_BITS)
+        with m.Else():
+            m.d.sync += r.eq(_round_shift(p, shift, BOUND_BITS + 1))
+        # 8: the sign, the zero point, the clip
+        last = stages[6]
+        y = Signal(signed(BOUND_BITS + 3), name="y")
+        m.d.comb += y.eq(Mux(last["neg"], -r, r) + last["zero"])
+        m.d.sync += [
+            self.out.eq(Mux(y < last["lo"], last["lo"], Mux(y > last["hi"], last["hi"], y))),
+            self.out_valid.eq(last["valid"]),
+        ]
+        return m
+
+    @staticmethod
+    def _fields(m: Module, k: int) -> dict:
+        return {
+            "valid": Signal(name=f"valid{k}"),
+            "sig": Signal(SIGNIFICAND_BITS, name=f"sig{k}"),
+            "exp": Signal(signed(EXPONENT_BITS), name=f"exp{k}"),
+            "zero": Signal(signed(BOUND_BITS), name=f"zero{k}"),
+            "lo": Signal(signed(BOUND_BITS), name=f"lo{k}"),
+            "hi": Signal(signed(BOUND_BITS), name=f"hi{k}"),
+            "neg": Signal(name=f"neg{k}"),
+        }
