@@ -7,10 +7,17 @@ from hypothesis import strategies as st
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Opcode, Store, Uop, isa_for
 
-CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32"]
+CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32", "default+rq8"]
 LOAD_MEMS = [MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC]
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 SKIP = {"opcode", "mem", "alu_op", *FLAGS}  # set from enums / flags, not from ranges
+
+
+def config(name: str):
+    """A swept preset by name; `+rqN` adds a requantization unit of N lanes."""
+    base, _, lanes = name.partition("+rq")
+    cfg = preset(base)
+    return cfg.replace(requant_lanes=int(lanes)) if lanes else cfg
 
 
 def _fields(draw, spec, op):
@@ -19,7 +26,7 @@ def _fields(draw, spec, op):
     for f in spec.formats[op]:
         if f.name in SKIP:
             continue
-        if f.name in ("reset", "use_imm"):
+        if f.name in ("reset", "use_imm", "requant"):
             out[f.name] = draw(st.booleans())
         else:
             out[f.name] = draw(st.integers(f.lo, f.hi))
@@ -35,7 +42,7 @@ def instructions(draw, spec):
         return Load(mem=draw(st.sampled_from(LOAD_MEMS)), **values)
     if kind == Opcode.STORE:
         for pad in ("y_pad0", "y_pad1", "x_pad0", "x_pad1", "pad_value"):
-            values.pop(pad)
+            values.pop(pad, None)
         return Store(**values)
     if kind == Opcode.GEMM:
         return Gemm(**values)
@@ -46,12 +53,12 @@ def instructions(draw, spec):
 
 @st.composite
 def programs(draw):
-    spec = isa_for(preset(draw(st.sampled_from(CONFIGS))))
+    spec = isa_for(config(draw(st.sampled_from(CONFIGS))))
     return spec, draw(st.lists(instructions(spec), min_size=1, max_size=12))
 
 
 @st.composite
 def uop_lists(draw):
-    spec = isa_for(preset(draw(st.sampled_from(CONFIGS))))
+    spec = isa_for(config(draw(st.sampled_from(CONFIGS))))
     uop = st.builds(Uop, **{name: st.integers(0, f.hi) for name, f in spec.uop.fields.items()})
     return spec, draw(st.lists(uop, max_size=20))

@@ -274,3 +274,21 @@ def test_config_file_with_a_non_table_hw_key(tmp_path):
     path.write_text('{"hw": 5}')
     with pytest.raises(ConfigError, match="must hold a table of fields"):
         HwConfig.load(path)
+
+
+def test_the_requantization_unit_is_absent_by_default_and_leaves_identities_alone():
+    cfg = HwConfig()
+    unit = cfg.replace(requant_lanes=8)
+    assert cfg.requant_lanes == 0 and "requant_lanes" not in cfg.to_dict()
+    # the digests every config had before the knob existed (a saved program still loads)
+    assert cfg.digest == "10f5588f2cf06e8d" and cfg.arch_digest == "d61880a7c7a7ae0b"
+    assert unit.tag == cfg.tag + "_rq8" and unit.digest != cfg.digest
+    assert unit.arch_digest != cfg.arch_digest
+    assert unit.arch_mismatches(cfg) == ["requant_lanes: 8 != 0"]
+    assert HwConfig.from_dict(unit.to_dict()) == unit
+
+
+@pytest.mark.parametrize("lanes", [3, 32, 65, -1])
+def test_requant_lanes_must_be_a_power_of_two_up_to_a_row(lanes):
+    with pytest.raises(ConfigError, match=rf"requant_lanes must be .*not {lanes}"):
+        HwConfig(requant_lanes=lanes)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from isa_strategies import CONFIGS, programs, uop_lists
+from isa_strategies import CONFIGS, config, programs, uop_lists
 
 from tilecraft.errors import ConfigError, EncodingError
-from tilecraft.hw.config import HwConfig, preset
+from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import (
     FIELD_NAMES,
     INSN_BITS,
@@ -75,8 +75,8 @@ def test_uop_round_trip(case):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_formats_fit_the_word(name):
-    spec = isa_for(preset(name))
-    assert spec is isa_for(preset(name))  # cached
+    spec = isa_for(config(name))
+    assert spec is isa_for(config(name))  # cached
     for op, fmt in spec.formats.items():
         assert fmt.bits == INSN_BITS
         ends = [f.offset + f.width for f in fmt]
@@ -239,7 +239,7 @@ def test_format_uops():
 # ---- bulk ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["default", "2x16x16"])
 def test_bulk_table_round_trip(name):
-    spec = isa_for(preset(name))
+    spec = isa_for(config(name))
     n = 100_000
     rng = np.random.default_rng(1)
     table = np.zeros(n, TABLE_DTYPE)
@@ -280,3 +280,34 @@ def test_clip_bounds_that_do_not_fit(lo, hi):
     assert not clip_fits(lo, hi)
     with pytest.raises(ValueError, match=f"CLIP bounds \\[{lo}, {hi}\\]"):
         clip_operand(lo, hi)
+
+
+# ---- the requantization unit's STORE fields --------------------------------------------------
+UNIT = isa_for(HwConfig(requant_lanes=8))
+
+
+def test_a_requantizing_store_round_trips_on_a_config_with_the_unit():
+    store = Store(sram_base=5, dram_base=64, y_size=2, x_size=3, x_stride=3, requant=True,
+                  param_base=UNIT.config.depth("acc") - 3)  # fmt: skip
+    table = decode(UNIT, encode(UNIT, [store]))
+    assert table["requant"][0] == 1 and table["param_base"][0] == store.param_base
+    assert "requant params=" in disassemble(table)[0]
+    # the same STORE without requant encodes as it does on a config without the unit
+    plain = Store(sram_base=5, dram_base=64, y_size=2, x_size=3, x_stride=3)
+    assert np.array_equal(encode(UNIT, [plain]), encode(SPEC, [plain]))
+    assert "\nSTORE:" in UNIT.describe() and "\nSTORE:" not in SPEC.describe()
+
+
+def test_a_requantizing_store_is_refused_on_a_config_without_the_unit():
+    store = Store(sram_base=0, dram_base=0, y_size=1, x_size=1, x_stride=1, requant=True)
+    message = r"instruction 0 \(STORE\) sets requant = 1, but config 1x16x16\S* has no requant"
+    with pytest.raises(EncodingError, match=message + r".*requant_lanes > 0"):
+        encode(SPEC, [store])
+
+
+def test_param_base_past_the_accumulator_does_not_encode():
+    depth = UNIT.config.depth("acc")
+    store = Store(sram_base=0, dram_base=0, y_size=1, x_size=1, x_stride=1, requant=True,
+                  param_base=depth)  # fmt: skip
+    with pytest.raises(EncodingError, match=rf"field param_base = {depth} does not fit"):
+        encode(UNIT, [store])

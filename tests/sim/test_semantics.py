@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa.requant import pack_clip, pack_scale
+from tilecraft.hw.timing import Timing
+from tilecraft.ops.requant import float32_requantize, scale_fields
 
 from harness import naive_alu, naive_loop, run, wrap
 
@@ -343,3 +347,106 @@ def test_store_truncates_to_out_width(cfg):
     np.testing.assert_array_equal(out[:, :3], expected)
     assert not out[:, 3:].any()
     assert int(np.int32(300).astype(np.int8)) == 44
+
+
+def _requant_rows(cfg, rng, rows: int):
+    """Accumulator rows, then a requantizing STORE's three parameter rows for random per-channel
+    biases, scales, zero points and clips; (acc rows with params, the per-channel values)."""
+    b, bo = cfg.batch, cfg.block_out
+    acc = rng.integers(-(2**31), 2**31, (rows + 3, b, bo)).astype(np.int64)
+    acc[: rows // 2] = rng.integers(-(2**20), 2**20, (rows // 2, b, bo))  # inside the clip
+    scale = (rng.uniform(1, 2, bo) * 2.0 ** rng.integers(-21, -15, bo)).astype(np.float32)
+    bias = rng.integers(-(2**19), 2**19, bo)
+    zero = rng.integers(-40, 40, bo)
+    lo = rng.integers(-128, -60, bo)
+    hi = rng.integers(60, 128, bo)
+    fields = scale_fields(scale)
+    acc[rows] = bias
+    acc[rows + 1] = pack_scale(fields.significand, fields.exponent)
+    acc[rows + 2] = pack_clip(zero, lo, hi)
+    return acc.astype(np.int32), (bias, scale, zero, lo, hi)
+
+
+def _store_program(cfg, rows: int, out_off: int, param_base: int, **store):
+    insns = [
+        Load(
+            mem=MemId.ACC,
+            sram_base=0,
+            dram_base=0,
+            y_size=1,
+            x_size=rows + 3,
+            x_stride=rows + 3,
+            push_next=True,
+        ),  # fmt: skip
+        Store(
+            sram_base=0,
+            dram_base=out_off // cfg.elem_bytes("out"),
+            y_size=1,
+            x_size=rows,
+            x_stride=rows,
+            pop_prev=True,
+            push_prev=True,
+            requant=True,
+            param_base=param_base,
+            **store,
+        ),  # fmt: skip
+        Load(
+            mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_next=True
+        ),
+    ]
+    return insns
+
+
+@pytest.mark.parametrize("name, lanes", [("default", 8), ("1x8x8", 8), ("2x16x16", 16)])
+def test_a_requantizing_store_is_onnxruntimes_float32_arithmetic(name, lanes):
+    """Each lane c: float32(acc + bias[c]) * scale[c] rounded to even, plus the zero point,
+    clipped: numpy's float32 (ops.requant.float32_requantize), not the unit's own integers."""
+    cfg = preset(name).replace(requant_lanes=lanes)
+    rng = np.random.default_rng(4)
+    rows, out_off = 24, 40960
+    acc, (bias, scale, zero, lo, hi) = _requant_rows(cfg, rng, rows)
+    _, m, dram = run(cfg, _store_program(cfg, rows, out_off, rows), {0: acc})
+    eb = cfg.elem_bytes("out")
+    out = dram[out_off : out_off + rows * eb].view(np.int8).reshape(rows, cfg.batch, -1)
+    v = acc[:rows].astype(np.int64) + bias
+    want = float32_requantize(v, scale, zero, lo, hi, channel_axis=2)
+    np.testing.assert_array_equal(out, want)
+    assert ((want > lo) & (want < hi)).mean() > 0.2  # not all clipped
+
+
+@pytest.mark.parametrize(
+    "row, value, message",
+    [
+        (1, 5, r"param row 25: a scale significand below 2\*\*23 \(5\)"),
+        (2, None, r"param row 26, lane 0: clip \[10, -3\] is empty"),
+    ],
+)
+def test_bad_requant_parameters_are_named(row, value, message):
+    cfg = preset("default").replace(requant_lanes=8)
+    acc, _ = _requant_rows(cfg, np.random.default_rng(1), 24)
+    acc[24 + row] = value if value is not None else pack_clip(0, 10, -3)
+    with pytest.raises(IllegalInstructionError, match=message):
+        run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
+
+
+def test_requant_param_rows_past_the_accumulator_are_an_access_error():
+    cfg = preset("1x8x8").replace(requant_lanes=8)
+    acc, _ = _requant_rows(cfg, np.random.default_rng(1), 4)
+    depth = cfg.depth("acc")
+    with pytest.raises(AccessError, match="requant param"):
+        run(cfg, _store_program(cfg, 4, 40960, depth - 2), {0: acc})
+
+
+@pytest.mark.parametrize("lanes, extra_per_row", [(8, 0), (16, 0), (4, 2)])
+def test_a_requantizing_store_costs_its_wait_in_the_cycle_model(lanes, extra_per_row):
+    """The same STORE with and without `requant`: the requantizing one is `requant_depth`
+    cycles later (its parameter rows and the lane's stages); a unit with fewer lanes than the
+    bus has bytes a cycle (4 on the 64-bit bus, 16 channels a row: 4 cycles against 2 beats)
+    adds its slower pace, row by row."""
+    cfg = preset("default").replace(requant_lanes=lanes)
+    acc, _ = _requant_rows(cfg, np.random.default_rng(2), 24)
+    plain = _store_program(cfg, 24, 40960, 24)
+    plain[1] = Store(**{**plain[1].__dict__, "requant": False, "param_base": 0})
+    with_unit, _, _ = run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
+    without, _, _ = run(cfg, plain, {0: acc})
+    assert with_unit.cycles - without.cycles == Timing.requant_depth + extra_per_row * 24

@@ -44,6 +44,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "burst_len": (1, 256),
     "dep_queue_depth": (1, 4096),
     "cmd_queue_depth": (1, 4096),
+    "requant_lanes": (0, 64),
 }
 
 # Fields that change what a program means or whether it deadlocks. The rest (clock, bus width,
@@ -61,7 +62,11 @@ ARCH_FIELDS = (
     "log_acc_buff",
     "dep_queue_depth",
     "cmd_queue_depth",
+    "requant_lanes",
 )
+# Optional units, by field and the value that means absent: a config without the unit leaves
+# the field out of its dict, digests and tag, so every config made before the unit keeps them.
+ABSENT = {"requant_lanes": 0}
 
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
 SCRATCHPADS = ("uop", "inp", "wgt", "acc")  # the on-chip memories
@@ -97,6 +102,9 @@ class HwConfig:
     burst_len: int = 16
     dep_queue_depth: int = 16
     cmd_queue_depth: int = 512
+    # the requantization unit on the store path (STORE's `requant` mode): 0 absent, else the
+    # accumulator lanes it requantizes a cycle (a power of two up to BATCH x BLOCK_OUT)
+    requant_lanes: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -118,6 +126,12 @@ class HwConfig:
         if self.axi_data_bits & (self.axi_data_bits - 1):
             raise ConfigError(
                 f"axi_data_bits must be a power of two in [32, 1024], not {self.axi_data_bits}"
+            )
+        lanes = self.requant_lanes
+        if lanes and (lanes & (lanes - 1) or lanes > self.batch * self.block_out):
+            raise ConfigError(
+                f"requant_lanes must be 0 (no requantization unit) or a power of two up to "
+                f"BATCH x BLOCK_OUT = {self.batch * self.block_out}, not {lanes}"
             )
         if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
             raise ConfigError(
@@ -242,6 +256,7 @@ class HwConfig:
             f"{self.batch}x{self.block_in}x{self.block_out}"
             f"_i{self.inp_bits}w{self.wgt_bits}a{self.acc_bits}"
             f"_{self.log_uop_buff}_{self.log_inp_buff}_{self.log_wgt_buff}_{self.log_acc_buff}"
+            + (f"_rq{self.requant_lanes}" if self.requant_lanes else "")
         )
 
     @property
@@ -252,7 +267,7 @@ class HwConfig:
     @property
     def arch_digest(self) -> str:
         """Digest over the fields a program depends on (not clock, bus width or DRAM timing)."""
-        return _digest({k: getattr(self, k) for k in ARCH_FIELDS})
+        return _digest({k: v for k, v in self.to_dict().items() if k in ARCH_FIELDS})
 
     def arch_mismatches(self, other: HwConfig) -> list[str]:
         """Architectural fields that differ, as `name: mine != theirs` lines."""
@@ -264,7 +279,9 @@ class HwConfig:
 
     # ---- (de)serialization ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field, but an optional unit's where the unit is absent (`ABSENT`)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in out.items() if ABSENT.get(k, object()) != v}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HwConfig:

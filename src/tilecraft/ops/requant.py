@@ -86,25 +86,22 @@ def gap_scale(x_scale, y_scale, count: int) -> np.float32:
     return np.float32(x / np.float32(y * np.float32(count)))
 
 
-def float32_requantize(
-    v, scale, zero_point: int, lo: int, hi: int, channel_axis: int = 1
-) -> np.ndarray:
+def float32_requantize(v, scale, zero_point, lo, hi, channel_axis: int = 1) -> np.ndarray:
     """onnxruntime's requantization of int32 values `v` (the accumulators plus bias) in numpy's
-    float32 arithmetic: int64 results in [lo, hi]."""
-    _check_clip(zero_point, lo, hi)
+    float32 arithmetic: int64 results in [lo, hi]. The zero point and the clip bounds are ints,
+    or arrays of one per channel."""
     v = np.asarray(v, np.int64).astype(np.int32)
+    zero, lo, hi = _clip_params(zero_point, lo, hi, v.ndim, channel_axis)
     s = _per_channel(np.asarray(scale, np.float32), v.ndim, channel_axis)
     f = v.astype(np.float32) * s
-    f = np.minimum(np.maximum(f, np.float32(lo - zero_point)), np.float32(hi - zero_point))
-    return np.rint(f).astype(np.int64) + zero_point
+    f = np.minimum(np.maximum(f, (lo - zero).astype(np.float32)), (hi - zero).astype(np.float32))
+    return np.rint(f).astype(np.int64) + zero
 
 
-def requantize(
-    v, fields: ScaleFields, zero_point: int, lo: int, hi: int, channel_axis: int = 1
-) -> np.ndarray:
+def requantize(v, fields: ScaleFields, zero_point, lo, hi, channel_axis: int = 1) -> np.ndarray:
     """`float32_requantize` with integers only: the requantization unit's datapath."""
-    _check_clip(zero_point, lo, hi)
     v = np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
+    zero, lo, hi = _clip_params(zero_point, lo, hi, v.ndim, channel_axis)
     sig = _per_channel(fields.significand, v.ndim, channel_axis)
     exp = _per_channel(fields.exponent, v.ndim, channel_axis)
     negative, magnitude = v < 0, np.abs(v)  # |v| <= 2**31: 32 bits unsigned
@@ -116,20 +113,31 @@ def requantize(
     r = np.where(ep >= 0, p << np.clip(ep, 0, 62 - 48), _round_shift(p, -ep))
     r = np.minimum(r, 1 << 40)  # past any clip; keeps the sign and zero point in range
     r = np.where(negative, -r, r)
-    return np.clip(r + zero_point, lo, hi)
+    return np.clip(r + zero, lo, hi)
 
 
-def _check_clip(zero_point: int, lo: int, hi: int) -> None:
+def _clip_params(zero_point, lo, hi, ndim: int, channel_axis: int):
+    """The zero point and clip bounds as int64 arrays shaped for the channel axis, checked."""
+    out = []
     for name, value in (("zero point", zero_point), ("clip low", lo), ("clip high", hi)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        a = np.asarray(value)
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
             raise ScheduleError(f"the requantization's {name} must be an int, not {value!r}")
-        if not -CLIP_LIMIT <= value <= CLIP_LIMIT:
+        if a.size == 0 or a.min() < -CLIP_LIMIT or a.max() > CLIP_LIMIT:
+            bad = a.flat[np.argmax(np.abs(a))] if a.size else value
             raise ScheduleError(
-                f"the requantization's {name} {value} is outside -2**23..2**23, where float32 "
+                f"the requantization's {name} {bad} is outside -2**23..2**23, where float32 "
                 f"holds every bound less the zero point exactly"
             )
-    if lo > hi:
-        raise ScheduleError(f"the requantization's clip [{lo}, {hi}] is empty: low > high")
+        out.append(_per_channel(a.astype(np.int64), ndim, channel_axis))
+    zero, low, high = out
+    low_b, high_b = np.broadcast_arrays(low, high)
+    if np.any(low_b > high_b):
+        k = np.argmax(low_b > high_b)
+        raise ScheduleError(
+            f"the requantization's clip [{low_b.flat[k]}, {high_b.flat[k]}] is empty: low > high"
+        )
+    return zero, low, high
 
 
 def _round_significand(x: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +213,7 @@ def float32_qlinear_add(a, b, fields: AddFields, lo: int, hi: int) -> np.ndarray
     missing clamp before the conversion would matter (docs/ONNXRUNTIME_ARITHMETIC.md).
     ARM's NEON kernel computes another formula (fixed point, ties away from zero), which
     differs from this by one step on a few outputs in a million."""
-    _check_clip(0, lo, hi)
+    _, lo, hi = _clip_params(0, lo, hi, 0, 0)
     a = np.asarray(a, np.int64).astype(np.float32)
     b = np.asarray(b, np.int64).astype(np.float32)
     t = fma32(a, fields.ratio_a, fma32(b, fields.ratio_b, fields.fixed))

@@ -215,7 +215,7 @@ class Engine:
         self.pos[s] += 1
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
-            lead = self.timing.dma_overhead + self.timing.dma_plan
+            lead = self.plan.lead[k]
             self.port.request(k, PORT_CLIENT[s], bursts, t + lead, drain=self.plan.drain[k])
             self.in_flight[s] = (k, t)
             return

@@ -39,6 +39,7 @@ class Plan:
         self.drain: list[int] = []  # LOAD of narrow elements: cycles its writes take (one each)
         self.box: list[int] = []  # LOAD: cycles from its start to its last write, at the least
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
+        self.lead: list[int] = []  # LOAD/STORE: from its start to its first burst's request
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
             s = STAGE_OF[self.stage[k]]
@@ -59,6 +60,11 @@ class Plan:
                 overhead = timing.dma_overhead if bursts else timing.barrier_overhead
                 if row["x_size"] and (row["y_size"] or op == Opcode.LOAD):
                     overhead += timing.dma_plan  # STORE skips the plan when y_size is 0 too
+                lead = timing.dma_overhead + timing.dma_plan
+                if op == Opcode.STORE and row["requant"] and bursts:
+                    overhead += requant_wait(cfg, timing, row)
+                    lead += requant_wait(cfg, timing, row)
+                self.lead.append(lead)
                 lead, trail, _ = pad_split(row) if bursts else (0, 0, 0)
                 # the loader writes its padded box in order, one element a cycle, each data
                 # element once its beats have come: zeros before the data while the DRAM
@@ -80,8 +86,20 @@ class Plan:
                 self.writes.append(0)
                 self.drain.append(0)
                 self.box.append(0)
+                self.lead.append(0)
                 self.bursts.append([])
                 self.dram_bytes.append(0)
+
+
+def requant_wait(cfg: HwConfig, timing: Timing, row) -> int:
+    """Cycles a requantizing STORE's first beat waits beyond a plain one's: the parameter rows
+    and the lane's pipeline, and, where the unit has fewer lanes than the bus has bytes a
+    cycle, what its rows take beyond the bus's (it then sets the pace)."""
+    lanes = cfg.batch * cfg.block_out
+    cycles_per_row = -(-lanes // cfg.requant_lanes)
+    beats_per_row = -(-cfg.elem_bytes("out") // timing.axi_bytes)
+    rows = row["x_size"] * row["y_size"]
+    return timing.requant_depth + max(cycles_per_row - beats_per_row, 0) * rows
 
 
 def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) -> tuple[int, int]:

@@ -12,7 +12,10 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
 - CLIP clamps to [lo, hi] read from the low 16 bits of its operand as two signed bytes (hi in
   bits 0-7, lo in 8-15): min(max(x, lo), hi), so hi wins where lo > hi;
 - STORE narrows each lane by truncation to its low out_bits (VTA's rule; saturate with CLIP, or
-  MIN/MAX);
+  MIN/MAX); a STORE with `requant` (configs with a requantization unit) requantizes each lane
+  instead (`ops.requant.requantize`, onnxruntime's float32 arithmetic) with the parameters of
+  accumulator rows param_base.. (hw/isa/requant.py: bias, scale, zero point and clip; lane c of
+  the first batch row holds channel c's);
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
 - a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
@@ -28,6 +31,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, clip_bounds
+from tilecraft.hw.isa.requant import PARAM_ROWS, SIGNIFICAND_BITS, unpack_clip, unpack_scale
+from tilecraft.ops.requant import ScaleFields, requantize
 from tilecraft.sim.machine import Machine
 
 
@@ -81,7 +86,12 @@ def store(m: Machine, r) -> Footprint:
         return NOTHING
     _check_sram("out", base, count, cfg.depth("acc"))
     eb = cfg.elem_bytes("out")
-    rows = m.acc[base : base + count].astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
+    values = m.acc[base : base + count]
+    reads = {"acc": (base, base + count)}
+    if r["requant"]:
+        values, params = _requantized(m, values, r["param_base"])
+        reads = {"acc": np.concatenate([np.arange(base, base + count), params])}
+    rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
     start, stride = r["dram_base"] * eb, r["x_stride"] * eb
     _check_dram(m, start, y, x * eb, stride)
     if r["x_stride"] >= x:
@@ -89,7 +99,35 @@ def store(m: Machine, r) -> Footprint:
     else:  # overlapping rows: later rows win
         for k in range(y):
             m.dram[start + k * stride : start + k * stride + x * eb] = rows[k]
-    return Footprint({"acc": (base, base + count)}, {})
+    return Footprint(reads, {})
+
+
+def _requantized(m: Machine, values: np.ndarray, param_base: int):
+    """Accumulator rows `values` (rows, batch, block_out) requantized with the parameter rows
+    at `param_base`, and those rows' indices."""
+    if not m.config.requant_lanes:
+        raise IllegalInstructionError(
+            f"STORE with requant on config {m.config.tag}, which has no requantization unit"
+        )
+    params = np.arange(param_base, param_base + len(PARAM_ROWS))
+    _check_index("acc", params, m.config.depth("acc"), "requant param")
+    bias, scale, clip = (m.acc[p][0].astype(np.int64) for p in params)
+    significand, exponent = unpack_scale(scale)
+    if significand.min() < 1 << (SIGNIFICAND_BITS - 1):
+        raise IllegalInstructionError(
+            f"requant param row {param_base + 1}: a scale significand below 2**23 "
+            f"({int(significand.min())}) is not a normalized float32"
+        )
+    zero, lo, hi = unpack_clip(clip)
+    if np.any(lo > hi):
+        c = int(np.argmax(lo > hi))
+        raise IllegalInstructionError(
+            f"requant param row {param_base + 2}, lane {c}: clip [{int(lo[c])}, {int(hi[c])}] "
+            f"is empty"
+        )
+    v = values.astype(np.int64) + bias
+    out = requantize(v, ScaleFields(significand, exponent), zero, lo, hi, channel_axis=2)
+    return out, params
 
 
 def gemm(m: Machine, r) -> Footprint:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from isa_strategies import CONFIGS, programs
+from isa_strategies import CONFIGS, config, programs
 
-from tilecraft.hw.config import HwConfig, preset
+from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import INSN_BITS, Opcode, Uop, encode, encode_uops, insn_table, isa_for
 from tilecraft.hw.rtl.layouts import insn_layout, insn_union, uop_layout
 
@@ -16,7 +16,7 @@ from tilecraft.hw.rtl.layouts import insn_layout, insn_union, uop_layout
 def test_amaranth_layout_matches_format(name, op):
     from amaranth.lib import data
 
-    spec = isa_for(preset(name))
+    spec = isa_for(config(name))
     layout = insn_layout(spec, op)
     fmt = spec.formats[op]
     assert isinstance(layout, data.FlexibleLayout)

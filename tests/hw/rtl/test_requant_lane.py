@@ -81,3 +81,12 @@ def test_lane_is_the_spec_bit_for_bit(seed):
         f"lane {bad[0][1]}, spec {bad[0][2]}"
     )
     assert [i for i, _ in got] == [i for i, _ in expected]  # at exactly LATENCY cycles
+
+
+def test_the_accelerators_rtl_refuses_a_config_with_the_unit_until_its_store_has_it():
+    from tilecraft.errors import ConfigError
+    from tilecraft.hw.config import HwConfig
+    from tilecraft.hw.rtl.top import Accelerator
+
+    with pytest.raises(ConfigError, match=r"requant_lanes 8\), which the RTL's store stage"):
+        Accelerator(HwConfig(requant_lanes=8))

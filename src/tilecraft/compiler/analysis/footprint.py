@@ -16,6 +16,7 @@ import numpy as np
 
 from tilecraft.hw.config import SCRATCHPADS, HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, Opcode, Stage, isa_for, stage_of
+from tilecraft.hw.isa.requant import PARAM_ROWS
 
 
 @dataclass
@@ -140,6 +141,15 @@ def _store(cfg, r, depth, a: Access) -> None:
         a.problems.append(f"reads out rows [{base}, {base + count}) beyond its {depth['acc']} rows")
         return
     a.reads["acc"] = np.arange(base, base + count)
+    if r["requant"]:  # its parameter rows (hw/isa/requant.py)
+        params = r["param_base"] + np.arange(len(PARAM_ROWS))
+        if params[-1] >= depth["acc"]:
+            a.problems.append(
+                f"reads requant param rows [{params[0]}, {params[-1] + 1}) beyond its "
+                f"{depth['acc']} rows"
+            )
+            return
+        a.reads["acc"] = np.concatenate([a.reads["acc"], params])
     a.dram_writes.extend(_dram_rows(r, cfg.elem_bytes("out")))
 
 

@@ -36,6 +36,7 @@ def encode(spec: IsaSpec, insns: np.ndarray | Iterable) -> np.ndarray:
         idx = np.flatnonzero(ops == op)
         if idx.size == 0:
             continue
+        _check_unit_fields(spec, table, idx, fmt)
         for f in fmt:
             values = table[f.name][idx]
             bad = (values < f.lo) | (values > f.hi)
@@ -134,6 +135,25 @@ def _get(words: np.ndarray, f: Field) -> np.ndarray:
     if f.signed:
         v = np.where(v >= (1 << (f.width - 1)), v - (1 << f.width), v)
     return v
+
+
+UNIT_FIELDS = {"requant": "requant_lanes", "param_base": "requant_lanes"}  # field: its knob
+
+
+def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -> None:
+    """An optional unit's field set where the config has no such unit is refused, naming the
+    instruction, the config and the knob (the word has no bits for it)."""
+    for name, knob in UNIT_FIELDS.items():
+        if name in fmt.fields:
+            continue
+        used = table[name][idx] != 0
+        if used.any():
+            k = int(idx[np.argmax(used)])
+            raise EncodingError(
+                f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
+                f"{int(table[name][k])}, but config {spec.config.tag} has no requantization "
+                f"unit: a program that needs it runs on a config with {knob} > 0"
+            )
 
 
 def _check_members(values, valid, name, kind, words=None) -> None:

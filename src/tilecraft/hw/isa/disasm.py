@@ -27,6 +27,8 @@ def format_row(row) -> str:
                 text += f" value {int(get('pad_value'))}"
         if op == Opcode.LOAD and get("x_size") == 0:
             text += " (sync only)"
+        if op == Opcode.STORE and get("requant"):
+            text += f" requant params={get('param_base')}"
         return text + tail
     if op in (Opcode.GEMM, Opcode.ALU):
         loop = (

@@ -29,6 +29,8 @@ PAD_VALUE_BITS = 8  # LOAD INP's padding value (signed, sign-extended to every l
 ITER_BITS = 14  # GEMM/ALU loop extents
 IMM_BITS = 16  # ALU immediate (signed)
 IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
+STORE_FIELDS = ("mem", "sram_base", "dram_base", "y_size", "x_size", "x_stride")
+REQUANT_PARAM_ROWS = 3  # a requantizing STORE's parameter rows: bias, scale, zero point and clip
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,14 @@ class IsaSpec:
         ]
         alu = [("alu_op", 3, False), ("use_imm", 1, False), ("imm", IMM_BITS, True)]
         mem_fmt = _pack("LOAD/STORE", INSN_BITS, header + mem)
+        store_fmt = mem_fmt
+        if c.requant_lanes:  # STORE's padding fields (always 0) hold the requantization's
+            store = [f for f in mem if f[0] in STORE_FIELDS]
+            requant = [("requant", 1, False), ("param_base", self.acc_idx_bits, False)]
+            store_fmt = _pack("STORE", INSN_BITS, header + store + requant)
         self.formats: dict[Opcode, Format] = {
             Opcode.LOAD: mem_fmt,
-            Opcode.STORE: mem_fmt,
+            Opcode.STORE: store_fmt,
             Opcode.GEMM: _pack("GEMM", INSN_BITS, header + loop + gemm),
             Opcode.ALU: _pack("ALU", INSN_BITS, header + loop + alu),
             Opcode.FINISH: _pack("FINISH", INSN_BITS, header),
@@ -181,9 +188,10 @@ class IsaSpec:
         """A table of every format's fields, offsets and widths (for docs and `config show`)."""
         lines = []
         for op, fmt in self.formats.items():
-            if op == Opcode.STORE:
+            shared = self.formats[Opcode.STORE] is self.formats[Opcode.LOAD]
+            if op == Opcode.STORE and shared:
                 continue
-            title = "LOAD/STORE" if op == Opcode.LOAD else op.name
+            title = "LOAD/STORE" if op == Opcode.LOAD and shared else op.name
             lines.append(f"{title}:")
             lines += [f"  [{f.offset + f.width - 1:3d}:{f.offset:3d}] {f.name}" for f in fmt]
         lines.append(f"micro-op ({self.uop.bits} bits):")

@@ -46,6 +46,8 @@ FIELD_NAMES = (
     "alu_op",
     "use_imm",
     "imm",
+    "requant",
+    "param_base",
 )
 TABLE_DTYPE = np.dtype([(name, np.int64) for name in FIELD_NAMES])
 UOP_DTYPE = np.dtype([("dst", np.int64), ("src", np.int64), ("wgt", np.int64)])
@@ -103,7 +105,11 @@ class Load(_Insn):
 
 @dataclass(frozen=True, kw_only=True)
 class Store(_Insn):
-    """2-D DMA of narrowed accumulator rows (the OUT view) to DRAM."""
+    """2-D DMA of narrowed accumulator rows (the OUT view) to DRAM. With `requant` (configs
+    with a requantization unit) each row is requantized on its way instead
+    (`ops.requant.requantize`), with the parameters of accumulator rows `param_base` (bias),
+    `param_base + 1` (the scale's fields) and `param_base + 2` (zero point and clip bounds),
+    one lane per output channel (sim/semantics.py `store`)."""
 
     sram_base: int
     dram_base: int
@@ -111,6 +117,8 @@ class Store(_Insn):
     x_size: int
     x_stride: int
     mem: MemId = MemId.OUT
+    requant: bool = False
+    param_base: int = 0
     opcode = Opcode.STORE
 
 
@@ -229,8 +237,13 @@ def row_insn(row) -> _Insn:
             mem=_enum(MemId, get("mem")), **{k: int(get(k)) for k in mem_fields + pads}, **flags
         )
     if op == Opcode.STORE:
-        keys = ("sram_base", "dram_base", "y_size", "x_size", "x_stride")
-        return Store(mem=_enum(MemId, get("mem")), **{k: int(get(k)) for k in keys}, **flags)
+        keys = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "param_base")
+        return Store(
+            mem=_enum(MemId, get("mem")),
+            requant=bool(get("requant")),
+            **{k: int(get(k)) for k in keys},
+            **flags,
+        )
     loop = ("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out", "src_in")
     if op == Opcode.GEMM:
         keys = loop + ("wgt_out", "wgt_in")
