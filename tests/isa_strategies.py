@@ -26,7 +26,7 @@ def _fields(draw, spec, op):
     for f in spec.formats[op]:
         if f.name in SKIP:
             continue
-        if f.name in ("reset", "use_imm", "requant"):
+        if f.name in ("reset", "use_imm", "requant", "param_per_row"):
             out[f.name] = draw(st.booleans())
         else:
             out[f.name] = draw(st.integers(f.lo, f.hi))

@@ -450,3 +450,47 @@ def test_a_requantizing_store_costs_its_wait_in_the_cycle_model(lanes, extra_per
     with_unit, _, _ = run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
     without, _, _ = run(cfg, plain, {0: acc})
     assert with_unit.cycles - without.cycles == Timing.requant_depth + extra_per_row * 24
+
+
+def test_a_requantizing_store_with_parameters_per_row():
+    """`param_per_row`: row y of the transfer (here a channel block each) takes the three
+    parameter rows from param_base + 3 y."""
+    cfg = preset("default").replace(requant_lanes=8)
+    rng = np.random.default_rng(8)
+    blocks, pix, out_off = 3, 8, 40960
+    sets = [_requant_rows(cfg, rng, 0) for _ in range(blocks)]
+    acc = rng.integers(-(2**20), 2**20, (blocks * pix, 1, 16)).astype(np.int32)
+    params = np.concatenate([p for p, _ in sets])
+    data = np.concatenate([acc, params])
+    insns = [
+        Load(
+            mem=MemId.ACC,
+            sram_base=0,
+            dram_base=0,
+            y_size=1,
+            x_size=len(data),
+            x_stride=len(data),
+            push_next=True,
+        ),  # fmt: skip
+        Store(
+            sram_base=0,
+            dram_base=out_off // 16,
+            y_size=blocks,
+            x_size=pix,
+            x_stride=pix,
+            pop_prev=True,
+            push_prev=True,
+            requant=True,
+            param_base=blocks * pix,
+            param_per_row=True,
+        ),  # fmt: skip
+        Load(
+            mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_next=True
+        ),
+    ]
+    _, _, dram = run(cfg, insns, {0: data})
+    out = dram[out_off : out_off + blocks * pix * 16].view(np.int8).reshape(blocks, pix, 1, 16)
+    for k, (_, (bias, scale, zero, lo, hi)) in enumerate(sets):
+        v = acc[k * pix : (k + 1) * pix].astype(np.int64) + bias
+        want = float32_requantize(v, scale, zero, lo, hi, channel_axis=2)
+        np.testing.assert_array_equal(out[k], want, err_msg=f"channel block {k}")

@@ -172,9 +172,13 @@ def _bit_length(x: np.ndarray) -> np.ndarray:
 
 
 def _per_channel(values: np.ndarray, ndim: int, channel_axis: int) -> np.ndarray:
+    """A scalar, a vector of one value per channel (shaped to broadcast along `channel_axis`),
+    or an array already shaped like the values (one per value, broadcast as it is)."""
     values = np.asarray(values)
     if values.ndim == 0 or values.size == 1:
         return values.reshape(())
+    if values.ndim == ndim:
+        return values
     shape = [1] * ndim
     shape[channel_axis] = values.size
     return values.reshape(shape)

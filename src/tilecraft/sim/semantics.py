@@ -89,7 +89,8 @@ def store(m: Machine, r) -> Footprint:
     values = m.acc[base : base + count]
     reads = {"acc": (base, base + count)}
     if r["requant"]:
-        values, params = _requantized(m, values, r["param_base"])
+        per_row = x if r["param_per_row"] else count
+        values, params = _requantized(m, values, r["param_base"], per_row)
         reads = {"acc": np.concatenate([np.arange(base, base + count), params])}
     rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
     start, stride = r["dram_base"] * eb, r["x_stride"] * eb
@@ -102,32 +103,35 @@ def store(m: Machine, r) -> Footprint:
     return Footprint(reads, {})
 
 
-def _requantized(m: Machine, values: np.ndarray, param_base: int):
-    """Accumulator rows `values` (rows, batch, block_out) requantized with the parameter rows
-    at `param_base`, and those rows' indices."""
+def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int):
+    """Accumulator rows `values` (rows, batch, block_out) requantized, each run of `per_set`
+    rows with the next three parameter rows from `param_base`; and those rows' indices."""
     if not m.config.requant_lanes:
         raise IllegalInstructionError(
             f"STORE with requant on config {m.config.tag}, which has no requantization unit"
         )
-    params = np.arange(param_base, param_base + len(PARAM_ROWS))
+    sets = len(values) // per_set
+    params = param_base + np.arange(sets * len(PARAM_ROWS))
     _check_index("acc", params, m.config.depth("acc"), "requant param")
-    bias, scale, clip = (m.acc[p][0].astype(np.int64) for p in params)
+    rows = m.acc[params][:, 0].astype(np.int64).reshape(sets, len(PARAM_ROWS), -1)
+    bias, scale, clip = (np.repeat(rows[:, k], per_set, axis=0)[:, None] for k in range(3))
     significand, exponent = unpack_scale(scale)
     if significand.min() < 1 << (SIGNIFICAND_BITS - 1):
+        k = int(np.argmin(significand.min(axis=(1, 2)))) // per_set
         raise IllegalInstructionError(
-            f"requant param row {param_base + 1}: a scale significand below 2**23 "
+            f"requant param row {param_base + 3 * k + 1}: a scale significand below 2**23 "
             f"({int(significand.min())}) is not a normalized float32"
         )
     zero, lo, hi = unpack_clip(clip)
     if np.any(lo > hi):
-        c = int(np.argmax(lo > hi))
+        row, _, c = np.unravel_index(np.argmax(lo > hi), lo.shape)
         raise IllegalInstructionError(
-            f"requant param row {param_base + 2}, lane {c}: clip [{int(lo[c])}, {int(hi[c])}] "
-            f"is empty"
+            f"requant param row {param_base + 3 * (row // per_set) + 2}, lane {c}: clip "
+            f"[{int(lo[row, 0, c])}, {int(hi[row, 0, c])}] is empty"
         )
     v = values.astype(np.int64) + bias
-    out = requantize(v, ScaleFields(significand, exponent), zero, lo, hi, channel_axis=2)
-    return out, params
+    fields = ScaleFields(significand, exponent)
+    return requantize(v, fields, zero, lo, hi), params
 
 
 def gemm(m: Machine, r) -> Footprint:

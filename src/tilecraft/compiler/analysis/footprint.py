@@ -142,7 +142,8 @@ def _store(cfg, r, depth, a: Access) -> None:
         return
     a.reads["acc"] = np.arange(base, base + count)
     if r["requant"]:  # its parameter rows (hw/isa/requant.py)
-        params = r["param_base"] + np.arange(len(PARAM_ROWS))
+        sets = y if r["param_per_row"] else 1
+        params = r["param_base"] + np.arange(sets * len(PARAM_ROWS))
         if params[-1] >= depth["acc"]:
             a.problems.append(
                 f"reads requant param rows [{params[0]}, {params[-1] + 1}) beyond its "

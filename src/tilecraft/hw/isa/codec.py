@@ -137,7 +137,7 @@ def _get(words: np.ndarray, f: Field) -> np.ndarray:
     return v
 
 
-UNIT_FIELDS = {"requant": "requant_lanes", "param_base": "requant_lanes"}  # field: its knob
+UNIT_FIELDS = dict.fromkeys(("requant", "param_base", "param_per_row"), "requant_lanes")
 
 
 def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -> None:

@@ -29,6 +29,7 @@ def format_row(row) -> str:
             text += " (sync only)"
         if op == Opcode.STORE and get("requant"):
             text += f" requant params={get('param_base')}"
+            text += " per row" if get("param_per_row") else ""
         return text + tail
     if op in (Opcode.GEMM, Opcode.ALU):
         loop = (

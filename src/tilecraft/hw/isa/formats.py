@@ -134,7 +134,11 @@ class IsaSpec:
         store_fmt = mem_fmt
         if c.requant_lanes:  # STORE's padding fields (always 0) hold the requantization's
             store = [f for f in mem if f[0] in STORE_FIELDS]
-            requant = [("requant", 1, False), ("param_base", self.acc_idx_bits, False)]
+            requant = [
+                ("requant", 1, False),
+                ("param_base", self.acc_idx_bits, False),
+                ("param_per_row", 1, False),
+            ]
             store_fmt = _pack("STORE", INSN_BITS, header + store + requant)
         self.formats: dict[Opcode, Format] = {
             Opcode.LOAD: mem_fmt,

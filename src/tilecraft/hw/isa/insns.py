@@ -48,6 +48,7 @@ FIELD_NAMES = (
     "imm",
     "requant",
     "param_base",
+    "param_per_row",
 )
 TABLE_DTYPE = np.dtype([(name, np.int64) for name in FIELD_NAMES])
 UOP_DTYPE = np.dtype([("dst", np.int64), ("src", np.int64), ("wgt", np.int64)])
@@ -109,7 +110,9 @@ class Store(_Insn):
     with a requantization unit) each row is requantized on its way instead
     (`ops.requant.requantize`), with the parameters of accumulator rows `param_base` (bias),
     `param_base + 1` (the scale's fields) and `param_base + 2` (zero point and clip bounds),
-    one lane per output channel (sim/semantics.py `store`)."""
+    one lane per output channel (sim/semantics.py `store`); with `param_per_row`, row y of the
+    transfer has its own three, from `param_base + 3 * y` (a transfer whose rows are channel
+    blocks)."""
 
     sram_base: int
     dram_base: int
@@ -119,6 +122,7 @@ class Store(_Insn):
     mem: MemId = MemId.OUT
     requant: bool = False
     param_base: int = 0
+    param_per_row: bool = False
     opcode = Opcode.STORE
 
 
@@ -241,6 +245,7 @@ def row_insn(row) -> _Insn:
         return Store(
             mem=_enum(MemId, get("mem")),
             requant=bool(get("requant")),
+            param_per_row=bool(get("param_per_row")),
             **{k: int(get(k)) for k in keys},
             **flags,
         )
