@@ -17,11 +17,14 @@ INT8 = (-128, 127)
 
 class Multiplier(str, Enum):
     """How the epilogue scales the accumulators: not at all, by one value for the whole tensor
-    (compiled in as an immediate), or by one value per output channel (a tensor)."""
+    (compiled in as an immediate), by one value per output channel (a tensor), or by one
+    float32 scale per output channel in onnxruntime's arithmetic (`ops.requant`: the
+    requantization unit's, on configs that have one)."""
 
     NONE = "none"
     TENSOR = "tensor"
     CHANNEL = "channel"
+    FLOAT32 = "float32"
 
 
 def _pair(v, name: str) -> tuple[int, int]:
@@ -468,7 +471,12 @@ class Epilogue:
     times a second per-channel multiplier `m2`, then the rounding shift. Two 32-bit products
     carry a multiplier of about 24 + log2(scale) + 10 bits where one carries 24 + log2(scale):
     the rounding of a model quantized by others (onnxruntime computes it in float32) is
-    reproduced on all but a few elements in 10**5, at two more ALU passes per tile."""
+    reproduced on all but a few elements in 10**5, at two more ALU passes per tile.
+
+    `multiplier` FLOAT32 is onnxruntime's requantization instead, every rounding of it
+    (`ops.requant.requantize`): y = clip(rne(fl32(fl32(acc + bias) * scale[c])) + offset),
+    with `offset` the output's zero point. It runs on the requantization unit (a STORE's
+    mode), so it takes no shift, two-stage multiply, accumulator bounds or residual."""
 
     bias: bool = False
     multiplier: Multiplier = Multiplier.NONE
@@ -500,6 +508,19 @@ class Epilogue:
                 f"a two-stage multiply (pre_shift {self.pre_shift}) needs per-channel "
                 f"multipliers, not multiplier {self.multiplier.value!r}"
             )
+        if self.multiplier == Multiplier.FLOAT32:
+            extra = {
+                "shift": self.shift,
+                "pre_shift": self.pre_shift,
+                "acc_bounds": self.acc_bounds,
+                "residual": self.residual,
+            }
+            used = {k: v for k, v in extra.items() if v}
+            if used:
+                raise ScheduleError(
+                    f"a float32 requantization (multiplier 'float32') has no shift, pre_shift, "
+                    f"acc_bounds or residual; got {used}"
+                )
         if (
             isinstance(self.offset, bool)
             or not isinstance(self.offset, int)
@@ -518,8 +539,14 @@ class Epilogue:
 
     @property
     def final_clip(self) -> bool:
-        """Whether the ALU clips the result (without it the bounds did)."""
-        return self.residual or not self.acc_bounds
+        """Whether the ALU clips the result (without it the bounds did, or the
+        requantization unit does)."""
+        return self.residual or not (self.acc_bounds or self.on_unit)
+
+    @property
+    def on_unit(self) -> bool:
+        """Whether the requantization unit computes the whole epilogue (FLOAT32)."""
+        return self.multiplier == Multiplier.FLOAT32
 
     @property
     def low(self) -> int:
@@ -532,7 +559,9 @@ class Epilogue:
     def describe(self) -> str:
         parts = ["acc bounds"] if self.acc_bounds else []
         parts += ["bias"] if self.bias else []
-        if self.multiplier != Multiplier.NONE:
+        if self.on_unit:
+            parts.append("x float32 scale (requantization unit)")
+        elif self.multiplier != Multiplier.NONE:
             parts.append(f"x{self.multiplier.value}-multiplier")
         if self.pre_shift:
             parts.append(f">>{self.pre_shift} x channel-multiplier2")
@@ -542,7 +571,7 @@ class Epilogue:
             parts.append("+residual")
         if self.offset:
             parts.append(f"{self.offset:+d}")
-        if self.final_clip:
+        if self.final_clip or self.on_unit:
             parts.append(f"clip[{self.low}, {self.high}]")
         return ", ".join(parts)
 

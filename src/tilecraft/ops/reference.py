@@ -12,6 +12,9 @@ Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
     x = x + residual                         (if residual: an int8 tensor shaped like the output)
     x = x + offset                           (if offset: the output's zero point, less the
                                               residual's)
+
+(With a FLOAT32 multiplier the three steps after the bias are onnxruntime's instead:
+x = rne(fl32(fl32(x) * scale[c])) + offset, clipped: `ops.requant`.)
     y = int8(clip(x, lo, hi))                (lo raised to 0 by ReLU; with acc_bounds and no
                                               residual, y = the low 8 bits of x instead)
 
@@ -40,6 +43,7 @@ from tilecraft.ops.operators import (
     Multiplier,
     ScaledAdd,
 )
+from tilecraft.ops.requant import requantize, scale_fields
 
 MULTIPLIER_BITS = 15  # m < 2**15 keeps |acc * m| < 2**31 for |acc| < 2**16
 
@@ -92,6 +96,10 @@ def epilogue(
         x = np.minimum(np.maximum(x, lo), hi)
     if ep.bias:
         x = wrap32(x + np.asarray(bias, np.int64).reshape(shape))
+    if ep.on_unit:  # onnxruntime's float32 requantization, on the requantization unit
+        fields = scale_fields(np.asarray(multiplier, np.float32).reshape(-1))
+        out = requantize(x, fields, ep.offset, ep.low, ep.high, channel_axis=channel_axis)
+        return out.astype(np.int8)
     if ep.multiplier != Multiplier.NONE:
         m = np.asarray(multiplier, np.int64)
         x = wrap32(x * (m.reshape(shape) if ep.multiplier == Multiplier.CHANNEL else m.reshape(())))

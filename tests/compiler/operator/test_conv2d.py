@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from tilecraft.compiler.operator.conv2d import conv2d, dense
+from tilecraft.compiler.operator.params import random_scales
+from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
+from tilecraft.hw.isa import AluOp, Opcode
 from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 from tilecraft.ops import reference as R
 from tilecraft.runtime import get_device
@@ -258,3 +261,79 @@ def test_tiles_that_read_only_padding_are_exact(op, schedule):
     )
     ok, message, *_ = run_and_check(program, rng)
     assert ok, message
+
+
+# ---- the requantization unit: FLOAT32 epilogues on configs with one --------------------------
+UNIT_CONFIGS = {"default": 8, "1x8x8": 8, "2x16x16": 16}
+
+
+def _float32_case(seed: int):
+    """A random conv2d of `random_case`'s shapes with onnxruntime's requantization: zero
+    points as offsets, clips inside int8, float32 scales of realistic size."""
+    op, _, rng = random_case(seed)
+    lo = int(rng.integers(-128, 0))
+    ep = Epilogue(
+        bias=bool(rng.random() < 0.8),
+        multiplier="float32",
+        offset=int(rng.integers(-100, 100)),
+        clip=(lo, int(rng.integers(lo, 128))),
+        relu=bool(rng.random() < 0.3),
+    )
+    params = {"weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8)}
+    if ep.bias:
+        params["bias"] = rng.integers(-(1 << 16), 1 << 16, op.oc, dtype=np.int32)
+    params["multiplier"] = random_scales(rng, op.oc)
+    return op, ep, params, rng
+
+
+@pytest.mark.parametrize("config", list(UNIT_CONFIGS))
+@pytest.mark.parametrize("seed", range(6))
+def test_float32_requantization_on_the_unit_is_bit_exact(config, seed):
+    cfg = preset(config).replace(requant_lanes=UNIT_CONFIGS[config])
+    op, ep, params, rng = _float32_case(seed)
+    program = conv2d(cfg, op, ep, **params)
+    ok, message, inputs, outputs = run_and_check(program, rng)
+    assert ok, f"seed {seed} {config}: {op.describe()} [{ep.describe()}]\n{message}"
+    # the epilogue left the ALU: its only instructions zero the accumulators (SHR by the width)
+    table = program.table()
+    alu = table[table["opcode"] == Opcode.ALU]
+    assert (alu["alu_op"] == AluOp.SHR).all() and (alu["imm"] == -cfg.acc_bits).all()
+    stores = table[table["opcode"] == Opcode.STORE]
+    assert stores["requant"].all()
+
+
+def test_float32_requantization_on_a_dense_layer():
+    cfg = preset("default").replace(requant_lanes=8)
+    rng = np.random.default_rng(3)
+    m, k, n = 5, 100, 70
+    ep = Epilogue(bias=True, multiplier="float32", offset=-7)
+    program = dense(
+        cfg,
+        m,
+        k,
+        n,
+        ep,
+        weight=rng.integers(-128, 128, (k, n), dtype=np.int8),
+        bias=rng.integers(-999, 999, n, dtype=np.int32),
+        multiplier=random_scales(rng, n),
+    )
+    ok, message, *_ = run_and_check(program, rng)
+    assert ok, message
+
+
+def test_float32_requantization_is_refused_where_the_config_has_no_unit():
+    op, ep, params, _ = _float32_case(0)
+    message = r"runs on the requantization unit, which config 1x16x16_\S+ does not have"
+    with pytest.raises(ScheduleError, match=message + r".*requant_lanes > 0 \(e\.g\. \S+_rq8\)"):
+        conv2d(preset("default"), op, ep, **params)
+
+
+def test_float32_scales_must_be_constants_the_unit_can_hold():
+    cfg = preset("default").replace(requant_lanes=8)
+    op, ep, params, _ = _float32_case(1)
+    with pytest.raises(ScheduleError, match="must be given at compile time"):
+        conv2d(cfg, op, ep, weight=params["weight"])
+    bad = params["multiplier"].copy()
+    bad[3] = 2.0**20
+    with pytest.raises(ScheduleError, match=r"scale 1048576.0 is outside the unit's range"):
+        conv2d(cfg, op, ep, **{**params, "multiplier": bad})

@@ -20,6 +20,7 @@ from tilecraft.compiler.mapping.clip import clip_passes
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
+from tilecraft.hw.isa.requant import PARAM_ROWS
 from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d, Epilogue, Multiplier
 from tilecraft.runtime.layout import (
     Activation,
@@ -128,6 +129,8 @@ class MappedConv:
         """Per-channel accumulator rows the epilogue keeps resident: the accumulator bounds,
         the multiplier, and the bias folded with the rounding constant."""
         ep = self.epilogue
+        if ep.on_unit:  # the requantization unit's rows: bias, scale, clip per channel block
+            return ("requant",) * len(PARAM_ROWS)
         names = ("lo", "hi") if ep.acc_bounds else ()
         names += ("mul",) if ep.multiplier == Multiplier.CHANNEL else ()
         names += ("mul2",) if ep.pre_shift else ()
@@ -167,6 +170,8 @@ class MappedConv:
 def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
     ep = low.epilogue
+    if ep.on_unit:
+        return 1, 0  # the zeroing alone: the requantization unit does the rest on the store
     imm = 1 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
     imm += clip_passes(ep.low, ep.high) if ep.final_clip else 0  # CLIP, or MAX and MIN
     imm += int(bool(ep.offset))  # the zero points' ADD
@@ -236,6 +241,12 @@ def map_dense(cfg: HwConfig, op: Dense, epilogue: Epilogue) -> MappedConv:
 
 
 def _mapped(cfg, source, op: Conv2d, epilogue: Epilogue, fold: bool) -> MappedConv:
+    if epilogue.on_unit and not cfg.requant_lanes:
+        raise ScheduleError(
+            f"the epilogue [{epilogue.describe()}] runs on the requantization unit, which config "
+            f"{cfg.tag} does not have: compile it for a config with requant_lanes > 0 (e.g. "
+            f"{cfg.replace(requant_lanes=min(cfg.axi_bytes, cfg.batch * cfg.block_out)).tag})"
+        )
     bi = cfg.block_in
     ocb = _ceil(op.oc, cfg.block_out)
     common = dict(

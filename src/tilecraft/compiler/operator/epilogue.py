@@ -21,6 +21,7 @@ from tilecraft.compiler.operator.kernels import UopKernels
 from tilecraft.compiler.operator.schedule import Tile
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Uop
+from tilecraft.hw.isa.requant import PARAM_ROWS
 from tilecraft.ops import Multiplier
 
 
@@ -52,6 +53,7 @@ class EpilogueDram:
     residual_blocks: int  # BLOCK_IN-wide channel blocks of the residual tensor
     select: int | None  # wgt elements
     offsets: tuple[int, ...]  # lane offset of each selector matrix
+    requant: int | None = None  # acc elements: the requantization unit's parameter rows
 
 
 class EpilogueEmitter:
@@ -80,6 +82,12 @@ class EpilogueEmitter:
 
     # ---- once, before the first tile ---------------------------------------------------------
     def prologue(self) -> list:
+        if self.ep.on_unit:  # one copy: the store stage reads it, whichever bank a tile is in
+            rows = self.low.param_rows()
+            base = self.slots.params[0]
+            addr = self.dram.requant
+            return [Load(mem=MemId.ACC, sram_base=base, dram_base=addr, y_size=1, x_size=rows,
+                         x_stride=rows)]  # fmt: skip
         out = []
         for vec, round_row in zip(self.vectors, self.round_rows):
             out += self._parameters(vec, round_row)
@@ -157,10 +165,21 @@ class EpilogueEmitter:
             inner=(tile.pix, 1, 0, 0),
         )
 
+    def store_fields(self, oc0: int, per_row: bool = False) -> dict:
+        """A STORE's requantization fields for channel blocks from `oc0` (each row of the
+        transfer a block of its own with `per_row`), or none without the unit."""
+        if not self.ep.on_unit:
+            return {}
+        base = self.slots.params[0] + len(PARAM_ROWS) * oc0
+        return {"requant": True, "param_base": base, "param_per_row": per_row}
+
     def tile(self, tile: Tile, a: int, row: int = 0) -> list:
         """The epilogue of the tile in accumulator slot `a` (its accumulators from the slot's
-        row `row` on: a part of a larger tile)."""
+        row `row` on: a part of a larger tile); none where the requantization unit does it on
+        the way out (`store_fields`)."""
         ep = self.ep
+        if ep.on_unit:
+            return []
         copy = (a % ACC_BANKS) % len(self.vectors)  # the copy in slot a's bank
         vec, round_row = self.vectors[copy], self.round_rows[copy]
         imm = self.tile_loop(tile, a, 0, False, row)

@@ -41,8 +41,10 @@ from tilecraft.compiler.operator.tensorize import (
 from tilecraft.compiler.operator.tile_work import tile_work
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
 from tilecraft.hw.timing import Timing, busy_cycles
 from tilecraft.ops import ConvSchedule, Multiplier
+from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.buffers import Role
 
 
@@ -141,6 +143,12 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
         bias = tensor("bias", low.channel_layout, np.int32, p.bias, BIAS_RANGE)
     if ep.multiplier == Multiplier.CHANNEL:
         mul = tensor("multiplier", low.channel_layout, np.int32, p.multiplier, MULTIPLIER_RANGE)
+    requant = None
+    if ep.on_unit:  # the requantization unit's parameter rows, packed at compile time (and
+        # the scales as the reference reads them)
+        tensor("multiplier", low.channel_layout, np.float32, p.multiplier)
+        data = requant_rows(cfg, low, p.bias, p.multiplier)
+        requant = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
     offsets: tuple[int, ...] = ()
     res_blocks = 0
     if ep.residual:
@@ -173,8 +181,33 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
             residual_blocks=res_blocks,
             select=at(sel, "wgt"),
             offsets=offsets,
+            requant=at(requant, "acc"),
         ),
     )
+
+
+def requant_rows(cfg: HwConfig, low: MappedConv, bias, scale) -> np.ndarray:
+    """The requantization unit's parameter rows of `low` (hw/isa/requant.py): per output
+    channel block its bias, scale and clip rows, as accumulator elements (every batch row the
+    same; channels past the layer's, scale 1 and bias 0)."""
+    ep, bo, channels = low.epilogue, cfg.block_out, low.source.channels
+    lanes = low.ocb * bo
+    b = np.zeros(lanes, np.int64)
+    s = np.ones(lanes, np.float32)
+    if bias is not None:
+        b[:channels] = bias
+    s[:channels] = scale
+    fields = scale_fields(s)
+    rows = np.stack(
+        [
+            b,
+            pack_scale(fields.significand, fields.exponent),
+            np.full(lanes, pack_clip(ep.offset, ep.low, ep.high), np.int64),
+        ]
+    )  # (3, lanes): one row per parameter, one lane per channel
+    rows = rows.reshape(len(PARAM_ROWS), low.ocb, bo).transpose(1, 0, 2)
+    rows = np.broadcast_to(rows[:, :, None, :], (low.ocb, len(PARAM_ROWS), cfg.batch, bo))
+    return rows.reshape(low.ocb * len(PARAM_ROWS), cfg.batch, bo).astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -474,10 +507,16 @@ class _ConvEmitter:
         first = self.dram.output + (tile.nb * low.ocb + tile.oc0) * plane
         first += tile.oh0 * low.ow + tile.ow0
         acc = self.slots.acc[a] + row
+        requant = self.epilogue.store_fields
         if tile.tow == low.ow:
             return [
                 Store(
-                    sram_base=acc, dram_base=first, y_size=tile.toc, x_size=tile.pix, x_stride=plane
+                    sram_base=acc,
+                    dram_base=first,
+                    y_size=tile.toc,
+                    x_size=tile.pix,
+                    x_stride=plane,
+                    **requant(tile.oc0, per_row=tile.toc > 1),
                 )
             ]
         return [
@@ -487,6 +526,7 @@ class _ConvEmitter:
                 y_size=tile.toh,
                 x_size=tile.tow,
                 x_stride=low.ow,
+                **requant(tile.oc0 + o),
             )
             for o in range(tile.toc)
         ]

@@ -12,6 +12,7 @@ from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
 from tilecraft.ops import Conv2d, Dense, Epilogue, Multiplier
+from tilecraft.ops.requant import scale_fields
 
 # Ranges random test inputs take for parameters left as inputs (runtime.layout.random_inputs):
 # realistic quantized values, for which nothing wraps in 32 bits.
@@ -25,7 +26,7 @@ ACC_HI_RANGE = (0, 1 << 20)
 class ConvParams:
     weight: np.ndarray | None  # logical (OIHW, or (K, N) for dense) int8
     bias: np.ndarray | None  # (channels,) int32
-    multiplier: np.ndarray | None  # (channels,) int32, per channel
+    multiplier: np.ndarray | None  # (channels,) int32, per channel (float32 scales: FLOAT32)
     tensor_multiplier: int | None  # the per-tensor multiplier, compiled in as an immediate
     acc_lo: np.ndarray | None = None  # (channels,) int32 accumulator bounds
     acc_hi: np.ndarray | None = None
@@ -61,6 +62,13 @@ def check_params(
         tensor, multiplier = int(multiplier), None
     elif ep.multiplier == Multiplier.NONE and multiplier is not None:
         raise ScheduleError("a multiplier was given but the epilogue has none")
+    elif ep.on_unit:
+        if multiplier is None or (ep.bias and bias is None):
+            raise ScheduleError(
+                "a float32 requantization's scales (and bias) must be given at compile time: "
+                "the requantization unit's parameter rows are built from them"
+            )
+        scales = _scales(multiplier, (src.channels,))
     if bias is not None and not ep.bias:
         raise ScheduleError("a bias was given but the epilogue adds none")
     if (acc_lo is not None or acc_hi is not None) and not ep.acc_bounds:
@@ -71,12 +79,27 @@ def check_params(
     return ConvParams(
         weight=_tensor("weight", weight, src.weight_shape, np.int8),
         bias=_tensor("bias", bias, channels, np.int32),
-        multiplier=_tensor("multiplier", multiplier, channels, np.int32),
+        multiplier=scales if ep.on_unit else _tensor("multiplier", multiplier, channels, np.int32),
         tensor_multiplier=tensor,
         acc_lo=_tensor("acc_lo", acc_lo, channels, np.int32),
         acc_hi=_tensor("acc_hi", acc_hi, channels, np.int32),
         multiplier2=_tensor("multiplier2", multiplier2, channels, np.int32),
     )
+
+
+def _scales(value, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 requantization's scales: float32, one per channel, each one the requantization
+    unit holds (`ops.requant.scale_fields` names one it cannot)."""
+    arr = np.asarray(value)
+    if arr.shape != tuple(shape) or arr.dtype.kind != "f":
+        raise ScheduleError(
+            f"float32 requantization scales must be floats of shape {tuple(shape)}, not "
+            f"{arr.dtype} of shape {arr.shape}"
+        )
+    out = arr.astype(np.float32)
+    scale_fields(out)
+    out.flags.writeable = False
+    return out
 
 
 def _tensor(name: str, value, shape: tuple[int, ...], dtype) -> np.ndarray | None:
@@ -98,6 +121,12 @@ def _tensor(name: str, value, shape: tuple[int, ...], dtype) -> np.ndarray | Non
     return out
 
 
+def random_scales(rng: np.random.Generator, channels: int) -> np.ndarray:
+    """float32 requantization scales of realistic size (2**-18 to 2**-9)."""
+    scale = rng.uniform(1, 2, channels) * 2.0 ** rng.integers(-18, -9, channels)
+    return scale.astype(np.float32)
+
+
 def random_params(
     op: Conv2d | Dense, ep: Epilogue, rng: np.random.Generator, *, arrays: bool = True
 ) -> dict:
@@ -112,6 +141,8 @@ def random_params(
             out["bias"] = rng.integers(*BIAS_RANGE, op.channels, dtype=np.int32)
         if ep.multiplier == Multiplier.CHANNEL:
             out["multiplier"] = rng.integers(*MULTIPLIER_RANGE, op.channels, dtype=np.int32)
+        if ep.on_unit:  # scales that bring the accumulators into the output's range
+            out["multiplier"] = random_scales(rng, op.channels)
         if ep.pre_shift:
             out["multiplier2"] = rng.integers(*MULTIPLIER_RANGE, op.channels, dtype=np.int32)
         if ep.acc_bounds:

@@ -43,7 +43,10 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     pix = s.tile_oh * s.tile_ow
     acc = s.tile_oc * pix
     imm, tensor = alu_passes(low)
-    multiplies = int(low.epilogue.multiplier != Multiplier.NONE) + int(bool(low.epilogue.pre_shift))
+    ep = low.epilogue
+    multiplies = (
+        0 if ep.on_unit else int(ep.multiplier != Multiplier.NONE) + int(bool(ep.pre_shift))
+    )
     mul_extra = multiplies * (t.alu_mul_groups + t.alu_mul_tail)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
     gemm = steps * step
