@@ -160,7 +160,7 @@ def computation_key(comp) -> str:
 def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
     """A computation kernel's inputs from the program's tensors, by name (a per-tensor
     multiplier is the computation's own value; the reshape of a flatten the compiler left out
-    is undone; epilogue vectors go in as int32)."""
+    is undone; epilogue vectors go in as int32, a FLOAT32 epilogue's scales as float32)."""
     args = []
     for name in names:
         if name == "multiplier" and comp.multiplier is not None:
@@ -170,11 +170,19 @@ def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
             raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
         value = np.asarray(tensors[name])
         vector = name not in ("input", "weight", "residual")
-        args.append(value.astype(np.int32, copy=False) if vector else value)
+        if vector:
+            floats = name == "multiplier" and _float32_scales(comp)
+            value = value.astype(np.float32 if floats else np.int32, copy=False)
+        args.append(value)
     shape = getattr(comp.op, "input_shape", None)
     if shape is not None and args[0].shape != shape and args[0].size == np.prod(shape):
         args[0] = args[0].reshape(shape)
     return args
+
+
+def _float32_scales(comp) -> bool:
+    ep = getattr(comp, "epilogue", None)
+    return ep is not None and ep.on_unit
 
 
 class ComputeKernels(Protocol):

@@ -156,3 +156,29 @@ def test_the_devices_weights_are_packed_once_for_its_dot_products(jit):
         )
         assert ok, message
         assert len(cpu.compute._packed) == 1
+
+
+def test_a_float32_requantization_on_the_cpu_device(cpu):
+    """A program compiled for the requantization unit runs on the cpu device's kernels with
+    onnxruntime's float32 arithmetic, bit-exact with the reference (ops.requant)."""
+    from tilecraft.compiler.operator.params import random_scales
+
+    cfg = preset("default").replace(requant_lanes=8)
+    op = Conv2d(n=1, ic=20, h=11, w=13, oc=40, kernel=(3, 3), stride=(2, 1), pad=(1, 1))
+    ep = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, offset=-9, clip=(-120, 100))
+    rng = np.random.default_rng(1)
+    program = compile_operator(
+        cfg,
+        op,
+        ep,
+        weight=rng.integers(-128, 128, op.weight_shape, np.int8),
+        bias=rng.integers(-(2**16), 2**16, 40).astype(np.int32),
+        multiplier=random_scales(rng, 40),
+        fold=False,
+    ).program
+    x = random_inputs(program, rng)
+    result = cpu.run(program, pack_inputs(program, x))
+    out = unpack_outputs(program, result.outputs)
+    ok, message = check_outputs(program, x, out)
+    assert ok, message
+    assert len(np.unique(out["output"])) > 100

@@ -198,3 +198,35 @@ def test_the_cpu_devices_packing_on_a_neon_core(tmp_path):
         got = compute.outputs(Computation(op, ep), {"input": x, "weight": weight, "bias": bias})
         assert np.array_equal(got["output"], R.conv2d(op, ep, x, weight, bias=bias))
     assert len(compute._packed) == 1
+
+
+@pytest.mark.parametrize("arch", ["armv7", "aarch64"])
+def test_a_float32_requantization_under_emulation(tmp_path, arch):
+    """The board's own kernels of a FLOAT32 epilogue (onnxruntime's float32 arithmetic: NEON's
+    and VFP's int-to-float, product and rounding), bit-exact with the reference, with
+    accumulators past 2**24 where the conversion to float32 rounds."""
+    from tilecraft.compiler.llvm.compute import computation_kernel
+    from tilecraft.compiler.llvm.emulate import Emulator, available
+    from tilecraft.ops import Computation, Multiplier
+
+    if available():
+        pytest.skip(available())
+    op = ConvOp(n=1, ic=200, h=4, w=5, oc=6, kernel=(3, 3), pad=(1, 1))
+    ep = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, offset=5, clip=(-100, 120))
+    rng = np.random.default_rng(7)
+    x = rng.integers(100, 128, op.input_shape).astype(np.int8)
+    w = rng.integers(-128, 128, op.weight_shape).astype(np.int8)
+    w[:3] = rng.integers(100, 128, w[:3].shape)  # three channels of large sums
+    bias = rng.integers(-900, 900, 6).astype(np.int32)
+    acc = R.conv2d_acc(op, x, w)
+    assert np.abs(acc).max() > 2**24
+    scale = (120 / np.abs(acc).max(axis=(0, 2, 3)) * rng.uniform(0.5, 2, 6)).astype(np.float32)
+    spec, names = computation_kernel(Computation(op, ep), target=target(arch))
+    lib = build_library([spec], target(arch), tmp_path, spec.symbol)
+    tensors = {"input": x, "weight": w, "bias": bias, "multiplier": scale}
+    got = Emulator(lib.shared_object.read_bytes()).call(
+        spec.signature(), [tensors[n] for n in names]
+    )
+    want = R.conv2d(op, ep, x, w, bias=bias, multiplier=scale)
+    assert np.array_equal(got.outputs[0], want)
+    assert len(np.unique(want)) > 20

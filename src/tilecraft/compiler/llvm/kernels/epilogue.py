@@ -1,11 +1,12 @@
 """The accelerator's epilogue (`ops.reference.epilogue`) as IR: int32 accumulators, scalar or
-vector, to int8, every step wrapping at 32 bits exactly as the reference and the ALU do."""
+vector, to int8, every step wrapping at 32 bits exactly as the reference and the ALU do; a
+FLOAT32 epilogue in float32 as onnxruntime computes it (the requantization unit's)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from tilecraft.compiler.llvm.irgen import I8, I32, Kernel, vec
+from tilecraft.compiler.llvm.irgen import F32, I8, I32, Kernel, vec
 from tilecraft.compiler.llvm.spec import Buffer
 from tilecraft.ops.operators import Epilogue, Multiplier
 
@@ -26,7 +27,7 @@ def vector_buffers(ep: Epilogue, channels: int) -> list[Buffer]:
         Buffer(
             n,
             (1 if n == "multiplier" and ep.multiplier == Multiplier.TENSOR else channels,),
-            "int32",
+            "float32" if n == "multiplier" and ep.on_unit else "int32",
         )
         for n in names
     ]
@@ -52,6 +53,8 @@ def emit(
         x = k.clamp(x, vector("acc_lo"), vector("acc_hi"))
     if ep.bias:
         x = b.add(x, vector("bias"))
+    if ep.on_unit:
+        return _float32(k, ep, x, channel, lanes)
     if ep.multiplier == Multiplier.CHANNEL:
         x = b.mul(x, vector("multiplier"))
     elif ep.multiplier == Multiplier.TENSOR:
@@ -67,3 +70,18 @@ def emit(
     if ep.final_clip:
         x = k.clamp(x, const(ep.low), const(ep.high))
     return b.trunc(x, vec(I8, lanes) if lanes else I8)
+
+
+def _float32(k: Kernel, ep: Epilogue, x: ir.Value, channel: ir.Value, lanes: int | None):
+    """onnxruntime's requantization (`ops.requant`): float32(x) times the channel's float32
+    scale, clipped in float to the clip less the zero point, rounded to even (exact: the clip
+    keeps it far below 2**22), plus the zero point. Every step rounds as IEEE 754's defaults
+    do on each target, so the float32 values are onnxruntime's."""
+    b = k.b
+    ft = vec(F32, lanes) if lanes else F32
+    scale = k.load(k.arg["multiplier"], F32, channel)
+    f = b.fmul(b.sitofp(x, ft), k.splat(scale, lanes) if lanes else scale)
+    f = k.fmin(k.fmax(f, k.fconst(ft, ep.low - ep.offset)), k.fconst(ft, ep.high - ep.offset))
+    y = b.fptosi(k.roundeven(f), x.type)
+    y = b.add(y, ir.Constant(x.type, [ep.offset] * lanes) if lanes else ir.Constant(I32, ep.offset))
+    return b.trunc(y, vec(I8, lanes) if lanes else I8)
