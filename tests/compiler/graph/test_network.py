@@ -33,3 +33,32 @@ def test_mobilenet_v2_on_sim(config, programs, host_depthwise):
     for name, value in sim.tensors.items():
         np.testing.assert_array_equal(value, ref.tensors[name], err_msg=name)
     assert 0 < steady_host_seconds(model, sim, repeats=1) < np.inf  # every step re-timed
+
+
+@pytest.mark.parametrize("config", ["default", "1x8x8"])
+def test_a_network_on_the_requantization_unit(config):
+    """On a config with the unit every conv without a residual requantizes on it (FLOAT32:
+    no ALU pass but the zeroing), and every tensor of the network is the reference's on the
+    simulator and on the cpu device; the same network without the unit takes more cycles."""
+    from network_models import tiny_resnet
+
+    from tilecraft.ops import Multiplier
+
+    graph = import_model(tiny_resnet(seed=5, depthwise=True))
+    calib = random_calibration(graph, 1)
+    cfg = preset(config).replace(requant_lanes=8)
+    model = compile_network(graph, cfg, calib).model
+    eps = [c.epilogue for c in model.computations() if c.epilogue is not None]
+    assert any(e.multiplier == Multiplier.FLOAT32 for e in eps)
+    assert all(e.multiplier == Multiplier.FLOAT32 or e.residual for e in eps)
+    x = {"input": np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    ref = run_model(model, x, keep=True)
+    for device in ("sim", "cpu"):
+        got = run_model(model, x, get_device(device), keep=True)
+        assert set(model.outputs) <= set(got.tensors)
+        for name, value in got.tensors.items():
+            np.testing.assert_array_equal(value, ref.tensors[name], err_msg=f"{device}: {name}")
+    plain = compile_network(graph, preset(config), calib).model
+    with_unit = run_model(model, x, get_device("sim")).accelerator_cycles
+    without = run_model(plain, x, get_device("sim")).accelerator_cycles
+    assert with_unit < without

@@ -42,6 +42,7 @@ from tilecraft.ops import (
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.operators import INT8
 from tilecraft.ops.reference import requant_bounds, requant_params
+from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.model import TensorSpec
 
 QMAX = 127
@@ -240,6 +241,7 @@ def _requant(
     residual: bool,
     exact: bool,
     offset: int = 0,
+    unit: bool = False,
 ):
     """The epilogue's requantization and its per-channel vectors by parameter name. `exact`:
     accumulator bounds and a two-stage multiply (`requant_bounds`), within ~2**-14 of an
@@ -247,7 +249,16 @@ def _requant(
     added after the shift, so the bounds stand for the clip less it. Otherwise (or failing
     that) one multiplier bounded by the weights (`requant_params`) and the ALU's clip: within
     ~2**-8 to 2**-4 of a step, which calibrated quantization cannot tell apart (ResNet-18's
-    output SQNR 27.2 dB either way) and which costs four fewer ALU passes per tile."""
+    output SQNR 27.2 dB either way) and which costs four fewer ALU passes per tile. With the
+    requantization `unit` (a config with one) and no residual: onnxruntime's own float32
+    requantization, every rounding of it, on the unit (no ALU pass at all)."""
+    if unit and not residual:
+        try:
+            scale_fields(scale.astype(np.float32))
+        except Exception as e:
+            raise ModelError(f"node {node.name}: cannot requantize on the unit: {e}") from None
+        ep = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, clip=clip, offset=offset)
+        return ep, {"multiplier": scale.astype(np.float32)}
     found = None
     if exact:
         try:
@@ -302,6 +313,7 @@ def _conv_layer(
     exact: bool,
     accelerator: bool = True,
     absorbed: str | None = None,
+    unit: bool = False,
 ):
     """A conv or dense node's int8 layer. `absorbed`: the (N, C, H, W) map a dense layer reads
     through a Flatten (its x), which it reads as an H x W convolution with one output pixel,
@@ -325,7 +337,7 @@ def _conv_layer(
     residual = bool(conv and a.residual)
     offset = z_y - (zeros.get(node.inputs[3], 0) if residual else 0)
     ep, vectors = _requant(
-        node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact, offset
+        node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact, offset, unit
     )
     out = name_of(node.output)
     if conv and a.groups > 1 and not accelerator:
@@ -514,9 +526,10 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None, cfg=None) 
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
             through = absorbed.get(node.inputs[0]) if node.op is OpType.DENSE else None
+            unit = bool(cfg is not None and cfg.requant_lanes)
             layers.append(
                 _conv_layer(
-                    graph, node, scales, zeros, name_of, exact, on_accelerator(node), through
+                    graph, node, scales, zeros, name_of, exact, on_accelerator(node), through, unit
                 )
             )
         elif node.op is OpType.MAXPOOL and on_accelerator(node):
