@@ -41,16 +41,21 @@ def test_mobilenet_v2_suite():
 
 @pytest.mark.slow
 def test_resnet18_quantized_by_onnxruntime_is_one_program():
-    """onnxruntime's own QDQ ResNet-18 (int8, and uint8 with zero points): its scales,
-    integers and residual Adds kept, one program; the first conv's int8 output equal to
-    onnxruntime's but for near-halves, the logits within two steps (~45 s)."""
+    """onnxruntime's own QDQ ResNet-18 and MobileNetV2 (int8, and uint8 with zero points):
+    their scales, integers and residual Adds kept, one program each; the first conv's int8
+    output equal to onnxruntime's but for near-halves, ResNet-18's logits within two steps;
+    the convs onnxruntime itself runs in float32 counted (~90 s)."""
     pytest.importorskip("onnxruntime")
     from tilecraft.benchmarks import onnxruntime_resnet18 as suite
 
     r = suite.run(resolve_config(suite.PRESET))
+    assert len(r["variants"]) == 4
     for name, v in r["variants"].items():
         layers = list(v["layer_equal_fraction"].values())
         assert v["programs"] == 1 and len(layers) >= 30, name  # every quantized tensor
-        assert layers[0] > 0.999 and v["max_steps"] <= 2, (name, layers[0], v["max_steps"])
-        assert v["modeled_latency_ms"] > 79, name  # exact requantization: more ALU passes
+        assert layers[0] > 0.999, (name, layers[0])
+        assert 0 <= v["float_convs"] <= v["convs"] >= 20, name  # onnxruntime's float32 convs
+        if "mobilenet" not in name:
+            assert v["max_steps"] <= 2, (name, v["max_steps"])
+            assert v["modeled_latency_ms"] > 79, name  # exact requantization: more ALU passes
     assert "int8" in suite.format_table(r)

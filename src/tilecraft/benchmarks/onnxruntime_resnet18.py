@@ -1,10 +1,12 @@
-"""ResNet-18 quantized by onnxruntime (its `quant_pre_process`, which folds BatchNorm, then
-`quantize_static`: QDQ, per-channel weights, 4 random calibration images), for int8 and for
-onnxruntime's default uint8 activations with zero points: compiled by tilecraft with the
-model's own scales, integers and Adds (PYNQ-Z1 preset), run on the simulator on one image and
-compared with onnxruntime's int8 run, logits and every quantized tensor. It shows what the
-digits check cannot: how the two runtimes' rounding apart on near-halves compounds with depth
-(tilecraft rounds the exact product within 2**-14 of a step, onnxruntime its float32 one)."""
+"""ResNet-18 and MobileNetV2 quantized by onnxruntime (its `quant_pre_process`, which folds
+BatchNorm, then `quantize_static`: QDQ, per-channel weights, 4 random calibration images), for
+int8 and for onnxruntime's default uint8 activations with zero points: compiled by tilecraft
+with the model's own scales, integers and Adds (PYNQ-Z1 preset, or --config's: with a
+requantization unit, onnxruntime's own float32 requantization), run on the simulator on one
+image and compared with onnxruntime's int8 run, logits and every quantized tensor. It shows
+what the digits check cannot: how the two runtimes' rounding apart on near-halves compounds
+with depth. `float_convs` counts the convs onnxruntime's optimized graph leaves in float32
+(docs/ONNXRUNTIME_ARITHMETIC.md): no integer datapath reproduces those bit for bit."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.hw.config import HwConfig
 from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime
-from tilecraft.models.zoo import resnet18
+from tilecraft.models.zoo import mobilenet_v2, resnet18
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
 
@@ -26,13 +28,32 @@ PRESET = "pynq-z1"
 CALIBRATION = 4
 
 
-def _quantized(tmp: Path, activations: str, rng) -> Path:
+NETWORKS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+
+
+def _quantized(tmp: Path, activations: str, rng, network: str = "resnet18") -> Path:
     samples = [
         {"input": rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)} for _ in range(CALIBRATION)
     ]
+    model = NETWORKS[network](seed=0)
     return quantize_with_onnxruntime(
-        resnet18(seed=0), tmp / f"r18_{activations}.onnx", samples, activations=activations
+        model, tmp / f"{network}_{activations}.onnx", samples, activations=activations
     )
+
+
+def _float_convs(path: Path) -> tuple[int, int]:
+    """(convs onnxruntime's optimized CPU graph runs in float32, all its convs)."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    with tempfile.TemporaryDirectory() as tmp:
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3  # its note on hardware-specific layouts
+        ort.InferenceSession(str(path), options)
+        ops = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    return ops.count("Conv"), ops.count("Conv") + ops.count("QLinearConv")
 
 
 def _tensors(path: Path, x: np.ndarray, unsigned: bool):
@@ -70,7 +91,10 @@ def _compare(cfg: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
         got = layers.get(name)
         if got is not None and got.dtype == np.int8 and got.size == want.size:
             equal[name] = float((got.astype(int).reshape(want.shape) + shift == want).mean())
+    floats, convs = _float_convs(path)
     return {
+        "float_convs": floats,
+        "convs": convs,
         "programs": len(comp.model.programs),
         "modeled_latency_ms": result.accelerator_cycles / (cfg.clock_mhz * 1e3),
         "compile_seconds": seconds,
@@ -85,11 +109,14 @@ def run(cfg: HwConfig, device: str = "sim") -> dict:
     x = rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)
     variants = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for activations, shift in (("int8", 0), ("uint8", 128)):
-            path = _quantized(Path(tmp), activations, np.random.default_rng(1))
-            variants[activations] = _compare(cfg, path, x, shift)
+        for network in NETWORKS:
+            for activations, shift in (("int8", 0), ("uint8", 128)):
+                path = _quantized(Path(tmp), activations, np.random.default_rng(1), network)
+                name = activations if network == "resnet18" else f"{network} {activations}"
+                variants[name] = _compare(cfg, path, x, shift)
     return {
-        "model": "ResNet-18 quantized by onnxruntime (QDQ, per-channel, pre-processed)",
+        "model": "ResNet-18 and MobileNetV2 quantized by onnxruntime (QDQ, per-channel, "
+        "pre-processed)",
         "config": cfg.tag,
         "device": device,
         "variants": variants,
@@ -99,16 +126,17 @@ def run(cfg: HwConfig, device: str = "sim") -> dict:
 def format_table(r: dict) -> str:
     lines = [
         f"{r['model']}, on {r['device']} ({r['config']}), one image",
-        f"  {'activations':<12} {'programs':>8} {'modeled ms':>11} {'compile s':>10} "
-        f"{'logits equal':>13} {'max steps':>10}  tensors equal (first conv, median, "
-        f"worst)",
+        f"  {'variant':<20} {'programs':>8} {'modeled ms':>11} {'compile s':>10} "
+        f"{'logits equal':>13} {'max steps':>10} {'float convs':>12}  tensors equal (first "
+        f"conv, median, worst)",
     ]
     for name, v in r["variants"].items():
         eq = list(v["layer_equal_fraction"].values())
         spread = f"{eq[0]:.5f}, {float(np.median(eq)):.4f}, {min(eq):.4f}" if eq else "-"
+        floats = f"{v['float_convs']} of {v['convs']}"
         lines.append(
-            f"  {name:<12} {v['programs']:>8} {v['modeled_latency_ms']:>11.1f} "
+            f"  {name:<20} {v['programs']:>8} {v['modeled_latency_ms']:>11.1f} "
             f"{v['compile_seconds']:>10.1f} {v['equal_fraction']:>13.1%} "
-            f"{v['max_steps']:>10}  {spread}"
+            f"{v['max_steps']:>10} {floats:>12}  {spread}"
         )
     return "\n".join(lines)

@@ -202,6 +202,12 @@ def _onnxruntime(r: dict) -> str:
     )
 
 
+def _float_convs(v: dict) -> str:
+    if v.get("float_convs") is None:
+        return "-"
+    return f"{v['float_convs']} of {v['convs']}"
+
+
 def _onnxruntime_resnet18(r: dict) -> str:
     rows = []
     for name, v in r["variants"].items():
@@ -216,6 +222,7 @@ def _onnxruntime_resnet18(r: dict) -> str:
                 value(v.get("compile_seconds"), 1),
                 value(v.get("equal_fraction")),
                 value(v.get("max_steps")),
+                _float_convs(v),
                 value(layers[0] if layers else None),
                 value(median),
                 value(ordered[0] if ordered else None),
@@ -230,6 +237,7 @@ def _onnxruntime_resnet18(r: dict) -> str:
                 "compile s",
                 "logits equal",
                 "max steps",
+                "onnxruntime's float convs",
                 "tensors equal: first conv",
                 "median",
                 "worst",

@@ -91,9 +91,11 @@ class GlobalAvgPool:
 class Add:
     """int8 a + b, each at its own scale, to the output's scale: y = clip(rint((a - zero_a) *
     ratio_a + (b - zero_b) * ratio_b) + zero_y) computed in float32 in that order, rounding
-    half to even, with ratio = the side's scale over the output's (as float32). It is
-    onnxruntime's QLinearAdd on x86 (MLAS), so a model quantized by onnxruntime adds exactly as
-    there."""
+    half to even, with ratio = the side's scale over the output's (as float32). This is close
+    to onnxruntime's QLinearAdd but not its x86 kernel, which rounds through two fused
+    multiply-adds of the raw 8-bit values with the zero points folded into a constant
+    (`ops.requant.float32_qlinear_add`, docs/ONNXRUNTIME_ARITHMETIC.md): the two differ by a
+    step on near-ties, about one output in 200,000."""
 
     ratio_a: float
     ratio_b: float
