@@ -223,7 +223,7 @@ def _onnxruntime_resnet18(r: dict) -> str:
                 value(v.get("equal_fraction")),
                 value(v.get("max_steps")),
                 _float_convs(v),
-                value(layers[0] if layers else None),
+                value(layers[0] if layers else None, 5),  # 0.99999 is not 1
                 value(median),
                 value(ordered[0] if ordered else None),
             ]
