@@ -23,7 +23,7 @@ along). Clip bounds and the zero point are 10-bit signed (|zero| <= 511, so any 
 saturates).
 """
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,12 +53,16 @@ def _bit_length(m: Module, x, name: str) -> Signal:
 
 
 def _round_shift(x, d, width: int):
-    """x >> d rounded to nearest, ties to even (x unsigned, d a small unsigned amount >= 0)."""
+    """x >> d rounded to nearest, ties to even (x unsigned, d a small unsigned amount >= 0):
+    the guard bit (the highest dropped) and the sticky OR of the rest below it decide, with
+    the kept lsb for a tie. No compare: a thermometer mask and an OR tree (a `rest > half`
+    compare was a carry chain as wide as x)."""
     q = (x >> d)[:width]
-    rest = x & ((1 << d) - 1)[: len(x)]
-    half = (1 << d) >> 1
-    up = (d != 0) & ((rest > half) | ((rest == half) & q[0]))
-    return q + up
+    x2 = Cat(Const(0, 1), x)  # x * 2: bit d of it is x's guard bit, bits below d its sticky bits
+    guard = (x2 >> d)[0]
+    below = ~(Const((1 << len(x2)) - 1, len(x2)) << d)[: len(x2)]  # ones under bit d
+    sticky = (x2 & below).any()
+    return q + (guard & (sticky | q[0]))
 
 
 class RequantLane(wiring.Component):
