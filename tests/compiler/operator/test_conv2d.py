@@ -337,3 +337,23 @@ def test_float32_scales_must_be_constants_the_unit_can_hold():
     bad[3] = 2.0**20
     with pytest.raises(ScheduleError, match=r"scale 1048576.0 is outside the unit's range"):
         conv2d(cfg, op, ep, **{**params, "multiplier": bad})
+
+
+def test_a_program_for_the_unit_is_refused_on_a_device_without_it(tmp_path):
+    """The program records its config; a device of the same config but the unit refuses it,
+    naming both configs and the field; a program file keeps the unit (float32 scales and the
+    requantizing STOREs) and runs bit-exact after loading."""
+    from tilecraft.errors import ProgramError
+    from tilecraft.runtime.program import Program
+
+    cfg = preset("default").replace(requant_lanes=8)
+    op, ep, params, _ = _float32_case(2)
+    program = conv2d(cfg, op, ep, **params)
+    with pytest.raises(ProgramError, match=r"is for config 1x16x16\S*_rq8 but the device is "
+                       r"1x16x16_i8w8a32_15_15_17_17; .*requant_lanes: 8 != 0"):  # fmt: skip
+        program.check_config(preset("default"))
+    program.check_config(cfg)
+    loaded = Program.load(program.save(tmp_path / "unit.tcp"))
+    assert loaded.config == cfg and loaded.constants["multiplier"].dtype == np.float32
+    ok, message, *_ = run_and_check(loaded, np.random.default_rng(5))
+    assert ok, message
