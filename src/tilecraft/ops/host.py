@@ -16,6 +16,7 @@ import numpy as np
 from tilecraft.errors import ScheduleError
 from tilecraft.ops.operators import INT8, Epilogue
 from tilecraft.ops.reference import epilogue as apply_epilogue
+from tilecraft.ops.requant import requantize, scale_fields
 
 
 def _finite_positive(owner: str, value: float) -> None:
@@ -72,17 +73,25 @@ class MaxPool:
 
 @dataclass(frozen=True)
 class GlobalAvgPool:
-    """int8 (N, C, H, W) -> (N, C, 1, 1): ((sum over H, W less H*W*input_zero) * multiplier +
-    2**(shift-1)) >> shift, plus output_zero, saturated (in 64 bits: nothing wraps)."""
+    """int8 (N, C, H, W) -> (N, C, 1, 1): ((((sum over H, W less H*W*input_zero) * multiplier)
+    >> pre_shift) + 2**(shift-1)) >> shift, plus output_zero, saturated (in 64 bits: nothing
+    wraps); with a float32 `scale`, onnxruntime's requantization of that sum instead
+    (`ops.requant`), as the accelerator's requantization unit computes it."""
 
     multiplier: int
     shift: int
     input_zero: int = 0
     output_zero: int = 0
+    pre_shift: int = 0
+    scale: float | None = None
     kind: ClassVar[str] = "globalavgpool"
 
     def __post_init__(self) -> None:
         _shift("globalavgpool", self.shift)
+        _shift("globalavgpool pre_", self.pre_shift)
+        if self.scale is not None:
+            object.__setattr__(self, "scale", float(np.float32(self.scale)))
+            scale_fields(self.scale)
         for name in ("input_zero", "output_zero"):
             _int8(f"globalavgpool {name}", getattr(self, name))
 
@@ -178,7 +187,10 @@ def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) 
     if isinstance(op, GlobalAvgPool):
         x = np.asarray(inputs[0], np.int64)
         total = x.sum(axis=(2, 3), keepdims=True) - x.shape[2] * x.shape[3] * op.input_zero
-        y = total * op.multiplier
+        if op.scale is not None:
+            y = requantize(total, scale_fields(op.scale), op.output_zero, *INT8)
+            return y.astype(np.int8)
+        y = (total * op.multiplier) >> op.pre_shift
         if op.shift:
             y = (y + (1 << (op.shift - 1))) >> op.shift
         return np.clip(y + op.output_zero, *INT8).astype(np.int8)

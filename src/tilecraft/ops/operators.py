@@ -8,8 +8,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
+import numpy as np
+
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.isa import IMM_MAX  # the ALU immediate an operator's constants ride in
+from tilecraft.ops.requant import scale_fields
 from tilecraft.serial import enum_member
 
 INT8 = (-128, 127)
@@ -335,7 +338,12 @@ class GlobalAvgPool2d(_Planes):
     output_zero, saturated to int8: the average at the output's scale. The zero points are 0 for
     symmetric tensors; `weight` (the GEMM's diagonal that sums the rows, 1..127) and the 15-bit
     `multiplier` make a multiplier of up to 22 bits, and `pre_shift`, a floor shift, lets the
-    total shift pass 15 while the rounding constant fits an ALU immediate."""
+    total shift pass 15 while the rounding constant fits an ALU immediate.
+
+    With a float32 `scale` the requantization is onnxruntime's QLinearGlobalAveragePool
+    instead (`ops.requant`: the sum less H*W*input_zero, times the scale in float32, rounded
+    to even, plus output_zero, saturated), on the requantization unit; `multiplier`, `weight`
+    1 and `shift`, `pre_shift` 0 then, unused."""
 
     n: int
     c: int
@@ -347,6 +355,7 @@ class GlobalAvgPool2d(_Planes):
     output_zero: int = 0
     pre_shift: int = 0
     weight: int = 1
+    scale: float | None = None  # float32: onnxruntime's requantization, on the unit
     kind: ClassVar[str] = "globalavgpool2d"
 
     def __post_init__(self) -> None:
@@ -373,6 +382,20 @@ class GlobalAvgPool2d(_Planes):
             raise ScheduleError(
                 f"global average pool weight must be in 1..127, not {self.weight!r}"
             )
+        if self.scale is not None:
+            fixed = (self.multiplier, self.weight, self.shift, self.pre_shift)
+            if fixed != (1, 1, 0, 0):
+                raise ScheduleError(
+                    f"a global average pool with a float32 scale takes multiplier 1, weight 1, "
+                    f"shift 0 and pre_shift 0, not {fixed}"
+                )
+            object.__setattr__(self, "scale", float(np.float32(self.scale)))
+            scale_fields(self.scale)
+
+    @property
+    def on_unit(self) -> bool:
+        """Whether the requantization unit requantizes it (a float32 `scale`)."""
+        return self.scale is not None
 
     @property
     def output_shape(self) -> tuple[int, int, int, int]:
@@ -385,7 +408,8 @@ class GlobalAvgPool2d(_Planes):
             else ""
         )
         m, s = self.weight * self.multiplier, self.pre_shift + self.shift
-        return f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} x{m} >>{s}{zeros}"
+        how = f"x float32 {self.scale:.6g}" if self.on_unit else f"x{m} >>{s}"
+        return f"global average pool N={self.n} C={self.c} H={self.h} W={self.w} {how}{zeros}"
 
 
 @dataclass(frozen=True)

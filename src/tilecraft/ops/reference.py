@@ -191,6 +191,9 @@ def global_avgpool2d(op: GlobalAvgPool2d, x: np.ndarray) -> np.ndarray:
     total = wrap32(np.asarray(x, np.int64).sum(axis=(2, 3), keepdims=True))
     if op.input_zero:
         total = wrap32(total - op.h * op.w * op.input_zero)
+    if op.on_unit:
+        y = requantize(total, scale_fields(op.scale), op.output_zero, *INT8_RANGE)
+        return y.astype(np.int8)
     y = wrap32(wrap32(total * op.weight) * op.multiplier)
     if op.pre_shift:
         y = y >> op.pre_shift

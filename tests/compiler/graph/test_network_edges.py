@@ -2,12 +2,14 @@
 bit-exact on sim, or stays on the host with a reason."""
 
 import numpy as np
+import pytest
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.hw.config import preset
 from tilecraft.models.onnx_builder import Builder
+from tilecraft.ops import GlobalAvgPool2d
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
 
@@ -92,3 +94,26 @@ def test_chained_identities_and_a_row_bias():
     model.ir_version = 8
     g = import_model(model)
     assert [n.op.value for n in g.nodes] == ["Dense"]
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        GlobalAvgPool2d(2, 24, 5, 7, 3001, 15, 4, -9, pre_shift=3, weight=5),
+        GlobalAvgPool2d(2, 24, 5, 7, 1, 0, 4, -9, scale=0.0119),
+    ],
+    ids=["fixed-point", "float32"],
+)
+def test_a_pool_moved_to_the_host_keeps_its_integers(op):
+    """A global average pool the accelerator cannot take runs on the host with its zero
+    points, its GEMM weight, both shifts, or its float32 scale: the reference's result."""
+    from tilecraft.compiler.graph.network import _host_pool
+    from tilecraft.compiler.quant.quantize import PoolLayer
+    from tilecraft.ops import host as H
+    from tilecraft.ops import reference as R
+
+    host = _host_pool(PoolLayer("gap", op, "x", "y"))
+    x = np.random.default_rng(3).integers(-128, 128, op.input_shape).astype(np.int8)
+    want = R.global_avgpool2d(op, x)
+    assert np.array_equal(H.run(host.op, [x], {}), want)
+    assert len(np.unique(want)) > 10

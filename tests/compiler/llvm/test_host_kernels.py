@@ -38,6 +38,8 @@ def _ops(rng):
         (H.Dequantize(0.05, 17), [x8], {}),
         (H.MaxPool((3, 3), (2, 2), (1, 1, 1, 1)), [x8], {}),
         (H.GlobalAvgPool(4321, 17, -5, 9), [x8], {}),
+        (H.GlobalAvgPool(4321, 7, -5, 9, pre_shift=10), [x8], {}),
+        (H.GlobalAvgPool(1, 0, 3, -6, scale=0.0123), [x8], {}),
         (H.Add(0.7, 1.3, (0, 127), 1, -2, 3), [x8, x8[:, ::-1].copy()], {}),
         (H.Flatten(), [x8], {}),
         (H.DepthwiseConv((3, 3), (1, 2), (1, 1, 1, 1), ep, -7), [x8], dw),

@@ -8,6 +8,7 @@ import pytest
 from tilecraft.compiler.programs.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig, preset
+from tilecraft.hw.isa import Opcode
 from tilecraft.ops import Computation, GlobalAvgPool2d, MaxPool2d
 from tilecraft.ops import host as H
 from tilecraft.ops.reference import outputs
@@ -117,3 +118,32 @@ def test_what_the_hardware_cannot_is_refused():
         compile_global_avgpool(preset("default"), GlobalAvgPool2d(1, 16, 7, 7, 40000, 15))
     with pytest.raises(ScheduleError, match="exceeds an input slot"):
         compile_global_avgpool(preset("default"), GlobalAvgPool2d(1, 16, 56, 56, 3, 10))
+
+
+@pytest.mark.parametrize(
+    "config, op",
+    [
+        ("default", GlobalAvgPool2d(1, 512, 7, 7, 1, 0, 3, -5, scale=0.0123)),  # ResNet-18's
+        ("1x8x8", GlobalAvgPool2d(3, 40, 5, 6, 1, 0, -7, 11, scale=0.071)),
+        ("2x16x16", GlobalAvgPool2d(3, 40, 5, 6, 1, 0, -7, 11, scale=0.071)),
+    ],
+)
+def test_global_avgpool_on_the_requantization_unit(config, op):
+    """A float32 scale: the sums requantized by the STOREs (onnxruntime's arithmetic), no ALU
+    instruction at all, bit-exact with the reference; refused where the config has no unit."""
+    cfg = preset(config).replace(requant_lanes=8)
+    program = compile_global_avgpool(cfg, op)
+    _run(program, seed=4)
+    table = program.table()
+    assert not (table["opcode"] == Opcode.ALU).any()
+    assert table[table["opcode"] == Opcode.STORE]["requant"].all()
+    with pytest.raises(ScheduleError, match=r"requantizes on the requantization unit, which "
+                       r"config \S+ does not have"):  # fmt: skip
+        compile_global_avgpool(preset(config), op)
+
+
+def test_a_float32_global_avgpool_takes_neutral_fixed_point_fields():
+    with pytest.raises(ScheduleError, match=r"takes multiplier 1, weight 1, shift 0 and pre_shift"):
+        GlobalAvgPool2d(1, 16, 7, 7, 3, 0, scale=0.01)
+    with pytest.raises(ScheduleError, match=r"scale 1000000.0 is outside the unit's range"):
+        GlobalAvgPool2d(1, 16, 7, 7, 1, 0, scale=1e6)

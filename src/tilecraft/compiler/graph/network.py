@@ -93,8 +93,15 @@ def _host_pool(layer: PoolLayer | AddLayer) -> HostLayer:
         return HostLayer(layer.name, host, (layer.input, layer.residual), layer.output)
     if isinstance(op, MaxPool2d):
         host = host_ops.MaxPool(op.kernel, op.stride, op.pads)
-    else:
-        host = host_ops.GlobalAvgPool(op.multiplier, op.shift)
+    else:  # its zero points, its GEMM weight (folded into the multiplier) and both shifts
+        host = host_ops.GlobalAvgPool(
+            op.weight * op.multiplier,
+            op.shift,
+            op.input_zero,
+            op.output_zero,
+            op.pre_shift,
+            op.scale,
+        )
     return HostLayer(layer.name, host, (layer.input,), layer.output)
 
 

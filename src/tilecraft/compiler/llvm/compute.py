@@ -68,6 +68,7 @@ def computation_kernel(
             op.output_zero,
             op.pre_shift,
             op.weight,
+            op.scale,
         )
         return spec, ["input"]
     if isinstance(op, O.ScaledAdd):

@@ -41,9 +41,17 @@ def host_kernel(op: H.HostOp, shapes: Sequence[tuple[int, ...]]) -> tuple[Spec, 
     if isinstance(op, H.MaxPool):
         return W.MaxPool(x, op.kernel, op.stride, op.pads, "int8"), [0]
     if isinstance(op, H.GlobalAvgPool):
-        return W.GlobalAvgPool(x, "int8", op.multiplier, op.shift, op.input_zero, op.output_zero), [
-            0
-        ]
+        spec = W.GlobalAvgPool(
+            x,
+            "int8",
+            op.multiplier,
+            op.shift,
+            op.input_zero,
+            op.output_zero,
+            op.pre_shift,
+            op.scale,
+        )
+        return spec, [0]
     if isinstance(op, H.DepthwiseConv):
         spec = W.DepthwiseConv(x, op.kernel, op.stride, op.pads, op.epilogue, op.pad_value)
         names = [b.name for b in vector_buffers(op.epilogue, x[1])]

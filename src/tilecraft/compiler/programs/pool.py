@@ -21,7 +21,9 @@ from tilecraft.compiler.operator.kernels import UopKernels
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop, isa_for
+from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
 from tilecraft.ops import Computation, GlobalAvgPool2d, MaxPool2d
+from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.layout import Activation, Lanes
 from tilecraft.runtime.program import Program
@@ -190,6 +192,8 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
             "global average pooling sums rows through an identity GEMM: it "
             f"needs block_in == block_out, not {cfg.block_in}, {cfg.block_out}"
         )
+    if op.on_unit:
+        return _global_avgpool_on_unit(cfg, op, name)
     imm = isa_for(cfg).field("imm")
     offset_in = -op.h * op.w * op.input_zero * op.weight
     if (
@@ -251,5 +255,82 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
         body += clip(-128, 127, **rows)
         body.append(
             Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count, x_stride=count)
+        )
+    return finish_program(cfg, op, pb, ident, kernels, body)
+
+
+def _global_avgpool_on_unit(cfg: HwConfig, op: GlobalAvgPool2d, name: str) -> Program:
+    """`op` with a float32 scale: the planes summed by the GEMM core as above, then each
+    STORE requantizes (onnxruntime's arithmetic, on the requantization unit) with one set of
+    parameter rows for every channel (bias -H*W*input_zero, the scale, the output zero point
+    and int8's clip), kept in the accumulator's last rows."""
+    if not cfg.requant_lanes:
+        raise ScheduleError(
+            f"{op.describe()} requantizes on the requantization unit, which config {cfg.tag} "
+            f"does not have (requant_lanes = 0)"
+        )
+    plane = op.h * op.w
+    slot_rows = cfg.depth("inp") // SLOTS
+    if plane > slot_rows:
+        raise ScheduleError(
+            f"{op.describe()}: a {plane}-row plane exceeds an input slot ({slot_rows} rows)"
+        )
+    rows = len(PARAM_ROWS)
+    params_at = cfg.depth("acc") - rows  # above every tile: the second bank's tiles end lower
+    group = min(slot_rows // plane, cfg.acc_bank_rows - rows)
+    fields = scale_fields(np.float32(op.scale))
+    lanes = (cfg.batch, cfg.block_out)
+    data = np.stack(
+        [
+            np.full(lanes, -plane * op.input_zero, np.int64),
+            np.full(lanes, pack_scale(int(fields.significand), int(fields.exponent)), np.int64),
+            np.full(lanes, pack_clip(op.output_zero, -128, 127), np.int64),
+        ]
+    ).astype(np.int32)
+    nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
+    pb, x, y, ident = _buffers(cfg, op, name)
+    params = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
+    kernels = UopKernels()
+    x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
+    planes = nbs * cbs
+    body: list = [
+        Load(
+            mem=MemId.ACC,
+            sram_base=params_at,
+            dram_base=pb.elem(params, "acc"),
+            y_size=1,
+            x_size=rows,
+            x_stride=rows,
+        )  # fmt: skip
+    ]
+    for t, first in enumerate(range(0, planes, group)):
+        count = min(group, planes - first)
+        slot = t % SLOTS
+        inp = slot * slot_rows
+        acc = (slot % ACC_BANKS) * cfg.acc_bank_rows
+        body.append(
+            Load(
+                mem=MemId.INP,
+                sram_base=inp,
+                dram_base=x0 + first * plane,
+                y_size=1,
+                x_size=count * plane,
+                x_stride=count * plane,
+            )  # fmt: skip
+        )
+        sums = kernels.loop(("sum", acc, inp), [Uop(acc, inp, 0)],
+                            outer=(count, 1, plane, 0), inner=(plane, 0, 1, 0))  # fmt: skip
+        resets = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
+        body += [Gemm(reset=True, **resets), Gemm(**sums)]
+        body.append(
+            Store(
+                sram_base=acc,
+                dram_base=y0 + first,
+                y_size=1,
+                x_size=count,
+                x_stride=count,
+                requant=True,
+                param_base=params_at,
+            )  # fmt: skip
         )
     return finish_program(cfg, op, pb, ident, kernels, body)

@@ -42,7 +42,7 @@ from tilecraft.ops import (
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.operators import INT8
 from tilecraft.ops.reference import requant_bounds, requant_params
-from tilecraft.ops.requant import scale_fields
+from tilecraft.ops.requant import gap_scale, scale_fields
 from tilecraft.runtime.model import TensorSpec
 
 QMAX = 127
@@ -372,12 +372,19 @@ def _conv_layer(
     )
 
 
-def _gap_layer(graph: Graph, node: Node, scales, zeros, name_of) -> PoolLayer | HostLayer:
-    """The global average pool on the accelerator when its requantization fits the ALU's
-    immediates (shift <= 15), else on the host."""
+def _gap_layer(
+    graph: Graph, node: Node, scales, zeros, name_of, unit: bool = False
+) -> PoolLayer | HostLayer:
+    """The global average pool on the accelerator: with the requantization `unit`, with
+    onnxruntime's float32 scale x_scale / (y_scale * H*W) and its arithmetic; else when its
+    requantization fits the ALU's immediates (shift <= 15); else on the host."""
     n, c, h, w = graph.shape(node.inputs[0])
     scale = scales[node.inputs[0]] / (h * w * scales[node.output])
     z_x, z_y = zeros.get(node.inputs[0], 0), zeros.get(node.output, 0)
+    if unit:
+        exact = float(gap_scale(scales[node.inputs[0]], scales[node.output], h * w))
+        op = GlobalAvgPool2d(n, c, h, w, 1, 0, z_x, z_y, scale=exact)
+        return PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output))
     found = gap_requant(scale, h * w, z_x)
     if found is None:
         return _host_layer(graph, node, scales, zeros, name_of)
@@ -538,7 +545,8 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None, cfg=None) 
             op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=INT8[0])  # -inf
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         elif node.op is OpType.GLOBALAVGPOOL:
-            layers.append(_gap_layer(graph, node, scales, zeros, name_of))
+            unit = bool(cfg is not None and cfg.requant_lanes)
+            layers.append(_gap_layer(graph, node, scales, zeros, name_of, unit))
         elif node.op is OpType.ADD and on_accelerator(node):
             layers.append(_add_layer(graph, node, scales, zeros, name_of))
         elif node.output in views:

@@ -298,9 +298,10 @@ class DepthwiseConv(_Window):
 
 @dataclass(frozen=True)
 class GlobalAvgPool(Spec):
-    """(N, C, H, W) -> (N, C, 1, 1). int8: ((sum - H*W*input_zero) * multiplier rounded right
-    by shift) + output_zero, saturated, in 64 bits (`ops.host.GlobalAvgPool`); float32: the
-    mean."""
+    """(N, C, H, W) -> (N, C, 1, 1). int8: ((sum - H*W*input_zero) * multiplier floor-shifted
+    by pre_shift, rounded right by shift) + output_zero, saturated, in 64 bits, or with a
+    float32 `scale` onnxruntime's requantization of the sum (`ops.host.GlobalAvgPool`);
+    float32: the mean."""
 
     shape: tuple[int, int, int, int]
     dtype: str = "int8"
@@ -308,6 +309,8 @@ class GlobalAvgPool(Spec):
     shift: int = 0
     input_zero: int = 0
     output_zero: int = 0
+    pre_shift: int = 0
+    scale: float | None = None
     kind: ClassVar[str] = "globalavgpool"
     gpu: ClassVar[bool] = True
 
@@ -349,7 +352,16 @@ class GlobalAvgPool(Spec):
             v = b.sext(k.load(k.arg["x"], I8, b.add(base, i)), I64)
             b.store(b.add(b.load(total), v), total)
         y = b.sub(b.load(total), ir.Constant(I64, hw * self.input_zero))
+        if self.scale is not None:  # float32(y) * scale, clipped, rounded to even, + zero
+            f = b.fmul(b.sitofp(b.trunc(y, I32), F32), ir.Constant(F32, self.scale))
+            f = k.fmin(k.fmax(f, k.fconst(F32, -128 - self.output_zero)),
+                       k.fconst(F32, 127 - self.output_zero))  # fmt: skip
+            y = b.add(b.fptosi(k.roundeven(f), I32), ir.Constant(I32, self.output_zero))
+            k.store(b.trunc(y, I8), k.arg["y"], p)
+            return
         y = b.mul(y, ir.Constant(I64, self.multiplier))
+        if self.pre_shift:
+            y = b.ashr(y, ir.Constant(I64, self.pre_shift))
         if self.shift:
             y = b.ashr(
                 b.add(y, ir.Constant(I64, 1 << (self.shift - 1))), ir.Constant(I64, self.shift)
@@ -363,7 +375,8 @@ class GlobalAvgPool(Spec):
 class WrappedGlobalAvgPool(Spec):
     """The accelerator's global average pool (`ops.reference.global_avgpool2d`): the plane's
     sum less H*W*input_zero, times `weight` then `multiplier`, floor-shifted by `pre_shift`,
-    round-shifted by `shift`, plus output_zero, saturated; every step wrapping at 32 bits."""
+    round-shifted by `shift`, plus output_zero, saturated; every step wrapping at 32 bits. With
+    a float32 `scale`, onnxruntime's requantization of the sum instead (the unit's)."""
 
     shape: tuple[int, int, int, int]
     multiplier: int
@@ -372,6 +385,7 @@ class WrappedGlobalAvgPool(Spec):
     output_zero: int = 0
     pre_shift: int = 0
     weight: int = 1
+    scale: float | None = None
     kind: ClassVar[str] = "globalavgpool32"
     gpu: ClassVar[bool] = True
 
@@ -402,10 +416,16 @@ class WrappedGlobalAvgPool(Spec):
                 v = b.sext(k.load(k.arg["x"], I8, b.add(base, i)), I32)
                 b.store(b.add(b.load(total), v), total)
             y = b.sub(b.load(total), i32(hw * self.input_zero))
-            y = b.mul(b.mul(y, i32(self.weight)), i32(self.multiplier))
-            if self.pre_shift:
-                y = b.ashr(y, i32(self.pre_shift))
-            if self.shift:
-                y = b.ashr(b.add(y, i32(1 << (self.shift - 1))), i32(self.shift))
-            y = k.clamp(b.add(y, i32(self.output_zero)), i32(-128), i32(127))
+            if self.scale is not None:  # float32(y) * scale, clipped, rounded to even, + zero
+                f = b.fmul(b.sitofp(y, F32), ir.Constant(F32, self.scale))
+                f = k.fmin(k.fmax(f, k.fconst(F32, -128 - self.output_zero)),
+                           k.fconst(F32, 127 - self.output_zero))  # fmt: skip
+                y = b.add(b.fptosi(k.roundeven(f), I32), i32(self.output_zero))
+            else:
+                y = b.mul(b.mul(y, i32(self.weight)), i32(self.multiplier))
+                if self.pre_shift:
+                    y = b.ashr(y, i32(self.pre_shift))
+                if self.shift:
+                    y = b.ashr(b.add(y, i32(1 << (self.shift - 1))), i32(self.shift))
+                y = k.clamp(b.add(y, i32(self.output_zero)), i32(-128), i32(127))
             k.store(b.trunc(y, I8), k.arg["y"], p)
