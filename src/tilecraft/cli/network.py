@@ -88,7 +88,7 @@ def cmd_compile_model(args) -> int:
             "give calibration data (--calib FILE.npz|.npy) or --calib-random N "
             "(a model quantized to QDQ brings its own scales)"
         )
-    exact = {"auto": None, "exact": True, "fast": False}[args.requant]
+    exact = {"auto": None, "exact": True, "fast": False, "onnxruntime": "onnxruntime"}[args.requant]
     records = None
     if args.records:
         from tilecraft.compiler.tune.records import Records
@@ -331,11 +331,14 @@ def add_parsers(sub, count) -> None:
     )
     comp.add_argument(
         "--requant",
-        choices=["auto", "exact", "fast"],
+        choices=["auto", "exact", "fast", "onnxruntime"],
         default="auto",
         help="exact: accumulator bounds and a two-stage multiply, reproducing a "
-        "quantized model's float32 rounding (4 more ALU passes per tile); fast: "
-        "one multiplier; auto: exact for a model with its own scales (QDQ)",
+        "quantized model's float32 rounding (4 more ALU passes per tile; on a config with a "
+        "requantization unit, onnxruntime's own rounding for convs and the average pool); "
+        "fast: one multiplier; onnxruntime: every rounding onnxruntime's x86 kernels make "
+        "(a config with requant_lanes; the Adds on the host); auto: exact for a model with "
+        "its own scales (QDQ)",
     )
     comp.add_argument(
         "--records",

@@ -16,7 +16,7 @@ import numpy as np
 from tilecraft.errors import ScheduleError
 from tilecraft.ops.operators import INT8, Epilogue
 from tilecraft.ops.reference import epilogue as apply_epilogue
-from tilecraft.ops.requant import requantize, scale_fields
+from tilecraft.ops.requant import AddFields, float32_qlinear_add, requantize, scale_fields
 
 
 def _finite_positive(owner: str, value: float) -> None:
@@ -104,7 +104,11 @@ class Add:
     to onnxruntime's QLinearAdd but not its x86 kernel, which rounds through two fused
     multiply-adds of the raw 8-bit values with the zero points folded into a constant
     (`ops.requant.float32_qlinear_add`, docs/ONNXRUNTIME_ARITHMETIC.md): the two differ by a
-    step on near-ties, about one output in 200,000."""
+    step on near-ties, about one output in 200,000.
+
+    With `fixed` it is that kernel (`ops.requant.float32_qlinear_add`, fixed = its constant
+    F from the zero points): on the uint8 values onnxruntime reads (int8 + 128), whatever
+    the model's activation type, as onnxruntime on x86 computes every QLinearAdd."""
 
     ratio_a: float
     ratio_b: float
@@ -112,6 +116,7 @@ class Add:
     zero_a: int = 0
     zero_b: int = 0
     zero_y: int = 0
+    fixed: float | None = None
     kind: ClassVar[str] = "add"
 
     def __post_init__(self) -> None:
@@ -128,6 +133,10 @@ class Add:
         object.__setattr__(self, "clip", tuple(self.clip))
         for name in ("zero_a", "zero_b", "zero_y"):
             _int8(f"add {name}", getattr(self, name))
+        if self.fixed is not None:
+            if isinstance(self.fixed, bool) or not np.isfinite(self.fixed):
+                raise ScheduleError(f"add fixed must be a finite float, not {self.fixed!r}")
+            object.__setattr__(self, "fixed", float(np.float32(self.fixed)))
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,11 @@ def run(op: HostOp, inputs: list[np.ndarray], constants: dict[str, np.ndarray]) 
         if op.shift:
             y = (y + (1 << (op.shift - 1))) >> op.shift
         return np.clip(y + op.output_zero, *INT8).astype(np.int8)
+    if isinstance(op, Add) and op.fixed is not None:
+        fields = AddFields(np.float32(op.ratio_a), np.float32(op.ratio_b), np.float32(op.fixed))
+        a, b = (np.asarray(x, np.int64) + 128 for x in inputs)
+        lo, hi = op.clip
+        return (float32_qlinear_add(a, b, fields, lo + 128, hi + 128) - 128).astype(np.int8)
     if isinstance(op, Add):
         a, b = (np.asarray(x, np.int32) - z for x, z in zip(inputs, (op.zero_a, op.zero_b)))
         y = a.astype(np.float32) * np.float32(op.ratio_a) + b.astype(np.float32) * np.float32(

@@ -62,3 +62,34 @@ def test_a_network_on_the_requantization_unit(config):
     with_unit = run_model(model, x, get_device("sim")).accelerator_cycles
     without = run_model(plain, x, get_device("sim")).accelerator_cycles
     assert with_unit < without
+
+
+def test_onnxruntimes_rounding_everywhere_puts_the_adds_on_the_host(tmp_path):
+    """exact_requant "onnxruntime" on a model onnxruntime quantized (uint8 activations): the
+    convs and the average pool on the unit, the Adds on the host in QLinearAdd's x86 form (a
+    `fixed` constant); the logits equal onnxruntime's own, on the simulator and the cpu
+    device; refused on a config without the unit, naming it."""
+    ort = pytest.importorskip("onnxruntime")
+    from network_models import quantized_by_onnxruntime, tiny_resnet
+
+    from tilecraft.errors import ModelError
+
+    path = quantized_by_onnxruntime(tiny_resnet(seed=5), tmp_path / "q.onnx", "uint8")
+    graph = import_model(str(path))
+    cfg = preset("default").replace(requant_lanes=8)
+    model = compile_network(graph, cfg, None, exact_requant="onnxruntime").model
+    adds = [s.op for s in model.steps if isinstance(s, HostStep) and isinstance(s.op, H.Add)]
+    assert adds and all(a.fixed is not None for a in adds)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options)
+    rng = np.random.default_rng(6)
+    for k in range(4):
+        x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+        theirs = session.run(None, {"input": x})[0]
+        for device in ("sim", "cpu"):
+            ours = run_model(model, {"input": x}, get_device(device)).outputs[graph.outputs[0]]
+            assert np.array_equal(ours, theirs), (k, device)
+    with pytest.raises(ModelError, match=r"'onnxruntime' runs the convs on the requantization "
+                       r"unit: config 1x16x16_i8w8a32_15_15_17_17 has none"):  # fmt: skip
+        compile_network(graph, preset("default"), None, exact_requant="onnxruntime")

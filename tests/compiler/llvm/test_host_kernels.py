@@ -41,6 +41,7 @@ def _ops(rng):
         (H.GlobalAvgPool(4321, 7, -5, 9, pre_shift=10), [x8], {}),
         (H.GlobalAvgPool(1, 0, 3, -6, scale=0.0123), [x8], {}),
         (H.Add(0.7, 1.3, (0, 127), 1, -2, 3), [x8, x8[:, ::-1].copy()], {}),
+        (H.Add(0.7, 1.3, (0, 127), 1, -2, 3, fixed=-41.3), [x8, x8[:, ::-1].copy()], {}),
         (H.Flatten(), [x8], {}),
         (H.DepthwiseConv((3, 3), (1, 2), (1, 1, 1, 1), ep, -7), [x8], dw),
     ]
@@ -75,3 +76,23 @@ def test_a_network_runs_its_host_steps_on_generated_kernels(kernels):
     ]
     entries = host_entries(steps)
     assert len(entries) == sum(not isinstance(op, H.Flatten) for op, _ in steps)
+
+
+def test_onnxruntimes_add_on_the_host_kernel_over_every_input_pair(kernels):
+    """The host Add in onnxruntime's x86 form (two FMAs, rounded once each in IR without an
+    FMA unit) against numpy's (ops.requant.fma32), on all 65,536 pairs of int8 inputs."""
+    from tilecraft.ops.requant import add_fields
+
+    grid_a, grid_b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
+    a = grid_a.reshape(1, 256, 16, 16).astype(np.int8)
+    b = grid_b.reshape(1, 256, 16, 16).astype(np.int8)
+    rng = np.random.default_rng(8)
+    for _ in range(6):
+        sa, sb, sc = (float(rng.uniform(0.005, 0.2)) for _ in range(3))
+        za, zb, zc = (int(rng.integers(-128, 128)) for _ in range(3))
+        fields = add_fields(sa, za + 128, sb, zb + 128, sc, zc + 128)
+        op = H.Add(float(fields.ratio_a), float(fields.ratio_b), zero_y=zc,
+                   fixed=float(fields.fixed))  # fmt: skip
+        want = H.run(op, [a, b], {})
+        assert np.array_equal(kernels.run(op, [a, b], {}), want)
+        assert len(np.unique(want)) > 100

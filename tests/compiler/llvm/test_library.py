@@ -230,3 +230,25 @@ def test_a_float32_requantization_under_emulation(tmp_path, arch):
     want = R.conv2d(op, ep, x, w, bias=bias, multiplier=scale)
     assert np.array_equal(got.outputs[0], want)
     assert len(np.unique(want)) > 20
+
+
+@pytest.mark.parametrize("arch", ["armv7", "aarch64"])
+def test_onnxruntimes_add_under_emulation(tmp_path, arch):
+    """The host Add in onnxruntime's x86 form as the board builds it: its exact FMAs are
+    double-precision IR (no FMA unit on the Cortex-A9, no libcall), equal to numpy's."""
+    from tilecraft.compiler.llvm.emulate import Emulator, available
+    from tilecraft.compiler.llvm.host import host_entries
+    from tilecraft.ops.requant import add_fields
+
+    if available():
+        pytest.skip(available())
+    fields = add_fields(0.031, 140, 0.047, 99, 0.052, 131)
+    op = H.Add(float(fields.ratio_a), float(fields.ratio_b), (-128, 127), 12, -29, 3,
+               fixed=float(fields.fixed))  # fmt: skip
+    grid_a, grid_b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
+    a = grid_a.reshape(1, 256, 16, 16).astype(np.int8)
+    b = grid_b.reshape(1, 256, 16, 16).astype(np.int8)
+    ((spec, _),) = host_entries([(op, [a.shape, b.shape])])
+    lib = build_library([spec], target(arch), tmp_path, spec.symbol)
+    got = Emulator(lib.shared_object.read_bytes()).call(spec.signature(), [a, b]).outputs[0]
+    assert np.array_equal(got, H.run(op, [a, b], {}))

@@ -386,7 +386,7 @@ def compile_network(
     measure: int = MEASURED,
     chain: bool = True,
     budget: int = DEFAULT_BUDGET,
-    exact_requant: bool | None = None,
+    exact_requant: bool | str | None = None,
     records=None,
     jobs: int | None = None,
     timer=None,

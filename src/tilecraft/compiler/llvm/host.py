@@ -36,7 +36,9 @@ def host_kernel(op: H.HostOp, shapes: Sequence[tuple[int, ...]]) -> tuple[Spec, 
                 f"the add kernel takes equal shapes, not {x} and {shapes[1]} "
                 f"(broadcasting has no kernel)"
             )
-        spec = EW.ScaledAdd(x, op.ratio_a, op.ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y)
+        spec = EW.ScaledAdd(
+            x, op.ratio_a, op.ratio_b, op.clip, op.zero_a, op.zero_b, op.zero_y, op.fixed
+        )
         return spec, [0, 1]
     if isinstance(op, H.MaxPool):
         return W.MaxPool(x, op.kernel, op.stride, op.pads, "int8"), [0]

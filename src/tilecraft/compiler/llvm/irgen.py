@@ -168,6 +168,29 @@ class Kernel:
         contract = ("contract",)
         return self.b.fadd(self.b.fmul(a, c, flags=contract), d, flags=contract)
 
+    def fma32(self, x, y, z):
+        """x * y + z for float32 scalars rounded once, as an FMA instruction (or onnxruntime's
+        x86 QLinearAdd) rounds it, on any target: the double product of two float32 is exact,
+        the double sum's error (TwoSum) decides a round-to-odd of it, and that double rounds
+        to float32 correctly (53 >= 24 + 2 bits). No libcall, no FMA unit needed (`fma32` in
+        ops.requant is the same in numpy)."""
+        b = self.b
+        p = b.fmul(b.fpext(x, F64), b.fpext(y, F64))
+        zd = b.fpext(z, F64)
+        s = b.fadd(p, zd)
+        zz = b.fsub(s, p)
+        err = b.fadd(b.fsub(p, b.fsub(s, zz)), b.fsub(zd, zz))
+        bits = b.bitcast(s, I64)
+        even = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 1)), ir.Constant(I64, 0))
+        inexact = b.fcmp_unordered("!=", err, ir.Constant(F64, 0.0))
+        zero = ir.Constant(F64, 0.0)
+        away = b.icmp_unsigned(  # the exact value lies beyond s, away from zero
+            "==", b.fcmp_ordered(">", err, zero), b.fcmp_ordered(">", s, zero)
+        )
+        step = b.select(away, ir.Constant(I64, 1), ir.Constant(I64, -1))
+        odd = b.select(b.and_(inexact, even), b.add(bits, step), bits)
+        return b.fptrunc(b.bitcast(odd, F64), F32)
+
     def roundeven(self, a):
         """Round half to even, without a libcall on any target (the Cortex-A9 has no
         rounding instruction): adding and subtracting 1.5 * 2**23 rounds in the FPU's

@@ -42,7 +42,7 @@ from tilecraft.ops import (
 from tilecraft.ops import host as host_ops
 from tilecraft.ops.operators import INT8
 from tilecraft.ops.reference import requant_bounds, requant_params
-from tilecraft.ops.requant import gap_scale, scale_fields
+from tilecraft.ops.requant import add_fields, gap_scale, scale_fields
 from tilecraft.runtime.model import TensorSpec
 
 QMAX = 127
@@ -229,6 +229,7 @@ def _clip(bounds, s_y: float, zero: int = 0) -> tuple[int, int]:
 
 
 PRE_SHIFT = 10  # the two-stage multiply's first shift (requant_bounds)
+REQUANT_ONNXRUNTIME = "onnxruntime"  # `quantize`'s exact: every rounding onnxruntime's
 
 
 def _requant(
@@ -458,7 +459,9 @@ def _add_layer(graph: Graph, node: Node, scales, zeros, name_of) -> AddLayer | H
     return AddLayer(node.name, op, a, b, name_of(node.output))
 
 
-def _host_layer(graph: Graph, node: Node, scales, zeros, name_of) -> HostLayer:
+def _host_layer(
+    graph: Graph, node: Node, scales, zeros, name_of, onnxruntime: bool = False
+) -> HostLayer:
     ins = tuple(name_of(i) for i in node.inputs)
     out = name_of(node.output)
     if node.op is OpType.MAXPOOL:
@@ -476,7 +479,13 @@ def _host_layer(graph: Graph, node: Node, scales, zeros, name_of) -> HostLayer:
     ratio_a, ratio_b = (float(np.float32(scales[i]) / s_o) for i in node.inputs)
     z_a, z_b, z_y = (zeros.get(t, 0) for t in (*node.inputs, node.output))
     clip = _clip(getattr(node.attrs, "clip", None), scales[node.output], z_y)
-    return HostLayer(node.name, host_ops.Add(ratio_a, ratio_b, clip, z_a, z_b, z_y), ins, out)
+    fixed = None
+    if onnxruntime:  # QLinearAdd's constant, from the uint8 zero points x86 reads
+        s_a, s_b = (scales[i] for i in node.inputs)
+        fields = add_fields(s_a, z_a + 128, s_b, z_b + 128, scales[node.output], z_y + 128)
+        fixed = float(fields.fixed)
+    add = host_ops.Add(ratio_a, ratio_b, clip, z_a, z_b, z_y, fixed)
+    return HostLayer(node.name, add, ins, out)
 
 
 def model_zero_points(graph: Graph, ranges: Ranges) -> dict[str, int]:
@@ -496,13 +505,30 @@ def model_zero_points(graph: Graph, ranges: Ranges) -> dict[str, int]:
     return zeros
 
 
-def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None, cfg=None) -> QuantizedNetwork:
+def quantize(
+    graph: Graph, ranges: Ranges, exact: bool | str | None = None, cfg=None
+) -> QuantizedNetwork:
     """The int8 network of `graph` with activation ranges `ranges`. `exact` requantization
     (the default for a model that brings its own scales) reproduces the float32 rounding of
     the runtime that quantized the model (onnxruntime) on all but a few elements in 10**4, at
-    four more ALU passes per accumulator tile (see `_requant`). Each node goes where
+    four more ALU passes per accumulator tile (see `_requant`); on a config with a
+    requantization unit the convs and the global average pool round exactly as onnxruntime.
+    `exact` "onnxruntime" also puts the Adds on the host in QLinearAdd's x86 form, so every
+    rounding is onnxruntime's (a config with the unit only). Each node goes where
     `partition(graph, cfg)` places it (`cfg` None: what does not depend on the config)."""
-    exact = ranges.observer is Observer.MODEL if exact is None else exact
+    onnxruntime = exact == REQUANT_ONNXRUNTIME
+    if onnxruntime and not (cfg is not None and cfg.requant_lanes):
+        tag = cfg.tag if cfg is not None else "(none)"
+        raise ModelError(
+            f"requantization {REQUANT_ONNXRUNTIME!r} runs the convs on the requantization unit: "
+            f"config {tag} has none; use a config with requant_lanes > 0"
+        )
+    if exact is not None and not isinstance(exact, bool) and not onnxruntime:
+        raise ModelError(
+            f"exact requantization must be True, False, None or {REQUANT_ONNXRUNTIME!r}, "
+            f"not {exact!r}"
+        )
+    exact = ranges.observer is Observer.MODEL if exact is None else bool(exact)
     check_supported(graph)
     scales = activation_scales(graph, ranges)
     zeros = model_zero_points(graph, ranges)
@@ -547,8 +573,10 @@ def quantize(graph: Graph, ranges: Ranges, exact: bool | None = None, cfg=None) 
         elif node.op is OpType.GLOBALAVGPOOL:
             unit = bool(cfg is not None and cfg.requant_lanes)
             layers.append(_gap_layer(graph, node, scales, zeros, name_of, unit))
-        elif node.op is OpType.ADD and on_accelerator(node):
+        elif node.op is OpType.ADD and on_accelerator(node) and not onnxruntime:
             layers.append(_add_layer(graph, node, scales, zeros, name_of))
+        elif node.op is OpType.ADD:
+            layers.append(_host_layer(graph, node, scales, zeros, name_of, onnxruntime))
         elif node.output in views:
             continue
         else:

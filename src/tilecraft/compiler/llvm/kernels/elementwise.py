@@ -107,7 +107,9 @@ class Dequantize(Spec):
 @dataclass(frozen=True)
 class ScaledAdd(Spec):
     """int8 a + b at their own scales to the output's: clip(rint((a - za) * ra + (b - zb) *
-    rb) + zy), in float32 (onnxruntime's QLinearAdd; `ops.host.Add`)."""
+    rb) + zy), in float32 (`ops.host.Add`); with `fixed`, onnxruntime's x86 QLinearAdd on
+    the uint8 values: fma(a + 128, ra, fma(b + 128, rb, fixed)) rounded to even, clipped,
+    less 128."""
 
     shape: tuple[int, ...]
     ratio_a: float
@@ -116,6 +118,7 @@ class ScaledAdd(Spec):
     zero_a: int = 0
     zero_b: int = 0
     zero_y: int = 0
+    fixed: float | None = None
     kind: ClassVar[str] = "add"
     gpu: ClassVar[bool] = True
 
@@ -144,9 +147,19 @@ class ScaledAdd(Spec):
             x = b.sub(b.sext(k.load(k.arg[name], I8, i), I32), ir.Constant(I32, zero))
             return b.fmul(b.sitofp(x, F32), _f32(ratio))
 
+        def raw(name):  # the uint8 value onnxruntime reads, in float32 (exact)
+            x = b.add(b.sext(k.load(k.arg[name], I8, i), I32), ir.Constant(I32, 128))
+            return b.sitofp(x, F32)
+
         with k.parallel(_count(self.shape)) as i:
-            y = b.fadd(side("a", self.zero_a, self.ratio_a), side("b", self.zero_b, self.ratio_b))
-            y = b.fadd(k.roundeven(y), _f32(self.zero_y))
+            if self.fixed is not None:
+                inner = k.fma32(raw("b"), _f32(self.ratio_b), _f32(self.fixed))
+                y = b.fsub(k.roundeven(k.fma32(raw("a"), _f32(self.ratio_a), inner)), _f32(128))
+            else:
+                y = b.fadd(
+                    side("a", self.zero_a, self.ratio_a), side("b", self.zero_b, self.ratio_b)
+                )
+                y = b.fadd(k.roundeven(y), _f32(self.zero_y))
             k.store(_to_int8(k, y, *self.clip), k.arg["y"], i)
 
 
