@@ -288,7 +288,15 @@ def test_the_requantization_unit_is_absent_by_default_and_leaves_identities_alon
     assert HwConfig.from_dict(unit.to_dict()) == unit
 
 
-@pytest.mark.parametrize("lanes", [3, 32, 65, -1])
-def test_requant_lanes_must_be_a_power_of_two_up_to_a_row(lanes):
-    with pytest.raises(ConfigError, match=rf"requant_lanes must be .*not {lanes}"):
+@pytest.mark.parametrize(
+    "lanes, message",
+    [
+        (3, r"0 \(no requantization unit\) or a power of two up to BATCH x BLOCK_OUT = 16"),
+        (32, r"0 \(no requantization unit\) or a power of two up to BATCH x BLOCK_OUT = 16"),
+        (65, r"in \[0, 64\]"),
+        (-1, r"in \[0, 64\]"),
+    ],
+)
+def test_requant_lanes_must_be_a_power_of_two_up_to_a_row(lanes, message):
+    with pytest.raises(ConfigError, match=rf"requant_lanes must be {message}.*, not {lanes}"):
         HwConfig(requant_lanes=lanes)

@@ -92,7 +92,7 @@ def _compare(cfg: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
         if got is not None and got.dtype == np.int8 and got.size == want.size:
             equal[name] = float((got.astype(int).reshape(want.shape) + shift == want).mean())
     floats, convs = _float_convs(path)
-    return {
+    out = {
         "float_convs": floats,
         "convs": convs,
         "programs": len(comp.model.programs),
@@ -102,6 +102,18 @@ def _compare(cfg: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
         "max_steps": int(steps.max()),
         "layer_equal_fraction": equal,
     }
+    if cfg.requant_lanes:  # every rounding onnxruntime's: the Adds on the host as QLinearAdd
+        exact = compile_network(graph, cfg, None, exact_requant="onnxruntime").model
+        run = run_model(exact, {"input": x}, get_device("sim"))
+        mine = run.outputs[graph.outputs[0]]
+        off = np.abs(np.rint(mine / scale) - np.rint(logits / scale))
+        out["onnxruntime_exact"] = {
+            "programs": len(exact.programs),
+            "modeled_accelerator_ms": run.accelerator_cycles / (cfg.clock_mhz * 1e3),
+            "equal_fraction": float((off == 0).mean()),
+            "max_steps": int(off.max()),
+        }
+    return out
 
 
 def run(cfg: HwConfig, device: str = "sim") -> dict:
@@ -130,7 +142,14 @@ def format_table(r: dict) -> str:
         f"{'logits equal':>13} {'max steps':>10} {'float convs':>12}  tensors equal (first "
         f"conv, median, worst)",
     ]
+    exact = []
     for name, v in r["variants"].items():
+        e = v.get("onnxruntime_exact")
+        if e:
+            exact.append(
+                f"  {name:<20} {e['programs']:>8} {e['modeled_accelerator_ms']:>11.1f} "
+                f"{e['equal_fraction']:>13.1%} {e['max_steps']:>10}"
+            )
         eq = list(v["layer_equal_fraction"].values())
         spread = f"{eq[0]:.5f}, {float(np.median(eq)):.4f}, {min(eq):.4f}" if eq else "-"
         floats = f"{v['float_convs']} of {v['convs']}"
@@ -139,4 +158,10 @@ def format_table(r: dict) -> str:
             f"{v['compile_seconds']:>10.1f} {v['equal_fraction']:>13.1%} "
             f"{v['max_steps']:>10} {floats:>12}  {spread}"
         )
+    if exact:
+        lines.append(
+            "  with --requant onnxruntime (the Adds on the host as QLinearAdd): "
+            "programs, accelerator ms, logits equal, max steps"
+        )
+        lines += exact
     return "\n".join(lines)

@@ -69,7 +69,7 @@ def _model_tasks(args) -> list:
             "give calibration data (--calib FILE.npz|.npy) or --calib-random "
             "N, as for tilecraft compile"
         )
-    return network_tasks(cfg, quantize(graph, ranges))
+    return network_tasks(cfg, quantize(graph, ranges, cfg=cfg))
 
 
 def _tune_all(args, tasks: list) -> int:

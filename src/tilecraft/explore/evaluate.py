@@ -42,7 +42,8 @@ def network_latency(
         graph = import_model(ONNX_PATH, {"input": (1, 1, 8, 8)})
     else:
         graph = import_model(MODELS[model](seed=seed))
-    net = quantize(graph, calibrate(graph, random_calibration(graph, 1, seed=seed), "minmax"))
+    ranges = calibrate(graph, random_calibration(graph, 1, seed=seed), "minmax")
+    net = quantize(graph, ranges, cfg=cfg)
     out = {"schedules": "heuristic"}
     records = None
     if trials:

@@ -103,7 +103,7 @@ class HwConfig:
     dep_queue_depth: int = 16
     cmd_queue_depth: int = 512
     # the requantization unit on the store path (STORE's `requant` mode): 0 absent, else the
-    # accumulator lanes it requantizes a cycle (a power of two up to BATCH x BLOCK_OUT)
+    # accumulator lanes it requantizes a cycle (a power of two up to BATCH x BLOCK_OUT and 64)
     requant_lanes: int = 0
 
     def __post_init__(self) -> None:
@@ -131,7 +131,7 @@ class HwConfig:
         if lanes and (lanes & (lanes - 1) or lanes > self.batch * self.block_out):
             raise ConfigError(
                 f"requant_lanes must be 0 (no requantization unit) or a power of two up to "
-                f"BATCH x BLOCK_OUT = {self.batch * self.block_out}, not {lanes}"
+                f"BATCH x BLOCK_OUT = {self.batch * self.block_out} (and 64), not {lanes}"
             )
         if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
             raise ConfigError(

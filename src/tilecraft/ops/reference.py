@@ -12,11 +12,12 @@ Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
     x = x + residual                         (if residual: an int8 tensor shaped like the output)
     x = x + offset                           (if offset: the output's zero point, less the
                                               residual's)
-
-(With a FLOAT32 multiplier the three steps after the bias are onnxruntime's instead:
-x = rne(fl32(fl32(x) * scale[c])) + offset, clipped: `ops.requant`.)
     y = int8(clip(x, lo, hi))                (lo raised to 0 by ReLU; with acc_bounds and no
                                               residual, y = the low 8 bits of x instead)
+
+With a FLOAT32 multiplier (the requantization unit's) everything after the bias is
+onnxruntime's instead: y = int8(clip(rne(fl32(fl32(x) * scale[c])) + offset, lo, hi))
+(`ops.requant`); such an epilogue has no accumulator bounds, shift or residual.
 
 Every step wraps at 32 bits (two's complement), exactly as the accelerator's ALU does.
 `requant_params` turns float scales into (m, s) so that nothing wraps for realistic inputs;

@@ -15,7 +15,7 @@ hardware unit computes it (no floating point anywhere): the int32 to float32 con
 leading-one search and a rounding shift of |v| to a 24-bit significand; the product is a 24 x 24
 bit multiply whose 48-bit result is rounded to 24 bits the same way; the float to integer
 conversion is a third rounding shift. `tests/ops/test_requant.py` checks that the two agree
-over the whole int32 range and random scales, every tie included.
+on samples drawn from the whole int32 range and random scales, aimed at every kind of tie.
 
 QLinearGlobalAveragePool is the same requantization of the sum less the zero points, with
 `gap_scale`; QLinearAdd has a formula of its own (`add_fields`, `float32_qlinear_add`), which

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from tilecraft.errors import TilecraftError
 
 
@@ -29,6 +31,22 @@ class Measurer(Protocol):
     name: str
 
     def measure(self, task, schedule) -> Result: ...
+
+
+def unit_params(task) -> dict:
+    """Compile-time parameters a layer on the requantization unit must have (its parameter
+    rows are built from them); none for another. Their values do not change a cycle."""
+    ep = task.epilogue
+    if not ep.on_unit:
+        return {}
+    from tilecraft.compiler.operator.params import random_scales
+
+    rng = np.random.default_rng(0)
+    channels = task.op.channels
+    out = {"multiplier": random_scales(rng, channels)}
+    if ep.bias:
+        out["bias"] = np.zeros(channels, np.int32)
+    return out
 
 
 def _timed(run) -> Result:
@@ -62,6 +80,7 @@ class CycleModel:
                 schedule=schedule,
                 fold=task.mapped.folded,
                 check=False,
+                **unit_params(task),
             ).program
             return (self.timer or cycle_model())(program)
 
@@ -82,7 +101,12 @@ class Rtl:
 
         def run():
             program = compile_operator(
-                task.config, task.op, task.epilogue, schedule=schedule, fold=task.mapped.folded
+                task.config,
+                task.op,
+                task.epilogue,
+                schedule=schedule,
+                fold=task.mapped.folded,
+                **unit_params(task),
             ).program
             x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
             return get_device("rtl").run(program, x).report.cycles
@@ -122,7 +146,12 @@ class Board:
                     "pynq", bitfile=self.bitfile, config=task.config, timeout_s=self.timeout_s
                 )
             program = compile_operator(
-                task.config, task.op, task.epilogue, schedule=schedule, fold=task.mapped.folded
+                task.config,
+                task.op,
+                task.epilogue,
+                schedule=schedule,
+                fold=task.mapped.folded,
+                **unit_params(task),
             ).program
             x = pack_inputs(program, random_inputs(program, np.random.default_rng(0)))
             return self._device.run(program, x).report.cycles

@@ -149,6 +149,11 @@ def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -
         used = table[name][idx] != 0
         if used.any():
             k = int(idx[np.argmax(used)])
+            if spec.config.requant_lanes:
+                raise EncodingError(
+                    f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
+                    f"{int(table[name][k])}: only a STORE has that field"
+                )
             raise EncodingError(
                 f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
                 f"{int(table[name][k])}, but config {spec.config.tag} has no requantization "
