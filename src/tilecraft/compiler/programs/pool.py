@@ -205,42 +205,12 @@ def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap"
             f"{op.describe()}: the multiplier, 2**(shift-1) and H*W times the "
             f"input zero point must fit the ALU immediate (<= {imm.hi})",
         )
-    plane = op.h * op.w
-    slot_rows = cfg.depth("inp") // SLOTS
-    if plane > slot_rows:
-        raise ScheduleError(
-            f"{op.describe()}: a {plane}-row plane exceeds an input slot ({slot_rows} rows)"
-        )
-    group = min(slot_rows // plane, cfg.acc_bank_rows)
-    nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
     pb, x, y, ident = _buffers(cfg, op, name, op.weight)
     kernels = UopKernels()
-    x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
-    planes = nbs * cbs  # consecutive in DRAM, input and output alike
+    y0 = pb.elem(y, "out")
     body: list = []
-    for t, first in enumerate(range(0, planes, group)):
-        count = min(group, planes - first)
-        slot = t % SLOTS
-        inp = slot * slot_rows
-        acc = (slot % ACC_BANKS) * cfg.acc_bank_rows
-        body.append(
-            Load(
-                mem=MemId.INP,
-                sram_base=inp,
-                dram_base=x0 + first * plane,
-                y_size=1,
-                x_size=count * plane,
-                x_stride=count * plane,
-            )
-        )
-        sums = kernels.loop(("sum", acc, inp), [Uop(acc, inp, 0)],
-                            outer=(count, 1, plane, 0), inner=(plane, 0, 1, 0))  # fmt: skip
-        body += [
-            Gemm(
-                reset=True, **kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
-            ),
-            Gemm(**sums),
-        ]
+    for first, count, acc, sums in _plane_sums(cfg, op, pb, x, kernels, cfg.acc_bank_rows):
+        body += sums
         rows = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
         if offset_in:
             body.append(Alu(op=AluOp.ADD, use_imm=True, imm=offset_in, **rows))
@@ -269,68 +239,54 @@ def _global_avgpool_on_unit(cfg: HwConfig, op: GlobalAvgPool2d, name: str) -> Pr
             f"{op.describe()} requantizes on the requantization unit, which config {cfg.tag} "
             f"does not have (requant_lanes = 0)"
         )
+    rows = len(PARAM_ROWS)
+    params_at = cfg.depth("acc") - rows  # above every tile: the second bank's tiles end lower
+    fields = scale_fields(np.float32(op.scale))
+    lanes = (cfg.batch, cfg.block_out)
+    data = np.stack(
+        [
+            np.full(lanes, -op.h * op.w * op.input_zero, np.int64),
+            np.full(lanes, pack_scale(int(fields.significand), int(fields.exponent)), np.int64),
+            np.full(lanes, pack_clip(op.output_zero, -128, 127), np.int64),
+        ]
+    ).astype(np.int32)
+    pb, x, y, ident = _buffers(cfg, op, name)
+    params = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
+    kernels = UopKernels()
+    y0 = pb.elem(y, "out")
+    param_load = Load(mem=MemId.ACC, sram_base=params_at, dram_base=pb.elem(params, "acc"),
+                      y_size=1, x_size=rows, x_stride=rows)  # fmt: skip
+    body: list = [param_load]
+    for first, count, acc, sums in _plane_sums(cfg, op, pb, x, kernels, cfg.acc_bank_rows - rows):
+        store = Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
+                      x_stride=count, requant=True, param_base=params_at)  # fmt: skip
+        body += [*sums, store]
+    return finish_program(cfg, op, pb, ident, kernels, body)
+
+
+def _plane_sums(cfg: HwConfig, op: GlobalAvgPool2d, pb, x, kernels: UopKernels, room: int):
+    """Per group of channel planes (at most `room` accumulator rows in a bank): its first
+    plane, its planes, its accumulator rows' base, and the instructions that LOAD the planes
+    and sum each into its row (a GEMM reset, then the identity GEMM over the plane's rows)."""
     plane = op.h * op.w
     slot_rows = cfg.depth("inp") // SLOTS
     if plane > slot_rows:
         raise ScheduleError(
             f"{op.describe()}: a {plane}-row plane exceeds an input slot ({slot_rows} rows)"
         )
-    rows = len(PARAM_ROWS)
-    params_at = cfg.depth("acc") - rows  # above every tile: the second bank's tiles end lower
-    group = min(slot_rows // plane, cfg.acc_bank_rows - rows)
-    fields = scale_fields(np.float32(op.scale))
-    lanes = (cfg.batch, cfg.block_out)
-    data = np.stack(
-        [
-            np.full(lanes, -plane * op.input_zero, np.int64),
-            np.full(lanes, pack_scale(int(fields.significand), int(fields.exponent)), np.int64),
-            np.full(lanes, pack_clip(op.output_zero, -128, 127), np.int64),
-        ]
-    ).astype(np.int32)
-    nbs, cbs = -(-op.n // cfg.batch), -(-op.c // cfg.block_in)
-    pb, x, y, ident = _buffers(cfg, op, name)
-    params = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
-    kernels = UopKernels()
-    x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
-    planes = nbs * cbs
-    body: list = [
-        Load(
-            mem=MemId.ACC,
-            sram_base=params_at,
-            dram_base=pb.elem(params, "acc"),
-            y_size=1,
-            x_size=rows,
-            x_stride=rows,
-        )  # fmt: skip
-    ]
+    group = min(slot_rows // plane, room)
+    planes = -(-op.n // cfg.batch) * -(-op.c // cfg.block_in)  # consecutive in DRAM, in and out
+    x0 = pb.elem(x, "inp")
+    out = []
     for t, first in enumerate(range(0, planes, group)):
         count = min(group, planes - first)
         slot = t % SLOTS
         inp = slot * slot_rows
         acc = (slot % ACC_BANKS) * cfg.acc_bank_rows
-        body.append(
-            Load(
-                mem=MemId.INP,
-                sram_base=inp,
-                dram_base=x0 + first * plane,
-                y_size=1,
-                x_size=count * plane,
-                x_stride=count * plane,
-            )  # fmt: skip
-        )
+        load = Load(mem=MemId.INP, sram_base=inp, dram_base=x0 + first * plane, y_size=1,
+                    x_size=count * plane, x_stride=count * plane)  # fmt: skip
         sums = kernels.loop(("sum", acc, inp), [Uop(acc, inp, 0)],
                             outer=(count, 1, plane, 0), inner=(plane, 0, 1, 0))  # fmt: skip
         resets = kernels.loop(("rows", acc), [Uop(acc, acc)], outer=(count, 1, 1, 0))
-        body += [Gemm(reset=True, **resets), Gemm(**sums)]
-        body.append(
-            Store(
-                sram_base=acc,
-                dram_base=y0 + first,
-                y_size=1,
-                x_size=count,
-                x_stride=count,
-                requant=True,
-                param_base=params_at,
-            )  # fmt: skip
-        )
-    return finish_program(cfg, op, pb, ident, kernels, body)
+        out.append((first, count, acc, [load, Gemm(reset=True, **resets), Gemm(**sums)]))
+    return out
