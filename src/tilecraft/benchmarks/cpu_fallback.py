@@ -106,6 +106,12 @@ A9 = {
         "a load that misses the caches stalls it"
     ),
     "kernel": "conv3x3_64to64_14x14_int8",
+    "weights_source": (
+        "the conv's weights in [-127, 127], as the symmetric quantizers that make the "
+        "networks' weights give them (tilecraft's, onnxruntime's): the kernel adds two words' "
+        "products in 16 bits; a weight of -128 would take the single words (0.45 instructions "
+        "per MAC)"
+    ),
 }
 
 

@@ -384,8 +384,9 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
         f"{est['instructions_per_mac']:.2f} instructions per MAC ({est['kernel']}, counted "
         f"under emulation, the table above) x the network's MACs, at {est['clock_mhz']} MHz "
         f"({est['clock_source']}) and {est['instructions_per_cycle']:g} instruction a cycle "
-        f"({est['ipc_source']}). The accelerator's time is the resnet18 suite's modeled "
-        "figure (the PYNQ-Z1 preset at its clock)."
+        f"({est['ipc_source']}); {est.get('weights_source', 'the weights random int8')}. "
+        "The accelerator's time is the resnet18 suite's modeled figure (the PYNQ-Z1 preset at "
+        "its clock)."
     )
 
 

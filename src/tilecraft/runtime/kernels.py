@@ -159,12 +159,16 @@ def computation_key(comp) -> str:
 
 def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
     """A computation kernel's inputs from the program's tensors, by name (a per-tensor
-    multiplier is the computation's own value; the reshape of a flatten the compiler left out
-    is undone; epilogue vectors go in as int32, a FLOAT32 epilogue's scales as float32)."""
+    multiplier is the computation's own value, and so is an epilogue's offset; the reshape of a
+    flatten the compiler left out is undone; epilogue vectors go in as int32, a FLOAT32
+    epilogue's scales as float32)."""
     args = []
     for name in names:
         if name == "multiplier" and comp.multiplier is not None:
             args.append(np.array([comp.multiplier], np.int32))
+            continue
+        if name == "offset":  # the epilogue's offset, an input of a kernel shared by layers
+            args.append(np.array([comp.epilogue.offset], np.int32))
             continue
         if name not in tensors:
             raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")

@@ -138,6 +138,34 @@ def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):
     assert len(compute._packed) == 0
 
 
+def test_convs_that_differ_in_their_offset_share_one_kernel(jit):
+    """Layers of one shape whose epilogues differ only in the offset (uint8 models' output
+    zero points) compile one kernel, the offset an input, and each gives its own reference
+    result; an epilogue on the requantization unit keeps its offset in its code."""
+    from tilecraft.compiler.llvm.compute import computation_kernel
+    from tilecraft.ops import Computation
+    from tilecraft.ops import reference as R
+
+    op = Conv2d(n=1, ic=8, h=7, w=7, oc=8, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, op.input_shape).astype(np.int8)
+    w = rng.integers(-127, 128, op.weight_shape).astype(np.int8)
+    bias = rng.integers(-900, 900, 8).astype(np.int32)
+    compute, symbols = JitCompute(jit), set()
+    for offset in (0, -128, 7, 100):
+        ep = Epilogue(bias=True, shift=6, offset=offset, clip=(-128, 127))
+        comp = Computation(op, ep)
+        spec, names = computation_kernel(comp, target=jit.target)
+        assert ("offset" in names) == bool(offset) and spec.offset_input == bool(offset)
+        symbols.add(spec.symbol)
+        got = compute.outputs(comp, {"input": x, "weight": w, "bias": bias})["output"]
+        assert np.array_equal(got, R.conv2d(op, ep, x, w, bias=bias)), offset
+    assert len(symbols) == 2  # offset 0 (no add), and every other offset's
+    unit = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, offset=7)
+    spec, names = computation_kernel(Computation(op, unit), target=jit.target)
+    assert not spec.offset_input and "offset" not in names
+
+
 def test_the_devices_weights_are_packed_once_for_its_dot_products(jit):
     """Weights unpacked from whole blocks (channels a multiple of the array's) come out as a
     view of the unpacking's scratch: the device keeps its own read-only copy, so the packed

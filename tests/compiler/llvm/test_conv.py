@@ -148,8 +148,9 @@ def test_the_dot_product_record_is_chosen_where_the_target_has_them():
     spec = Conv2d((1, 8, 6, 6), 4, (3, 3), dtype="int8")
     for t in (X86_64, NVPTX):  # x86-64-v3 (AVX2 only), a GPU: none
         assert for_target(spec, t) is spec and dot_form(t) is None
-    for t in (ARMV7, AARCH64):  # the boards' Cortex-A9 and A53: NEON's widening products
-        assert for_target(spec, t) == DotConv2d(**spec.__dict__, form="neon", rows=t.tile_rows)
+    for t, paired in ((ARMV7, True), (AARCH64, False)):  # the boards' A9 and A53: NEON's
+        want = DotConv2d(**spec.__dict__, form="neon", rows=t.tile_rows, paired=paired)
+        assert for_target(spec, t) == want  # widening products, the A9's taps in pairs
     wide = replace(
         X86_64, cpu="icelake-server", features="+avx512f,+avx512vnni", vector_width=16, tile_rows=8
     )
@@ -175,6 +176,14 @@ def test_the_dot_product_record_refuses_a_target_without_its_form():
         DotConv2d((1, 8, 6, 6), 4, (3, 3), form="sve")
     with pytest.raises(KernelError, match="tile has 1-16 rows, not 0"):
         DotConv2d((1, 8, 6, 6), 4, (3, 3), rows=0)
+    with pytest.raises(KernelError, match="paired taps add 16-bit products .* vnni form has"):
+        DotConv2d((1, 8, 6, 6), 4, (3, 3), paired=True)
+    with pytest.raises(KernelError, match="offset input replaces .* not int8 offset 3"):
+        Conv2d(
+            (1, 8, 6, 6), 4, (3, 3), dtype="int8", epilogue=Epilogue(offset=3), offset_input=True
+        )
+    with pytest.raises(KernelError, match="offset input replaces .* not float32 offset 0"):
+        Conv2d((1, 8, 6, 6), 4, (3, 3), offset_input=True)
 
 
 @pytest.mark.parametrize(
@@ -211,6 +220,26 @@ def test_the_dot_products_are_neon_widening_instructions(t, multiply, accumulate
     ops = [line.split()[0] for line in assembly([spec], t).splitlines() if line.startswith("\t")]
     assert ops.count(multiply) == ops.count(accumulate) >= 9 * 4 * 2  # taps x rows x vectors
     assert not {"vmla.f32", "fmla", "vcvt.f32.s32", "scvtf"} & set(ops)
+    # paired: the single words' loop, and the pairs', whose second products accumulate in
+    # 16 bits (vmlal.s8 / smlal) before the one widening add
+    paired = replace(spec, paired=True, rows=t.tile_rows)
+    ops = [line.split()[0] for line in assembly([paired], t).splitlines() if line.startswith("\t")]
+    pairs = ops.count(multiply.replace("mull", "mlal"))
+    assert pairs >= 9 * t.tile_rows * 2 and ops.count(multiply) == ops.count(accumulate)
+    assert ops.count(accumulate) == 2 * pairs  # as many single taps as pairs: one loop each
+
+
+def test_the_a9s_scheduling_option_is_its_own():
+    """The source-order scheduling the A9's kernels are emitted with changes its code (fewer
+    spills) and is set for that emission alone: the same core without the option gets the
+    same code before and after one (LLVM's options are the process's)."""
+    from tilecraft.compiler.llvm.build import assembly
+
+    spec = DotConv2d((1, 16, 8, 8), 8, (3, 3), form="neon")
+    latency = replace(ARMV7, source_order=False)  # LLVM's default scheduling for the A9
+    before = assembly([spec], latency)
+    assert assembly([spec], ARMV7) != before
+    assert assembly([spec], latency) == before
 
 
 @pytest.mark.parametrize("record", _int8_records(None), ids=["float-datapath", "dot-products"])
@@ -231,3 +260,26 @@ def test_rows_of_several_vectors_with_a_last_partial_word(jit, record, channels,
                 pad=(2, 2), pad_value=-100)  # fmt: skip
     want = R.conv2d(op, ep, x, w, bias=bias, multiplier=mult)
     assert np.array_equal(jit.kernel(spec)(x, w, bias, mult), want)
+
+
+@pytest.mark.parametrize("form", ["vnni", "neon"])
+@pytest.mark.parametrize("shape, rows", [((13, 7, 3, 3), 4), ((8, 8, 1, 1), 8), ((5, 3, 7, 7), 6)])
+def test_weights_packed_in_numpy_as_the_kernel_packs_them(jit, form, shape, rows):
+    """DotWeights.pack (the cpu device's: no kernel to compile) gives the packing kernel's
+    words, weight sums that wrap and wpair, for weights with and without -128, channels and
+    rows that leave padding."""
+    from tilecraft.compiler.llvm.kernels.dot_conv import DotWeights
+
+    record = DotWeights(shape, form, rows)
+    kernel = jit.kernel(record)
+    rng = np.random.default_rng(rows)
+    for low in (-128, -127):
+        w = rng.integers(low, 128, shape).astype(np.int8)
+        w.flat[-1] = low
+        if form == "vnni":
+            w[0] = 127  # 128 x 127 x 63 taps: a first channel's sum past 2**20
+        want, got = kernel(w), record.pack(w)
+        assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+        assert form == "vnni" or got[1].tolist() == [int(low > -128)]
+    with pytest.raises(KernelError, match=r"dot weights take int8 \(13, 7, 3, 3\), not int16"):
+        DotWeights((13, 7, 3, 3), form).pack(np.zeros((13, 7, 3, 3), np.int16))

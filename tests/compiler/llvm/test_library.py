@@ -4,6 +4,7 @@ ARM builds run under the unicorn emulator, bit-exact with the reference."""
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,6 +29,14 @@ EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=12, relu=True, off
 CONV = Conv2d((1, 8, 9, 11), 13, (3, 3), (2, 2), (1, 1, 1, 1), "int8", epilogue=EP,
               pad_value=-4)  # fmt: skip
 NEON_CONV = DotConv2d(**CONV.__dict__, form="neon")  # the boards' int8 conv (for_target's)
+# the A9's paired taps: three words (a pair and one alone), and a 7x7 first conv (its rows
+# a loop) of 3 channels (one pair: a real word and one half padding)
+PAIRED = [
+    DotConv2d((1, 6, 9, 11), 5, (3, 3), (2, 1), (1, 1, 1, 1), "int8", epilogue=EP, pad_value=-128,
+              form="neon", paired=True),
+    DotConv2d((1, 3, 13, 12), 6, (7, 7), (2, 2), (3, 3, 3, 3), "int8", epilogue=EP, pad_value=5,
+              form="neon", paired=True),
+]  # fmt: skip
 FLOAT_CONV = Conv2d((1, 5, 8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), bias=True)
 QUANT = H.Quantize(0.25, 1)
 DW_EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, offset=3)
@@ -52,6 +61,7 @@ def libraries(tmp_path_factory):
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
     specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE]
     arm = [NEON_CONV]  # the ARM cores' own
+    arm += [r for p in PAIRED for r in (p, p.weights, replace(p, packed=True))]
     return folder, {
         t: build_library(specs + (arm if t != "x86_64" else []), target(t), folder, t, host)
         for t in ("x86_64", "armv7", "aarch64")
@@ -147,6 +157,45 @@ def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
     got = emu.call(DEPTHWISE.signature(), [x, *consts.values()]).outputs[0]
     op = H.DepthwiseConv((3, 3), (2, 2), (1, 1, 1, 1), DW_EP, -6)
     assert np.array_equal(got, H.run(op, [x], consts))
+
+
+@pytest.mark.parametrize("arch", ["armv7", "aarch64"])
+@pytest.mark.parametrize("spec", PAIRED, ids=["3x3-odd-words", "7x7-first-conv"])
+def test_paired_taps_are_exact_for_any_weights(libraries, arch, spec):
+    """Two words' products added in 16 bits: exact for weights in [-127, 127] (a pair's sum
+    lies within +-32512), at the extremes too (every input -128 against every weight -127 or
+    127); a weight of -128 makes DotWeights' wpair 0 and the kernel take the single words,
+    still exact. Unpacked (the conv packs) and packed (DotWeights first) alike."""
+    from tilecraft.compiler.llvm.emulate import Emulator, available
+
+    if available():
+        pytest.skip(available())
+    emu = Emulator(libraries[1][arch].shared_object.read_bytes())
+    rng = np.random.default_rng(7)
+    c, oc = spec.shape[1], spec.out_channels
+    op = ConvOp(n=1, ic=c, h=spec.shape[2], w=spec.shape[3], oc=oc, kernel=spec.kernel,
+                stride=spec.stride, pad=spec.pads[:2], pad_value=spec.pad_value)  # fmt: skip
+    bias, mult = rng.integers(-3000, 3000, oc).astype(np.int32), rng.integers(1, 99, oc)
+    mult = mult.astype(np.int32)
+    shape = (oc, c, *spec.kernel)
+    with_min = rng.integers(-127, 128, shape).astype(np.int8)
+    with_min[oc // 2, c - 1, 0, 0] = -128
+    cases = [
+        (rng.integers(-128, 128, spec.shape), rng.integers(-127, 128, shape), 1),
+        (np.full(spec.shape, -128), np.full(shape, -127), 1),
+        (np.full(spec.shape, -128), np.full(shape, 127), 1),
+        (rng.integers(-128, 128, spec.shape), with_min, 0),
+        (np.full(spec.shape, -128), np.full(shape, -128), 0),  # every pair would overflow
+    ]
+    for x, w, pairs in cases:
+        x, w = x.astype(np.int8), w.astype(np.int8)
+        want = R.conv2d(op, EP, x, w, bias=bias, multiplier=mult)
+        got = emu.call(spec.signature(), [x, w, bias, mult]).outputs[0]
+        assert np.array_equal(got, want)
+        packed = emu.call(spec.weights.signature(), [w]).outputs
+        assert packed[1].tolist() == [pairs]  # wpair
+        got = emu.call(replace(spec, packed=True).signature(), [x, *packed, bias, mult])
+        assert np.array_equal(got.outputs[0], want)
 
 
 def test_unknown_targets_are_named():

@@ -1,10 +1,12 @@
-"""IR -> machine code for a target: the kernels' module, LLVM's O3 pipeline (loop and SLP
+"""IR -> machine code for a target: the kernels' module, LLVM's O2 pipeline (loop and SLP
 vectorisation on), then an object file (position-independent) or assembly (PTX)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from llvmlite import ir
 
@@ -44,12 +46,14 @@ def _no_builtins(text: str) -> str:
 
 
 def optimized(text: str, target: Target):
-    """The parsed, verified and O3-optimised module."""
+    """The parsed, verified and O2-optimised module (O3 compiled a conv kernel a fifth slower
+    for no speed the kernels' hand-written vectors and tiles could measure: the JIT's first
+    run is its compile time)."""
     b = llvm()
     mod = b.parse_assembly(text)
     mod.verify()
     tm = machine(target)
-    options = b.create_pipeline_tuning_options(speed_level=3)
+    options = b.create_pipeline_tuning_options(speed_level=2)
     options.loop_vectorization = True
     options.slp_vectorization = True
     builder = b.create_pass_builder(tm, options)
@@ -59,9 +63,32 @@ def optimized(text: str, target: Target):
 
 def object_code(specs: Sequence[Spec], target: Target) -> bytes:
     """A relocatable, position-independent object file holding `specs`' kernels."""
-    return machine(target).emit_object(optimized(module_ir(specs, target), target))
+    module = optimized(module_ir(specs, target), target)
+    with _scheduling(target):
+        return machine(target).emit_object(module)
 
 
 def assembly(specs: Sequence[Spec], target: Target) -> str:
     """The target's assembly of `specs`' kernels (for reading, and for PTX)."""
-    return machine(target).emit_assembly(optimized(module_ir(specs, target), target))
+    module = optimized(module_ir(specs, target), target)
+    with _scheduling(target):
+        return machine(target).emit_assembly(module)
+
+
+_SCHEDULER = threading.Lock()  # LLVM's options are the process's: one emission at a time
+
+
+@contextmanager
+def _scheduling(target: Target) -> Iterator[None]:
+    """Emit with the target's instruction scheduling (`Target.source_order`: the IR's order
+    before register allocation), the process's default restored after."""
+    if not target.source_order:
+        yield
+        return
+    b = llvm()
+    with _SCHEDULER:
+        b.set_option("tilecraft", "-pre-RA-sched=source")
+        try:
+            yield
+        finally:
+            b.set_option("tilecraft", "-pre-RA-sched=default")

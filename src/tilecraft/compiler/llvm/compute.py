@@ -35,6 +35,7 @@ def computation_kernel(
         return _direct(comp, op, ep)
     if isinstance(op, O.Conv2d):
         (ph, pw) = op.pad
+        shared = bool(ep.offset) and not ep.on_unit  # the offset an input: one kernel a shape
         spec = conv.Conv2d(
             op.input_shape,
             op.oc,
@@ -42,10 +43,12 @@ def computation_kernel(
             op.stride,
             (ph, pw, ph, pw),
             "int8",
-            epilogue=ep,
+            epilogue=replace(ep, offset=0) if shared else ep,
             pad_value=op.pad_value,
+            offset_input=shared,
         )
-        return (spec if target is None else for_target(spec, target)), _operands(ep, op.oc)
+        spec = spec if target is None else for_target(spec, target)
+        return spec, _operands(ep, op.oc, shared)
     if isinstance(op, O.DepthwiseConv2d):
         (ph, pw) = op.pad
         if ep.residual:
@@ -112,10 +115,9 @@ def _direct(comp, op, ep) -> tuple[Spec, list[str]]:
     return spec, _operands(ep, out)
 
 
-def _operands(ep: O.Epilogue, channels: int) -> list[str]:
-    return ["input", "weight", *(b.name for b in vector_buffers(ep, channels))] + (
-        ["residual"] if ep.residual else []
-    )
+def _operands(ep: O.Epilogue, channels: int, offset_input: bool = False) -> list[str]:
+    vectors = [b.name for b in vector_buffers(ep, channels, offset_input)]
+    return ["input", "weight", *vectors] + (["residual"] if ep.residual else [])
 
 
 class JitCompute:
@@ -136,7 +138,6 @@ class JitCompute:
         found = self._kernels.get(key)
         if found is None:
             spec, pack, names = self._records(comp)
-            pack = self.jit.kernel(pack) if pack is not None else None
             found = self._kernels[key] = (self.jit.kernel(spec), names, pack)
         kernel, names, pack = found
         args = kernel_arguments(comp, names, tensors)
@@ -150,28 +151,29 @@ class JitCompute:
         specs = []
         for comp in computations:
             if _key(comp) not in self._kernels:
-                spec, pack, _ = self._records(comp)
-                specs += [spec] if pack is None else [spec, pack]
+                specs.append(self._records(comp)[0])
         self.jit.build(specs)
 
     def _records(self, comp: O.Computation) -> tuple:
         """(the kernel record, the record packing its weights or None, its operands): a
-        dot-product conv takes its weights packed once (`_pack`)."""
+        dot-product conv takes its weights packed once (`_pack`, in numpy: no kernel to
+        compile)."""
         spec, names = computation_kernel(comp, gpu=self.direct, target=self.jit.target)
         if isinstance(spec, DotConv2d):
             return replace(spec, packed=True), spec.weights, names
         return spec, None, names
 
     def _pack(self, pack, weight: np.ndarray) -> tuple:
-        """`weight` packed by `pack` (`DotWeights`: wq, and wsum for vnni); kept while the
-        array cannot change (read-only down to the memory it views: the cpu device's
-        constants), packed again each call if it can. Kept no longer than the array lives."""
+        """`weight` packed by `pack` (`DotWeights.pack`: wq, and wsum for vnni or wpair for
+        neon); kept while the array cannot change (read-only down to the memory it views: the
+        cpu device's constants), packed again each call if it can. Kept no longer than the
+        array lives."""
         if not _frozen(weight):
-            return _outputs(pack(weight))
+            return pack.pack(weight)
         key = (pack.symbol, id(weight))
         held = self._packed.get(key)
         if held is None or held[0]() is not weight:
-            held = self._packed[key] = (weakref.ref(weight), _outputs(pack(weight)))
+            held = self._packed[key] = (weakref.ref(weight), pack.pack(weight))
             weakref.finalize(weight, self._packed.pop, key, None)
         return held[1]
 
@@ -180,11 +182,6 @@ def _key(comp: O.Computation):
     """What JitCompute finds a computation's kernel by: the record itself where it can be
     hashed (`runtime.kernels.hashable`), else its JSON (`computation_key`)."""
     return comp if hashable(comp) else computation_key(comp)
-
-
-def _outputs(result) -> tuple:
-    """A kernel's outputs as a tuple (a kernel of one output returns it alone)."""
-    return result if isinstance(result, tuple) else (result,)
 
 
 def _frozen(a: np.ndarray) -> bool:

@@ -44,6 +44,7 @@ class Jit:
             seen.add(spec.symbol)
             if not (self.cache and self.cache.get(spec, self.target)):
                 missing.append(spec)
+        missing.sort(key=lambda s: -s.compile_cost)  # the longest first (stable otherwise)
         workers = min(len(missing), workers or os.cpu_count() or 1)
         if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("fork")  # the parent's llvmlite, no imports

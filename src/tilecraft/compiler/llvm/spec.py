@@ -40,6 +40,10 @@ class Spec:
 
     kind: ClassVar[str]
     gpu: ClassVar[bool] = False  # written with `parallel` loops and no shared scratch space
+    # its compile time, roughly, in hundredths of a second (a register-tiled conv ~15, an
+    # element-wise loop ~2): Jit.build starts the longest first, so that the cores finish
+    # together
+    compile_cost: ClassVar[int] = 2
 
     def buffers(self) -> tuple[Buffer, ...]:
         raise NotImplementedError

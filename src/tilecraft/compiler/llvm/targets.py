@@ -19,6 +19,16 @@ class Target:
     pointer_bytes: int
     registers: int = 16  # SIMD registers (register tiles are sized to them)
     tile_rows: int = 4  # output channels of a conv's register tile (two accumulators each)
+    # int8 convs add two words' 16-bit products before widening them (dot_conv.DotConv2d's
+    # `paired`), where the widening add is what bounds the tile: the A9 (0.43 -> 0.36
+    # instructions per MAC); on the A53, whose sadalp keeps pace, the pairs' extra registers
+    # cost more than they save (0.46 -> 0.48)
+    paired_taps: bool = False
+    # LLVM's instruction scheduler before register allocation keeps the IR's order: its
+    # default for the Cortex-A9 (latency first) hoists a tile's loads past the 16 q
+    # registers and spills them (an int8 3x3 conv's tap loop: 26 spill instructions, 0.49
+    # instructions per MAC, against 0.43 in the source order)
+    source_order: bool = False
 
     @property
     def is_host(self) -> bool:
@@ -26,7 +36,9 @@ class Target:
 
 
 # The A9 spills a 6-row tile (NEON's multiply-accumulate needs temporaries); AVX2 holds 6
-ARMV7 = Target("armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16, 4)
+ARMV7 = Target(
+    "armv7", "armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 4, 4, 16, 4, True, True
+)
 AARCH64 = Target("aarch64", "aarch64-unknown-linux-gnu", "cortex-a53", "+neon", 4, 8, 32, 8)
 X86_64 = Target("x86_64", "x86_64-unknown-linux-gnu", "x86-64-v3", "", 8, 8, 16, 6)  # AVX2
 NVPTX = Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "", 1, 8, 32, 1)  # CUDA >= 11 drivers

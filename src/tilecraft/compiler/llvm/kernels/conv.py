@@ -52,7 +52,12 @@ class Conv2d(Spec):
     relu: bool = False  # float32 only
     epilogue: Epilogue = Epilogue()  # int8 only
     pad_value: int = 0  # int8 only
+    # int8: the epilogue's offset (the output's zero point) an input, `offset` (one int32),
+    # not a constant of the code (the epilogue's own then 0): layers that differ only in it
+    # share one kernel (a uint8 ResNet-18's 19 convs are 11 kernels to compile)
+    offset_input: bool = False
     kind: ClassVar[str] = "conv2d"
+    compile_cost: ClassVar[int] = 15
 
     def __post_init__(self):
         object.__setattr__(self, "shape", positive_shape("conv2d", self.shape, 4))
@@ -74,6 +79,11 @@ class Conv2d(Spec):
             raise KernelError("a float32 conv2d takes bias and relu, not an int8 epilogue")
         if self.dtype == "int8" and (self.bias or self.relu):
             raise KernelError("an int8 conv2d states bias and ReLU in its epilogue")
+        if self.offset_input and (self.dtype != "int8" or self.epilogue.offset):
+            raise KernelError(
+                f"an offset input replaces an int8 epilogue's offset (then 0), not "
+                f"{self.dtype} offset {self.epilogue.offset}"
+            )
         if self.dtype == "int8" and self.kernel[0] * self.kernel[1] > EXACT_TERMS:
             raise KernelError(
                 f"an int8 conv2d kernel has at most {EXACT_TERMS} taps, not "
@@ -128,7 +138,7 @@ class Conv2d(Spec):
         if self.dtype == "float32":
             ins += [Buffer("bias", (oc,), "float32")] if self.bias else []
         else:
-            ins += E.vector_buffers(self.epilogue, oc)
+            ins += E.vector_buffers(self.epilogue, oc, self.offset_input)
             ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
         work = [
             Buffer("xq", (len(self.phases), c, self.plane_size), "float32", "work"),
@@ -310,5 +320,5 @@ class Conv2d(Spec):
                         if self.epilogue.residual
                         else None
                     )
-                    x = E.emit(k, self.epilogue, x, ch, res)
+                    x = E.emit(k, self.epilogue, x, ch, res, self.offset_input)
                 k.store(x, k.arg["yq"], at)

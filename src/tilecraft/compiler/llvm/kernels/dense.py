@@ -29,6 +29,7 @@ class Dense(Spec):
     relu: bool = False  # float32 only
     epilogue: Epilogue = Epilogue()  # int8 only
     kind: ClassVar[str] = "dense"
+    compile_cost: ClassVar[int] = 10
 
     def __post_init__(self):
         positive_shape("dense (m, k, n)", (self.m, self.k, self.n), 3)

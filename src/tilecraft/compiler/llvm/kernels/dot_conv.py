@@ -6,7 +6,12 @@
 - `neon` (ARMv7 and AArch64 NEON: the boards' Cortex-A9 and A53): `vmull.s8` / `smull`
   multiplies eight signed bytes into eight 16-bit products, exactly, and `vpadal.s16` /
   `sadalp` adds them pairwise into four int32 lanes: 8 multiply-adds in two instructions,
-  where the float datapath's `vmla.f32` does 4 in one after two conversions.
+  where the float datapath's `vmla.f32` does 4 in one after two conversions. Where no weight
+  is -128 (as every symmetric quantizer leaves them: [-127, 127]), two words' products are
+  added in 16 bits first (`vmlal.s8` / `smlal`: two products of such weights lie in
+  [-32512, 32512]), so one pairwise widening add serves 16 multiply-adds, not 8; DotWeights
+  says whether the weights allow it (`wpair`) and the kernel takes the paired taps or the
+  single ones accordingly, so any weights give the reference's result.
 
 The register tile, the stride phases and the q numbering are `conv.Conv2d`'s; what changes is
 what a lane holds. The input's padded phase copy keeps G input channels of one position in one
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+import numpy as np
 from llvmlite import ir
 
 from tilecraft.compiler.llvm.irgen import I8, I16, I32, Kernel, vec
@@ -36,6 +42,7 @@ from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 
 GROUPS = {"vnni": 4, "neon": 2}  # input channels a word holds, the sum each lane adds
+LOOPED_EPILOGUE = 512  # products an output takes from which a tile's epilogue is a loop
 
 
 def dot_form(target: Target) -> str | None:
@@ -60,7 +67,8 @@ def for_target(spec, target: Target):
     form = dot_form(target)
     if type(spec) is Conv2d and spec.dtype == "int8" and form:
         fields_ = {f.name: getattr(spec, f.name) for f in fields(spec)}
-        return DotConv2d(**fields_, form=form, rows=target.tile_rows)
+        paired = form == "neon" and target.paired_taps
+        return DotConv2d(**fields_, form=form, rows=target.tile_rows, paired=paired)
     return spec
 
 
@@ -73,6 +81,9 @@ class DotConv2d(Conv2d):
     packed: bool = False  # takes the weights as `DotWeights` packs them (wq, and wsum)
     form: str = "vnni"
     rows: int = 4  # output channels of the register tile (the target's `tile_rows`)
+    # neon: two words' products added in 16 bits before widening, where the weights allow
+    # (DotWeights' wpair; the single words otherwise): the target's `paired_taps`
+    paired: bool = False
     kind: ClassVar[str] = "conv2d_dot"
 
     def __post_init__(self):
@@ -83,6 +94,10 @@ class DotConv2d(Conv2d):
             raise KernelError(f"dot-product form {self.form!r}; valid: {', '.join(GROUPS)}")
         if isinstance(self.rows, bool) or not 1 <= int(self.rows) <= 16:
             raise KernelError(f"a dot-product conv2d's tile has 1-16 rows, not {self.rows!r}")
+        if self.paired and self.form != "neon":
+            raise KernelError(
+                f"paired taps add 16-bit products (neon); the {self.form} form has none"
+            )
 
     @property
     def group(self) -> int:
@@ -116,7 +131,7 @@ class DotConv2d(Conv2d):
             ins += [Buffer(w.name, w.shape, w.dtype) for w in weights[1:]]  # wq, wsum
         else:
             ins.append(Buffer("weight", (oc, c, kh, kw), "int8"))
-        ins += E.vector_buffers(self.epilogue, oc)
+        ins += E.vector_buffers(self.epilogue, oc, self.offset_input)
         ins += [Buffer("residual", self.out_shape, "int8")] if self.epilogue.residual else []
         words = (len(self.phases), self.groups, self.plane_size, self.group)
         work = [Buffer("xq", words, "int8", "work")]  # x (+ bias), G channels a word
@@ -297,20 +312,15 @@ class DotConv2d(Conv2d):
         for row in acc:
             for a in row:
                 b.store(ir.Constant(iv, [0] * vw), a)
-        (kh, kw), (sh, sw) = self.kernel, self.stride
-        phase = {ab: p for p, ab in enumerate(self.phases)}
-        with k.loop(self.groups, name="g") as g:
-            if kh * kw > 9 and kh >= sh:  # a 7x7 kernel: a loop over its rows, so that
-                cols = sorted({j % sw for j in range(kw)})  # its IR is a seventh the size
-                with k.loop(kh, name="ki") as i:
-                    row_phase = b.mul(b.urem(i, k.i(sh)), k.i(len(cols)))
-                    for j in range(kw):
-                        p = b.add(row_phase, k.i(cols.index(j % sw)))
-                        self._tap(k, acc, q0, oc0, g, i, j, p)
-            else:
-                for i in range(kh):
-                    for j in range(kw):
-                        self._tap(k, acc, q0, oc0, g, k.i(i), j, k.i(phase[i % sh, j % sw]))
+        if self.paired and self.groups > 1:  # words in pairs where the weights allow
+            fits = b.icmp_signed("!=", k.load(k.arg["wpair"], I32, k.i(0)), k.i(0))
+            with b.if_else(fits) as (paired, single):
+                with paired:
+                    self._words_taps(k, acc, q0, oc0, 2)
+                with single:
+                    self._words_taps(k, acc, q0, oc0, 1)
+        else:
+            self._words_taps(k, acc, q0, oc0, 1)
         values = []
         for r in range(mr):
             sums = [b.load(acc[r][v]) for v in range(2)]
@@ -320,38 +330,86 @@ class DotConv2d(Conv2d):
             values.append(sums)
         self._store_words(k, q0, oc0, mr, values)
 
-    def _tap(self, k: Kernel, acc, q0, oc0, g, i, j: int, phase) -> None:
-        """acc += the dot products of tap (i, j) over the G input channels of word `g`
-        (`i` and the tap's stride `phase` are index values: constants or a loop's)."""
+    def _words_taps(self, k: Kernel, acc, q0, oc0, per: int) -> None:
+        """acc += every tap's dot products over every word, `per` words (1, or 2: their
+        products added in 16 bits before widening) at a time; an odd last word alone."""
+        b = k.b
+        whole = self.groups // per * per
+        with k.loop(whole, step=per, name=f"g{per}") as g:
+            self._taps(k, acc, q0, oc0, [b.add(g, k.i(w)) for w in range(per)])
+        if whole < self.groups:
+            self._taps(k, acc, q0, oc0, [k.i(whole)])
+
+    def _taps(self, k: Kernel, acc, q0, oc0, words: list) -> None:
+        b = k.b
+        (kh, kw), (sh, sw) = self.kernel, self.stride
+        phase = {ab: p for p, ab in enumerate(self.phases)}
+        if kh * kw > 9 and kh >= sh:  # a 7x7 kernel: a loop over its rows, so that
+            cols = sorted({j % sw for j in range(kw)})  # its IR is a seventh the size
+            with k.loop(kh, name="ki") as i:
+                row_phase = b.mul(b.urem(i, k.i(sh)), k.i(len(cols)))
+                for j in range(kw):
+                    p = b.add(row_phase, k.i(cols.index(j % sw)))
+                    self._tap(k, acc, q0, oc0, words, i, j, p)
+        else:
+            for i in range(kh):
+                for j in range(kw):
+                    self._tap(k, acc, q0, oc0, words, k.i(i), j, k.i(phase[i % sh, j % sw]))
+
+    def _tap(self, k: Kernel, acc, q0, oc0, words: list, i, j: int, phase) -> None:
+        """acc += the dot products of tap (i, j) over the G input channels of each word in
+        `words` (`i` and the tap's stride `phase` are index values: constants or a loop's)."""
         b, vw = k.b, k.target.vector_width
         iv = vec(self.word, vw)
         (kh, kw), (sh, sw), groups = self.kernel, self.stride, self.groups
-        plane = b.add(b.mul(phase, k.i(groups)), g)
-        at = b.add(b.mul(plane, k.i(self.plane_size)), q0)
-        at = b.add(at, b.add(b.mul(b.udiv(i, k.i(sh)), k.i(self.pitch)), k.i(j // sw)))
-        xs = [k.load(k.arg["xq"], iv, b.add(at, k.i(v * vw))) for v in range(2)]
+        row = b.add(b.mul(b.udiv(i, k.i(sh)), k.i(self.pitch)), k.i(j // sw))
+        xs = []  # per word, its two vectors of NR positions
+        for g in words:
+            plane = b.add(b.mul(phase, k.i(groups)), g)
+            at = b.add(b.add(b.mul(plane, k.i(self.plane_size)), q0), row)
+            xs.append([k.load(k.arg["xq"], iv, b.add(at, k.i(v * vw))) for v in range(2)])
         tap = b.add(b.mul(i, k.i(kw)), k.i(j))
-        for r, row in enumerate(acc):
-            # the tile's weight words of one tap lie side by side (DotWeights' row blocks)
-            block = b.add(b.mul(b.udiv(oc0, k.i(self.rows)), k.i(groups)), g)
-            word = b.add(b.mul(b.add(b.mul(block, k.i(kh * kw)), tap), k.i(self.rows)), k.i(r))
-            w = k.splat(k.load(k.arg["wq"], self.word, word), vw)
+        for r, sums in enumerate(acc):
+            ws = []
+            for g in words:
+                # the tile's weight words of one tap lie side by side (DotWeights' row blocks)
+                block = b.add(b.mul(b.udiv(oc0, k.i(self.rows)), k.i(groups)), g)
+                word = b.add(b.mul(b.add(b.mul(block, k.i(kh * kw)), tap), k.i(self.rows)), k.i(r))
+                ws.append(k.splat(k.load(k.arg["wq"], self.word, word), vw))
             for v in range(2):
-                b.store(_dot(k, self.form, b.load(row[v]), xs[v], w), row[v])
+                pairs = [(x[v], w) for x, w in zip(xs, ws)]
+                b.store(_dot(k, self.form, b.load(sums[v]), pairs), sums[v])
 
     def _store_words(self, k: Kernel, q0, oc0, mr: int, values) -> None:
+        """The tile's sums through the epilogue into yq. Where an output takes many products
+        (`LOOPED_EPILOGUE` or more: C x KH x KW) a loop over the tile's rows, one epilogue in
+        the IR, not one a row (the kernel compiles that much faster, and the sums' trip
+        through memory is a small share of the time); in thin convs the rows inline."""
         b, vw = k.b, k.target.vector_width
+        iv = vec(I32, vw)
+
+        def store(r, value, v):
+            ch = b.add(oc0, r)
+            at = b.add(b.add(b.mul(ch, k.i(self.q_count)), q0), k.i(v * vw))
+            res = None
+            if self.epilogue.residual:
+                res = k.load(k.arg["rq"], vec(I8, vw), at, align=1)
+            y = E.emit(k, self.epilogue, value, ch, res, self.offset_input)
+            k.store(y, k.arg["yq"], at)
+
+        (kh, kw), c = self.kernel, self.shape[1]
+        if c * kh * kw < LOOPED_EPILOGUE:
+            for r in range(mr):
+                for v in range(2):
+                    store(k.i(r), values[r][v], v)
+            return
+        sums = k.local(iv, mr * 2)
         for r in range(mr):
-            ch = b.add(oc0, k.i(r))
-            base = b.add(b.mul(ch, k.i(self.q_count)), q0)
             for v in range(2):
-                at = b.add(base, k.i(v * vw))
-                res = (
-                    k.load(k.arg["rq"], vec(I8, vw), at, align=1)
-                    if self.epilogue.residual
-                    else None
-                )
-                k.store(E.emit(k, self.epilogue, values[r][v], ch, res), k.arg["yq"], at)
+                b.store(values[r][v], k.at(sums, iv, 2 * r + v))
+        with k.loop(mr, name="er") as r:
+            for v in range(2):
+                store(r, b.load(k.at(sums, iv, b.add(b.mul(r, k.i(2)), k.i(v)))), v)
 
 
 @dataclass(frozen=True)
@@ -360,7 +418,8 @@ class DotWeights(Spec):
     weights regrouped G input channels a word (pad channels zero) in blocks of `rows` output
     channels, (OC / rows, C / G, KH, KW, rows, G), so that a register tile's words of one tap
     lie side by side (pad output channels zero); for vnni also wsum, 128 x each output
-    channel's weight sum (wrapping), the bias correction. Run once per weight tensor when the
+    channel's weight sum (wrapping), the bias correction; for neon wpair, 1 if no weight is
+    -128 (the paired taps are exact), else 0. Run once per weight tensor when the
     caller keeps the result (`DotConv2d(packed=True)`), or inside the conv."""
 
     shape: tuple[int, int, int, int]
@@ -384,7 +443,28 @@ class DotWeights(Spec):
         ]
         if self.form == "vnni":
             out.append(Buffer("wsum", (oc,), "int32", "out"))
+        else:  # 1 if no weight is -128: two words' products may be added in 16 bits
+            out.append(Buffer("wpair", (1,), "int32", "out"))
         return tuple(out)
+
+    def pack(self, weight: np.ndarray) -> tuple[np.ndarray, ...]:
+        """What the kernel computes, in numpy (the cpu device packs a model's weights so, once,
+        and compiles no packing kernel: its first run is that much shorter)."""
+        oc, c_count, kh, kw = self.shape
+        if weight.shape != self.shape or weight.dtype != np.int8:
+            raise KernelError(
+                f"dot weights take int8 {self.shape}, not {weight.dtype} {weight.shape}"
+            )
+        group, rows = GROUPS[self.form], self.rows
+        blocks, groups = -(-oc // rows), -(-c_count // group)
+        padded = np.zeros((blocks * rows, groups * group, kh, kw), np.int8)
+        padded[:oc, :c_count] = weight
+        grid = padded.reshape(blocks, rows, groups, group, kh, kw)
+        wq = np.ascontiguousarray(grid.transpose(0, 2, 4, 5, 1, 3))
+        if self.form == "vnni":  # 128 x the weight sum, wrapping as the kernel's int32 does
+            total = weight.reshape(oc, -1).sum(axis=1, dtype=np.int64) << 7
+            return wq, ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+        return wq, np.array([int(weight.min(initial=0) > -128)], np.int32)
 
     def emit(self, k: Kernel) -> None:
         b = k.b
@@ -411,24 +491,40 @@ class DotWeights(Spec):
                 b.store(b.add(b.load(total), b.sext(w, I32)), total)
             if self.form == "vnni":
                 k.store(b.shl(b.load(total), ir.Constant(I32, 7)), k.arg["wsum"], o)
+        if self.form == "neon":  # wpair: no weight is -128 (a loop of its own: vectorised)
+            lowest = k.local(I8)
+            b.store(ir.Constant(I8, 127), lowest)
+            with k.loop(oc * c_count * taps, name="wm") as i:
+                w, least = k.load(k.arg["weight"], I8, i), b.load(lowest)
+                b.store(b.select(b.icmp_signed("<", w, least), w, least), lowest)
+            fits = b.icmp_signed("!=", b.load(lowest), ir.Constant(I8, -128))
+            k.store(b.zext(fits, I32), k.arg["wpair"], k.i(0))
 
 
-def _dot(k: Kernel, form: str, acc: ir.Value, x: ir.Value, w: ir.Value) -> ir.Value:
-    """acc + each lane's dot product of the words of `x` and `w` (wrapping): vnni, one
-    vpdpbusd (x's bytes unsigned, w's signed); neon, the bytes' 16-bit products (vmull.s8 /
-    smull) added pairwise into acc (vpadal.s16 / saddlp and an add: sadalp)."""
+def _dot(k: Kernel, form: str, acc: ir.Value, pairs: list) -> ir.Value:
+    """acc + each lane's dot product of the words of x and w, for each (x, w) in `pairs`
+    (wrapping): vnni, one vpdpbusd (x's bytes unsigned, w's signed; one pair); neon, the
+    bytes' 16-bit products (vmull.s8 / smull; of a second pair added to them in 16 bits,
+    vmlal.s8 / smlal, exact only for weights above -128) added pairwise into acc
+    (vpadal.s16 / saddlp and an add: sadalp)."""
     lanes = acc.type.count
     if form == "vnni":
+        ((x, w),) = pairs
         return _call(k, f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", acc.type, [acc, x, w])
     b, bytes_, shorts = k.b, vec(I8, 2 * lanes), vec(I16, 2 * lanes)
-    x, w = b.bitcast(x, bytes_), b.bitcast(w, bytes_)
-    if k.target.triple.startswith("aarch64"):
-        products = _call(k, f"llvm.aarch64.neon.smull.v{2 * lanes}i16", shorts, [x, w])
-        pairs = _call(
-            k, f"llvm.aarch64.neon.saddlp.v{lanes}i32.v{2 * lanes}i16", acc.type, [products]
-        )
-        return b.add(acc, pairs)
-    products = _call(k, f"llvm.arm.neon.vmulls.v{2 * lanes}i16", shorts, [x, w])
+    arm64 = k.target.triple.startswith("aarch64")
+    multiply = (
+        f"llvm.aarch64.neon.smull.v{2 * lanes}i16"
+        if arm64
+        else (f"llvm.arm.neon.vmulls.v{2 * lanes}i16")
+    )
+    products = None
+    for x, w in pairs:
+        p = _call(k, multiply, shorts, [b.bitcast(x, bytes_), b.bitcast(w, bytes_)])
+        products = p if products is None else b.add(products, p)  # vmlal.s8 / smlal
+    if arm64:
+        name = f"llvm.aarch64.neon.saddlp.v{lanes}i32.v{2 * lanes}i16"
+        return b.add(acc, _call(k, name, acc.type, [products]))
     return _call(k, f"llvm.arm.neon.vpadals.v{lanes}i32.v{2 * lanes}i16", acc.type, [acc, products])
 
 

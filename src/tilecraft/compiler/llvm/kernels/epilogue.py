@@ -11,9 +11,9 @@ from tilecraft.compiler.llvm.spec import Buffer
 from tilecraft.ops.operators import Epilogue, Multiplier
 
 
-def vector_buffers(ep: Epilogue, channels: int) -> list[Buffer]:
+def vector_buffers(ep: Epilogue, channels: int, offset_input: bool = False) -> list[Buffer]:
     """The per-channel int32 vectors `ep` reads, in calling order (a per-tensor multiplier is
-    one value)."""
+    one value); with `offset_input`, then the offset (one int32: `emit`'s)."""
     names = []
     if ep.acc_bounds:
         names += ["acc_lo", "acc_hi"]
@@ -30,14 +30,20 @@ def vector_buffers(ep: Epilogue, channels: int) -> list[Buffer]:
             "float32" if n == "multiplier" and ep.on_unit else "int32",
         )
         for n in names
-    ]
+    ] + ([Buffer("offset", (1,), "int32")] if offset_input else [])
 
 
 def emit(
-    k: Kernel, ep: Epilogue, x: ir.Value, channel: ir.Value, residual: ir.Value | None = None
+    k: Kernel,
+    ep: Epilogue,
+    x: ir.Value,
+    channel: ir.Value,
+    residual: ir.Value | None = None,
+    offset_input: bool = False,
 ) -> ir.Value:
     """int8 result(s) of `ep` on int32 `x` (a scalar or a vector) of output channel `channel`;
-    `residual` is the int8 residual value(s) shaped like `x`."""
+    `residual` is the int8 residual value(s) shaped like `x`; with `offset_input` the offset
+    is the `offset` input's value (`ep`'s is 0), not a constant."""
     b = k.b
     lanes = x.type.count if isinstance(x.type, ir.VectorType) else None
 
@@ -65,7 +71,9 @@ def emit(
         x = b.ashr(b.add(x, const(1 << (ep.shift - 1))), const(ep.shift))
     if ep.residual:
         x = b.add(x, b.sext(residual, x.type))
-    if ep.offset:
+    if offset_input:
+        x = b.add(x, vector("offset", k.i(0)))
+    elif ep.offset:
         x = b.add(x, const(ep.offset))
     if ep.final_clip:
         x = k.clamp(x, const(ep.low), const(ep.high))

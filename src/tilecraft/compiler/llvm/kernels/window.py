@@ -186,6 +186,7 @@ class DepthwiseConv(_Window):
     dtype: str = "int8"
     clip: tuple[float, float] | None = None  # float32 only
     kind: ClassVar[str] = "depthwise"
+    compile_cost: ClassVar[int] = 6
 
     def __post_init__(self):
         self._check()
