@@ -131,7 +131,7 @@ class JitCompute:
         self.jit = jit or Jit()
         self.direct = direct
         self._kernels: dict = {}  # by `_key`
-        self._packed: dict[tuple[str, int], tuple] = {}  # (pack symbol, id(weight)): packed
+        self._packed: dict[tuple, tuple] = {}  # (pack record, id(weight)): packed
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
         key = _key(comp)
@@ -170,7 +170,7 @@ class JitCompute:
         array lives."""
         if not _frozen(weight):
             return pack.pack(weight)
-        key = (pack.symbol, id(weight))
+        key = (pack, id(weight))  # the record itself (hashed fast), not its digest
         held = self._packed.get(key)
         if held is None or held[0]() is not weight:
             held = self._packed[key] = (weakref.ref(weight), pack.pack(weight))
