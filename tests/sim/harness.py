@@ -7,6 +7,8 @@ import numpy as np
 
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
+from tilecraft.hw.isa.requant import pack_clip, pack_scale
+from tilecraft.ops.requant import scale_fields
 from tilecraft.sim.simulator import run_image
 
 DATA_BYTES = 1 << 16  # data region; instructions go after it
@@ -82,3 +84,21 @@ def naive_alu(op: str, a: int, b: int, bits: int) -> int:
         if abs(r) < (1 << 62)
         else int(wrap(np.array([r % (1 << bits)]), bits)[0])
     )
+
+
+def requant_rows(cfg, rng, rows: int):
+    """Accumulator rows, then a requantizing STORE's three parameter rows for random per-channel
+    biases, scales, zero points and clips; (acc rows with params, the per-channel values)."""
+    b, bo = cfg.batch, cfg.block_out
+    acc = rng.integers(-(2**31), 2**31, (rows + 3, b, bo)).astype(np.int64)
+    acc[: rows // 2] = rng.integers(-(2**20), 2**20, (rows // 2, b, bo))  # inside the clip
+    scale = (rng.uniform(1, 2, bo) * 2.0 ** rng.integers(-21, -15, bo)).astype(np.float32)
+    bias = rng.integers(-(2**19), 2**19, bo)
+    zero = rng.integers(-40, 40, bo)
+    lo = rng.integers(-128, -60, bo)
+    hi = rng.integers(60, 128, bo)
+    fields = scale_fields(scale)
+    acc[rows] = bias
+    acc[rows + 1] = pack_scale(fields.significand, fields.exponent)
+    acc[rows + 2] = pack_clip(zero, lo, hi)
+    return acc.astype(np.int32), (bias, scale, zero, lo, hi)

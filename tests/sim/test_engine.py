@@ -23,7 +23,7 @@ from tilecraft.ops.reference import gemm
 from tilecraft.runtime import Program, get_device
 from tilecraft.runtime.layout import Lanes, Matrix, TransposedMatrix
 
-from harness import run
+from harness import requant_rows, run
 
 
 def _gemm_inputs(cfg, m, k, n, seed=0):
@@ -294,3 +294,38 @@ def test_a_token_does_not_vouch_for_the_other_unit():
     ]
     with pytest.raises(HazardError, match="acc row 0 .* being written"):
         run(cfg, insns, uops=uops, finish=False)
+
+
+def _requant_beside_gemm(cfg, gemm_dst: int, iters: int):
+    """LOAD UOP; LOAD ACC of 24 rows and their 3 parameter rows at row 200 (bank 0), which
+    frees a requantizing STORE of them; a GEMM writing rows gemm_dst.. (`iters` x 8 steps),
+    which nothing orders against the STORE."""
+    from tilecraft.hw.isa import Uop
+
+    acc, _ = requant_rows(cfg, np.random.default_rng(3), 24)
+    at = 32768  # the accumulator rows' DRAM bytes (the micro-op at 0)
+    insns = [
+        Load(mem=MemId.UOP, sram_base=0, dram_base=0, y_size=1, x_size=1, x_stride=1),
+        Load(mem=MemId.ACC, sram_base=200, dram_base=at // cfg.elem_bytes("acc"), y_size=1,
+             x_size=27, x_stride=27, push_next=True),
+        Gemm(uop_bgn=0, uop_end=1, iter_out=iters, iter_in=8, dst_out=1),
+        Store(sram_base=200, dram_base=40960 // cfg.elem_bytes("out"), y_size=1, x_size=24,
+              x_stride=24, pop_prev=True, push_prev=True, requant=True, param_base=224),
+        Finish(pop_next=True),
+    ]  # fmt: skip
+    report, _, _ = run(cfg, insns, {at: acc}, uops=[Uop(gemm_dst, 0, 0)], finish=False, trace=True)
+    slices = {e["name"]: e["args"] for e in report.trace["traceEvents"] if e["ph"] == "X"}
+    return slices["GEMM"], slices["STORE"]
+
+
+@pytest.mark.parametrize("iters", [64, 2])  # the GEMM first; the STORE first
+def test_a_requantizing_store_holds_its_accumulator_bank(iters):
+    """The requantization unit reads a STORE's rows through their bank's read port, the one
+    the GEMM and ALU units read through: a GEMM in the same bank never runs while the STORE
+    does, whichever starts first; one in the other bank runs alongside."""
+    cfg = preset("default").replace(requant_lanes=8)
+    gemm, store = _requant_beside_gemm(cfg, 0, iters)  # bank 0, as the STORE
+    apart = gemm["end_cycle"] <= store["start_cycle"] or store["end_cycle"] <= gemm["start_cycle"]
+    assert apart, (gemm, store)
+    gemm, store = _requant_beside_gemm(cfg, cfg.acc_bank_rows, iters)  # bank 1
+    assert gemm["start_cycle"] < store["end_cycle"] and store["start_cycle"] < gemm["end_cycle"]

@@ -8,11 +8,11 @@ import pytest
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
-from tilecraft.hw.isa.requant import pack_clip, pack_scale
+from tilecraft.hw.isa.requant import pack_clip
 from tilecraft.hw.timing import Timing
-from tilecraft.ops.requant import float32_requantize, scale_fields
+from tilecraft.ops.requant import float32_requantize
 
-from harness import naive_alu, naive_loop, run, wrap
+from harness import naive_alu, naive_loop, requant_rows, run, wrap
 
 CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32"]
 
@@ -349,24 +349,6 @@ def test_store_truncates_to_out_width(cfg):
     assert int(np.int32(300).astype(np.int8)) == 44
 
 
-def _requant_rows(cfg, rng, rows: int):
-    """Accumulator rows, then a requantizing STORE's three parameter rows for random per-channel
-    biases, scales, zero points and clips; (acc rows with params, the per-channel values)."""
-    b, bo = cfg.batch, cfg.block_out
-    acc = rng.integers(-(2**31), 2**31, (rows + 3, b, bo)).astype(np.int64)
-    acc[: rows // 2] = rng.integers(-(2**20), 2**20, (rows // 2, b, bo))  # inside the clip
-    scale = (rng.uniform(1, 2, bo) * 2.0 ** rng.integers(-21, -15, bo)).astype(np.float32)
-    bias = rng.integers(-(2**19), 2**19, bo)
-    zero = rng.integers(-40, 40, bo)
-    lo = rng.integers(-128, -60, bo)
-    hi = rng.integers(60, 128, bo)
-    fields = scale_fields(scale)
-    acc[rows] = bias
-    acc[rows + 1] = pack_scale(fields.significand, fields.exponent)
-    acc[rows + 2] = pack_clip(zero, lo, hi)
-    return acc.astype(np.int32), (bias, scale, zero, lo, hi)
-
-
 def _store_program(cfg, rows: int, out_off: int, param_base: int, **store):
     insns = [
         Load(
@@ -404,7 +386,7 @@ def test_a_requantizing_store_is_onnxruntimes_float32_arithmetic(name, lanes):
     cfg = preset(name).replace(requant_lanes=lanes)
     rng = np.random.default_rng(4)
     rows, out_off = 24, 40960
-    acc, (bias, scale, zero, lo, hi) = _requant_rows(cfg, rng, rows)
+    acc, (bias, scale, zero, lo, hi) = requant_rows(cfg, rng, rows)
     _, m, dram = run(cfg, _store_program(cfg, rows, out_off, rows), {0: acc})
     eb = cfg.elem_bytes("out")
     out = dram[out_off : out_off + rows * eb].view(np.int8).reshape(rows, cfg.batch, -1)
@@ -423,7 +405,7 @@ def test_a_requantizing_store_is_onnxruntimes_float32_arithmetic(name, lanes):
 )
 def test_bad_requant_parameters_are_named(row, value, message):
     cfg = preset("default").replace(requant_lanes=8)
-    acc, _ = _requant_rows(cfg, np.random.default_rng(1), 24)
+    acc, _ = requant_rows(cfg, np.random.default_rng(1), 24)
     acc[24 + row] = value if value is not None else pack_clip(0, 10, -3)
     with pytest.raises(IllegalInstructionError, match=message):
         run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
@@ -431,7 +413,7 @@ def test_bad_requant_parameters_are_named(row, value, message):
 
 def test_requant_param_rows_past_the_accumulator_are_an_access_error():
     cfg = preset("1x8x8").replace(requant_lanes=8)
-    acc, _ = _requant_rows(cfg, np.random.default_rng(1), 4)
+    acc, _ = requant_rows(cfg, np.random.default_rng(1), 4)
     depth = cfg.depth("acc")
     with pytest.raises(AccessError, match="requant param"):
         run(cfg, _store_program(cfg, 4, 40960, depth - 2), {0: acc})
@@ -444,7 +426,7 @@ def test_a_requantizing_store_costs_its_wait_in_the_cycle_model(lanes, extra_per
     bus has bytes a cycle (4 on the 64-bit bus, 16 channels a row: 4 cycles against 2 beats)
     adds its slower pace, row by row."""
     cfg = preset("default").replace(requant_lanes=lanes)
-    acc, _ = _requant_rows(cfg, np.random.default_rng(2), 24)
+    acc, _ = requant_rows(cfg, np.random.default_rng(2), 24)
     plain = _store_program(cfg, 24, 40960, 24)
     plain[1] = Store(**{**plain[1].__dict__, "requant": False, "param_base": 0})
     with_unit, _, _ = run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
@@ -458,7 +440,7 @@ def test_a_requantizing_store_with_parameters_per_row():
     cfg = preset("default").replace(requant_lanes=8)
     rng = np.random.default_rng(8)
     blocks, pix, out_off = 3, 8, 40960
-    sets = [_requant_rows(cfg, rng, 0) for _ in range(blocks)]
+    sets = [requant_rows(cfg, rng, 0) for _ in range(blocks)]
     acc = rng.integers(-(2**20), 2**20, (blocks * pix, 1, 16)).astype(np.int32)
     params = np.concatenate([p for p, _ in sets])
     data = np.concatenate([acc, params])
@@ -494,3 +476,23 @@ def test_a_requantizing_store_with_parameters_per_row():
         v = acc[k * pix : (k + 1) * pix].astype(np.int64) + bias
         want = float32_requantize(v, scale, zero, lo, hi, channel_axis=2)
         np.testing.assert_array_equal(out[k], want, err_msg=f"channel block {k}")
+
+
+@pytest.mark.parametrize(
+    "sram_base, param_base, message",
+    [
+        (0, 1024 + 5, r"parameter rows 1029..1031 and its data rows \(bank 0\) lie in more than"),
+        (1024 - 10, 1024 + 20, r"rows 1014..1037 cross the accumulator's bank boundary"),
+    ],
+)
+def test_a_requantizing_store_reads_one_bank(sram_base, param_base, message):
+    """The unit reads a STORE's data and parameter rows through one bank's read port: rows in
+    both banks are refused, naming them (the default config's banks are 1,024 rows)."""
+    cfg = preset("default").replace(requant_lanes=8)
+    assert cfg.acc_bank_rows == 1024
+    acc, _ = requant_rows(cfg, np.random.default_rng(1), 24)
+    insns = _store_program(cfg, 24, 40960, param_base)
+    insns[0] = Load(**{**insns[0].__dict__, "sram_base": sram_base, "x_size": 24, "x_stride": 24})
+    insns[1] = Store(**{**insns[1].__dict__, "sram_base": sram_base})
+    with pytest.raises(IllegalInstructionError, match=message):
+        run(cfg, insns, {0: acc[:24]}, check_races=False)

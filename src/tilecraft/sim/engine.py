@@ -16,6 +16,12 @@ while the other unit's finished instruction owes its push. LOAD UOP/ACC and FINI
 both units. Tokens pushed into one queue keep program order: a push waits for an older
 instruction on the other unit that pushes to the same queue. Per-instruction facts come from
 `plan.py`, the fetch unit's model from `fetch.py`, the DRAM port's from `dram_port.py`.
+
+A requantizing STORE (configs with the unit) reads its accumulator rows through their bank's
+read port, which the GEMM and ALU units also read through, so it holds that bank from its
+start to its end: it starts only once no GEMM/ALU instruction whose first micro-op is in the
+bank is running (at that instruction's end), and a GEMM/ALU instruction in the bank issues only
+at or after the STORE's end. In a cycle where both could start, the compute stage goes first.
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class Engine:
         self.waits = waits
         self.queue_latency = timing.queue_latency
         self.half = half if timing.dual_issue else None
+        self.bank_of = half if cfg.requant_lanes else None  # a GEMM/ALU instruction's bank
+        # the requantizing STORE holding a bank's read port (bank, k), and each bank's release
+        self.store_hold: tuple[int, int] | None = None
+        self.bank_free = [0, 0]
         self.unit_free = dict.fromkeys(Unit, 0)
         self.unit_last: dict[Unit, int | None] = dict.fromkeys(Unit)
         self.after_barrier = False  # the compute stage's last instruction was a LOAD/FINISH
@@ -150,6 +160,24 @@ class Engine:
                 t = pushed[m]
         if a == Stage.COMPUTE:
             t, _ = self._unit_ready(k, t)
+            if t is None:
+                return None
+        elif a == Stage.STORE and self.plan.rows[k].get("requant"):
+            t = self._bank_ready(k, t)
+        return t
+
+    def _store_bank(self, k: int) -> int:
+        return self.cfg.acc_bank(int(self.plan.rows[k]["sram_base"]))
+
+    def _bank_ready(self, k: int, t: int) -> int:
+        """When requantizing STORE k may take its bank at or after t: once no GEMM/ALU
+        instruction in the bank is running."""
+        if self.bank_of is None:
+            return t
+        bank = self._store_bank(k)
+        for j in self.unit_last.values():
+            if j is not None and self.bank_of(j) == bank and self.end[j] > t:
+                t = self.end[j]
         return t
 
     def _free(self, s: Stage, k: int) -> int:
@@ -170,6 +198,11 @@ class Engine:
         """Earliest start of compute instruction k at or after t, and the other unit's
         instruction it would overlap (None if it waits for it)."""
         unit = self.plan.unit[k]
+        if unit != BARRIER and self.bank_of is not None:  # a requantizing STORE's bank
+            bank = self.bank_of(k)
+            if self.store_hold is not None and self.store_hold[0] == bank:
+                return None, None
+            t = max(t, self.bank_free[bank])
         if unit == BARRIER or self.half is None:
             return max(t, *self.unit_free.values()), None
         other = OTHER_UNIT[unit]
@@ -213,6 +246,8 @@ class Engine:
         elif self.plan.unit[k] is not BARRIER:
             self.takes[s].append(t)  # it decodes the next command as this one issues
         self.pos[s] += 1
+        if s == Stage.STORE and self.plan.rows[k].get("requant"):
+            self.store_hold = (self._store_bank(k), k)
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
             lead = self.plan.lead[k]
@@ -249,6 +284,9 @@ class Engine:
     def _complete(self, s: Stage, k: int, t: int, end: int, overlaps: int | None) -> None:
         """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
+        if self.store_hold is not None and self.store_hold[1] == k:  # the bank is free again
+            self.bank_free[self.store_hold[0]] = end
+            self.store_hold = None
         if s == Stage.COMPUTE and self.plan.unit[k] is BARRIER:
             self.takes[s].append(end)  # a compute LOAD holds the stage until it is done
         self.execute(k, s, t, end, overlaps)

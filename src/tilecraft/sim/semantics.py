@@ -15,7 +15,8 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
   MIN/MAX); a STORE with `requant` (configs with a requantization unit) requantizes each lane
   instead (`ops.requant.requantize`, onnxruntime's float32 arithmetic) with the parameters of
   accumulator rows param_base.. (hw/isa/requant.py: bias, scale, zero point and clip; lane c of
-  the first batch row holds channel c's);
+  the first batch row holds channel c's); its data rows and parameter rows lie in one bank (the
+  unit reads them through that bank's read port, sim/engine.py);
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
 - a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
@@ -90,7 +91,13 @@ def store(m: Machine, r) -> Footprint:
     reads = {"acc": (base, base + count)}
     if r["requant"]:
         per_row = x if r["param_per_row"] else count
-        values, params = _requantized(m, values, r["param_base"], per_row)
+        banks = {cfg.acc_bank(base), cfg.acc_bank(base + count - 1)}
+        if len(banks) > 1:
+            raise IllegalInstructionError(
+                f"STORE with requant: its rows {base}..{base + count - 1} cross the accumulator's "
+                f"bank boundary (banks of {cfg.acc_bank_rows} rows); the unit reads one bank"
+            )
+        values, params = _requantized(m, values, r["param_base"], per_row, banks.pop())
         reads = {"acc": np.concatenate([np.arange(base, base + count), params])}
     rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
     start, stride = r["dram_base"] * eb, r["x_stride"] * eb
@@ -103,7 +110,7 @@ def store(m: Machine, r) -> Footprint:
     return Footprint(reads, {})
 
 
-def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int):
+def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, bank: int):
     """Accumulator rows `values` (rows, batch, block_out) requantized, each run of `per_set`
     rows with the next three parameter rows from `param_base`; and those rows' indices."""
     if not m.config.requant_lanes:
@@ -113,6 +120,13 @@ def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int):
     sets = len(values) // per_set
     params = param_base + np.arange(sets * len(PARAM_ROWS))
     _check_index("acc", params, m.config.depth("acc"), "requant param")
+    cfg = m.config
+    if len({cfg.acc_bank(int(params[0])), cfg.acc_bank(int(params[-1])), bank}) > 1:
+        raise IllegalInstructionError(
+            f"STORE with requant: its parameter rows {int(params[0])}..{int(params[-1])} and its "
+            f"data rows (bank {bank}) lie in more than one accumulator bank (banks of "
+            f"{cfg.acc_bank_rows} rows); the unit reads one bank"
+        )
     rows = m.acc[params][:, 0].astype(np.int64).reshape(sets, len(PARAM_ROWS), -1)
     bias, scale, clip = (np.repeat(rows[:, k], per_set, axis=0)[:, None] for k in range(3))
     significand, exponent = unpack_scale(scale)

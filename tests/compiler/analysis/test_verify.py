@@ -346,3 +346,36 @@ def test_a_pass_without_dataflow_is_remembered_for_the_same_footprints(monkeypat
     cleared["imm"][shifts] = -CFG.acc_bits & ((1 << spec.shr_amount_bits) - 1)
     verify(with_table(program, cleared), dataflow=False)
     assert len(calls) == 3  # checked: its footprints differ
+
+
+def test_a_requantizing_store_keeps_to_one_accumulator_bank():
+    """A conv compiled for the requantization unit keeps each STORE's rows and its parameter
+    rows in one bank (a copy of the parameters in each bank a tile uses), and passes; the same
+    program with one STORE's parameters moved into the other bank is refused by name."""
+    from tilecraft.ops import Multiplier
+
+    cfg = CFG.replace(requant_lanes=8)
+    op = Conv2d(1, 32, 10, 10, 32, kernel=3, pad=1)
+    rng = np.random.default_rng(2)
+    program = conv2d(
+        cfg,
+        op,
+        Epilogue(bias=True, multiplier=Multiplier.FLOAT32),
+        weight=rng.integers(-127, 128, op.weight_shape).astype(np.int8),
+        bias=rng.integers(-999, 999, 32).astype(np.int32),
+        multiplier=np.full(32, 2.0**-9, np.float32),
+        schedule=None,
+    )
+    verify(program)
+    table = program.table()
+    stores = np.flatnonzero((table["opcode"] == Opcode.STORE) & (table["requant"] != 0))
+    assert stores.size
+    banks = {cfg.acc_bank(int(table["sram_base"][k])) for k in stores}
+    assert banks == {0, 1}  # tiles in both banks, each with its own copy
+    moved = table.copy()
+    k = int(stores[0])
+    other = 1 - cfg.acc_bank(int(moved["sram_base"][k]))
+    moved["param_base"][k] = other * cfg.acc_bank_rows + 7
+    with pytest.raises(VerifyError, match=rf"requant-bank: instruction {k}: requantizes from "
+                       rf"accumulator rows in banks 0, 1"):  # fmt: skip
+        verify(with_table(program, moved), dataflow=False)

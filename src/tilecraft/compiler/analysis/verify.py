@@ -12,6 +12,9 @@ Rules, each a `VerifyError` naming the instruction:
   program order is ordered after the earlier one by the tokens (happens-before, with vector
   clocks), and nothing reads a row no instruction has written;
 - ``finish``: FINISH starts only once every other instruction is complete;
+- ``requant-bank``: a requantizing STORE's data rows and parameter rows lie in one accumulator
+  bank (the unit reads them through that bank's read port, holding it from the STORE's start
+  to its end, see sim.engine);
 - ``unit-overlap``: a GEMM and an ALU instruction the compute stage may run at the same time
   (their first micro-ops write different accumulator halves, see sim.engine) each keep every
   accumulator row they read or write in their own half (the halves are banks);
@@ -61,6 +64,7 @@ def verify(program: Program, dataflow: bool = True) -> dict:
         if a.problems:
             _fail("range", a.problems[0], table, a.index)
     _check_empty_loads(table)
+    _check_requant_banks(cfg, acc, table)
     _check_dram(program, table, acc)
     stages = [a.stage for a in acc]
     pops, pushes = _token_lists(table, stages)
@@ -139,6 +143,29 @@ def _check_dram_order(cfg, table, acc, clocks, lanes, local) -> None:
 def _fail(rule: str, message: str, table, index: int | None):
     insn = format_row(table[index]) if index is not None else None
     raise VerifyError(rule, message, index, insn)
+
+
+def _check_requant_banks(cfg, acc, table) -> None:
+    """A requantizing STORE reads every accumulator row it needs (its data and its parameter
+    rows) through one bank's read port."""
+    if "requant" not in table.dtype.names:  # a config without the unit
+        return
+    stores = (table["opcode"] == Opcode.STORE) & (table["requant"] != 0)
+    for k in np.flatnonzero(stores):
+        rows = acc[k].reads.get("acc")
+        if rows is None or not len(rows):
+            continue
+        banks = np.unique(np.asarray(rows) // cfg.acc_bank_rows)
+        if len(banks) > 1:
+            _fail(
+                "requant-bank",
+                f"requantizes from accumulator rows in banks {', '.join(map(str, banks))} "
+                f"(rows {int(np.min(rows))}..{int(np.max(rows))}, banks of "
+                f"{cfg.acc_bank_rows} rows): its data rows and parameter rows must lie in one "
+                f"bank, the one whose read port the unit holds",
+                table,
+                int(k),
+            )
 
 
 def _check_empty_loads(table) -> None:

@@ -82,12 +82,10 @@ class EpilogueEmitter:
 
     # ---- once, before the first tile ---------------------------------------------------------
     def prologue(self) -> list:
-        if self.ep.on_unit:  # one copy: the store stage reads it, whichever bank a tile is in
-            rows = self.low.param_rows()
-            base = self.slots.params[0]
-            addr = self.dram.requant
+        if self.ep.on_unit:  # a copy in each bank a tile uses: the unit reads a STORE's bank
+            rows, addr = self.low.param_rows(), self.dram.requant
             return [Load(mem=MemId.ACC, sram_base=base, dram_base=addr, y_size=1, x_size=rows,
-                         x_stride=rows)]  # fmt: skip
+                         x_stride=rows) for base in self.slots.params]  # fmt: skip
         out = []
         for vec, round_row in zip(self.vectors, self.round_rows):
             out += self._parameters(vec, round_row)
@@ -165,12 +163,14 @@ class EpilogueEmitter:
             inner=(tile.pix, 1, 0, 0),
         )
 
-    def store_fields(self, oc0: int, per_row: bool = False) -> dict:
+    def store_fields(self, oc0: int, a: int, per_row: bool = False) -> dict:
         """A STORE's requantization fields for channel blocks from `oc0` (each row of the
-        transfer a block of its own with `per_row`), or none without the unit."""
+        transfer a block of its own with `per_row`) of the tile in accumulator slot `a` (the
+        parameters' copy in its bank), or none without the unit."""
         if not self.ep.on_unit:
             return {}
-        base = self.slots.params[0] + len(PARAM_ROWS) * oc0
+        copy = (a % ACC_BANKS) % len(self.slots.params)
+        base = self.slots.params[copy] + len(PARAM_ROWS) * oc0
         return {"requant": True, "param_base": base, "param_per_row": per_row}
 
     def tile(self, tile: Tile, a: int, row: int = 0) -> list:

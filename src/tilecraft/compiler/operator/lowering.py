@@ -75,7 +75,9 @@ def slots(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Slots:
         wgt=tuple(k * b.wgt_tile for k in range(n)),
         select=n * b.wgt_tile,
         acc=acc,
-        params=tuple(acc[k] + region - b.acc_reserved for k in range(min(b.acc_slots, ACC_BANKS))),
+        params=tuple(
+            acc[k] + b.acc_region(cfg) - b.acc_reserved for k in range(min(b.acc_slots, ACC_BANKS))
+        ),
     )
 
 
@@ -507,7 +509,10 @@ class _ConvEmitter:
         first = self.dram.output + (tile.nb * low.ocb + tile.oc0) * plane
         first += tile.oh0 * low.ow + tile.ow0
         acc = self.slots.acc[a] + row
-        requant = self.epilogue.store_fields
+
+        def requant(oc0: int, per_row: bool = False) -> dict:
+            return self.epilogue.store_fields(oc0, a, per_row)
+
         if tile.tow == low.ow:
             return [
                 Store(

@@ -36,17 +36,24 @@ class Budget:
     wgt_reserved: int
     acc_tile: int
     acc_reserved: int
+    one_bank: bool = False  # each slot within one bank (the requantization unit reads one)
 
     def needs(self, cfg: HwConfig) -> dict[str, tuple[int, int]]:
         """buffer -> (rows needed, rows available). Double-buffered accumulator tiles alternate
         between the banks (so the GEMM and ALU units may overlap), each slot's region holding
-        its tile and a copy of the epilogue's parameters."""
+        its tile and a copy of the epilogue's parameters; on the requantization unit a lone
+        slot keeps to one bank too (a STORE's rows and parameters in the bank it reads)."""
         slot = {1: "acc", 2: "acc half", 4: "acc quarter"}[self.acc_slots]
         return {
             "inp": (self.slots * (self.inp_window + self.inp_residual), cfg.depth("inp")),
             "wgt": (self.slots * self.wgt_tile + self.wgt_reserved, cfg.depth("wgt")),
-            slot: (self.acc_tile + self.acc_reserved, cfg.depth("acc") // self.acc_slots),
+            slot: (self.acc_tile + self.acc_reserved, self.acc_region(cfg)),
         }
+
+    def acc_region(self, cfg: HwConfig) -> int:
+        """Rows of one accumulator slot's region."""
+        region = cfg.depth("acc") // self.acc_slots
+        return min(region, cfg.acc_bank_rows) if self.one_bank else region
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
         wgt_reserved=low.select_rows(cfg),
         acc_tile=s.tile_oc * s.tile_oh * s.tile_ow,
         acc_reserved=low.param_rows(),
+        one_bank=low.epilogue.on_unit,
     )
 
 

@@ -240,7 +240,8 @@ def _global_avgpool_on_unit(cfg: HwConfig, op: GlobalAvgPool2d, name: str) -> Pr
             f"does not have (requant_lanes = 0)"
         )
     rows = len(PARAM_ROWS)
-    params_at = cfg.depth("acc") - rows  # above every tile: the second bank's tiles end lower
+    # a copy at the top of each bank, above its tiles (the unit reads a STORE's own bank)
+    params_at = [(b + 1) * cfg.acc_bank_rows - rows for b in range(ACC_BANKS)]
     fields = scale_fields(np.float32(op.scale))
     lanes = (cfg.batch, cfg.block_out)
     data = np.stack(
@@ -254,12 +255,13 @@ def _global_avgpool_on_unit(cfg: HwConfig, op: GlobalAvgPool2d, name: str) -> Pr
     params = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
     kernels = UopKernels()
     y0 = pb.elem(y, "out")
-    param_load = Load(mem=MemId.ACC, sram_base=params_at, dram_base=pb.elem(params, "acc"),
-                      y_size=1, x_size=rows, x_stride=rows)  # fmt: skip
-    body: list = [param_load]
+    body: list = [
+        Load(mem=MemId.ACC, sram_base=at, dram_base=pb.elem(params, "acc"), y_size=1,
+             x_size=rows, x_stride=rows) for at in params_at
+    ]  # fmt: skip
     for first, count, acc, sums in _plane_sums(cfg, op, pb, x, kernels, cfg.acc_bank_rows - rows):
-        store = Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count,
-                      x_stride=count, requant=True, param_base=params_at)  # fmt: skip
+        store = Store(sram_base=acc, dram_base=y0 + first, y_size=1, x_size=count, x_stride=count,
+                      requant=True, param_base=params_at[cfg.acc_bank(acc)])  # fmt: skip
         body += [*sums, store]
     return finish_program(cfg, op, pb, ident, kernels, body)
 
