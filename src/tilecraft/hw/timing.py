@@ -61,10 +61,12 @@ class Timing:
     # and the ready buffer behind the block RAM (hw/rtl/top.py)
     queue_free: int = 3  # from a stage taking a command to fetch seeing a full queue's room
     store_tail: int = 0  # STORE completes with its last write response
-    requant_depth: int = 11  # a requantizing STORE's data waits for its three parameter rows
-    # and the lane's eight stages (hw/rtl/requant.py LATENCY). A design value: the store
-    # stage's RTL has no unit yet, so nothing calibrates it; the lanes keep the bus's pace
-    # (requant_lanes >= the bus's bytes a cycle, sim/plan.py)
+    requant_depth: int = 0  # what a requantizing STORE adds to a plain one's lead. Its data
+    # comes about 12 cycles later (three parameter rows, the lane's eight stages:
+    # hw/rtl/requant_store.py), but the write's DRAM latency hides that: measured against the
+    # RTL (1x8x8 and default, 8 lanes, four programs), 0 puts three of them exact and one 1.7%
+    # short (a 1x1 conv on 1x8x8, whose data the write waits for), where 11 was 0.2-2.8% over.
+    # The lanes keep the bus's pace (requant_lanes >= the bus's bytes a cycle, sim/plan.py)
     token_latency: int = 1  # from an instruction's completion to its token being poppable
     issue_ii: int = 6  # compute-stage cycles between issuing two GEMM/ALU instructions
     barrier_issue: int = 2  # from issuing a GEMM/ALU to a LOAD/FINISH (once the units are idle)

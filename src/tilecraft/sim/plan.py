@@ -92,8 +92,9 @@ class Plan:
 
 
 def requant_wait(cfg: HwConfig, timing: Timing, row) -> int:
-    """Cycles a requantizing STORE's first beat waits beyond a plain one's: the parameter rows
-    and the lane's pipeline, and, where the unit has fewer lanes than the bus has bytes a
+    """Cycles a requantizing STORE's first beat waits beyond a plain one's: what its parameter
+    rows and the lane's pipeline add that the write's latency does not hide
+    (`Timing.requant_depth`), and, where the unit has fewer lanes than the bus has bytes a
     cycle, what its rows take beyond the bus's (it then sets the pace)."""
     lanes = cfg.batch * cfg.block_out
     cycles_per_row = -(-lanes // cfg.requant_lanes)

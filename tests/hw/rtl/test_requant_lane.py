@@ -83,10 +83,19 @@ def test_lane_is_the_spec_bit_for_bit(seed):
     assert [i for i, _ in got] == [i for i, _ in expected]  # at exactly LATENCY cycles
 
 
-def test_the_accelerators_rtl_refuses_a_config_with_the_unit_until_its_store_has_it():
-    from tilecraft.errors import ConfigError
-    from tilecraft.hw.config import HwConfig
-    from tilecraft.hw.rtl.top import Accelerator
+def test_the_accelerator_puts_the_lanes_in_its_store_stage():
+    """A config with the unit elaborates with `requant_lanes` lanes in the store stage (the
+    system tests in tests/sim/test_rtl.py run its programs against the simulator), and one
+    whose accumulators are not the lanes' 32 bits is refused by name."""
+    from tilecraft.hw.config import preset
+    from tilecraft.hw.rtl.requant_store import RequantStream
+    from tilecraft.hw.rtl.top import verilog
 
-    with pytest.raises(ConfigError, match=r"requant_lanes 8\), which the RTL's store stage"):
-        Accelerator(HwConfig(requant_lanes=8))
+    cfg = preset("1x8x8").replace(requant_lanes=4)
+    text = verilog(cfg)
+    assert text.count("module tilecraft_top") == 1
+    assert (
+        sum(1 for line in text.splitlines() if line.startswith("module ") and "lane" in line) >= 1
+    )
+    with pytest.raises(ValueError, match=r"take 32-bit accumulators, 8 of them .* 1x8x8_i8w8a16"):
+        RequantStream(preset("1x8x8").replace(requant_lanes=8, log_acc_width=4))

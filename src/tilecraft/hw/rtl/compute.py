@@ -27,6 +27,7 @@ from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL
 from tilecraft.hw.rtl.layouts import insn_union, uop_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.replicas import pick, replicated
+from tilecraft.hw.rtl.requant_store import BankHold
 from tilecraft.hw.rtl.signatures import (
     INDEX_BITS,
     NO_RW_CHECK,
@@ -82,6 +83,14 @@ class Compute(wiring.Component):
                 "wgt": Out(ReadAddress(spec.wgt_idx_bits, cfg.elem_bytes("wgt") * 8)),
                 "out": In(ReadAddress(spec.acc_idx_bits, cfg.elem_bytes("out") * 8)),
                 "finished": Out(1),
+                **(
+                    {  # the requantization unit's reads, through the bank the store holds
+                        "acc_store": In(ReadAddress(spec.acc_idx_bits, cfg.elem_bytes("acc") * 8)),
+                        "bank_hold": In(BankHold()),
+                    }
+                    if cfg.requant_lanes
+                    else {}
+                ),
             }
         )
         self.tokens = {
@@ -145,6 +154,7 @@ class Compute(wiring.Component):
 
         # ---- accumulator and OUT banks ----------------------------------------------------
         bb = self.bank_bits
+        held = Signal()  # the store holds bank_hold.bank (granted below, at issue)
         acc_w_bits, out_w_bits = cfg.elem_bytes("acc") * 8, cfg.elem_bytes("out") * 8
         bank_rows = []  # each bank's read data
         for b in range(ACC_BANKS):
@@ -181,11 +191,16 @@ class Compute(wiring.Component):
             m.d.comb += ar.addr.eq(gemm.acc_read.addr[:bb])
             with m.If(alu.acc_read.en & (alu.acc_read.addr[bb] == b)):
                 m.d.comb += ar.addr.eq(alu.acc_read.addr[:bb])
+            if cfg.requant_lanes:  # the bank the store holds is the store's alone
+                with m.If(held & (self.bank_hold.bank == b)):
+                    m.d.comb += ar.addr.eq(self.acc_store.addr[:bb])
             bank_rows.append(ar_q)
             m.d.comb += orp.addr.eq(self.out.addr[:bb])
             with m.If(delayed(m, self.out.addr[bb] == b, f"out_bank{b}_sel")):
                 m.d.comb += self.out.data.eq(orp_q)
 
+        if cfg.requant_lanes:
+            m.d.comb += self.acc_store.data.eq(Mux(self.bank_hold.bank, bank_rows[1], bank_rows[0]))
         # each unit's read data from the bank its read went to: the select's last register
         # copied once per lane, each copy picking its lane (replicas.py)
         assert ACC_BANKS == 2
@@ -245,6 +260,22 @@ class Compute(wiring.Component):
             ~cur_view.load.pop_next | self.pop_next.valid
         )
         target = Signal()  # 0: gemm, 1: alu
+        deciding = Signal()  # DECIDE issues this cycle, into deciding_half
+        deciding_half = Signal()
+        if cfg.requant_lanes:  # the store's hold, granted once no unit runs in the bank
+            hold = self.bank_hold
+            active = Cat(
+                *(
+                    (units[n].busy | issue_start[n]) & (inflight[n]["half"] == hold.bank)
+                    for n in units
+                )
+            ).any()
+            into = deciding & (deciding_half == hold.bank)  # the compute stage goes first
+            with m.If(~hold.want):
+                m.d.sync += held.eq(0)
+            with m.Elif(~held & ~active & ~into):
+                m.d.sync += held.eq(1)
+            m.d.comb += hold.granted.eq(held)
         with m.FSM():
             with m.State("IDLE"), m.If(cmd.valid & ~run.halt & ~error.valid):
                 m.d.comb += cmd.ready.eq(1)
@@ -284,6 +315,9 @@ class Compute(wiring.Component):
                 other_busy = Mux(target, gemm.busy, alu.busy)
                 other_half = Mux(target, inflight["gemm"]["half"], inflight["alu"]["half"])
                 go = ~(other_busy & (other_half == half)) & tokens_ok & ~blocked
+                if cfg.requant_lanes:  # not into the bank the store holds
+                    go &= ~(held & (self.bank_hold.bank == half))
+                    m.d.comb += [deciding.eq(go & ~run.halt), deciding_half.eq(half)]
                 with m.If(go & ~run.halt):
                     m.d.comb += pop.eq(1)
                     for n, t in (("gemm", 0), ("alu", 1)):

@@ -11,7 +11,7 @@ and lists them in `tokens`, so the top level wires the queues from hw.isa's queu
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -24,6 +24,8 @@ from tilecraft.hw.rtl.dsp import registered_product
 from tilecraft.hw.rtl.layouts import insn_layout
 from tilecraft.hw.rtl.loader import LoadEngine
 from tilecraft.hw.rtl.queues import FlaggedFIFO, HeadRegister
+from tilecraft.hw.rtl.requant import LATENCY as LANE_LATENCY
+from tilecraft.hw.rtl.requant_store import ROW_QUEUE, BankHold, RequantStream
 from tilecraft.hw.rtl.signatures import (
     ADDR_BITS,
     INDEX_BITS,
@@ -123,13 +125,16 @@ class StoreStage(wiring.Component):
                 f"the RTL's STORE needs OUT elements ({eb} bytes) to be whole AXI beats "
                 f"({cfg.axi_bytes} bytes)"
             )
-        super().__init__(
-            {
-                **_stage_members("pop_prev", "push_prev"),
-                "out": Out(ReadAddress(isa_for(cfg).acc_idx_bits, eb * 8)),
-                "axi": Out(AxiWrite(cfg.axi_data_bits)),
-            }
-        )
+        members = {
+            **_stage_members("pop_prev", "push_prev"),
+            "out": Out(ReadAddress(isa_for(cfg).acc_idx_bits, eb * 8)),
+            "axi": Out(AxiWrite(cfg.axi_data_bits)),
+        }
+        if cfg.requant_lanes:  # whole accumulator rows through a bank's read port, held
+            acc_bits = cfg.elem_bytes("acc") * 8
+            members["acc"] = Out(ReadAddress(isa_for(cfg).acc_idx_bits, acc_bits))
+            members["hold"] = Out(BankHold())
+        super().__init__(members)
         self.tokens = {"pop_prev": self.pop_prev, "push_prev": self.push_prev}
 
     def elaborate(self, platform):
@@ -151,8 +156,14 @@ class StoreStage(wiring.Component):
         wiring.connect(m, queued, lens_head.i)
         lens_r = lens_head.o
         # room for the reads in flight and two more: one element a cycle while W takes them
-        m.submodules.elems = elems = SyncFIFO(width=eb * 8, depth=SRAM_READ_LATENCY + 2)
-        head = insn_layout(spec, Opcode.LOAD)(cmd.payload.insn)
+        # (with the unit, also the rows queued for its lanes and those in them)
+        lead = SRAM_READ_LATENCY + 2
+        if cfg.requant_lanes:
+            lead += ROW_QUEUE + LANE_LATENCY + 1
+        m.submodules.elems = elems = SyncFIFO(width=eb * 8, depth=lead)
+        head = insn_layout(spec, Opcode.STORE if cfg.requant_lanes else Opcode.LOAD)(
+            cmd.payload.insn
+        )
         insn = Signal.like(head)
         index = Signal(INDEX_BITS)
         push = Signal()
@@ -178,6 +189,7 @@ class StoreStage(wiring.Component):
         # route had the sum's compare into the error register's enable)
         sram_room = Signal(signed(len(insn.sram_base) + 2))
         sram_over = Signal()
+        param_bad = Signal()  # a requantizing STORE's rows not all in one bank, or past it
         first_addr = Signal.like(run.dram_base)
         # AW from the planner through a skid buffer; the burst's beat count goes to the W side
         # (through a ReadyBuffer, as a read client's: AW's and the burst lengths' ready never
@@ -208,7 +220,7 @@ class StoreStage(wiring.Component):
             m.d.sync += responses.eq(responses + 1)
         # element reads from OUT (SRAM_READ_LATENCY cycles) into a small FIFO
         read = Signal(32)  # elements read so far
-        pending = Signal(3)  # reads whose data has not arrived yet
+        pending = Signal(range(max(elems.depth + 1, 8)))  # reads whose element has not landed
         space = elems.level + pending < elems.depth
         issue = Signal()
         m.d.comb += [self.out.addr.eq(insn.sram_base + read)]
@@ -218,6 +230,22 @@ class StoreStage(wiring.Component):
             m.d.sync += held.eq(landing)
             landing = held
         m.d.comb += [elems.w_data.eq(self.out.data), elems.w_en.eq(landing)]
+        requant = stream = None
+        if cfg.requant_lanes:
+            requant = Signal()  # the instruction requantizes (its stream feeds the FIFO)
+            m.submodules.requant_unit = stream = RequantStream(cfg)
+            wiring.connect(m, wiring.flipped(self.acc), stream.acc)
+            want = Signal()
+            bank = Signal()
+            m.d.comb += [self.hold.want.eq(want), self.hold.bank.eq(bank)]
+            m.d.comb += stream.room.eq(space)
+            with m.If(requant):
+                m.d.comb += [
+                    issue.eq(stream.issued),
+                    elems.w_data.eq(stream.out),
+                    elems.w_en.eq(stream.out_valid),
+                ]
+                landing = stream.out_valid
         m.d.sync += pending.eq(pending + issue - landing)
         # W: the beats of each element, LSB first, WLAST on each burst's last beat
         part = Signal(range(k + 1))
@@ -257,6 +285,8 @@ class StoreStage(wiring.Component):
         ]
         with m.FSM():
             with m.State("IDLE"):
+                if stream is not None:  # (the bank is held from a STORE's start to its end)
+                    m.d.sync += [want.eq(0), requant.eq(0)]
                 ok = cmd.valid & (~head.pop_prev | self.pop_prev.valid) & ~run.halt
                 with m.If(ok & ~error.valid):
                     m.d.comb += [cmd.ready.eq(1), self.pop_prev.ready.eq(head.pop_prev)]
@@ -267,6 +297,13 @@ class StoreStage(wiring.Component):
                         index.eq(cmd.payload.index),
                         push.eq(head.push_prev),
                     ]
+                    if stream is not None:  # its bank's read port asked for at once
+                        bb = spec.acc_idx_bits - 1  # the bank: the row index's top bit
+                        m.d.sync += [
+                            requant.eq(head.requant),
+                            want.eq(head.requant),
+                            bank.eq(head.sram_base[bb]),
+                        ]
                     m.next = "PLAN"
                     with m.If((head.x_size == 0) | (head.y_size == 0)):  # no plan needed
                         m.next = "CHECK"
@@ -283,6 +320,20 @@ class StoreStage(wiring.Component):
                     sram_over.eq(total > sram_room),
                     first_addr.eq(run.dram_base + insn.dram_base * eb),
                 ]
+                if stream is not None:  # sim/semantics.py's rule: one bank, in range
+                    bank_rows = cfg.acc_bank_rows
+                    sets = Mux(insn.param_per_row, insn.y_size, 1)
+                    params_end = insn.param_base + (sets << 1) + sets  # 3 rows a set
+                    last = insn.sram_base + total - 1
+                    bank_of = insn.sram_base // bank_rows
+                    m.d.sync += param_bad.eq(
+                        requant
+                        & (
+                            (last // bank_rows != bank_of)
+                            | (insn.param_base // bank_rows != bank_of)
+                            | ((params_end - 1) // bank_rows != bank_of)
+                        )
+                    )
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [read.eq(0), sent.eq(0), bursts.eq(0), responses.eq(0)]
@@ -290,7 +341,7 @@ class StoreStage(wiring.Component):
                     m.next = "PUSH"
                     with m.If(~push):
                         m.next = "IDLE"
-                with m.Elif(sram_over):
+                with m.Elif(sram_over if stream is None else sram_over | param_bad):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
                 with m.Elif(dram_over):
@@ -298,9 +349,22 @@ class StoreStage(wiring.Component):
                     m.next = "IDLE"
                 with m.Else():
                     m.d.comb += plan.transfer.start.eq(1)
+                    if stream is not None:
+                        m.d.comb += [
+                            stream.start.eq(1),
+                            stream.base.eq(insn.sram_base),
+                            stream.total.eq(total),
+                            stream.per_set.eq(Mux(insn.param_per_row, insn.x_size, total)),
+                            stream.param_base.eq(insn.param_base),
+                        ]
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += issue.eq((read < total) & space)
+                if stream is None:
+                    m.d.comb += issue.eq((read < total) & space)
+                else:
+                    with m.If(~requant):
+                        m.d.comb += issue.eq((read < total) & space)
+                    m.d.comb += stream.go.eq(requant & self.hold.granted)
                 with m.If(issue):
                     m.d.sync += read.eq(read + 1)
                 all_sent = (sent == total) & ~plan.busy
@@ -308,8 +372,12 @@ class StoreStage(wiring.Component):
                     m.next = "PUSH"
                     with m.If(~push):
                         m.next = "IDLE"
+                    if stream is not None:  # the bank's read port is free again
+                        m.d.sync += [want.eq(0), requant.eq(0)]
             with m.State("PUSH"):
                 m.d.comb += self.push_prev.valid.eq(1)
+                if stream is not None:
+                    m.d.sync += [want.eq(0), requant.eq(0)]
                 with m.If(self.push_prev.ready):
                     m.next = "IDLE"
         return m

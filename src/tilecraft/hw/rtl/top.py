@@ -15,7 +15,6 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tilecraft.errors import ConfigError
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage, TokenQueue
@@ -55,14 +54,6 @@ def _members(cfg: HwConfig) -> dict:
 
 class Accelerator(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
-        if cfg.requant_lanes:  # its store stage would truncate what the simulator requantizes
-            self._MustUse__used = True  # refused, not forgotten: no UnusedElaboratable warning
-            raise ConfigError(
-                f"config {cfg.tag} has a requantization unit (requant_lanes "
-                f"{cfg.requant_lanes}), which the RTL's store stage does not have yet (its lane "
-                f"is hw/rtl/requant.py): such a config runs on the simulator; build the RTL of "
-                f"requant_lanes = 0"
-            )
         self.cfg = cfg
         self.packed = packed
         super().__init__(_members(cfg))
@@ -189,6 +180,9 @@ class Accelerator(wiring.Component):
                 read.data.eq(word),
             ]
         wiring.connect(m, store.out, compute.out)
+        if cfg.requant_lanes:  # the unit's reads, through the bank the store holds
+            wiring.connect(m, store.acc, compute.acc_store)
+            wiring.connect(m, store.hold, compute.bank_hold)
 
         # ---- the AXI4 master: reads arbitrated (fetch, compute, load), writes from store ---
         axi = self.m_axi
