@@ -109,12 +109,13 @@ def _programs(cfg):
 
 
 UNIT_CONFIGS = ["1x8x8", "default"]  # each with an 8-lane requantization unit
+UNIT_RANDOM = 16
 
 
 def _unit_programs(cfg):
     """Programs whose STOREs requantize on the unit: convs with a FLOAT32 epilogue (a 3x3
-    stride-2 one whose tiles span channel blocks, a 1x1, one in four accumulator slots) and
-    onnxruntime's global average pool."""
+    stride-2 one whose tiles span channel blocks, a 1x1, one in four accumulator slots),
+    onnxruntime's global average pool, and random programs."""
     rng = np.random.default_rng(5)
     jobs = []
     for op, schedule in (
@@ -136,6 +137,10 @@ def _unit_programs(cfg):
     op = GlobalAvgPool2d(3, 40, 5, 6, 1, 0, -7, 11, scale=0.071)
     p = compile_global_avgpool(cfg, op)
     jobs.append(("average pool, float32 scale", p, pack_inputs(p, random_inputs(p, rng))))
+    from tilecraft.compiler.programs.random_test_programs import random_program
+
+    # random programs whose STOREs requantize half the time, amid GEMM/ALU in either bank
+    jobs += [(f"random seed {s}", *random_program(cfg, s)) for s in range(UNIT_RANDOM)]
     return jobs
 
 

@@ -1,7 +1,9 @@
 """Seeded random programs for differential tests (simulator vs RTL): every opcode, LOAD
 padding, 2-D strides, micro-op loops, GEMM resets, immediate and tensor ALU ops, several
-STOREs. Dependence flags come from the token pass, and every program passes the static
-verifier, so any difference between two devices is a bug in one of them."""
+STOREs (on a config with the requantization unit, half of them requantizing, with parameter
+sets in each bank, one for the transfer or one per row). Dependence flags come from the token
+pass, and every program passes the static verifier, so any difference between two devices is a
+bug in one of them."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ from tilecraft.compiler.operator.builder import ProgramBuilder
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
+from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.buffers import Role
 from tilecraft.runtime.program import Program
 
 ROWS = 24  # scratchpad rows each random program uses, per buffer
 POOL = 4  # micro-ops per (unit, accumulator half)
+PARAM_AT, PARAM_SETS = 40, 3  # requantization parameter sets: rows from PARAM_AT of each bank
 
 
 def random_program(cfg: HwConfig, seed: int, length: int = 24) -> tuple[Program, dict]:
@@ -74,6 +79,7 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     out_next = 0
     # INP padding values from a stream of their own (the rest draws as it always did)
     pad_values = rng.spawn(1)[0].integers(-128, 128, length).tolist()
+    requant = _requant_parameters(cfg, pb, insns, rng.spawn(1)[0]) if cfg.requant_lanes else None
     for _ in range(length):
         kind = rng.choice(["inp", "wgt", "acc", "gemm", "reset", "alu", "alu", "store"])
         if kind in ("inp", "wgt", "acc"):
@@ -137,6 +143,17 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
             stride = x + int(rng.integers(0, 2))
             if out_next + (y - 1) * stride + x > 64:
                 continue
+            fields = {}
+            if requant is not None and requant.random() < 0.5:  # the parameters in its bank
+                per_row = bool(requant.random() < 0.5)
+                sets = y if per_row else 1
+                first = int(requant.integers(0, PARAM_SETS - sets + 1))
+                bank = base - base % half
+                fields = dict(
+                    requant=True,
+                    param_base=bank + PARAM_AT + len(PARAM_ROWS) * first,
+                    param_per_row=per_row,
+                )
             insns.append(
                 Store(
                     sram_base=base,
@@ -144,11 +161,47 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                     y_size=y,
                     x_size=x,
                     x_stride=stride,
+                    **fields,
                 )
             )
             out_next += (y - 1) * stride + x
     insns.append(Finish())
     return pb.build(insert_tokens(cfg, insns, uops, region))
+
+
+def _requant_parameters(cfg: HwConfig, pb: ProgramBuilder, insns: list, rng):
+    """PARAM_SETS random sets of parameter rows (biases past the accumulators' range, scales
+    from 2**-12 to 2**-2 that leave some outputs inside the clip, zero points, clips) loaded
+    into each bank; they and the STOREs' draws come from `rng`, a stream of the program's own
+    (returned), so a config without the unit draws as it always did."""
+    b, bo = cfg.batch, cfg.block_out
+    rows = []
+    for _ in range(PARAM_SETS):
+        scale = (rng.uniform(1, 2, bo) * 2.0 ** rng.integers(-12, -2, bo)).astype(np.float32)
+        fields = scale_fields(scale)
+        lo = rng.integers(-128, 0, bo)
+        hi = rng.integers(0, 128, bo)
+        rows += [
+            rng.integers(-(1 << 22), 1 << 22, bo),
+            pack_scale(fields.significand.astype(np.int64), fields.exponent.astype(np.int64)),
+            pack_clip(rng.integers(-60, 60, bo), lo, hi),
+        ]
+    data = np.zeros((len(rows), b, bo), np.int32)
+    data[:, 0, :] = np.array(rows, np.int64).astype(np.int32)  # channel c in lane c of batch 0
+    params = pb.buffer("requant", Role.CONSTANT, data.shape, np.int32, data=data)
+    count = len(rows)
+    for bank in (0, cfg.acc_bank_rows):
+        insns.append(
+            Load(
+                mem=MemId.ACC,
+                sram_base=bank + PARAM_AT,
+                dram_base=pb.elem(params, "acc"),
+                y_size=1,
+                x_size=count,
+                x_stride=count,
+            )  # fmt: skip
+        )
+    return rng
 
 
 def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
