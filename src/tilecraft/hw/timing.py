@@ -67,6 +67,10 @@ class Timing:
     # RTL (1x8x8 and default, 8 lanes, four programs), 0 puts three of them exact and one 1.7%
     # short (a 1x1 conv on 1x8x8, whose data the write waits for), where 11 was 0.2-2.8% over.
     # The lanes keep the bus's pace (requant_lanes >= the bus's bytes a cycle, sim/plan.py)
+    hold_release: int = 1  # from a requantizing STORE's end to a GEMM/ALU instruction issuing
+    # into the bank it held (its request falls, then the grant: hw/rtl/compute.py). Measured:
+    # 0 put 25 and 23 of 36 programs exact against the RTL (1x8x8 and default, 8 lanes), 1
+    # puts 33 and 29, 2 puts 21 and 21
     token_latency: int = 1  # from an instruction's completion to its token being poppable
     issue_ii: int = 6  # compute-stage cycles between issuing two GEMM/ALU instructions
     barrier_issue: int = 2  # from issuing a GEMM/ALU to a LOAD/FINISH (once the units are idle)

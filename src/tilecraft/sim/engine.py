@@ -21,7 +21,8 @@ A requantizing STORE (configs with the unit) reads its accumulator rows through 
 read port, which the GEMM and ALU units also read through, so it holds that bank from its
 start to its end: it starts only once no GEMM/ALU instruction whose first micro-op is in the
 bank is running (at that instruction's end), and a GEMM/ALU instruction in the bank issues only
-at or after the STORE's end. In a cycle where both could start, the compute stage goes first.
+`Timing.hold_release` cycles after the STORE's end. In a cycle where both could start, the
+compute stage goes first.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ class Engine:
         """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
         if self.store_hold is not None and self.store_hold[1] == k:  # the bank is free again
-            self.bank_free[self.store_hold[0]] = end
+            self.bank_free[self.store_hold[0]] = end + self.timing.hold_release
             self.store_hold = None
         if s == Stage.COMPUTE and self.plan.unit[k] is BARRIER:
             self.takes[s].append(end)  # a compute LOAD holds the stage until it is done
