@@ -463,7 +463,7 @@ class DotWeights(Spec):
         wq = np.ascontiguousarray(grid.transpose(0, 2, 4, 5, 1, 3))
         if self.form == "vnni":  # 128 x the weight sum, wrapping as the kernel's int32 does
             total = weight.reshape(oc, -1).sum(axis=1, dtype=np.int64) << 7
-            return wq, ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+            return wq, total.astype(np.int32)  # numpy's cast wraps, as int32 does
         return wq, np.array([int(weight.min(initial=0) > -128)], np.int32)
 
     def emit(self, k: Kernel) -> None:
