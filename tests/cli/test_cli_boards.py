@@ -73,7 +73,7 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
         "--part",
         "xczu3eg",
         "--configs",
-        "3",
+        "5",
         "--workers",
         "0",
         "--cache",
@@ -86,10 +86,10 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert (
-        "design space on xczu3eg (xcup synthesis), resnet18 (heuristic schedules): 3 configs"
+        "design space on xczu3eg (xcup synthesis), resnet18 (heuristic schedules): 5 configs"
         in text
     )
-    assert "* 1x16x8" in text and "ultra96-v2" in text
+    assert "*o 1x16x8 " in text and "ultra96-v2" in text and "*  1x8x8+requant " in text
     assert json.loads(out.read_text())["fronts"]["joint"] and png.stat().st_size > 10_000
     assert main(["dse", "--part", "xczu3eg", "--trials", "-1"]) == 1
     assert "trials must be 0 (heuristic schedules) or more, not -1" in capsys.readouterr().err

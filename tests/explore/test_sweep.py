@@ -23,9 +23,21 @@ def test_the_sweep_visits_distinct_valid_configs_smallest_first():
     assert points[0][0] == "1x8x8" and points[0][1] == preset("1x8x8")
     macs = [c.batch * c.block_in * c.block_out for _, c in points]
     assert macs == sorted(macs)
-    assert [n for n, _ in sweep_configs(3)] == ["1x8x8", "1x8x8+half-buffers", "1x16x8"]
+    assert [n for n, _ in sweep_configs(3)] == ["1x8x8", "1x8x8+requant", "1x8x8+half-buffers"]
     with pytest.raises(ConfigError, match="at least one config, not 0"):
         sweep_configs(0)
+
+
+def test_every_config_is_swept_without_and_with_the_requantization_unit():
+    points = dict(sweep_configs())
+    for name, cfg in points.items():
+        if name.endswith("+requant"):
+            base = points[name.removesuffix("+requant")]
+            assert not base.requant_lanes and cfg == base.with_requant_unit()
+            assert cfg.requant_lanes == min(cfg.axi_bytes, cfg.batch * cfg.block_out)
+        else:
+            assert not cfg.requant_lanes and f"{name}+requant" in points
+    assert points["default+axi128+requant"].requant_lanes == 16  # the wider bus's pace
 
 
 def test_pareto_fronts():
@@ -43,14 +55,15 @@ def _fakes(monkeypatch, calls):
         def __init__(self, cfg):
             n = cfg.batch * cfg.block_in * cfg.block_out
             self.lut, self.ff, self.dsp, self.bram36, self.uram = 100 * n, 50 * n, n // 2, n, 0
+            self.lut += 1000 if cfg.requant_lanes else 0
             self.seconds = 1.0
 
     def synthesize(cfg, part, workdir):
         calls.append(cfg.tag)
         return Synth(cfg)
 
-    def latency(cfg, model, **tuning):
-        n = cfg.batch * cfg.block_in * cfg.block_out
+    def latency(cfg, model, **tuning):  # the unit: 20% faster, for 1,000 LUTs (Synth)
+        n = cfg.batch * cfg.block_in * cfg.block_out * (1.25 if cfg.requant_lanes else 1)
         return {"accelerator_cycles": 10**7 // n, "latency_ms": 10**4 / n, "compile_seconds": 0}
 
     import tilecraft.boards.flows.resources as resources
@@ -69,6 +82,13 @@ def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
     small = r["points"][0]
     assert small["fits"] == ["pynq-z1", "pynq-z2"] and small["fractions"]["dsp"] == 32 / 220
     assert r["fronts"]["joint"] and json.loads(cache.read_text())
+    unit = {p["name"] for p in r["points"] if p["requant_lanes"]}
+    assert unit == {"1x8x8+requant", "1x8x8+half-buffers+requant"}
+    assert unit & set(r["fronts"]["joint"])  # faster for a few LUTs: on the front
+    plain = r["fronts_without_unit"]
+    assert plain["joint"] and not unit & {n for names in plain.values() for n in names}
+    assert plain["lut"] == [n for n in r["fronts"]["lut"] if n not in unit]
+    assert set(plain["lut"]) == {"1x8x8", "1x8x8+half-buffers", "1x16x8"}
     again = sweep.run_sweep("xc7z020", limit=6, workers=0, cache=cache, workdir=tmp_path)
     assert len(calls) == 6 and again["synthesized"] == 1  # only the new config
     assert [p["lut"] for p in again["points"][:5]] == [p["lut"] for p in r["points"]]
@@ -157,3 +177,10 @@ def test_a_point_with_tuned_schedules_tunes_each_layer_once(tmp_path):
     assert again["accelerator_cycles"] == tuned["accelerator_cycles"]
     plain = evaluation.network_latency(cfg, "digits")
     assert plain["schedules"] == "heuristic" and plain["accelerator_cycles"] > 0
+
+
+def test_a_point_with_the_unit_compiles_its_epilogues_onto_it():
+    cfg = preset("1x8x8")
+    plain = evaluation.network_latency(cfg, "digits")
+    unit = evaluation.network_latency(cfg.with_requant_unit(), "digits")
+    assert 0 < unit["accelerator_cycles"] < 0.9 * plain["accelerator_cycles"]

@@ -32,22 +32,24 @@ def cmd_dse(args) -> int:
 
 def format_table(r: dict) -> str:
     joint = set(r["fronts"].get("joint", []))
+    joint_plain = set(r.get("fronts_without_unit", {}).get("joint", []))
     trials = r.get("trials") or 0
     schedules = f"tuned schedules, {trials} trials a layer" if trials else "heuristic schedules"
     lines = [
         f"design space on {r['part']} ({r['family']} synthesis), {r['model']} ({schedules}): "
         f"{len(r['points'])} configs in {r['seconds']:.0f} s, {r['synthesized']} synthesized "
-        f"(the rest from the cache); * = on the joint Pareto front",
-        f"  {'config':26s} {'latency':>9s} {'LUT':>14s} {'DSP':>11s} {'BRAM36':>12s}  fits",
+        f"(the rest from the cache); * = on the joint Pareto front, o = on it without the "
+        f"requantization unit (+requant)",
+        f"   {'config':32s} {'latency':>9s} {'LUT':>14s} {'DSP':>11s} {'BRAM36':>12s}  fits",
     ]
     for p in r["points"]:
         if p["error"]:
-            lines.append(f"  {p['name']:26s} failed: {p['error'][:80]}")
+            lines.append(f"   {p['name']:32s} failed: {p['error'][:80]}")
             continue
         f = p["fractions"]
-        star = "*" if p["name"] in joint else " "
+        star = ("*" if p["name"] in joint else " ") + ("o" if p["name"] in joint_plain else " ")
         lines.append(
-            f"{star} {p['name']:26s} {p['latency_ms']:7.1f} ms {p['lut']:>7,} ({f['lut']:4.0%}) "
+            f"{star} {p['name']:32s} {p['latency_ms']:7.1f} ms {p['lut']:>7,} ({f['lut']:4.0%}) "
             f"{p['dsp']:>4} ({f['dsp']:4.0%}) {p['bram36']:>5} ({f['bram36']:4.0%})  "
             f"{', '.join(p['fits']) or 'none'}"
         )

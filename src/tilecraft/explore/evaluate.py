@@ -90,13 +90,19 @@ def evaluate(
     workdir: str,
     trials: int = 0,
 ) -> dict:
-    """A point as a dict: name, config tag and digest, latency (heuristic schedules, or tuned
-    with `trials`), resources (`synthesized`: False when they came from the cache), or
-    `error`."""
+    """A point as a dict: name, config tag and digest, the unit's lanes, latency (heuristic
+    schedules, or tuned with `trials`), resources (`synthesized`: False when they came from the
+    cache), or `error`."""
     from tilecraft.boards.flows.resources import synthesize
 
     cfg = HwConfig.from_dict(config)
-    point = {"name": name, "config": cfg.tag, "digest": cfg.digest, "error": None}
+    point = {
+        "name": name,
+        "config": cfg.tag,
+        "digest": cfg.digest,
+        "requant_lanes": cfg.requant_lanes,
+        "error": None,
+    }
     try:
         point.update(
             network_latency(cfg, model, trials=trials, records_dir=Path(workdir) / "records")

@@ -1,9 +1,10 @@
 """The configs a sweep visits: the sweep presets, each also with its scratchpads halved and
-doubled and with a 128-bit AXI port. Ordered smallest array first, so `limit` keeps the cheap
-ones. A variant the RTL cannot build is left out: the STORE stage writes whole OUT elements, so
-an OUT element must be a whole number of AXI beats (1x8x8's 8-byte element and a 16-byte bus
-do not go together), and its ISA must exist (larger scratchpads widen the index fields past
-128-bit instructions)."""
+doubled and with a 128-bit AXI port, and each of those without and with the requantization unit
+(`+requant`: `HwConfig.with_requant_unit`, lanes at the bus's pace). Ordered smallest array
+first, so `limit` keeps the cheap ones. A variant the RTL cannot build is left out: the STORE
+stage writes whole OUT elements, so an OUT element must be a whole number of AXI beats (1x8x8's
+8-byte element and a 16-byte bus do not go together), and its ISA must exist (larger
+scratchpads widen the index fields past 128-bit instructions)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ def sweep_configs(limit: int | None = None) -> list[tuple[str, HwConfig]]:
                 continue  # a buffer beyond the config's range, or fields past 128 bits
             if cfg.elem_bytes("out") % cfg.axi_bytes:
                 continue
-            if cfg.digest not in seen:
-                seen.add(cfg.digest)
-                points.append((f"{base}+{kind}" if kind else base, cfg))
+            name = f"{base}+{kind}" if kind else base
+            for unit in (False, True):
+                point = cfg.with_requant_unit() if unit else cfg
+                if point.digest not in seen:
+                    seen.add(point.digest)
+                    points.append((f"{name}+requant" if unit else name, point))
     return points[:limit] if limit else points
 
 

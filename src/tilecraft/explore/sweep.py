@@ -71,7 +71,8 @@ def run_sweep(
     workdir: str | Path = "build/dse",
     trials: int = 0,
 ) -> dict:
-    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts and seconds.
+    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts (of every point,
+    and of those without the requantization unit: what the unit moves) and seconds.
     With `trials`, each config's layers are tuned first (`evaluate.network_latency`; their
     records kept under `workdir`/records, so a stopped sweep resumes)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
@@ -96,6 +97,7 @@ def run_sweep(
     order = {name: i for i, (name, _) in enumerate(configs)}
     points.sort(key=lambda p: order[p["name"]])
     good = [p for p in points if p["error"] is None]
+    plain = [p for p in good if not p["requant_lanes"]]
     for p in good:
         p["fits"] = fits(p, part)
         p["fractions"] = {k: p[k] / PARTS[part][k] for k in ("lut", "ff", "dsp", "bram36")}
@@ -110,6 +112,7 @@ def run_sweep(
         "seconds": time.perf_counter() - start,
         "points": points,
         "fronts": fronts(good) if good else {},
+        "fronts_without_unit": fronts(plain) if plain else {},
         "synthesized": sum(bool(p.get("synthesized")) for p in good),
     }
 

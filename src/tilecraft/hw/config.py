@@ -299,6 +299,12 @@ class HwConfig:
             raise ConfigError(f"unknown config field(s) {', '.join(bad)}")
         return dataclasses.replace(self, **changes)
 
+    def with_requant_unit(self) -> HwConfig:
+        """This config with the requantization unit at the bus's pace: as many lanes as the
+        AXI port has bytes a cycle (a narrower unit would set a STORE's pace), within
+        BATCH x BLOCK_OUT and 64."""
+        return self.replace(requant_lanes=min(self.axi_bytes, self.batch * self.block_out, 64))
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 

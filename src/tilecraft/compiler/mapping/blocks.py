@@ -245,7 +245,7 @@ def _mapped(cfg, source, op: Conv2d, epilogue: Epilogue, fold: bool) -> MappedCo
         raise ScheduleError(
             f"the epilogue [{epilogue.describe()}] runs on the requantization unit, which config "
             f"{cfg.tag} does not have: compile it for a config with requant_lanes > 0 (e.g. "
-            f"{cfg.replace(requant_lanes=min(cfg.axi_bytes, cfg.batch * cfg.block_out, 64)).tag})"
+            f"{cfg.with_requant_unit().tag})"
         )
     bi = cfg.block_in
     ocb = _ceil(op.oc, cfg.block_out)
