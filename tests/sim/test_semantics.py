@@ -419,19 +419,41 @@ def test_requant_param_rows_past_the_accumulator_are_an_access_error():
         run(cfg, _store_program(cfg, 4, 40960, depth - 2), {0: acc})
 
 
-@pytest.mark.parametrize("lanes, extra_per_row", [(8, 0), (16, 0), (4, 2)])
-def test_a_requantizing_store_costs_its_wait_in_the_cycle_model(lanes, extra_per_row):
-    """The same STORE with and without `requant`: the requantizing one is `requant_depth`
-    cycles later (its parameter rows and the lane's stages); a unit with fewer lanes than the
-    bus has bytes a cycle (4 on the 64-bit bus, 16 channels a row: 4 cycles against 2 beats)
-    adds its slower pace, row by row."""
+def _store_cycles(cfg, rows: int, requant: bool = True, per_row: bool = False) -> int:
+    """Cycles of a program that loads `rows` accumulator rows and a parameter set for each,
+    then STOREs the rows: requantized with one set, or with a set per row (a row of one
+    element each), or not."""
+    acc, _ = requant_rows(cfg, np.random.default_rng(2), rows)
+    acc = np.concatenate([acc[:rows]] + [acc[rows:]] * rows)
+    insns = _store_program(cfg, rows, 40960, rows)
+    insns[0] = Load(**{**insns[0].__dict__, "x_size": len(acc), "x_stride": len(acc)})
+    store = {**insns[1].__dict__, "requant": requant, "param_base": rows if requant else 0}
+    if per_row:
+        store.update(y_size=rows, x_size=1, x_stride=1, param_per_row=True)
+    insns[1] = Store(**store)
+    report, _, _ = run(cfg, insns, {0: acc})
+    return report.cycles
+
+
+@pytest.mark.parametrize("lanes", [8, 16, 4])
+def test_a_requantizing_store_is_paced_by_the_slower_of_its_unit_and_the_dram(lanes):
+    """A unit at the bus's pace or faster (8 or 16 lanes: a 16-channel row in 2 cycles or 1,
+    against its 2 beats) hides under the DRAM's latency whatever the rows; one slower (4 lanes:
+    4 cycles a row) costs what it takes beyond the DRAM's 2 beats a row and a gap a burst; a
+    parameter set per row makes each row `requant_set_gap` cycles longer than its passes
+    (sim/requant_pace.py). Each figure as what 24 more rows add."""
     cfg = preset("default").replace(requant_lanes=lanes)
-    acc, _ = requant_rows(cfg, np.random.default_rng(2), 24)
-    plain = _store_program(cfg, 24, 40960, 24)
-    plain[1] = Store(**{**plain[1].__dict__, "requant": False, "param_base": 0})
-    with_unit, _, _ = run(cfg, _store_program(cfg, 24, 40960, 24), {0: acc})
-    without, _, _ = run(cfg, plain, {0: acc})
-    assert with_unit.cycles - without.cycles == Timing.requant_depth + extra_per_row * 24
+    passes = 16 // lanes
+    plain, one_set, per_row = (
+        {n: _store_cycles(cfg, n, **kind) for n in (24, 48)}
+        for kind in ({"requant": False}, {}, {"per_row": True})
+    )
+    dram = 24 * 2 + 24 * 2 // cfg.burst_len * Timing.burst_gap
+    assert one_set[24] >= plain[24]
+    assert one_set[48] - one_set[24] == max(24 * passes, dram) + plain[48] - plain[24] - dram
+    assert per_row[48] - per_row[24] == 24 * (passes + Timing.requant_set_gap) + (
+        plain[48] - plain[24] - dram
+    )
 
 
 def test_a_requantizing_store_with_parameters_per_row():

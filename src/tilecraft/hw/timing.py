@@ -61,12 +61,19 @@ class Timing:
     # and the ready buffer behind the block RAM (hw/rtl/top.py)
     queue_free: int = 3  # from a stage taking a command to fetch seeing a full queue's room
     store_tail: int = 0  # STORE completes with its last write response
-    requant_depth: int = 0  # what a requantizing STORE adds to a plain one's lead. Its data
-    # comes about 12 cycles later (three parameter rows, the lane's eight stages:
-    # hw/rtl/requant_store.py), but the write's DRAM latency hides that: measured against the
-    # RTL (1x8x8 and default, 8 lanes, four programs), 0 puts three of them exact and one 1.7%
-    # short (a 1x1 conv on 1x8x8, whose data the write waits for), where 11 was 0.2-2.8% over.
-    # The lanes keep the bus's pace (requant_lanes >= the bus's bytes a cycle, sim/plan.py)
+    # A requantizing STORE (hw/rtl/requant_store.py) asks for its bank as it starts and is
+    # granted it `hold_grant` cycles later, or once no GEMM/ALU instruction runs in the bank;
+    # its unit reads from the later of the grant and `requant_start` (the plan and the checks),
+    # at the pace sim/requant_pace.py works out: `requant_set_gap` cycles more where a parameter
+    # set starts (the rows before drain into the lanes, then its three rows are read: measured
+    # on the RTL's stream, tests/hw/rtl/test_requant_store.py), a row out `requant_latency`
+    # cycles after its read, at most `requant_ahead` rows read and not yet written (the store's
+    # element FIFO, hw/rtl/stages.py REQUANT_AHEAD)
+    hold_grant: int = 1
+    requant_start: int = 5
+    requant_set_gap: int = 7
+    requant_latency: int = 12
+    requant_ahead: int = 19
     hold_release: int = 1  # from a requantizing STORE's end to a GEMM/ALU instruction issuing
     # into the bank it held (its request falls, then the grant: hw/rtl/compute.py). Measured:
     # 0 put 25 and 23 of 36 programs exact against the RTL (1x8x8 and default, 8 lanes), 1

@@ -12,6 +12,9 @@
 - The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
   `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
   the previous burst's last beat.
+- A write whose data comes later than the DRAM would take it (a requantizing STORE's unit,
+  `requant_pace.py`) holds the data bus until its last beat: the engine moves `data_free` past
+  it once it knows when that is.
 - A transfer whose consumer takes its beats slower than one a cycle (`drain` cycles for all of
   them: a LOAD of narrow elements, one written a cycle) holds R once its client's FIFO
   (`Timing.read_buffer` beats) is full, so the bursts after it get their data no sooner than
@@ -25,7 +28,7 @@ same cycle, so a transfer registered in the meantime is never passed over.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilecraft.hw.timing import Timing
 
@@ -41,6 +44,7 @@ class _Transfer:
     sent: int = 0  # bursts accepted so far
     first: int = 0  # cycle of its first data beat
     drain: int = 0  # cycles its consumer takes for all its beats (0: one a cycle)
+    accepts: list[int] = field(default_factory=list)  # a write's bursts' acceptances
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Done:
     key: object
     first: int
     free: int
+    accepts: tuple[int, ...] = ()  # a write's bursts' acceptances (its data waits for them)
 
 
 class DramPort:
@@ -139,6 +144,8 @@ class DramPort:
         else:
             c, tr = write_at, self.writes[0]
         beats = tr.bursts[tr.sent][0]
+        if tr.client == STORE_CLIENT:
+            tr.accepts.append(c)
         first = max(c + self.timing.dram_latency, self.data_free)
         self.data_free = first + beats + self.timing.burst_gap
         self.last_accept = c
@@ -152,9 +159,9 @@ class DramPort:
             self.owner = None
             self.read_end = c
             self._held(tr)
-        else:
-            self.writes.popleft()
-        return Done(tr.key, tr.first, self.data_free)
+            return Done(tr.key, tr.first, self.data_free)
+        self.writes.popleft()
+        return Done(tr.key, tr.first, self.data_free, tuple(tr.accepts))
 
     def _held(self, tr: _Transfer) -> None:
         """A read transfer's last burst is in: where its consumer is slower than the data bus,

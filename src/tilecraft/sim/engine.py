@@ -18,11 +18,13 @@ instruction on the other unit that pushes to the same queue. Per-instruction fac
 `plan.py`, the fetch unit's model from `fetch.py`, the DRAM port's from `dram_port.py`.
 
 A requantizing STORE (configs with the unit) reads its accumulator rows through their bank's
-read port, which the GEMM and ALU units also read through, so it holds that bank from its
-start to its end: it starts only once no GEMM/ALU instruction whose first micro-op is in the
-bank is running (at that instruction's end), and a GEMM/ALU instruction in the bank issues only
-`Timing.hold_release` cycles after the STORE's end. In a cycle where both could start, the
-compute stage goes first.
+read port, which the GEMM and ALU units also read through, so it holds that bank: it asks as it
+starts (its address and bursts go ahead), and is granted the bank `Timing.hold_grant` cycles
+later, or once no GEMM/ALU instruction whose first micro-op is in the bank runs; until then the
+compute stage may still issue into the bank (in a cycle where both could go, it goes first),
+after it nothing issues into the bank until `Timing.hold_release` cycles after the STORE's end.
+The STORE ends once the DRAM has taken the beats its unit gives from the grant on
+(`requant_pace.py`).
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from tilecraft.hw.isa import (
     format_row,
 )
 from tilecraft.hw.timing import Timing
-from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, DramPort
+from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, Done, DramPort
 from tilecraft.sim.fetch import FETCH_KEY, Fetch
 from tilecraft.sim.plan import Plan
+from tilecraft.sim.requant_pace import last_beat
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 PORT = 4  # actor id of the DRAM port
@@ -53,6 +56,20 @@ STAGE_NAMES = {Stage.LOAD: "load", Stage.COMPUTE: "compute", Stage.STORE: "store
 
 
 OTHER_UNIT = {Unit.GEMM: Unit.ALU, Unit.ALU: Unit.GEMM}
+
+
+class _Hold:
+    """A requantizing STORE's hold on a bank: asked for at `asked`, granted at `granted`; once
+    its bursts' addresses are through, the STORE's end as they set it (`port_end`) and their
+    `Done` (when the DRAM takes its data)."""
+
+    __slots__ = ("bank", "k", "asked", "granted", "port_end", "done")
+
+    def __init__(self, bank: int, k: int, asked: int):
+        self.bank, self.k, self.asked = bank, k, asked
+        self.granted: int | None = None
+        self.port_end: int | None = None
+        self.done: Done | None = None
 
 
 class Engine:
@@ -77,8 +94,9 @@ class Engine:
         self.queue_latency = timing.queue_latency
         self.half = half if timing.dual_issue else None
         self.bank_of = half if cfg.requant_lanes else None  # a GEMM/ALU instruction's bank
-        # the requantizing STORE holding a bank's read port (bank, k), and each bank's release
-        self.store_hold: tuple[int, int] | None = None
+        # the requantizing STORE holding (or asking for) a bank's read port, and each bank's
+        # release
+        self.store_hold: _Hold | None = None
         self.bank_free = [0, 0]
         self.unit_free = dict.fromkeys(Unit, 0)
         self.unit_last: dict[Unit, int | None] = dict.fromkeys(Unit)
@@ -130,6 +148,8 @@ class Engine:
                 self._deadlock()
             if best == FETCH:
                 self.fetch.step(best_t)
+            elif self.in_flight[best]:  # a requantizing STORE's grant
+                self._grant(best_t)
             elif self.pending[best]:
                 self._push(best, best_t)
             else:
@@ -140,6 +160,9 @@ class Engine:
         if a == FETCH:
             return self.fetch.ready(self.takes)
         if self.in_flight[a]:  # its transfer is not yet through the DRAM port
+            hold = self.store_hold
+            if hold is not None and hold.granted is None and a == Stage.STORE:
+                return self._bank_ready(hold.k, hold.asked)
             return None
         if self.pending[a]:
             k, done = self.pending[a]
@@ -163,18 +186,14 @@ class Engine:
             t, _ = self._unit_ready(k, t)
             if t is None:
                 return None
-        elif a == Stage.STORE and self.plan.rows[k].get("requant"):
-            t = self._bank_ready(k, t)
         return t
 
     def _store_bank(self, k: int) -> int:
         return self.cfg.acc_bank(int(self.plan.rows[k]["sram_base"]))
 
     def _bank_ready(self, k: int, t: int) -> int:
-        """When requantizing STORE k may take its bank at or after t: once no GEMM/ALU
+        """When requantizing STORE k may be granted its bank at or after t: once no GEMM/ALU
         instruction in the bank is running."""
-        if self.bank_of is None:
-            return t
         bank = self._store_bank(k)
         for j in self.unit_last.values():
             if j is not None and self.bank_of(j) == bank and self.end[j] > t:
@@ -201,7 +220,8 @@ class Engine:
         unit = self.plan.unit[k]
         if unit != BARRIER and self.bank_of is not None:  # a requantizing STORE's bank
             bank = self.bank_of(k)
-            if self.store_hold is not None and self.store_hold[0] == bank:
+            hold = self.store_hold
+            if hold is not None and hold.bank == bank and hold.granted is not None:
                 return None, None
             t = max(t, self.bank_free[bank])
         if unit == BARRIER or self.half is None:
@@ -247,8 +267,8 @@ class Engine:
         elif self.plan.unit[k] is not BARRIER:
             self.takes[s].append(t)  # it decodes the next command as this one issues
         self.pos[s] += 1
-        if s == Stage.STORE and self.plan.rows[k].get("requant"):
-            self.store_hold = (self._store_bank(k), k)
+        if self.plan.unit_data[k] is not None:
+            self.store_hold = _Hold(self._store_bank(k), k, t + self.timing.hold_grant)
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
             lead = self.plan.lead[k]
@@ -272,7 +292,6 @@ class Engine:
         k = done.key
         s = STAGE_OF[self.plan.stage[k]]
         _, t = self.in_flight[s]
-        self.in_flight[s] = None
         tail = self.timing.store_tail if self.plan.rows[k]["opcode"] == Opcode.STORE else 1
         end = max(
             t + self.plan.busy[k],
@@ -280,13 +299,40 @@ class Engine:
             t + self.plan.box[k],
             done.first + self.plan.writes[k],
         )
+        if self.plan.unit_data[k] is not None:  # and its unit's reads, from the grant on
+            hold = self.store_hold
+            hold.port_end, hold.done = end, done
+            if hold.granted is None:
+                return
+            end = self._unit_end(t, hold)
+        self.in_flight[s] = None
         self._complete(s, k, t, end, None)
+
+    def _grant(self, g: int) -> None:
+        """The asking STORE is granted its bank at g; it ends now if its bursts are through."""
+        hold = self.store_hold
+        hold.granted = g
+        if hold.port_end is not None:
+            _, t = self.in_flight[Stage.STORE]
+            self.in_flight[Stage.STORE] = None
+            self._complete(Stage.STORE, hold.k, t, self._unit_end(t, hold), None)
+
+    def _unit_end(self, t: int, hold: _Hold) -> int:
+        """The end of requantizing STORE hold.k, started at t: once the DRAM has taken the
+        last beat its unit gave (which holds the DRAM's data bus that long)."""
+        timing, k, done = self.timing, hold.k, hold.done
+        reads = max(hold.granted, t + timing.requant_start)
+        last = last_beat(timing, self.plan.unit_data[k], self.plan.bursts[k], reads, done.first,
+                         done.accepts)  # fmt: skip
+        free = last + 1 + timing.burst_gap
+        self.port.data_free = max(self.port.data_free, free)
+        return max(hold.port_end, free + timing.store_tail)
 
     def _complete(self, s: Stage, k: int, t: int, end: int, overlaps: int | None) -> None:
         """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
-        if self.store_hold is not None and self.store_hold[1] == k:  # the bank is free again
-            self.bank_free[self.store_hold[0]] = end + self.timing.hold_release
+        if self.store_hold is not None and self.store_hold.k == k:  # the bank is free again
+            self.bank_free[self.store_hold.bank] = end + self.timing.hold_release
             self.store_hold = None
         if s == Stage.COMPUTE and self.plan.unit[k] is BARRIER:
             self.takes[s].append(end)  # a compute LOAD holds the stage until it is done

@@ -40,6 +40,8 @@ class Plan:
         self.box: list[int] = []  # LOAD: cycles from its start to its last write, at the least
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.lead: list[int] = []  # LOAD/STORE: from its start to its first burst's request
+        # a requantizing STORE: its shape as its unit paces it (`requant_shape`); None for the rest
+        self.unit_data: list[tuple[int, int, int, int] | None] = []
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
             s = STAGE_OF[self.stage[k]]
@@ -61,10 +63,9 @@ class Plan:
                 if row["x_size"] and (row["y_size"] or op == Opcode.LOAD):
                     overhead += timing.dma_plan  # STORE skips the plan when y_size is 0 too
                 lead = timing.dma_overhead + timing.dma_plan
-                if op == Opcode.STORE and row["requant"] and bursts:
-                    overhead += requant_wait(cfg, timing, row)
-                    lead += requant_wait(cfg, timing, row)
                 self.lead.append(lead)
+                requant = op == Opcode.STORE and row["requant"] and bursts
+                self.unit_data.append(requant_shape(cfg, timing, row) if requant else None)
                 lead, trail, _ = pad_split(row) if bursts else (0, 0, 0)
                 # the loader writes its padded box in order, one element a cycle, each data
                 # element once its beats have come: zeros before the data while the DRAM
@@ -87,20 +88,19 @@ class Plan:
                 self.drain.append(0)
                 self.box.append(0)
                 self.lead.append(0)
+                self.unit_data.append(None)
                 self.bursts.append([])
                 self.dram_bytes.append(0)
 
 
-def requant_wait(cfg: HwConfig, timing: Timing, row) -> int:
-    """Cycles a requantizing STORE's first beat waits beyond a plain one's: what its parameter
-    rows and the lane's pipeline add that the write's latency does not hide
-    (`Timing.requant_depth`), and, where the unit has fewer lanes than the bus has bytes a
-    cycle, what its rows take beyond the bus's (it then sets the pace)."""
-    lanes = cfg.batch * cfg.block_out
-    cycles_per_row = -(-lanes // cfg.requant_lanes)
-    beats_per_row = -(-cfg.elem_bytes("out") // timing.axi_bytes)
-    rows = row["x_size"] * row["y_size"]
-    return timing.requant_depth + max(cycles_per_row - beats_per_row, 0) * rows
+def requant_shape(cfg: HwConfig, timing: Timing, row) -> tuple[int, int, int, int]:
+    """A requantizing STORE as its unit paces it (sim/requant_pace.py): its elements, rows per
+    parameter set (a set per row with `param_per_row`), passes per row through the lanes
+    (`requant_lanes` of a row's BATCH x BLOCK_OUT a cycle), beats per element."""
+    n = row["x_size"] * row["y_size"]
+    passes = -(-cfg.batch * cfg.block_out // cfg.requant_lanes)
+    beats = -(-cfg.elem_bytes("out") // timing.axi_bytes)
+    return n, row["x_size"] if row["param_per_row"] else n, passes, beats
 
 
 def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) -> tuple[int, int]:

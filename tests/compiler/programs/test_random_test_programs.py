@@ -5,7 +5,12 @@ import numpy as np
 import pytest
 
 from tilecraft.compiler.analysis.verify import verify
-from tilecraft.compiler.programs.random_test_programs import PARAM_AT, random_program
+from tilecraft.compiler.programs.random_test_programs import (
+    PARAM_AT,
+    random_program,
+    requant_pace_program,
+)
+from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import preset
 from tilecraft.hw.isa import Opcode
 from tilecraft.runtime import get_device
@@ -35,3 +40,26 @@ def test_random_programs_on_the_unit_requantize_from_their_own_bank(name):
         per_row += int(mine["param_per_row"].sum())
         get_device("sim").run(program, inputs)
     assert stores >= 8 and 0 < per_row < stores
+
+
+@pytest.mark.parametrize("name", ["1x8x8", "default"])
+def test_pace_programs_store_long_runs_of_parameter_sets(name):
+    """The pace programs' STOREs all requantize, most with three sets or more (the random
+    programs' have two at most), from their own bank; they verify and run on the simulator, and
+    a config without the unit is refused by name."""
+    cfg = preset(name).replace(requant_lanes=8)
+    long_runs = 0
+    for seed in range(4):
+        program, inputs = requant_pace_program(cfg, seed)
+        verify(program)
+        table = program.table()
+        stores = table[table["opcode"] == Opcode.STORE]
+        assert len(stores) == 8 and (stores["requant"] != 0).all()
+        for row in stores:
+            bank = int(row["sram_base"]) // cfg.acc_bank_rows
+            assert int(row["param_base"]) // cfg.acc_bank_rows == bank
+        long_runs += int(((stores["param_per_row"] != 0) & (stores["y_size"] >= 3)).sum())
+        get_device("sim").run(program, inputs)
+    assert long_runs >= 8
+    with pytest.raises(TilecraftError, match=f"config {preset(name).tag} has no requant"):
+        requant_pace_program(preset(name), 0)

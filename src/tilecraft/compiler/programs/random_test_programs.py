@@ -169,14 +169,16 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     return pb.build(insert_tokens(cfg, insns, uops, region))
 
 
-def _requant_parameters(cfg: HwConfig, pb: ProgramBuilder, insns: list, rng):
-    """PARAM_SETS random sets of parameter rows (biases past the accumulators' range, scales
+def _requant_parameters(
+    cfg: HwConfig, pb: ProgramBuilder, insns: list, rng, sets: int = PARAM_SETS, at: int = PARAM_AT
+):
+    """`sets` random sets of parameter rows (biases past the accumulators' range, scales
     from 2**-12 to 2**-2 that leave some outputs inside the clip, zero points, clips) loaded
-    into each bank; they and the STOREs' draws come from `rng`, a stream of the program's own
-    (returned), so a config without the unit draws as it always did."""
+    into each bank from row `at`; they and the STOREs' draws come from `rng`, a stream of the
+    program's own (returned), so a config without the unit draws as it always did."""
     b, bo = cfg.batch, cfg.block_out
     rows = []
-    for _ in range(PARAM_SETS):
+    for _ in range(sets):
         scale = (rng.uniform(1, 2, bo) * 2.0 ** rng.integers(-12, -2, bo)).astype(np.float32)
         fields = scale_fields(scale)
         lo = rng.integers(-128, 0, bo)
@@ -194,7 +196,7 @@ def _requant_parameters(cfg: HwConfig, pb: ProgramBuilder, insns: list, rng):
         insns.append(
             Load(
                 mem=MemId.ACC,
-                sram_base=bank + PARAM_AT,
+                sram_base=bank + at,
                 dram_base=pb.elem(params, "acc"),
                 y_size=1,
                 x_size=count,
@@ -202,6 +204,70 @@ def _requant_parameters(cfg: HwConfig, pb: ProgramBuilder, insns: list, rng):
             )  # fmt: skip
         )
     return rng
+
+
+def requant_pace_program(cfg: HwConfig, seed: int, stores: int = 8) -> tuple[Program, dict]:
+    """Requantizing STOREs long enough that the unit, not the DRAM, sets their pace: a
+    parameter set per row of 3-12 rows of 1-5 elements (each set's gap), or one set for 16-63
+    elements, from either bank, some behind an ALU pass in their bank (the grant waits for
+    it). On a config with the unit; verified, with random inputs."""
+    if not cfg.requant_lanes:
+        raise TilecraftError(f"config {cfg.tag} has no requantization unit to pace")
+    rng = np.random.default_rng(seed)
+    pb = ProgramBuilder(cfg, f"requant-pace{seed}")
+    half, data_rows, sets = cfg.acc_bank_rows, 64, 12
+    b, bo = cfg.batch, cfg.block_out
+    acc = pb.buffer("acc", Role.INPUT, (data_rows, b, bo), np.int32)
+    out = pb.buffer("out", Role.OUTPUT, (stores * data_rows, b, bo), np.int8)
+    uops = [Uop(bank + r, bank + r, 0) for bank in (0, half) for r in range(8)]
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
+    for bank in (0, half):
+        insns.append(
+            Load(
+                mem=MemId.ACC,
+                sram_base=bank,
+                dram_base=pb.elem(acc, "acc"),
+                y_size=1,
+                x_size=data_rows,
+                x_stride=data_rows,
+            )  # fmt: skip
+        )
+    _requant_parameters(cfg, pb, insns, rng, sets, at=data_rows)
+    out_next = 0
+    for _ in range(stores):
+        bank = int(rng.choice([0, half]))
+        if rng.random() < 0.5:  # an ALU pass over the bank's first rows, 8 at a time
+            first = 0 if bank == 0 else 8
+            iters = int(rng.integers(1, 8))
+            insns.append(
+                Alu(op=AluOp.ADD, use_imm=True, imm=int(rng.integers(-99, 99)),
+                    uop_bgn=first, uop_end=first + 8, iter_out=iters, dst_out=8, src_out=8)
+            )  # fmt: skip
+        per_row = bool(rng.random() < 0.6)
+        if per_row:
+            y, x = int(rng.integers(3, 13)), int(rng.integers(1, 6))
+            first_set = int(rng.integers(0, sets - y + 1))
+        else:
+            y, x, first_set = 1, int(rng.integers(16, data_rows)), int(rng.integers(0, sets))
+        base = bank + int(rng.integers(0, data_rows - x * y + 1))
+        insns.append(
+            Store(
+                sram_base=base,
+                dram_base=pb.elem(out, "out") + out_next,
+                y_size=y,
+                x_size=x,
+                x_stride=x,
+                requant=True,
+                param_base=bank + data_rows + len(PARAM_ROWS) * first_set,
+                param_per_row=per_row,
+            )
+        )
+        out_next += x * y
+    insns.append(Finish())
+    program = pb.build(insert_tokens(cfg, insns, uops, region))
+    verify(program)
+    return program, {"acc": rng.integers(-(1 << 20), 1 << 20, acc.shape, dtype=np.int32)}
 
 
 def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:

@@ -25,7 +25,10 @@ from tilecraft.hw.isa.requant import BOUND_BITS, EXPONENT_BITS, SIGNIFICAND_BITS
 from tilecraft.hw.rtl.requant import ACC_BITS, RequantLane
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress
 
-ROW_QUEUE = 4  # data rows read ahead of the lanes
+# data rows read ahead of the lanes: a read holds its place from its issue until its row has
+# left the queue (the read's latency, then the queue's write and its level's update), and fewer
+# places than those cycles stall the reads (4 places gave 4 rows in 5 cycles, measured)
+ROW_QUEUE = SRAM_READ_LATENCY + 2
 
 
 class BankHold(wiring.Signature):
@@ -76,6 +79,7 @@ class RequantStream(wiring.Component):
         row = Signal.like(self.base)  # the next data row
         rows_left = Signal(32)
         set_left = Signal(32)  # data rows left in this set
+        per_set = Signal(32)  # the transfer's rows per set, kept (the input holds only at start)
         param_at = Signal.like(self.param_base)
         params_read = Signal(range(4))  # this set's parameter rows read (3: all)
         in_pipe = Signal(range(SRAM_READ_LATENCY + 1))  # data reads not back yet
@@ -89,6 +93,7 @@ class RequantStream(wiring.Component):
                 row.eq(self.base),
                 rows_left.eq(self.total),
                 set_left.eq(self.per_set),
+                per_set.eq(self.per_set),
                 param_at.eq(self.param_base),
                 params_read.eq(0),
             ]
@@ -104,7 +109,7 @@ class RequantStream(wiring.Component):
             m.d.sync += [row.eq(row + 1), rows_left.eq(rows_left - 1)]
             with m.If(set_left == 1):  # the set's last row: the next set's parameters next
                 m.d.sync += [
-                    set_left.eq(self.per_set),
+                    set_left.eq(per_set),
                     params_read.eq(0),
                     param_at.eq(param_at + 3),
                 ]

@@ -52,6 +52,13 @@ def _stage_members(pop: str, push: str) -> dict:
     }
 
 
+# the store's element FIFO: room for the reads in flight and two more (one element a cycle
+# while W takes them); with the unit, also the rows queued for its lanes and those in them
+# (the rows the unit may be ahead of the write: Timing.requant_ahead)
+STORE_AHEAD = SRAM_READ_LATENCY + 2
+REQUANT_AHEAD = STORE_AHEAD + ROW_QUEUE + LANE_LATENCY + 1
+
+
 class LoadStage(wiring.Component):
     def __init__(self, cfg: HwConfig, dsp: str | None = None):
         self.cfg = cfg
@@ -155,11 +162,7 @@ class StoreStage(wiring.Component):
         m.submodules.lens_head = lens_head = HeadRegister(BEATS_BITS)
         wiring.connect(m, queued, lens_head.i)
         lens_r = lens_head.o
-        # room for the reads in flight and two more: one element a cycle while W takes them
-        # (with the unit, also the rows queued for its lanes and those in them)
-        lead = SRAM_READ_LATENCY + 2
-        if cfg.requant_lanes:
-            lead += ROW_QUEUE + LANE_LATENCY + 1
+        lead = REQUANT_AHEAD if cfg.requant_lanes else STORE_AHEAD
         m.submodules.elems = elems = SyncFIFO(width=eb * 8, depth=lead)
         head = insn_layout(spec, Opcode.STORE if cfg.requant_lanes else Opcode.LOAD)(
             cmd.payload.insn

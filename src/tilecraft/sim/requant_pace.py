@@ -1,0 +1,53 @@
+"""When a requantizing STORE's last beat is written: its unit's rows against the DRAM's pace.
+
+The unit (hw/rtl/requant_store.py) reads each parameter set's three rows, then its data rows,
+one every `passes` cycles (a row takes BATCH x BLOCK_OUT / requant_lanes passes through the
+lanes), a set after the first `Timing.requant_set_gap` cycles later than that (its rows drain
+into the lanes first); a row comes out `Timing.requant_latency` cycles after its read, into the
+store's element FIFO, and the write takes its beats from the FIFO a cycle later, one a cycle,
+each burst's first beat no sooner than `dram_latency` after the burst's address was accepted
+and `burst_gap` cycles after the burst before it. The unit reads a row only while fewer than
+`Timing.requant_ahead` rows are read and not yet written (the FIFO's room), so where the write
+waits for the DRAM the unit waits for the write. Element by element: the model of a STORE that
+the unit, not the DRAM, may pace (short sets, lanes slower than the bus, a late grant).
+"""
+
+from __future__ import annotations
+
+from tilecraft.hw.timing import Timing
+
+
+def last_beat(
+    timing: Timing,
+    shape: tuple[int, int, int, int],
+    bursts: list[tuple[int, int]],
+    reads_from: int,
+    first: int,
+    accepts: tuple[int, ...],
+) -> int:
+    """The cycle of the last beat of a requantizing STORE of `shape` (elements, rows per
+    parameter set, passes per row, beats per element) in `bursts`, its unit reading from
+    cycle `reads_from`, its first burst's data due no sooner than `first`, its bursts'
+    addresses accepted at `accepts`."""
+    n, per_set, passes, beats = shape
+    lat, gap = timing.dram_latency, timing.burst_gap
+    ahead, set_gap, latency = timing.requant_ahead, timing.requant_set_gap, timing.requant_latency
+    written = [0] * n  # each element's last beat
+    read = reads_from + 3 - passes  # the set's three parameter rows first
+    t = first - 1  # the last beat so far
+    burst, left = 0, bursts[0][0]
+    for j in range(n):
+        read += passes + (set_gap if j and j % per_set == 0 else 0)
+        if j >= ahead and written[j - ahead] + 1 > read:
+            read = written[j - ahead] + 1
+        ready = read + latency + 1  # its first beat, from the FIFO
+        for b in range(beats):
+            beat = t + 1 if b or t + 1 > ready else ready
+            if left == 0:  # a burst's first beat
+                burst += 1
+                left = bursts[burst][0]
+                beat = max(beat, t + 1 + gap, accepts[burst] + lat)
+            t = beat
+            left -= 1
+        written[j] = t
+    return t
