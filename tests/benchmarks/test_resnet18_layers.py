@@ -27,3 +27,18 @@ def test_plot_is_only_for_the_cycle_model_suite(tmp_path, capsys):
     assert main(["bench", "sim-speed", "--plot", str(tmp_path / "x.png")]) == 1
     assert "--plot is for resnet18-layers and rtl-speed, not sim-speed" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_on_a_config_with_the_unit_the_layers_requantize_on_it():
+    """The layers' epilogue is what the compiler lowers a quantized layer to on the config: a
+    rounding shift on the ALU, or a bias and float32 multipliers on the requantization unit;
+    either is bit-exact with the reference."""
+    from tilecraft.hw.config import preset
+
+    unit = preset("1x8x8").with_requant_unit()
+    plain = bench.run(cfg=preset("1x8x8"), layers=LAYERS)
+    result = bench.run(cfg=unit, layers=LAYERS)
+    assert "float32 scale (requantization unit)" in result["epilogue"]
+    assert "float32" not in plain["epilogue"]
+    assert result["all_bit_exact"] and plain["all_bit_exact"]
+    assert result["config"] == unit.tag

@@ -5,7 +5,9 @@ Each layer is compiled with the default schedule heuristic (no tuning), run on t
 simulator with random int8 data, checked bit-exact against the numpy reference, and timed by
 the cycle model. The same tiles single-buffered (no latency hiding: loads, compute and stores
 take turns, and so do the GEMM core and the ALU) give `utilization_no_overlap`. The epilogue
-is a quantized layer's: rounding right shift by 8, ReLU, clip to int8.
+is a quantized layer's as the compiler lowers it for the config: a rounding right shift by 8,
+ReLU and clip to int8 on the ALU; on a config with the requantization unit, a bias and a
+float32 multiplier per channel (about 2**-8), ReLU and clip, on the unit.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tilecraft.compiler.operator.conv2d import compile_conv2d, conv2d
 from tilecraft.compiler.operator.pipeline import single_buffered
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import Epilogue, reference
+from tilecraft.ops import Epilogue, Multiplier, reference
 from tilecraft.progress import track
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
@@ -27,6 +29,22 @@ from tilecraft.serial import to_json
 from tilecraft.sim.simulator import model_report
 
 EPILOGUE = Epilogue(shift=8, relu=True)
+UNIT_EPILOGUE = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, relu=True)
+
+
+def epilogue_for(cfg: HwConfig) -> Epilogue:
+    """The layers' epilogue on `cfg`: on the requantization unit where the config has one."""
+    return UNIT_EPILOGUE if cfg.requant_lanes else EPILOGUE
+
+
+def _parameters(cfg: HwConfig, op, rng: np.random.Generator) -> dict:
+    """The unit's epilogue's bias and per-channel multipliers (none for the shift)."""
+    if not cfg.requant_lanes:
+        return {}
+    return {
+        "bias": rng.integers(-3000, 3000, op.oc).astype(np.int32),
+        "multiplier": (rng.uniform(1, 2, op.oc) * 2.0**-9).astype(np.float32),
+    }
 
 
 def run_layer(
@@ -35,14 +53,15 @@ def run_layer(
     op = layer_op(layer)
     w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
     x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
+    ep, params = epilogue_for(cfg), _parameters(cfg, op, rng)
     schedule = None
     if records is not None:  # the best schedule tuning found for the layer
         from tilecraft.compiler.tune.task import Task
         from tilecraft.compiler.tune.tuner import best_schedule
 
-        schedule = best_schedule(records, Task(cfg, op, EPILOGUE))
+        schedule = best_schedule(records, Task(cfg, op, ep))
     t0 = time.perf_counter()
-    comp = compile_conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"], schedule=schedule)
+    comp = compile_conv2d(cfg, op, ep, weight=w, name=layer["name"], schedule=schedule, **params)
     compile_s = time.perf_counter() - t0
     program = comp.program
     ideal = op.macs / cfg.macs_per_cycle
@@ -63,14 +82,14 @@ def run_layer(
         result = get_device("sim").run(program, pack_inputs(program, {"input": x}))
         row["sim_seconds"] = time.perf_counter() - t0
         got = unpack_outputs(program, result.outputs)["output"]
-        row["bit_exact"] = bool(np.array_equal(got, reference.conv2d(op, EPILOGUE, x, w)))
+        row["bit_exact"] = bool(np.array_equal(got, reference.conv2d(op, ep, x, w, **params)))
         report = result.report
     else:
         report = model_report(program)
     dram = dict(report.dram_bytes)
     total = sum(dram.values())
     roofline = max(ideal, total / cfg.axi_bytes)
-    serial = single_buffered(comp, weight=w)
+    serial = single_buffered(comp, weight=w, **params)
     row.update(
         cycles=report.cycles,
         utilization=ideal / report.cycles,
@@ -109,7 +128,7 @@ def run(
         "config": cfg.tag,
         "macs_per_cycle": cfg.macs_per_cycle,
         "dram_bytes_per_cycle": cfg.axi_bytes,
-        "epilogue": EPILOGUE.describe(),
+        "epilogue": epilogue_for(cfg).describe(),
         "seed": seed,
         "layers": rows,
         "mac_weighted_utilization": sum(r["macs"] * r["utilization"] for r in rows) / macs,
@@ -173,7 +192,8 @@ def run_on_rtl(cfg: HwConfig | None = None, names: list[str] | None = None, seed
         op = layer_op(layer)
         w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
         x = rng.integers(-128, 128, op.input_shape, dtype=np.int8)
-        program = conv2d(cfg, op, EPILOGUE, weight=w, name=layer["name"])
+        params = _parameters(cfg, op, rng)
+        program = conv2d(cfg, op, epilogue_for(cfg), weight=w, name=layer["name"], **params)
         jobs.append((program, pack_inputs(program, {"input": x})))
     rows = []
     for (program, inputs), r in zip(jobs, RtlDevice(cfg).run_many(jobs)):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilecraft.benchmarks.resnet18_layers import EPILOGUE
+from tilecraft.benchmarks.resnet18_layers import epilogue_for
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler.tune.features import features
 from tilecraft.compiler.tune.measure import CycleModel
@@ -81,7 +81,7 @@ def run(
     tasks, cycles, measured_now = {}, {}, []
     for layer in track(chosen, "exhaustive tables"):
         name = layer["name"]
-        tasks[name] = Task(cfg, layer_op(layer), EPILOGUE)
+        tasks[name] = Task(cfg, layer_op(layer), epilogue_for(cfg))
         cycles[name], fresh = table(tasks[name], name, tables)
         if fresh:
             measured_now.append(name)

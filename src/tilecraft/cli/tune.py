@@ -30,13 +30,13 @@ def cmd_tune_model(args) -> int:
 
 def _resnet18_tasks(args) -> list:
     """ResNet-18's conv layers C1-C11 with the resnet18-layers epilogue."""
-    from tilecraft.benchmarks.resnet18_layers import EPILOGUE
+    from tilecraft.benchmarks.resnet18_layers import epilogue_for
     from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
     from tilecraft.boards import resolve_config
     from tilecraft.compiler.tune.task import Task
 
     cfg = resolve_config(args.config)
-    return [(x["name"], Task(cfg, layer_op(x), EPILOGUE)) for x in resnet18_layers()]
+    return [(x["name"], Task(cfg, layer_op(x), epilogue_for(cfg))) for x in resnet18_layers()]
 
 
 def _model_tasks(args) -> list:
