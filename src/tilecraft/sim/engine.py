@@ -267,7 +267,7 @@ class Engine:
         elif self.plan.unit[k] is not BARRIER:
             self.takes[s].append(t)  # it decodes the next command as this one issues
         self.pos[s] += 1
-        if self.plan.unit_data[k] is not None:
+        if self.plan.unit_shape[k] is not None:
             self.store_hold = _Hold(self._store_bank(k), k, t + self.timing.hold_grant)
         bursts = self.plan.bursts[k]
         if bursts:  # it ends once its data has passed the DRAM port
@@ -299,7 +299,7 @@ class Engine:
             t + self.plan.box[k],
             done.first + self.plan.writes[k],
         )
-        if self.plan.unit_data[k] is not None:  # and its unit's reads, from the grant on
+        if self.plan.unit_shape[k] is not None:  # and its unit's reads, from the grant on
             hold = self.store_hold
             hold.port_end, hold.done = end, done
             if hold.granted is None:
@@ -322,8 +322,8 @@ class Engine:
         last beat its unit gave (which holds the DRAM's data bus that long)."""
         timing, k, done = self.timing, hold.k, hold.done
         reads = max(hold.granted, t + timing.requant_start)
-        last = last_beat(timing, self.plan.unit_data[k], self.plan.bursts[k], reads, done.first,
-                         done.accepts)  # fmt: skip
+        shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
+        last = last_beat(timing, shape, bursts, reads, done.first, done.accepts)
         free = last + 1 + timing.burst_gap
         self.port.data_free = max(self.port.data_free, free)
         return max(hold.port_end, free + timing.store_tail)

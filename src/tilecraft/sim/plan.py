@@ -41,7 +41,7 @@ class Plan:
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.lead: list[int] = []  # LOAD/STORE: from its start to its first burst's request
         # a requantizing STORE: its shape as its unit paces it (`requant_shape`); None for the rest
-        self.unit_data: list[tuple[int, int, int, int] | None] = []
+        self.unit_shape: list[tuple[int, int, int, int] | None] = []
         self.dram_bytes: list[int] = []
         for k, row in enumerate(rows):
             s = STAGE_OF[self.stage[k]]
@@ -65,7 +65,7 @@ class Plan:
                 lead = timing.dma_overhead + timing.dma_plan
                 self.lead.append(lead)
                 requant = op == Opcode.STORE and row["requant"] and bursts
-                self.unit_data.append(requant_shape(cfg, timing, row) if requant else None)
+                self.unit_shape.append(requant_shape(cfg, timing, row) if requant else None)
                 lead, trail, _ = pad_split(row) if bursts else (0, 0, 0)
                 # the loader writes its padded box in order, one element a cycle, each data
                 # element once its beats have come: zeros before the data while the DRAM
@@ -88,7 +88,7 @@ class Plan:
                 self.drain.append(0)
                 self.box.append(0)
                 self.lead.append(0)
-                self.unit_data.append(None)
+                self.unit_shape.append(None)
                 self.bursts.append([])
                 self.dram_bytes.append(0)
 
