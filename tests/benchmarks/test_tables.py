@@ -110,3 +110,21 @@ def test_recording_a_result_leaves_the_commit_clean(tmp_path):
     assert results.commit(package) == clean
     (package / "suite.py").write_text("x = 2")
     assert results.commit(package) == clean + "+dirty"
+
+
+def test_the_dse_table_marks_both_fronts_and_says_why_a_point_failed():
+    fractions = {"lut": 0.5, "ff": 0.2, "dsp": 0.3, "bram36": 0.1}
+    point = {"fractions": fractions, "error": None, "fits": ["pynq-z1"], "latency_ms": 12.5}
+    point.update(lut=100, ff=40, dsp=6, bram36=2)
+    result = {
+        "points": [
+            {**point, "name": "a"},
+            {**point, "name": "a+requant", "latency_ms": 10.0},
+            {"name": "b+requant", "error": "ScheduleError: no tile fits: needs 9 rows, has 8"},
+        ],
+        "fronts": {"joint": ["a+requant"]},
+        "fronts_without_unit": {"joint": ["a"]},
+    }
+    text = tables.RENDER["dse"](result)
+    assert "| o a | 12.5 |" in text and "| * a+requant | 10.0 |" in text
+    assert "| b+requant | failed (ScheduleError): needs 9 rows, has 8 |" in text

@@ -421,18 +421,25 @@ def _timing(r: dict) -> str:
 
 def _dse(r: dict) -> str:
     front = set(r.get("fronts", {}).get("joint", []))
+    plain = set(r.get("fronts_without_unit", {}).get("joint", []))
     rows = []
     for p in r["points"]:
+        mark = ("* " if p["name"] in front else "") + ("o " if p["name"] in plain else "")
+        if p.get("error"):  # its kind and its last clause, the reason (the JSON has it all)
+            kind, _, text = p["error"].partition(": ")
+            why = f"failed ({kind}): {text.rpartition(': ')[2]}"
+            rows.append([mark + p["name"], why[:120], "", "", "", "", ""])
+            continue
         f = p.get("fractions", {})
 
         def cell(k, p=p, f=f):
             return f"{value(p.get(k), 1)} ({f.get(k, 0):.0%})"
 
-        rows.append([("* " if p["name"] in front else "") + p["name"],
+        rows.append([mark + p["name"],
                      value(p.get("latency_ms"), 1), cell("lut"), cell("ff"), cell("dsp"),
                      cell("bram36"), ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
-    return _table(["config (* joint front)", "ResNet-18 accelerator ms", "LUT", "FF", "DSP",
-                   "BRAM36", "fits"], rows)  # fmt: skip
+    head = "config (* joint front; o: joint front without the unit)"
+    return _table([head, "ResNet-18 accelerator ms", "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
 
 
 def _gpu_fallback(r: dict) -> str:
