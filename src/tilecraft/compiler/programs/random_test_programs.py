@@ -149,24 +149,22 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                 sets = y if per_row else 1
                 first = int(requant.integers(0, PARAM_SETS - sets + 1))
                 bank = base - base % half
-                fields = dict(
-                    requant=True,
-                    param_base=bank + PARAM_AT + len(PARAM_ROWS) * first,
-                    param_per_row=per_row,
-                )
-            insns.append(
-                Store(
-                    sram_base=base,
-                    dram_base=pb.elem(out, "out") + out_next,
-                    y_size=y,
-                    x_size=x,
-                    x_stride=stride,
-                    **fields,
-                )
-            )
+                fields = _requant_fields(bank + PARAM_AT, first, per_row)
+            insns.append(_store(pb, out, out_next, base, y, x, stride, fields))
             out_next += (y - 1) * stride + x
     insns.append(Finish())
     return pb.build(insert_tokens(cfg, insns, uops, region))
+
+
+def _requant_fields(sets_at: int, first: int, per_row: bool) -> dict:
+    """A requantizing STORE's fields: its parameters from set `first` of those at `sets_at`."""
+    return dict(requant=True, param_base=sets_at + len(PARAM_ROWS) * first, param_per_row=per_row)
+
+
+def _store(pb: ProgramBuilder, out, at: int, base: int, y: int, x: int, stride: int, fields):
+    """A STORE of y rows of x accumulator rows from `base` into `out`, from its element `at`."""
+    dram = pb.elem(out, "out") + at
+    return Store(sram_base=base, dram_base=dram, y_size=y, x_size=x, x_stride=stride, **fields)
 
 
 def _requant_parameters(
@@ -251,18 +249,8 @@ def requant_pace_program(cfg: HwConfig, seed: int, stores: int = 8) -> tuple[Pro
         else:
             y, x, first_set = 1, int(rng.integers(16, data_rows)), int(rng.integers(0, sets))
         base = bank + int(rng.integers(0, data_rows - x * y + 1))
-        insns.append(
-            Store(
-                sram_base=base,
-                dram_base=pb.elem(out, "out") + out_next,
-                y_size=y,
-                x_size=x,
-                x_stride=x,
-                requant=True,
-                param_base=bank + data_rows + len(PARAM_ROWS) * first_set,
-                param_per_row=per_row,
-            )
-        )
+        fields = _requant_fields(bank + data_rows, first_set, per_row)
+        insns.append(_store(pb, out, out_next, base, y, x, x, fields))
         out_next += x * y
     insns.append(Finish())
     program = pb.build(insert_tokens(cfg, insns, uops, region))
