@@ -34,9 +34,11 @@ class BufferSig:
 
 
 class NativeKernel:
-    """A callable kernel: `kernel(*inputs)` returns its output (or a tuple of outputs)."""
+    """A callable kernel: `kernel(*inputs)` returns its output (or a tuple of outputs).
+    `bound`: arrays passed after the signature's buffers on every call (the sizes of one
+    shape, where the code at `address` serves several)."""
 
-    def __init__(self, signature: dict, address: int, owner=None):
+    def __init__(self, signature: dict, address: int, owner=None, bound: tuple = ()):
         self.symbol = signature["symbol"]
         self.kind = signature["kind"]
         self.buffers = tuple(BufferSig.from_dict(b) for b in signature["buffers"])
@@ -46,6 +48,7 @@ class NativeKernel:
         # the scratch space, kept between calls (a thread's own): fresh megabytes every call
         # cost page faults (ResNet-18's 512-channel conv: 3 ms a call against 1 ms kept)
         self._scratch = threading.local()
+        self._bound = tuple(np.ascontiguousarray(a) for a in bound)
 
     def _work(self) -> dict[str, np.ndarray]:
         work = getattr(self._scratch, "arrays", None)
@@ -80,6 +83,7 @@ class NativeKernel:
                 a = np.empty(b.shape if b.shape else (1,), b.dtype)
                 outputs.append(a)
             arrays.append(a)
+        arrays += self._bound
         pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
         self._fn(ctypes.addressof(pointers))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

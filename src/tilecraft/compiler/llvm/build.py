@@ -45,16 +45,18 @@ def _no_builtins(text: str) -> str:
     return text + '\nattributes #0 = { nounwind "no-builtins" }\n'
 
 
-def optimized(text: str, target: Target):
+def optimized(text: str, target: Target, loop_passes: bool = True):
     """The parsed, verified and O2-optimised module (O3 compiled a conv kernel a fifth slower
     for no speed the kernels' hand-written vectors and tiles could measure: the JIT's first
-    run is its compile time)."""
+    run is its compile time); without `loop_passes`, no loop vectorisation or unrolling
+    (`Spec.loop_passes`)."""
     b = llvm()
     mod = b.parse_assembly(text)
     mod.verify()
     tm = machine(target)
     options = b.create_pipeline_tuning_options(speed_level=2)
-    options.loop_vectorization = True
+    options.loop_vectorization = loop_passes
+    options.loop_unrolling = loop_passes
     options.slp_vectorization = True
     builder = b.create_pass_builder(tm, options)
     builder.getModulePassManager().run(mod, builder)
@@ -63,16 +65,21 @@ def optimized(text: str, target: Target):
 
 def object_code(specs: Sequence[Spec], target: Target) -> bytes:
     """A relocatable, position-independent object file holding `specs`' kernels."""
-    module = optimized(module_ir(specs, target), target)
+    module = optimized(module_ir(specs, target), target, _loop_passes(specs))
     with _scheduling(target):
         return machine(target).emit_object(module)
 
 
 def assembly(specs: Sequence[Spec], target: Target) -> str:
     """The target's assembly of `specs`' kernels (for reading, and for PTX)."""
-    module = optimized(module_ir(specs, target), target)
+    module = optimized(module_ir(specs, target), target, _loop_passes(specs))
     with _scheduling(target):
         return machine(target).emit_assembly(module)
+
+
+def _loop_passes(specs: Sequence[Spec]) -> bool:
+    """Whether a module of `specs` gets LLVM's loop passes: unless none of them wants them."""
+    return any(s.loop_passes for s in specs)
 
 
 _SCHEDULER = threading.Lock()  # LLVM's options are the process's: one emission at a time

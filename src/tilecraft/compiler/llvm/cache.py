@@ -35,7 +35,7 @@ def llvmlite_version() -> str:
 
 def spec_digest(spec) -> str:
     """What a kernel computes, whatever it is compiled for (its symbol's suffix)."""
-    return hashlib.sha256(f"{codegen_version()}|{spec!r}".encode()).hexdigest()
+    return hashlib.sha256(f"{codegen_version()}|{spec.code_key()}".encode()).hexdigest()
 
 
 def entry_digest(spec, target: Target) -> str:

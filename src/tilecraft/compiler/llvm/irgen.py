@@ -3,7 +3,8 @@ argument, an array of buffer pointers in the signature's order), counted loops w
 bounds, scalars and vectors of the kernels' types, and the intrinsics they use.
 
 Kernels keep loop-carried values (accumulators, register tiles) in `alloca`s; LLVM's SROA
-turns them into registers. Shapes are constants, so LLVM sees every trip count.
+turns them into registers. Shapes are constants, so LLVM sees every trip count; a kernel
+whose code serves a family of shapes reads them from an input instead (`Dims`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,43 @@ class Kernel:
         scalar = t.element if isinstance(t, ir.VectorType) else t
         self.b.store(value, self.at(base, scalar, index), align=_size(scalar))
 
+    def fill(self, base, count: ir.Value, value: int, lanes: int) -> None:
+        """`count` bytes at `base` set to the byte `value`, `lanes` at a time, then the rest
+        one at a time: vectorised by hand, for a kernel compiled without LLVM's loop passes."""
+        b = self.b
+        chunks = b.udiv(count, self.i(lanes))
+        with self.loop(chunks, name="fillv") as i:
+            self.store(ir.Constant(vec(I8, lanes), [value] * lanes), base, b.mul(i, self.i(lanes)))
+        with self.loop(count, start=b.mul(chunks, self.i(lanes)), name="fill") as i:
+            self.store(ir.Constant(I8, value), base, i)
+
+    def copy(self, dst, dst_at, src, src_at, count: ir.Value) -> None:
+        """`count` bytes from `src` + `src_at` to `dst` + `dst_at` (not overlapping), 16 at a
+        time, the rest as one more 16 ending at the last byte (the bytes it copies again are
+        the same); fewer than 16 as two 8s or two 4s that overlap, or a byte at a time."""
+        b = self.b
+
+        def move(width: int, at) -> None:
+            v = self.load(src, vec(I8, width), b.add(src_at, at))
+            self.store(v, dst, b.add(dst_at, at))
+
+        chunks = b.udiv(count, self.i(16))
+        with self.loop(chunks, name="copyv") as i:
+            move(16, b.mul(i, self.i(16)))
+        with b.if_else(b.icmp_signed(">=", count, self.i(16))) as (wide, narrow):
+            with wide, b.if_then(b.icmp_signed("!=", b.urem(count, self.i(16)), self.i(0))):
+                move(16, b.sub(count, self.i(16)))
+            with narrow, b.if_else(b.icmp_signed(">=", count, self.i(8))) as (eight, less):
+                with eight:
+                    move(8, self.i(0))
+                    move(8, b.sub(count, self.i(8)))
+                with less, b.if_else(b.icmp_signed(">=", count, self.i(4))) as (four, few):
+                    with four:
+                        move(4, self.i(0))
+                        move(4, b.sub(count, self.i(4)))
+                    with few, self.loop(count, name="copy") as i:
+                        move(1, i)
+
     def local(self, t: ir.Type, count: int = 1, name: str = "") -> ir.Value:
         """Stack space in the entry block (so SROA can promote it to registers)."""
         with self.b.goto_block(self._entry):
@@ -98,10 +136,14 @@ class Kernel:
 
     # ---- control flow ----------------------------------------------------------------------
     @contextmanager
-    def loop(self, stop: int, start: int = 0, step: int = 1, name: str = "i") -> Iterator:
+    def loop(
+        self, stop: int | ir.Value, start: int | ir.Value = 0, step: int = 1, name: str = "i"
+    ) -> Iterator:
         """`for i in range(start, stop, step)`, the body written inside the `with`; yields
-        the index (pointer-width integer)."""
+        the index (pointer-width integer). `start` and `stop` are constants or index values."""
         b = self.b
+        start = self.i(start) if isinstance(start, int) else start
+        stop = self.i(stop) if isinstance(stop, int) else stop
         pre = b.block
         head = self.fn.append_basic_block(f"{name}.head")
         body = self.fn.append_basic_block(f"{name}.body")
@@ -109,8 +151,8 @@ class Kernel:
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(self.idx, name=name)
-        i.add_incoming(self.i(start), pre)
-        b.cbranch(b.icmp_signed("<", i, self.i(stop)), body, done)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, done)
         b.position_at_end(body)
         yield i
         i.add_incoming(b.add(i, self.i(step)), b.block)
@@ -228,3 +270,28 @@ def _suffix(t: ir.Type) -> str:
     if t == F64:
         return "f64"
     return f"i{t.width}"
+
+
+class Dims:
+    """The integers a kernel's code is written with (a shape's sizes and what follows from
+    them), by name: constants in a kernel made for one shape; with `shared`, loaded from its
+    `dims` input (int64, in `values`' order) as the kernel starts, so that one compiled
+    kernel serves every shape of a family (the caller passes each shape's `values`)."""
+
+    def __init__(self, k: Kernel, values: dict[str, int], shared: bool = False):
+        self.values, self.shared = values, shared
+        if shared:
+            loaded = [k.load(k.arg["dims"], I64, i) for i in range(len(values))]
+            self._held = {
+                name: v if k.idx == I64 else k.b.trunc(v, k.idx) for name, v in zip(values, loaded)
+            }
+        else:
+            self._held = {name: k.i(v) for name, v in values.items()}
+
+    def __getitem__(self, name: str) -> ir.Value:
+        return self._held[name]
+
+    def none(self, name: str) -> bool:
+        """Whether `name` is known to be 0 (a constant), so the code it counts is left out; a
+        shared kernel keeps that code, its loops running no times."""
+        return not self.shared and self.values[name] == 0

@@ -17,7 +17,9 @@ from tilecraft.runtime.kernels import NativeKernel
 
 class Jit:
     """Compiles kernel records for this machine and keeps them loaded; `kernel(spec)` is
-    memoised per record. `cache` None uses the default folder; False turns it off."""
+    memoised per record. A record whose code serves a family of shapes (`shared_code`: the
+    dot-product convs) is compiled once per family and called with its own sizes. `cache`
+    None uses the default folder; False turns it off."""
 
     def __init__(self, cache: KernelCache | None | bool = None, target: Target | None = None):
         b = llvm()
@@ -29,6 +31,8 @@ class Jit:
         self.cache = KernelCache() if cache is None else cache or None
         self._engine = b.create_mcjit_compiler(b.parse_assembly(""), machine(self.target))
         self._loaded: dict[str, NativeKernel] = {}
+        self._addresses: dict[str, int] = {}  # loaded code, by the symbol it was built as
+        self._sharing: set[str] = set()  # records that run their family's code (`_share`)
         self._built: dict[str, bytes] = {}  # compiled by `build`, not loaded yet (no cache)
         self.built = 0  # kernels compiled by this instance (not found in the cache)
 
@@ -37,9 +41,11 @@ class Jit:
         at once (the machine's cores by default; forked, where the system forks: llvmlite
         runs one LLVM call at a time in a process), so that a model's first run does not
         compile its kernels one after another."""
+        specs = list(specs)
+        self._share(specs)
         missing, seen = [], set()
-        for spec in specs:
-            if spec.symbol in seen or spec.symbol in self._loaded or spec.symbol in self._built:
+        for spec in (self._code(s)[0] for s in specs):
+            if spec.symbol in seen or spec.symbol in self._addresses or spec.symbol in self._built:
                 continue
             seen.add(spec.symbol)
             if not (self.cache and self.cache.get(spec, self.target)):
@@ -63,6 +69,39 @@ class Jit:
         found = self._loaded.get(spec.symbol)
         if found is not None:
             return found
+        code, bound = self._code(spec)
+        kernel = NativeKernel(spec.signature(), self._address(code), self._engine, bound)
+        self._loaded[spec.symbol] = kernel
+        return kernel
+
+    def _share(self, specs: list[Spec]) -> None:
+        """Mark the records of `specs` whose family (`shared_code`) has two or more of them
+        to run the family's code: one compile serves them all. A family of one keeps code
+        of its own, which compiles faster (its sizes are constants)."""
+        families: dict[str, set[str]] = {}
+        for spec in specs:
+            shared = getattr(spec, "shared_code", None)
+            made = shared(self.target) if shared else None
+            if made is not None:
+                families.setdefault(made[0].symbol, set()).add(spec.symbol)
+        for members in families.values():
+            if len(members) > 1:
+                self._sharing |= members
+
+    def _code(self, spec: Spec) -> tuple[Spec, tuple]:
+        """The record to compile for `spec` and the arrays its calls add: its family's shared
+        record and its sizes where `build` found the family shared (`_share`), else itself
+        and none."""
+        if spec.symbol not in self._sharing:
+            return spec, ()
+        code, dims = spec.shared_code(self.target)
+        return code, (dims,)
+
+    def _address(self, spec: Spec) -> int:
+        """Where `spec`'s code lies, compiled (or found in the cache) and loaded once."""
+        found = self._addresses.get(spec.symbol)
+        if found is not None:
+            return found
         obj = self._built.pop(spec.symbol, None)
         if obj is None and self.cache:
             obj = self.cache.get(spec, self.target)
@@ -74,10 +113,8 @@ class Jit:
         b = llvm()
         self._engine.add_object_file(b.ObjectFileRef.from_data(obj))
         self._engine.finalize_object()
-        address = self._engine.get_function_address(spec.symbol)
-        kernel = NativeKernel(spec.signature(), address, owner=self._engine)
-        self._loaded[spec.symbol] = kernel
-        return kernel
+        address = self._addresses[spec.symbol] = self._engine.get_function_address(spec.symbol)
+        return address
 
 
 def _object_code(spec: Spec, target: Target) -> bytes:

@@ -44,12 +44,21 @@ class Spec:
     # element-wise loop ~2): Jit.build starts the longest first, so that the cores finish
     # together
     compile_cost: ClassVar[int] = 2
+    # whether LLVM's loop vectorizer and unroller run on it; False for a kernel that is
+    # vectorised and unrolled by hand, whose other loops they would only multiply (a
+    # dot-product conv's phase copies: a shared kernel's compile took 2-4x as long)
+    loop_passes: ClassVar[bool] = True
 
     def buffers(self) -> tuple[Buffer, ...]:
         raise NotImplementedError
 
     def emit(self, k) -> None:  # k: irgen.Kernel, with one pointer per buffer
         raise NotImplementedError
+
+    def code_key(self) -> str:
+        """What the kernel's code depends on (its digest's input): the whole record, unless
+        its code serves a family of records."""
+        return repr(self)
 
     @property
     def symbol(self) -> str:

@@ -24,24 +24,30 @@ channels zero), so a vector load of NR consecutive positions is NR words, and a 
 sum (x + 128) w = sum x w + 128 sum w. The int32 lanes wrap, as `ops.reference.conv2d_acc`'s
 accumulator does, and wrapping sums are exact modulo 2**32 in any order, so the result is the
 reference's bit for bit. The epilogue is the accelerator's (`epilogue.emit`).
+
+A network's convs of one kind (kernel, stride, pads, epilogue: their `family`) can share one
+compiled kernel that reads their sizes from an input (`shared_code`, `irgen.Dims`): the JIT
+compiles a uint8 ResNet-18's 11 convs as 4 kernels (`jit.Jit`), and its first run is that
+much shorter. The kernels are vectorised and unrolled by hand, so LLVM's loop passes do not
+run on them (`Spec.loop_passes`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 import numpy as np
 from llvmlite import ir
 
-from tilecraft.compiler.llvm.irgen import I8, I16, I32, Kernel, vec
+from tilecraft.compiler.llvm.irgen import I8, I16, I32, Dims, Kernel, vec
 from tilecraft.compiler.llvm.kernels import epilogue as E
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
-from tilecraft.compiler.llvm.spec import Buffer, Spec, positive_shape
+from tilecraft.compiler.llvm.kernels.dot_weights import GROUPS, DotWeights
+from tilecraft.compiler.llvm.spec import Buffer
 from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 
-GROUPS = {"vnni": 4, "neon": 2}  # input channels a word holds, the sum each lane adds
 LOOPED_EPILOGUE = 512  # products an output takes from which a tile's epilogue is a loop
 
 
@@ -84,7 +90,11 @@ class DotConv2d(Conv2d):
     # neon: two words' products added in 16 bits before widening, where the weights allow
     # (DotWeights' wpair; the single words otherwise): the target's `paired_taps`
     paired: bool = False
+    # the code of every conv of its `family`, the shape's integers read from a `dims` input
+    # (the last), so that a network's convs of one kind compile once (`shared_code`)
+    shared: bool = False
     kind: ClassVar[str] = "conv2d_dot"
+    loop_passes: ClassVar[bool] = False  # the tiles and copies are vectors by hand
 
     def __post_init__(self):
         super().__post_init__()
@@ -94,6 +104,8 @@ class DotConv2d(Conv2d):
             raise KernelError(f"dot-product form {self.form!r}; valid: {', '.join(GROUPS)}")
         if isinstance(self.rows, bool) or not 1 <= int(self.rows) <= 16:
             raise KernelError(f"a dot-product conv2d's tile has 1-16 rows, not {self.rows!r}")
+        if self.shared and not self.packed:
+            raise KernelError("a shared dot-product conv2d takes its weights packed")
         if self.paired and self.form != "neon":
             raise KernelError(
                 f"paired taps add 16-bit products (neon); the {self.form} form has none"
@@ -140,7 +152,77 @@ class DotConv2d(Conv2d):
         work.append(Buffer("yq", (oc, self.q_count), "int8", "work"))
         if self.epilogue.residual:
             work.append(Buffer("rq", (oc, self.q_count), "int8", "work"))
-        return (*ins, Buffer("y", self.out_shape, "int8", "out"), *work)
+        # a shared kernel's sizes, last (the caller adds them to the conv's own arguments)
+        dims = [Buffer("dims", (len(self.dims(1)),), "int64")] if self.shared else []
+        return (*ins, Buffer("y", self.out_shape, "int8", "out"), *work, *dims)
+
+    # ---- one kernel for a family of shapes ---------------------------------------------------
+    def family(self) -> tuple:
+        """What the code depends on beyond the `dims` a shared kernel reads: every field but
+        the shape's sizes, and the choices the code makes from them (a last partial word's
+        channels, whether the tiles' epilogue is a loop, a last tile's rows, paired words)."""
+        (kh, kw), c = self.kernel, self.shape[1]
+        return (
+            self.kind,
+            self.kernel,
+            self.stride,
+            self.pads,
+            self.epilogue,
+            self.pad_value,
+            self.offset_input,
+            self.form,
+            self.rows,
+            self.paired,
+            c % self.group,
+            c * kh * kw >= LOOPED_EPILOGUE,
+            self.out_channels % self.rows,
+            self.paired and self.groups > 1,
+        )
+
+    def code_key(self) -> str:
+        return repr(("shared", *self.family())) if self.shared else repr(self)
+
+    def shared_code(self, target: Target) -> tuple[DotConv2d, np.ndarray] | None:
+        """The record whose code computes this conv and every other of its `family` (packed
+        weights only), and this conv's `dims` for it, in order; None for unpacked weights."""
+        if not self.packed:
+            return None
+        dims = np.array(list(self.dims(self._lanes(target)).values()), np.int64)
+        return replace(self, shared=True), dims
+
+    def _lanes(self, target: Target) -> int:
+        """Columns of the phase copy a vector load takes (`_words`): 4 x the vector width
+        bytes."""
+        return target.vector_width * 4 // self.group
+
+    def dims(self, lanes: int) -> dict[str, int]:
+        """The integers the code is written with: the shape's sizes, the phase copy's boxes
+        (each phase's rows and columns of real input; its rows of whole vectors (`full`) and
+        their `vectors` of `lanes` columns), the tiles' counts and their order. The same
+        names whatever `lanes` is."""
+        n, c, h, w = self.shape
+        oh, ow = self.out_hw
+        values = {
+            "n": n, "c": c, "h": h, "w": w, "oc": self.out_channels, "oh": oh, "ow": ow,
+            "groups": self.groups, "whole": c // self.group, "pitch": self.pitch,
+            "q_count": self.q_count, "plane_size": self.plane_size,
+            "oc_tiles": self.out_channels // self.rows, "weights_outer": int(self.weights_outer),
+        }  # fmt: skip
+        for p, (a, bb) in enumerate(self.phases):
+            y0, x0, y1, x1 = self.phase_box(a, bb) or (0, 0, 0, 0)
+            full = max(y0, min(y1, self.plane_size // self.pitch))
+            first = x0 * self.stride[1] + bb - self.pads[1]  # x column of plane column x0
+            vectors, sw = 0, self.stride[1]
+            while x0 + (vectors + 1) * lanes <= x1 and first + (vectors + 1) * lanes * sw <= w:
+                vectors += 1
+            rest = x1 - x0 - vectors * lanes  # columns a byte at a time
+            values.update(
+                {f"{p}.{name}": v for name, v in zip(
+                    ("y0", "x0", "y1", "x1", "full", "vectors", "wide", "cut", "rest"),
+                    (y0, x0, y1, x1, full, vectors, full - y0, y1 - full, rest),
+                )}
+            )  # fmt: skip
+        return values
 
     # ---- the body ----------------------------------------------------------------------------
     def emit(self, k: Kernel) -> None:
@@ -153,53 +235,48 @@ class DotConv2d(Conv2d):
             )
         if not self.packed:
             self.weights.emit(k)
-        nr, mr, oc = 2 * k.target.vector_width, self.rows, self.out_channels
-        with k.loop(self.shape[0], name="n") as n:
-            self._phases(k, n)
+        b, d = k.b, Dims(k, self.dims(self._lanes(k.target)), self.shared)
+        nr, mr = 2 * k.target.vector_width, self.rows
+        with k.loop(d["n"], name="n") as n:
+            self._phases(k, d, n)
             if self.epilogue.residual:
-                self._q_space(k, n, to_q=True)
-            if self.weights_outer:
-                if oc // mr:
-                    with (
-                        k.loop(oc // mr * mr, step=mr, name="oc") as oc0,
-                        k.loop(self.q_count, step=nr, name="q") as q0,
-                    ):
-                        self._tile(k, q0, oc0, mr)
-                if oc % mr:
-                    with k.loop(self.q_count, step=nr, name="q") as q0:
-                        self._tile(k, q0, k.i(oc // mr * mr), oc % mr)
-            else:
-                with k.loop(self.q_count, step=nr, name="q") as q0:
-                    if oc // mr:
-                        with k.loop(oc // mr * mr, step=mr, name="oc") as oc0:
-                            self._tile(k, q0, oc0, mr)
-                    if oc % mr:
-                        self._tile(k, q0, k.i(oc // mr * mr), oc % mr)
-            self._q_space(k, n, to_q=False)
+                self._q_space(k, d, n, to_q=True)
+            if not d.none("oc_tiles"):  # tiles of mr channels x nr positions, in either order
+                # weights outer (late layers: few pixels, many channels): each block of
+                # weights read once, the input many times; else each input tile once
+                outer = b.icmp_signed("!=", d["weights_outer"], k.i(0))
+                q_tiles, oc_tiles = b.udiv(d["q_count"], k.i(nr)), d["oc_tiles"]
+                with (
+                    k.loop(b.select(outer, oc_tiles, q_tiles), name="to") as o,
+                    k.loop(b.select(outer, q_tiles, oc_tiles), name="ti") as i,
+                ):
+                    block, q = b.select(outer, o, i), b.select(outer, i, o)
+                    self._tile(k, d, b.mul(q, k.i(nr)), b.mul(block, k.i(mr)), mr)
+            if self.out_channels % mr:
+                with k.loop(d["q_count"], step=nr, name="q") as q0:
+                    self._tile(k, d, q0, b.mul(d["oc_tiles"], k.i(mr)), self.out_channels % mr)
+            self._q_space(k, d, n, to_q=False)
 
-    def _phases(self, k: Kernel, n) -> None:
+    def _phases(self, k: Kernel, d: Dims, n) -> None:
         """`conv.Conv2d._phases` into words: the padded, stride-split copy of image `n`, each
         value plus `input_bias`, G channels of a position in one word. Whole words of whole rows go
         a vector at a time (`_words`: G channels' rows loaded, interleaved); the rest (a last
         group of fewer than G channels, a plane's cut last row, the columns past the last
         whole vector) a byte at a time."""
-        c_count, size, groups, pitch = self.shape[1], self.plane_size, self.groups, self.pitch
-        pad = ir.Constant(I8, self._biased(self.pad_value))
-        with k.loop(len(self.phases) * groups * size * self.group, name="fill") as i:
-            k.store(pad, k.arg["xq"], i)
-        whole, part = divmod(c_count, self.group)  # whole words, channels of a last one
+        b, group = k.b, self.group
+        size = b.mul(b.mul(d["groups"], d["plane_size"]), k.i(len(self.phases) * group))
+        k.fill(k.arg["xq"], size, self._biased(self.pad_value), 4 * k.target.vector_width)
+        whole, part = d["whole"], self.shape[1] % group  # whole words, channels of a last one
         for p, (a, bb) in enumerate(self.phases):
-            box = self.phase_box(a, bb)
-            if box is None:
-                continue
-            y0, x0, y1, x1 = box
-            full = max(y0, min(y1, size // pitch))  # rows [y0, full) lie wholly in the plane
-            if full > y0:
-                if whole:
-                    self._words(k, n, p, (a, bb), (0, whole), self.group, (y0, full), (x0, x1))
+            y0, x0, y1, x1, full = (d[f"{p}.{v}"] for v in ("y0", "x0", "y1", "x1", "full"))
+            if not d.none(f"{p}.wide"):
+                if not d.none("whole"):
+                    self._words(k, d, n, p, (a, bb), (k.i(0), whole), group, (y0, full), (x0, x1))
                 if part:
-                    self._words(k, n, p, (a, bb), (whole, whole + 1), part, (y0, full), (x0, x1))
-            self._bytes(k, n, p, (a, bb), (0, c_count), (full, y1), (x0, x1))
+                    last = (whole, b.add(whole, k.i(1)))
+                    self._words(k, d, n, p, (a, bb), last, part, (y0, full), (x0, x1))
+            if not d.none(f"{p}.cut"):
+                self._bytes(k, d, n, p, (a, bb), (k.i(0), d["c"]), (full, y1), (x0, x1))
 
     def _biased(self, value: int) -> int:
         """An int8 `value` plus `input_bias`, as the byte (a signed int) that holds it."""
@@ -212,36 +289,33 @@ class DotConv2d(Conv2d):
         n = v.type.count if isinstance(v.type, ir.VectorType) else None
         return k.b.xor(v, ir.Constant(v.type, [-128] * n if n else -128))
 
-    def _source(self, k: Kernel, n, c, yy, phase: tuple[int, int]):
+    def _source(self, k: Kernel, d: Dims, n, c, yy, phase: tuple[int, int]):
         """The index in x of plane row `yy`'s column 0 of channel `c` (its stride phase's)."""
         b = k.b
-        c_count, h, w = self.shape[1:]
         sh, (top, left) = self.stride[0], self.pads[:2]
         src = b.add(
-            b.mul(b.add(b.mul(n, k.i(c_count)), c), k.i(h)),
+            b.mul(b.add(b.mul(n, d["c"]), c), d["h"]),
             b.add(b.mul(yy, k.i(sh)), k.i(phase[0] - top)),
         )
-        return b.add(b.mul(src, k.i(w)), k.i(phase[1] - left))
+        return b.add(b.mul(src, d["w"]), k.i(phase[1] - left))
 
-    def _row(self, k: Kernel, p: int, g, yy):
+    def _row(self, k: Kernel, d: Dims, p: int, g, yy):
         """The word index of plane row `yy`'s column 0 (phase `p`, channel word `g`)."""
         b = k.b
-        plane = b.mul(b.add(b.mul(k.i(p), k.i(self.groups)), g), k.i(self.plane_size))
-        return plane, b.add(plane, b.mul(yy, k.i(self.pitch)))
+        plane = b.mul(b.add(b.mul(k.i(p), d["groups"]), g), d["plane_size"])
+        return plane, b.add(plane, b.mul(yy, d["pitch"]))
 
-    def _bytes(self, k: Kernel, n, p: int, phase, channels, rows, cols) -> None:
+    def _bytes(self, k: Kernel, d: Dims, n, p: int, phase, channels, rows, cols) -> None:
         """Channels x rows x columns of the copy a byte at a time (guarded at the plane's
         end, where its last row is cut)."""
         b, sw, group = k.b, self.stride[1], self.group
-        if channels[1] <= channels[0] or rows[1] <= rows[0]:
-            return
         with (
             k.loop(channels[1], start=channels[0], name="pc") as c,
             k.loop(rows[1], start=rows[0], name="py") as yy,
         ):
-            src = self._source(k, n, c, yy, phase)
-            plane, row = self._row(k, p, b.udiv(c, k.i(group)), yy)
-            end = b.add(plane, k.i(self.plane_size))
+            src = self._source(k, d, n, c, yy, phase)
+            plane, row = self._row(k, d, p, b.udiv(c, k.i(group)), yy)
+            end = b.add(plane, d["plane_size"])
             lane = b.urem(c, k.i(group))
             with k.loop(cols[1], start=cols[0], name="px") as xx:
                 at = b.add(row, xx)
@@ -250,20 +324,16 @@ class DotConv2d(Conv2d):
                     dst = b.add(b.mul(at, k.i(group)), lane)
                     k.store(self._flip(k, v), k.arg["xq"], dst)
 
-    def _words(self, k: Kernel, n, p: int, phase, words, real: int, rows, cols) -> None:
+    def _words(self, k: Kernel, d: Dims, n, p: int, phase, words, real: int, rows, cols) -> None:
         """Words `words` (a range) of whole rows, `real` channels each (fewer than G in a last
         word, its other lanes the padding, under zero weights): per vector of V columns (V
-        words fill a 128-bit register or more), each channel's V bytes loaded (V x stride
-        contiguous bytes, every stride-th kept), interleaved into V words, biased, stored;
-        the columns past the last whole vector (or whose load would pass the row's end) a
-        byte at a time."""
-        b, sw, w, group = k.b, self.stride[1], self.shape[3], self.group
-        lanes = k.target.vector_width * 4 // group  # V columns: 4 x vector width bytes
+        words fill a 128-bit register or more; the phase's `vectors` of them), each channel's
+        V bytes loaded (V x stride contiguous bytes, every stride-th kept), interleaved into V
+        words, biased, stored; the columns past the last whole vector (or whose load would
+        pass the row's end) a byte at a time."""
+        b, sw, group = k.b, self.stride[1], self.group
+        lanes = self._lanes(k.target)  # V columns
         x0, x1 = cols
-        first = x0 * sw + phase[1] - self.pads[1]  # x column of plane column x0
-        vectors = 0
-        while x0 + (vectors + 1) * lanes <= x1 and first + ((vectors + 1) * lanes) * sw <= w:
-            vectors += 1
         keep = ir.Constant(vec(I32, lanes), [i * sw for i in range(lanes)])
         join = ir.Constant(vec(I32, 2 * lanes), list(range(2 * lanes)))
         weave = ir.Constant(
@@ -275,14 +345,14 @@ class DotConv2d(Conv2d):
             k.loop(words[1], start=words[0], name="wg") as g,
             k.loop(rows[1], start=rows[0], name="wy") as yy,
         ):
-            _, row = self._row(k, p, g, yy)
+            _, row = self._row(k, d, p, g, yy)
             srcs = [
-                self._source(k, n, b.add(b.mul(g, k.i(group)), k.i(lane)), yy, phase)
+                self._source(k, d, n, b.add(b.mul(g, k.i(group)), k.i(lane)), yy, phase)
                 for lane in range(real)
             ]
-            if vectors:
-                with k.loop(vectors, name="wv") as m:
-                    xx = b.add(k.i(x0), b.mul(m, k.i(lanes)))
+            if not d.none(f"{p}.vectors"):
+                with k.loop(d[f"{p}.vectors"], name="wv") as m:
+                    xx = b.add(x0, b.mul(m, k.i(lanes)))
                     parts = []
                     for src in srcs:
                         at = b.add(src, b.mul(xx, k.i(sw)))
@@ -294,17 +364,29 @@ class DotConv2d(Conv2d):
                             b.shuffle_vector(parts[0], parts[1], join),
                             b.shuffle_vector(parts[2], parts[3], join),
                         ]
-                    words = self._flip(k, b.shuffle_vector(parts[0], parts[1], weave))
-                    k.store(words, k.arg["xq"], b.mul(b.add(row, xx), k.i(group)))
-            rest = x0 + vectors * lanes
-            if rest < x1:
+                    woven = self._flip(k, b.shuffle_vector(parts[0], parts[1], weave))
+                    k.store(woven, k.arg["xq"], b.mul(b.add(row, xx), k.i(group)))
+            if not d.none(f"{p}.rest"):
+                rest = b.add(x0, b.mul(d[f"{p}.vectors"], k.i(lanes)))
                 with k.loop(x1, start=rest, name="wx") as xx:
                     at = b.mul(b.add(row, xx), k.i(group))
                     for lane, src in enumerate(srcs):
                         v = k.load(k.arg["x"], I8, b.add(src, b.mul(xx, k.i(sw))))
                         k.store(self._flip(k, v), k.arg["xq"], b.add(at, k.i(lane)))
 
-    def _tile(self, k: Kernel, q0, oc0, mr: int) -> None:
+    def _q_space(self, k: Kernel, d: Dims, n, to_q: bool) -> None:
+        """`conv.Conv2d._q_space` on `d`'s sizes: the residual into the q numbering, or the
+        result out of it (dropping the columns past OW)."""
+        b = k.b
+        with k.loop(d["oc"], name="cc") as c, k.loop(d["oh"], name="cy") as y:
+            row_q = b.add(b.mul(c, d["q_count"]), b.mul(y, d["pitch"]))
+            row_img = b.mul(b.add(b.mul(b.add(b.mul(n, d["oc"]), c), d["oh"]), y), d["ow"])
+            if to_q:
+                k.copy(k.arg["rq"], row_q, k.arg["residual"], row_img, d["ow"])
+            else:
+                k.copy(k.arg["y"], row_img, k.arg["yq"], row_q, d["ow"])
+
+    def _tile(self, k: Kernel, d: Dims, q0, oc0, mr: int) -> None:
         """Output channels [oc0, oc0 + mr) x q positions [q0, q0 + NR), into yq."""
         b, vw = k.b, k.target.vector_width
         iv = vec(I32, vw)
@@ -316,11 +398,11 @@ class DotConv2d(Conv2d):
             fits = b.icmp_signed("!=", k.load(k.arg["wpair"], I32, k.i(0)), k.i(0))
             with b.if_else(fits) as (paired, single):
                 with paired:
-                    self._words_taps(k, acc, q0, oc0, 2)
+                    self._words_taps(k, d, acc, q0, oc0, 2)
                 with single:
-                    self._words_taps(k, acc, q0, oc0, 1)
+                    self._words_taps(k, d, acc, q0, oc0, 1)
         else:
-            self._words_taps(k, acc, q0, oc0, 1)
+            self._words_taps(k, d, acc, q0, oc0, 1)
         values = []
         for r in range(mr):
             sums = [b.load(acc[r][v]) for v in range(2)]
@@ -328,19 +410,20 @@ class DotConv2d(Conv2d):
                 fix = k.splat(k.load(k.arg["wsum"], I32, b.add(oc0, k.i(r))), vw)
                 sums = [b.sub(x, fix) for x in sums]
             values.append(sums)
-        self._store_words(k, q0, oc0, mr, values)
+        self._store_words(k, d, q0, oc0, mr, values)
 
-    def _words_taps(self, k: Kernel, acc, q0, oc0, per: int) -> None:
+    def _words_taps(self, k: Kernel, d: Dims, acc, q0, oc0, per: int) -> None:
         """acc += every tap's dot products over every word, `per` words (1, or 2: their
         products added in 16 bits before widening) at a time; an odd last word alone."""
-        b = k.b
-        whole = self.groups // per * per
+        b, groups = k.b, d["groups"]
+        whole = groups if per == 1 else b.and_(groups, k.i(-per))
         with k.loop(whole, step=per, name=f"g{per}") as g:
-            self._taps(k, acc, q0, oc0, [b.add(g, k.i(w)) for w in range(per)])
-        if whole < self.groups:
-            self._taps(k, acc, q0, oc0, [k.i(whole)])
+            self._taps(k, d, acc, q0, oc0, [b.add(g, k.i(w)) for w in range(per)])
+        if per > 1:
+            with b.if_then(b.icmp_signed("<", whole, groups)):
+                self._taps(k, d, acc, q0, oc0, [whole])
 
-    def _taps(self, k: Kernel, acc, q0, oc0, words: list) -> None:
+    def _taps(self, k: Kernel, d: Dims, acc, q0, oc0, words: list) -> None:
         b = k.b
         (kh, kw), (sh, sw) = self.kernel, self.stride
         phase = {ab: p for p, ab in enumerate(self.phases)}
@@ -350,37 +433,37 @@ class DotConv2d(Conv2d):
                 row_phase = b.mul(b.urem(i, k.i(sh)), k.i(len(cols)))
                 for j in range(kw):
                     p = b.add(row_phase, k.i(cols.index(j % sw)))
-                    self._tap(k, acc, q0, oc0, words, i, j, p)
+                    self._tap(k, d, acc, q0, oc0, words, i, j, p)
         else:
             for i in range(kh):
                 for j in range(kw):
-                    self._tap(k, acc, q0, oc0, words, k.i(i), j, k.i(phase[i % sh, j % sw]))
+                    self._tap(k, d, acc, q0, oc0, words, k.i(i), j, k.i(phase[i % sh, j % sw]))
 
-    def _tap(self, k: Kernel, acc, q0, oc0, words: list, i, j: int, phase) -> None:
+    def _tap(self, k: Kernel, d: Dims, acc, q0, oc0, words: list, i, j: int, phase) -> None:
         """acc += the dot products of tap (i, j) over the G input channels of each word in
         `words` (`i` and the tap's stride `phase` are index values: constants or a loop's)."""
         b, vw = k.b, k.target.vector_width
         iv = vec(self.word, vw)
-        (kh, kw), (sh, sw), groups = self.kernel, self.stride, self.groups
-        row = b.add(b.mul(b.udiv(i, k.i(sh)), k.i(self.pitch)), k.i(j // sw))
+        (kh, kw), (sh, sw), groups = self.kernel, self.stride, d["groups"]
+        row = b.add(b.mul(b.udiv(i, k.i(sh)), d["pitch"]), k.i(j // sw))
         xs = []  # per word, its two vectors of NR positions
         for g in words:
-            plane = b.add(b.mul(phase, k.i(groups)), g)
-            at = b.add(b.add(b.mul(plane, k.i(self.plane_size)), q0), row)
+            plane = b.add(b.mul(phase, groups), g)
+            at = b.add(b.add(b.mul(plane, d["plane_size"]), q0), row)
             xs.append([k.load(k.arg["xq"], iv, b.add(at, k.i(v * vw))) for v in range(2)])
         tap = b.add(b.mul(i, k.i(kw)), k.i(j))
         for r, sums in enumerate(acc):
             ws = []
             for g in words:
                 # the tile's weight words of one tap lie side by side (DotWeights' row blocks)
-                block = b.add(b.mul(b.udiv(oc0, k.i(self.rows)), k.i(groups)), g)
+                block = b.add(b.mul(b.udiv(oc0, k.i(self.rows)), groups), g)
                 word = b.add(b.mul(b.add(b.mul(block, k.i(kh * kw)), tap), k.i(self.rows)), k.i(r))
                 ws.append(k.splat(k.load(k.arg["wq"], self.word, word), vw))
             for v in range(2):
                 pairs = [(x[v], w) for x, w in zip(xs, ws)]
                 b.store(_dot(k, self.form, b.load(sums[v]), pairs), sums[v])
 
-    def _store_words(self, k: Kernel, q0, oc0, mr: int, values) -> None:
+    def _store_words(self, k: Kernel, d: Dims, q0, oc0, mr: int, values) -> None:
         """The tile's sums through the epilogue into yq. Where an output takes many products
         (`LOOPED_EPILOGUE` or more: C x KH x KW) a loop over the tile's rows, one epilogue in
         the IR, not one a row (the kernel compiles that much faster, and the sums' trip
@@ -390,7 +473,7 @@ class DotConv2d(Conv2d):
 
         def store(r, value, v):
             ch = b.add(oc0, r)
-            at = b.add(b.add(b.mul(ch, k.i(self.q_count)), q0), k.i(v * vw))
+            at = b.add(b.add(b.mul(ch, d["q_count"]), q0), k.i(v * vw))
             res = None
             if self.epilogue.residual:
                 res = k.load(k.arg["rq"], vec(I8, vw), at, align=1)
@@ -410,95 +493,6 @@ class DotConv2d(Conv2d):
         with k.loop(mr, name="er") as r:
             for v in range(2):
                 store(r, b.load(k.at(sums, iv, b.add(b.mul(r, k.i(2)), k.i(v)))), v)
-
-
-@dataclass(frozen=True)
-class DotWeights(Spec):
-    """A dot-product conv's weights (`shape` (OC, C, KH, KW) int8) packed for `form`: wq, the
-    weights regrouped G input channels a word (pad channels zero) in blocks of `rows` output
-    channels, (OC / rows, C / G, KH, KW, rows, G), so that a register tile's words of one tap
-    lie side by side (pad output channels zero); for vnni also wsum, 128 x each output
-    channel's weight sum (wrapping), the bias correction; for neon wpair, 1 if no weight is
-    -128 (the paired taps are exact), else 0. Run once per weight tensor when the
-    caller keeps the result (`DotConv2d(packed=True)`), or inside the conv."""
-
-    shape: tuple[int, int, int, int]
-    form: str = "vnni"
-    rows: int = 4
-    kind: ClassVar[str] = "conv2d_dot_weights"
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", positive_shape("dot weights", self.shape, 4))
-        if self.form not in GROUPS:
-            raise KernelError(f"dot-product form {self.form!r}; valid: {', '.join(GROUPS)}")
-        if isinstance(self.rows, bool) or not 1 <= int(self.rows) <= 16:
-            raise KernelError(f"dot weights come in blocks of 1-16 rows, not {self.rows!r}")
-
-    def buffers(self):
-        oc, c, kh, kw = self.shape
-        group, rows = GROUPS[self.form], self.rows
-        out = [
-            Buffer("weight", self.shape, "int8"),
-            Buffer("wq", (-(-oc // rows), -(-c // group), kh, kw, rows, group), "int8", "out"),
-        ]
-        if self.form == "vnni":
-            out.append(Buffer("wsum", (oc,), "int32", "out"))
-        else:  # 1 if no weight is -128: two words' products may be added in 16 bits
-            out.append(Buffer("wpair", (1,), "int32", "out"))
-        return tuple(out)
-
-    def pack(self, weight: np.ndarray) -> tuple[np.ndarray, ...]:
-        """What the kernel computes, in numpy (the cpu device packs a model's weights so, once,
-        and compiles no packing kernel: its first run is that much shorter)."""
-        oc, c_count, kh, kw = self.shape
-        if weight.shape != self.shape or weight.dtype != np.int8:
-            raise KernelError(
-                f"dot weights take int8 {self.shape}, not {weight.dtype} {weight.shape}"
-            )
-        group, rows = GROUPS[self.form], self.rows
-        blocks, groups = -(-oc // rows), -(-c_count // group)
-        padded = np.zeros((blocks * rows, groups * group, kh, kw), np.int8)
-        padded[:oc, :c_count] = weight
-        grid = padded.reshape(blocks, rows, groups, group, kh, kw)
-        wq = np.ascontiguousarray(grid.transpose(0, 2, 4, 5, 1, 3))
-        if self.form == "vnni":  # 128 x the weight sum, wrapping as the kernel's int32 does
-            total = weight.reshape(oc, -1).sum(axis=1, dtype=np.int64) << 7
-            return wq, total.astype(np.int32)  # numpy's cast wraps, as int32 does
-        return wq, np.array([int(weight.min(initial=0) > -128)], np.int32)
-
-    def emit(self, k: Kernel) -> None:
-        b = k.b
-        oc, c_count, kh, kw = self.shape
-        group, rows = GROUPS[self.form], self.rows
-        taps, groups, blocks = kh * kw, -(-c_count // group), -(-oc // rows)
-        if c_count % group or oc % rows:
-            with k.loop(blocks * groups * taps * rows * group, name="wz") as i:
-                k.store(ir.Constant(I8, 0), k.arg["wq"], i)
-        with k.loop(oc, name="wo") as o:
-            total = k.local(I32)
-            b.store(ir.Constant(I32, 0), total)
-            block, row = b.udiv(o, k.i(rows)), b.urem(o, k.i(rows))
-            with k.loop(c_count, name="wc") as c, k.loop(taps, name="wt") as t:
-                w = k.load(
-                    k.arg["weight"],
-                    I8,
-                    b.add(b.mul(b.add(b.mul(o, k.i(c_count)), c), k.i(taps)), t),
-                )
-                g, lane = b.udiv(c, k.i(group)), b.urem(c, k.i(group))
-                word = b.add(b.mul(b.add(b.mul(block, k.i(groups)), g), k.i(taps)), t)
-                word = b.add(b.mul(word, k.i(rows)), row)
-                k.store(w, k.arg["wq"], b.add(b.mul(word, k.i(group)), lane))
-                b.store(b.add(b.load(total), b.sext(w, I32)), total)
-            if self.form == "vnni":
-                k.store(b.shl(b.load(total), ir.Constant(I32, 7)), k.arg["wsum"], o)
-        if self.form == "neon":  # wpair: no weight is -128 (a loop of its own: vectorised)
-            lowest = k.local(I8)
-            b.store(ir.Constant(I8, 127), lowest)
-            with k.loop(oc * c_count * taps, name="wm") as i:
-                w, least = k.load(k.arg["weight"], I8, i), b.load(lowest)
-                b.store(b.select(b.icmp_signed("<", w, least), w, least), lowest)
-            fits = b.icmp_signed("!=", b.load(lowest), ir.Constant(I8, -128))
-            k.store(b.zext(fits, I32), k.arg["wpair"], k.i(0))
 
 
 def _dot(k: Kernel, form: str, acc: ir.Value, pairs: list) -> ir.Value:
