@@ -181,6 +181,7 @@ class CpuDevice:
         # by the program's id while it lives (weakly held: a dropped program frees them)
         self._constants: dict[int, tuple[weakref.ref, dict]] = {}
         self._prepared: dict[int, weakref.ref] = {}  # the models whose kernels are ready
+        self._plans: dict[int, tuple] = {}  # each program's layers made ready (`_plan`)
 
     def run(self, program: Program, inputs: dict, *, trace: bool = False) -> RunResult:
         if program.computation is None:
@@ -231,9 +232,40 @@ class CpuDevice:
                     value = constants[name] = value.copy()
                 value.setflags(write=False)  # shared by every run: no kernel may write them
             _hold(self._constants, program, constants)
-        return chain_outputs(
-            program, layers, logical, self.compute.outputs, every, constants=constants
-        )
+        bind = getattr(self.compute, "bind", None)
+        if bind is None or not layers:
+            return chain_outputs(
+                program, layers, logical, self.compute.outputs, every, constants=constants
+            )
+        values = dict(logical)
+        for layer, needs, call, output in self._plan(program, layers, constants, bind):
+            missing = [t for t in needs if t not in values]
+            if missing:
+                raise KernelError(f"{layer.computation.op.describe()} needs tensor {missing[0]!r}")
+            values[output] = call(*[values[t] for t in needs])
+        if every:
+            inner = {b.name for b in program.buffers if b.role.value in ("output", "scratch")}
+            return {k: v for k, v in values.items() if k in inner}
+        return {b.name: values[b.name] for b in program.outputs}
+
+    def _plan(self, program: Program, layers, constants: dict, bind) -> list[tuple]:
+        """`layers` made ready for every run (the backend's `bind`: each kernel found, its
+        constant arguments converted and packed once), kept while the program lives: per
+        layer, the tensors each run passes (by their names in the program) and where the
+        result goes. The chain's result is `chain_outputs`'s, with its per-run lookups once."""
+        held = _alive(self._plans, program)
+        if held is not None and held[0] is layers:
+            return held[1]
+        plan = []
+        for layer in layers:
+            comp = layer.computation
+            result = RESULT[type(comp.op)]
+            fixed = {b.buffer: constants[b.tensor] for b in layer.buffers if b.tensor in constants}
+            given, call = bind(comp, fixed)
+            tensors = {b.buffer: b.tensor for b in layer.buffers}
+            plan.append((layer, [tensors.get(g, g) for g in given], call, tensors[result]))
+        _hold(self._plans, program, (layers, plan))
+        return plan
 
 
 def _alive(table: dict, key_object):

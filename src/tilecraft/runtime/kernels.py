@@ -49,16 +49,23 @@ class NativeKernel:
         # cost page faults (ResNet-18's 512-channel conv: 3 ms a call against 1 ms kept)
         self._scratch = threading.local()
         self._bound = tuple(np.ascontiguousarray(a) for a in bound)
+        self._slots = [(i, b) for i, b in enumerate(self.buffers) if b.role != "work"]
 
-    def _work(self) -> dict[str, np.ndarray]:
-        work = getattr(self._scratch, "arrays", None)
-        if work is None:
-            work = self._scratch.arrays = {
-                b.name: np.empty(b.shape if b.shape else (1,), b.dtype)
-                for b in self.buffers
+    def _held(self) -> ctypes.Array:
+        """This thread's argument array: the scratch space's and the bound arrays' pointers
+        set once (the arrays kept with it), the inputs' and outputs' set by each call."""
+        held = getattr(self._scratch, "pointers", None)
+        if held is None:
+            work = {
+                i: np.empty(b.shape if b.shape else (1,), b.dtype)
+                for i, b in enumerate(self.buffers)
                 if b.role == "work"
             }
-        return work
+            held = (ctypes.c_void_p * (len(self.buffers) + len(self._bound)))()
+            for i, a in [*work.items(), *enumerate(self._bound, len(self.buffers))]:
+                held[i] = a.ctypes.data
+            self._scratch.arrays, self._scratch.pointers = work, held
+        return held
 
     def __call__(self, *inputs: np.ndarray):
         if len(inputs) != len(self.inputs):
@@ -66,9 +73,9 @@ class NativeKernel:
             raise DeviceError(
                 f"kernel {self.symbol} takes {len(self.inputs)} inputs ({names}), not {len(inputs)}"
             )
-        given, work = iter(inputs), self._work()
-        arrays, outputs = [], []
-        for b in self.buffers:
+        given, pointers = iter(inputs), self._held()
+        arrays, outputs = [], []  # held until the call returns
+        for i, b in self._slots:
             if b.role == "in":
                 a = np.asarray(next(given))
                 if a.shape != b.shape or a.dtype != b.dtype:
@@ -77,14 +84,11 @@ class NativeKernel:
                         f"expected {b.dtype}{list(b.shape)}"
                     )
                 a = np.ascontiguousarray(a)
-            elif b.role == "work":
-                a = work[b.name]
+                arrays.append(a)
             else:
                 a = np.empty(b.shape if b.shape else (1,), b.dtype)
                 outputs.append(a)
-            arrays.append(a)
-        arrays += self._bound
-        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+            pointers[i] = a.ctypes.data
         self._fn(ctypes.addressof(pointers))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -162,30 +166,45 @@ def computation_key(comp) -> str:
 
 
 def kernel_arguments(comp, names: list[str], tensors: dict) -> list:
-    """A computation kernel's inputs from the program's tensors, by name (a per-tensor
-    multiplier is the computation's own value, and so is an epilogue's offset; the reshape of a
-    flatten the compiler left out is undone; epilogue vectors go in as int32, a FLOAT32
-    epilogue's scales as float32)."""
-    args = []
-    for name in names:
-        if name == "multiplier" and comp.multiplier is not None:
-            args.append(np.array([comp.multiplier], np.int32))
-            continue
-        if name == "offset":  # the epilogue's offset, an input of a kernel shared by layers
-            args.append(np.array([comp.epilogue.offset], np.int32))
-            continue
-        if name not in tensors:
-            raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
-        value = np.asarray(tensors[name])
-        vector = name not in ("input", "weight", "residual")
-        if vector:
-            floats = name == "multiplier" and _float32_scales(comp)
-            value = value.astype(np.float32 if floats else np.int32, copy=False)
-        args.append(value)
+    """A computation kernel's inputs from the program's tensors, by name (`kernel_argument`),
+    the reshape of a flatten the compiler left out undone."""
+    args = [kernel_argument(comp, name, tensors) for name in names]
+    return [unflattened(comp, args[0]), *args[1:]] if args else args
+
+
+def kernel_argument(comp, name: str, tensors: dict) -> np.ndarray:
+    """One input of a computation's kernel from the program's tensors: a per-tensor multiplier
+    is the computation's own value, and so is an epilogue's offset; epilogue vectors go in as
+    int32, a FLOAT32 epilogue's scales as float32."""
+    if name == "multiplier" and comp.multiplier is not None:
+        return np.array([comp.multiplier], np.int32)
+    if name == "offset":  # the epilogue's offset, an input of a kernel shared by layers
+        return np.array([comp.epilogue.offset], np.int32)
+    if name not in tensors:
+        raise KernelError(f"{comp.op.describe()} needs tensor {name!r}")
+    value = np.asarray(tensors[name])
+    if name not in TENSOR_OPERANDS:
+        floats = name == "multiplier" and _float32_scales(comp)
+        value = value.astype(np.float32 if floats else np.int32, copy=False)
+    return value
+
+
+TENSOR_OPERANDS = ("input", "weight", "residual")  # a computation's operands not epilogue vectors
+
+
+def own_argument(comp, name: str) -> bool:
+    """Whether the kernel input `name` is the computation's own value (`kernel_argument`),
+    not a tensor of the program."""
+    return name == "offset" or (name == "multiplier" and comp.multiplier is not None)
+
+
+def unflattened(comp, x: np.ndarray) -> np.ndarray:
+    """A computation's input reshaped to the operator's input shape where it holds the same
+    values in another shape (a flatten the compiler left out)."""
     shape = getattr(comp.op, "input_shape", None)
-    if shape is not None and args[0].shape != shape and args[0].size == np.prod(shape):
-        args[0] = args[0].reshape(shape)
-    return args
+    if shape is not None and x.shape != shape and x.size == np.prod(shape):
+        return x.reshape(shape)
+    return x
 
 
 def _float32_scales(comp) -> bool:

@@ -210,3 +210,54 @@ def test_a_float32_requantization_on_the_cpu_device(cpu):
     ok, message = check_outputs(program, x, out)
     assert ok, message
     assert len(np.unique(out["output"])) > 100
+
+
+def test_a_chain_binds_its_layers_once_and_runs_as_the_reference(jit):
+    """The device makes each chained program's layers ready once (`JitCompute.bind`: kernels
+    found, constants converted and packed) and runs every later input on that plan, bit-exact
+    with the reference; a tensor a layer needs and nobody gave is named."""
+    from tilecraft.errors import KernelError
+
+    model, x = _network("default", True)
+    compute = JitCompute(jit)
+    bound = []
+    real = compute.bind
+    compute.bind = lambda comp, fixed: (bound.append(comp), real(comp, fixed))[1]
+    cpu = CpuDevice(compute)
+    rng = np.random.default_rng(2)
+    for _ in range(2):
+        ours = run_model(model, x, cpu, host=LlvmKernels(jit))
+        ref = run_model(model, x)
+        for name in model.outputs:
+            np.testing.assert_array_equal(ours.outputs[name], ref.outputs[name])
+        x = {"input": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    chained = [s for s in model.steps if getattr(s, "layers", ())]
+    assert chained and len(bound) == sum(len(s.layers) for s in chained)  # the first run's
+    step = chained[0]
+    first = step.layers[0].buffers[0].tensor
+    with pytest.raises(KernelError, match=f"needs tensor '{first}'"):
+        cpu.run_layers(model.programs[step.program], step.layers, {})
+
+
+def test_bind_takes_each_run_what_the_constants_do_not_give(jit):
+    """A bound conv whose weights are not among the constants takes them, and packs them, at
+    each run: the same result as `outputs`, and the reference's."""
+    from tilecraft.ops import Computation
+    from tilecraft.ops import reference as R
+
+    op = Conv2d(n=1, ic=8, h=7, w=9, oc=16, kernel=(3, 3), stride=(1, 1), pad=(1, 1))
+    ep = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True)
+    comp = Computation(op, ep)
+    compute = JitCompute(jit)
+    rng = np.random.default_rng(3)
+    bias = rng.integers(-999, 999, 16).astype(np.int32)
+    multiplier = rng.integers(1, 99, 16).astype(np.int32)
+    given, call = compute.bind(comp, {"bias": bias, "multiplier": multiplier})
+    assert given == ["input", "weight"]
+    for _ in range(2):
+        x = rng.integers(-128, 128, op.input_shape, np.int8)
+        w = rng.integers(-128, 128, op.weight_shape, np.int8)
+        want = R.conv2d(op, ep, x, w, bias=bias, multiplier=multiplier)
+        tensors = {"input": x, "weight": w, "bias": bias, "multiplier": multiplier}
+        assert np.array_equal(compute.outputs(comp, tensors)["output"], want)
+        assert np.array_equal(call(x, w), want)

@@ -70,3 +70,16 @@ def test_a_kernel_checks_its_inputs(jit):
         k(np.zeros(4))
     with pytest.raises(Exception, match="takes 1 inputs"):
         k(np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def test_a_kernel_returns_fresh_outputs_and_takes_strided_inputs(jit):
+    """Each call's result is an array of its own (the kernel keeps its scratch space and its
+    argument array between calls, never the outputs), and a strided input is copied
+    contiguous for the call."""
+    k = jit.kernel(E.Quantize((4,), 1.0))
+    x = np.arange(8, dtype=np.float32)
+    even, odd = k(x[::2]), k(x[1::2])
+    assert not np.shares_memory(even, odd)
+    assert np.array_equal(even, k(np.ascontiguousarray(x[::2])))
+    assert np.array_equal(odd, k(np.ascontiguousarray(x[1::2])))
+    assert even.tolist() != odd.tolist()

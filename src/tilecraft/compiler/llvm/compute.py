@@ -7,6 +7,7 @@ them: the baseline to compare the accelerator against, and the fallback when the
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +22,14 @@ from tilecraft.compiler.llvm.targets import Target
 from tilecraft.errors import KernelError
 from tilecraft.ops import operators as O
 from tilecraft.ops.reference import RESULT
-from tilecraft.runtime.kernels import computation_key, hashable, kernel_arguments
+from tilecraft.runtime.kernels import (
+    computation_key,
+    hashable,
+    kernel_argument,
+    kernel_arguments,
+    own_argument,
+    unflattened,
+)
 
 
 def computation_kernel(
@@ -134,16 +142,59 @@ class JitCompute:
         self._packed: dict[tuple, tuple] = {}  # (pack record, id(weight)): packed
 
     def outputs(self, comp: O.Computation, tensors: dict) -> dict[str, np.ndarray]:
-        key = _key(comp)
-        found = self._kernels.get(key)
-        if found is None:
-            spec, pack, names = self._records(comp)
-            found = self._kernels[key] = (self.jit.kernel(spec), names, pack)
-        kernel, names, pack = found
+        kernel, names, pack = self._found(comp)
         args = kernel_arguments(comp, names, tensors)
         if pack is not None:
             args[1:2] = self._pack(pack, args[1])
         return {RESULT[type(comp.op)]: kernel(*args)}
+
+    def bind(self, comp: O.Computation, fixed: dict) -> tuple[list[str], Callable]:
+        """`outputs` made ready for every run of one program: `comp`'s kernel found, and the
+        arguments that `fixed` (the program's constants, by buffer name) or `comp` itself
+        give converted, and its weights packed, once. Returns the buffers each run passes (in
+        order) and the call that takes them and returns the result tensor: the same result
+        as `outputs`, without its per-run lookups and conversions."""
+        kernel, names, pack = self._found(comp)
+        given = [n for n in names if n not in fixed and not own_argument(comp, n)]
+        plan = []  # per kernel input: ("fixed", its arguments) or ("given", its name)
+        for name in names:
+            if name in given:
+                plan.append(("given", name))
+                continue
+            value = kernel_argument(comp, name, fixed)
+            packed = name == "weight" and pack is not None
+            plan.append(("fixed", list(self._pack(pack, value)) if packed else [value]))
+        first = names[0] if names else None
+
+        def call(*values):
+            args, run = [], iter(values)
+            for how, what in plan:
+                if how == "fixed":
+                    args += what
+                    continue
+                value = kernel_argument(comp, what, {what: next(run)})
+                if what == first:
+                    value = unflattened(comp, value)
+                if what == "weight" and pack is not None:  # not a constant: packed each run
+                    args += self._pack(pack, value)
+                else:
+                    args.append(value)
+            return kernel(*args)
+
+        return given, call
+
+    def _found(self, comp: O.Computation) -> tuple:
+        """(kernel, its operands, the record packing its weights or None) for `comp`, found
+        by the record itself (hashed once) or its JSON (`_key`), built on first use."""
+        try:
+            key, found = comp, self._kernels.get(comp)
+        except TypeError:
+            key = computation_key(comp)
+            found = self._kernels.get(key)
+        if found is None:
+            spec, pack, names = self._records(comp)
+            found = self._kernels[key] = (self.jit.kernel(spec), names, pack)
+        return found
 
     def prepare(self, computations) -> None:
         """Compile the kernels of `computations` all at once (`jit.Jit.build`: on every core),
