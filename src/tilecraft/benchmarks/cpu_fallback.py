@@ -264,9 +264,9 @@ def run(
                 _network(jit, name, max(1, repeats // 2))
                 for name in track(NETWORKS, "cpu-fallback networks")
             ]
-            rows += [
+            rows += [  # 2 x repeats pairs: a run is ~10 ms, and its spread is ~10%
                 _quantized_network(Jit(KernelCache(f"{tmp}/{name}_{acts}")), name, acts,
-                                   max(1, repeats // 2), tmp)
+                                   2 * repeats, tmp)
                 for name, acts in track(QUANTIZED, "cpu-fallback int8 networks")
             ]  # fmt: skip
         arm = cpu_cases.arm_builds(specs, tmp, emulate)
