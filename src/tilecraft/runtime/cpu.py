@@ -26,6 +26,7 @@ from tilecraft.runtime.kernels import (
     ComputeKernels,
     HostStepKernels,
     NativeKernel,
+    bind_arguments,
     computation_key,
     hashable,
     kernel_arguments,
@@ -148,6 +149,17 @@ class LibraryCompute:
         self._found: dict = {}  # each computation's (kernel, operands), by the record itself
 
     def outputs(self, comp, tensors):
+        kernel, operands = self._kernel(comp)
+        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, operands, tensors))}
+
+    def bind(self, comp, fixed: dict) -> tuple:
+        """`outputs` made ready for every run of one program (`bind_arguments`): the buffers
+        each run passes and the call that returns the result tensor."""
+        kernel, operands = self._kernel(comp)
+        return bind_arguments(comp, kernel, operands, fixed)
+
+    def _kernel(self, comp) -> tuple:
+        """(kernel, its operands) for `comp`, from the manifest's `compute` table."""
         found = self._found.get(comp) if hashable(comp) else None
         if found is None:
             entry = self.library.compute.get(computation_key(comp))
@@ -159,8 +171,7 @@ class LibraryCompute:
             found = (self.library[entry["symbol"]], entry["operands"])
             if hashable(comp):
                 self._found[comp] = found
-        kernel, operands = found
-        return {RESULT[type(comp.op)]: kernel(*kernel_arguments(comp, operands, tensors))}
+        return found
 
 
 @dataclass

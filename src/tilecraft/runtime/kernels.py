@@ -207,6 +207,39 @@ def unflattened(comp, x: np.ndarray) -> np.ndarray:
     return x
 
 
+def bind_arguments(comp, kernel, names: list[str], fixed: dict, weight=None) -> tuple:
+    """`kernel` made ready to compute `comp` on every run of one program: the arguments that
+    `fixed` (the program's constants, by buffer name) or `comp` itself give converted once
+    (`kernel_argument`; a weight through `weight`, which gives the arguments it becomes: a
+    packing). Returns the buffers each run passes, in order, and the call that takes them and
+    returns the kernel's result: `kernel(*kernel_arguments(...))`'s, without its per-run
+    lookups and conversions."""
+    weight = weight or (lambda value: [value])
+    given = [n for n in names if n not in fixed and not own_argument(comp, n)]
+    plan = []  # per kernel input: ("fixed", its arguments) or ("given", its name)
+    for name in names:
+        if name in given:
+            plan.append(("given", name))
+            continue
+        value = kernel_argument(comp, name, fixed)
+        plan.append(("fixed", weight(value) if name == "weight" else [value]))
+    first = names[0] if names else None
+
+    def call(*values):
+        args, run = [], iter(values)
+        for how, what in plan:
+            if how == "fixed":
+                args += what
+                continue
+            value = kernel_argument(comp, what, {what: next(run)})
+            if what == first:
+                value = unflattened(comp, value)
+            args += weight(value) if what == "weight" else [value]
+        return kernel(*args)
+
+    return given, call
+
+
 def _float32_scales(comp) -> bool:
     ep = getattr(comp, "epilogue", None)
     return ep is not None and ep.on_unit

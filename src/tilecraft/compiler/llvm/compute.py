@@ -23,12 +23,10 @@ from tilecraft.errors import KernelError
 from tilecraft.ops import operators as O
 from tilecraft.ops.reference import RESULT
 from tilecraft.runtime.kernels import (
+    bind_arguments,
     computation_key,
     hashable,
-    kernel_argument,
     kernel_arguments,
-    own_argument,
-    unflattened,
 )
 
 
@@ -149,39 +147,14 @@ class JitCompute:
         return {RESULT[type(comp.op)]: kernel(*args)}
 
     def bind(self, comp: O.Computation, fixed: dict) -> tuple[list[str], Callable]:
-        """`outputs` made ready for every run of one program: `comp`'s kernel found, and the
-        arguments that `fixed` (the program's constants, by buffer name) or `comp` itself
-        give converted, and its weights packed, once. Returns the buffers each run passes (in
-        order) and the call that takes them and returns the result tensor: the same result
-        as `outputs`, without its per-run lookups and conversions."""
+        """`outputs` made ready for every run of one program (`bind_arguments`): `comp`'s
+        kernel found, and the arguments `fixed` (the program's constants, by buffer name) or
+        `comp` give converted, and its weights packed, once (weights that are not constants
+        packed at each run). Returns the buffers each run passes and the call that takes them
+        and returns the result tensor: the same result as `outputs`."""
         kernel, names, pack = self._found(comp)
-        given = [n for n in names if n not in fixed and not own_argument(comp, n)]
-        plan = []  # per kernel input: ("fixed", its arguments) or ("given", its name)
-        for name in names:
-            if name in given:
-                plan.append(("given", name))
-                continue
-            value = kernel_argument(comp, name, fixed)
-            packed = name == "weight" and pack is not None
-            plan.append(("fixed", list(self._pack(pack, value)) if packed else [value]))
-        first = names[0] if names else None
-
-        def call(*values):
-            args, run = [], iter(values)
-            for how, what in plan:
-                if how == "fixed":
-                    args += what
-                    continue
-                value = kernel_argument(comp, what, {what: next(run)})
-                if what == first:
-                    value = unflattened(comp, value)
-                if what == "weight" and pack is not None:  # not a constant: packed each run
-                    args += self._pack(pack, value)
-                else:
-                    args.append(value)
-            return kernel(*args)
-
-        return given, call
+        weight = (lambda w: list(self._pack(pack, w))) if pack is not None else None
+        return bind_arguments(comp, kernel, names, fixed, weight)
 
     def _found(self, comp: O.Computation) -> tuple:
         """(kernel, its operands, the record packing its weights or None) for `comp`, found
