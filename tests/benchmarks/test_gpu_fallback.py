@@ -15,15 +15,20 @@ from tilecraft.hw.config import preset  # noqa: E402
 from tilecraft.runtime.cpu import CpuDevice  # noqa: E402
 
 
+def _off(v: np.ndarray) -> np.ndarray:
+    return v if v.dtype != np.int8 else np.where(v == 0, 1, v).astype(v.dtype)
+
+
 class Off(JitCompute):
-    """The CPU's kernels with every int8 result one too high somewhere: a wrong GPU."""
+    """The CPU's kernels with every int8 result one too high somewhere: a wrong GPU, through
+    both of the device's ways in (a chain's layers bound once, a lone computation)."""
 
     def outputs(self, comp, tensors):
-        out = super().outputs(comp, tensors)
-        return {
-            k: v if v.dtype != np.int8 else np.where(v == 0, 1, v).astype(v.dtype)
-            for k, v in out.items()
-        }
+        return {k: _off(v) for k, v in super().outputs(comp, tensors).items()}
+
+    def bind(self, comp, fixed):
+        given, call = super().bind(comp, fixed)
+        return given, lambda *values: _off(call(*values))
 
 
 @pytest.fixture

@@ -247,6 +247,9 @@ def _float32_scales(comp) -> bool:
 
 class ComputeKernels(Protocol):
     """Runs one accelerator computation on host kernels: `outputs` as `ops.reference.outputs`
-    (the result tensor by its program name), bit for bit."""
+    (the result tensor by its program name), bit for bit. A backend may also have `bind(comp,
+    fixed)` (`bind_arguments`: the buffers each run passes, and a call returning the result
+    tensor); the cpu device then runs a chain's layers through it, not through `outputs`, so
+    a backend that has both computes the same in each."""
 
     def outputs(self, comp, tensors: dict) -> dict[str, np.ndarray]: ...
