@@ -68,14 +68,18 @@ def _window(m: Module, pixel, valid, width: int) -> list[list[Signal]]:
     return win
 
 
-class Window(wiring.Component):
-    pixel: In(8 * LANES)
-    valid: In(1)
-    taps: Out(8 * LANES * TAPS)
+class _Prototype(wiring.Component):
+    """A prototype over a stream of pixels `width` wide (its ports: the subclass's)."""
 
     def __init__(self, width: int):
         self.width = width
         super().__init__()
+
+
+class Window(_Prototype):
+    pixel: In(8 * LANES)
+    valid: In(1)
+    taps: Out(8 * LANES * TAPS)
 
     def elaborate(self, platform):
         m = Module()
@@ -84,7 +88,7 @@ class Window(wiring.Component):
         return m
 
 
-class GemmMode(wiring.Component):
+class GemmMode(_Prototype):
     """Option A: each array row's 16 inputs, its own channel's taps in depthwise mode."""
 
     pixel: In(8 * LANES)
@@ -92,10 +96,6 @@ class GemmMode(wiring.Component):
     shared: In(8 * LANES)  # the input vector every row takes in GEMM mode
     depthwise: In(1)
     rows: Out(8 * LANES * LANES)
-
-    def __init__(self, width: int):
-        self.width = width
-        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -110,7 +110,7 @@ class GemmMode(wiring.Component):
         return m
 
 
-class MacUnit(wiring.Component):
+class MacUnit(_Prototype):
     """Option B: 16 channels x 9 taps of int8 products, summed per channel."""
 
     pixel: In(8 * LANES)
@@ -118,10 +118,6 @@ class MacUnit(wiring.Component):
     weight: In(8)  # loaded a byte a cycle into the unit's 144 weight registers
     load: In(1)
     sums: Out(20 * LANES)
-
-    def __init__(self, width: int):
-        self.width = width
-        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
