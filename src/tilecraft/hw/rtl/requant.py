@@ -10,13 +10,16 @@ The stages are the spec's, each into registers:
     1  v = acc + bias; its sign and magnitude (32 bits: |-2**31| fits unsigned)
     2  the magnitude's leading one: how many bits (0-8) float32 drops
     3  the rounding shift to a 24-bit significand a, to nearest even (a carry renormalizes)
-    4  a * significand (24 x 24 bits; the product's register is a multiplier's output register)
-    5  the product's leading one (bit 47 or 46, or lower for a small a): bits to drop (0-24)
-    6  the rounding shift to the product's 24-bit significand p and its exponent e
-    7  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0 (the scale's
+    4  a * significand: its four partial products (a and the significand split at bit 17,
+       each piece within a DSP's 18 signed bits), each in a multiplier's output register
+    5  their sum, the 48-bit product (a 24 x 24 product in one cycle, through DSPs without
+       their registers, was every failing path of the unit's first route: 22 ns)
+    6  the product's leading one (bit 47 or 46, or lower for a small a): bits to drop (0-24)
+    7  the rounding shift to the product's 24-bit significand p and its exponent e
+    8  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0 (the scale's
        significand is normalized), so f >= 2**(23 + e): an e >= -13 is past any clip and
        saturates, an e <= -25 rounds to 0, and the rest is a right shift by 14-24
-    8  sign, + zero point, clip
+    9  sign, + zero point, clip
 
 `LATENCY` cycles from an input to its output, one input a cycle, no stall (a `valid` bit rides
 along). Clip bounds and the zero point are 10-bit signed (|zero| <= 511, so any |r| >= 2**10
@@ -28,12 +31,14 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.isa.requant import EXPONENT_BITS, SIGNIFICAND_BITS
+from tilecraft.hw.rtl.dsp import registered_product
 
-LATENCY = 8
+LATENCY = 9
 ACC_BITS = 32
 BOUND_BITS = 10  # zero point and clip bounds: signed, |x| <= 511
 SATURATES = -13  # a product exponent from here up puts |r| >= 2**10: past any clip
 LAST_SHIFT = 24  # p >> 25 and beyond round to 0 (p < 2**24)
+SPLIT = 17  # the significands' low pieces: 17 bits unsigned, a DSP's 18 signed
 
 
 def _bit_length(m: Module, x, name: str) -> Signal:
@@ -66,7 +71,9 @@ def _round_shift(x, d, width: int):
 
 
 class RequantLane(wiring.Component):
-    """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later."""
+    """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later; `dsp`:
+    where the partial products are registered (`dsp.registered_product`: ECP5_DSP in a
+    MULT18X18D's output register, None a registered `*`)."""
 
     valid: In(1)
     acc: In(signed(ACC_BITS))
@@ -78,6 +85,10 @@ class RequantLane(wiring.Component):
     hi: In(signed(BOUND_BITS))
     out_valid: Out(1)
     out: Out(signed(BOUND_BITS))
+
+    def __init__(self, dsp: str | None = None):
+        self.dsp = dsp
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -115,11 +126,25 @@ class RequantLane(wiring.Component):
         m.d.comb += rounded.eq(_round_shift(mag2, drop1, SIGNIFICAND_BITS + 1))
         carry = rounded[SIGNIFICAND_BITS]
         m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
-        # 4: the product of the significands (registered: the multiplier's output register)
+        # 4: the significands' partial products, each in a multiplier's output register
+        sig = stages[2]["sig"]
+        pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
+        partial = {
+            (i, j): registered_product(m, pieces[0][i], pieces[1][j], f"pp{i}{j}", self.dsp)
+            for i in (0, 1)
+            for j in (0, 1)
+        }
+        ea4a = Signal.like(ea, name="ea4a")
+        m.d.sync += ea4a.eq(ea)
+        # 5: their sum, the product of the significands
         product = Signal(2 * SIGNIFICAND_BITS, name="product")
         ea4 = Signal.like(ea, name="ea4")
-        m.d.sync += [product.eq(a * stages[2]["sig"]), ea4.eq(ea)]
-        # 5: bits the product's rounding drops
+        cross = partial[0, 1] + partial[1, 0]
+        m.d.sync += [
+            product.eq(partial[0, 0] + (cross << SPLIT) + (partial[1, 1] << (2 * SPLIT))),
+            ea4.eq(ea4a),
+        ]
+        # 6: bits the product's rounding drops
         product5 = Signal.like(product, name="product5")
         ea5 = Signal.like(ea, name="ea5")
         drop2 = Signal(range(SIGNIFICAND_BITS + 1), name="drop2")
@@ -129,7 +154,7 @@ class RequantLane(wiring.Component):
             ea5.eq(ea4),
             drop2.eq(Mux(n2 > SIGNIFICAND_BITS, n2 - SIGNIFICAND_BITS, 0)),
         ]
-        # 6: the product's 24-bit significand p and exponent e (f = p * 2**e)
+        # 7: the product's 24-bit significand p and exponent e (f = p * 2**e)
         p = Signal(SIGNIFICAND_BITS, name="p")
         e = Signal(signed(EXPONENT_BITS + 2), name="e")
         zero6 = Signal(name="zero6")
@@ -138,10 +163,10 @@ class RequantLane(wiring.Component):
         carry2 = rounded2[SIGNIFICAND_BITS]
         m.d.sync += [
             p.eq(Mux(carry2, rounded2 >> 1, rounded2)),
-            e.eq(ea5 + stages[4]["exp"] - (SIGNIFICAND_BITS - 1) + drop2 + carry2),
+            e.eq(ea5 + stages[5]["exp"] - (SIGNIFICAND_BITS - 1) + drop2 + carry2),
             zero6.eq(product5 == 0),
         ]
-        # 7: to the integer: saturated, zero, or p >> (14..24) rounded to even
+        # 8: to the integer: saturated, zero, or p >> (14..24) rounded to even
         r = Signal(BOUND_BITS + 1, name="r")  # |r| < 2**10, or saturated at 2**10
         shift = Signal(range(LAST_SHIFT + 1), name="shift")
         m.d.comb += shift.eq((-e)[: len(shift)])
@@ -151,8 +176,8 @@ class RequantLane(wiring.Component):
             m.d.sync += r.eq(1 << BOUND_BITS)
         with m.Else():
             m.d.sync += r.eq(_round_shift(p, shift, BOUND_BITS + 1))
-        # 8: the sign, the zero point, the clip
-        last = stages[6]
+        # 9: the sign, the zero point, the clip
+        last = stages[7]
         y = Signal(signed(BOUND_BITS + 3), name="y")
         m.d.comb += y.eq(Mux(last["neg"], -r, r) + last["zero"])
         m.d.sync += [

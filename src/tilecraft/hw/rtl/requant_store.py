@@ -41,8 +41,8 @@ class BankHold(wiring.Signature):
 
 
 class RequantStream(wiring.Component):
-    def __init__(self, cfg: HwConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: HwConfig, dsp: str | None = None):
+        self.cfg, self.dsp = cfg, dsp  # dsp: where the lanes' products are registered
         spec = isa_for(cfg)
         self.lanes = cfg.batch * cfg.block_out
         if self.lanes % cfg.requant_lanes or cfg.acc_bits != ACC_BITS:
@@ -169,7 +169,7 @@ class RequantStream(wiring.Component):
                 m.d.sync += part.eq(part + 1)
         lane_units = []
         for i in range(lanes):
-            m.submodules[f"lane{i}"] = lane = RequantLane()
+            m.submodules[f"lane{i}"] = lane = RequantLane(self.dsp)
             lane_units.append(lane)
             m.d.comb += lane.valid.eq(feed)
             for p in range(passes):
