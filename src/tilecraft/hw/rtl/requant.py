@@ -8,17 +8,23 @@ with the scale held as its 24-bit significand and 7-bit exponent (`ops.requant.s
 The stages are the spec's, each into registers:
 
     1  v = acc + bias; its sign and magnitude (32 bits: |-2**31| fits unsigned)
-    2  the magnitude's leading one: how many bits (0-8) float32 drops
-    3  the rounding shift to a 24-bit significand a, to nearest even (a carry renormalizes)
+    2  the magnitude's leading one (its bit length, 0-32)
+    3  the 24-bit significand a of float32(|v|), normalized (a >= 2**23 for v != 0): the
+       rounding shift to nearest even for a magnitude of 25-32 bits (a carry renormalizes), a
+       left shift for a shorter one (exact), and its exponent ea (a = 0 for v = 0)
     4  a * significand: its four partial products (a and the significand split at bit 17,
        each piece within a DSP's 18 signed bits), each in a multiplier's output register
     5  their sum, the 48-bit product (a 24 x 24 product in one cycle, through DSPs without
-       their registers, was every failing path of the unit's first route: 22 ns)
-    6  the product's leading one (bit 47 or 46, or lower for a small a): bits to drop (0-24)
-    7  the rounding shift to the product's 24-bit significand p and its exponent e
-    8  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0 (the scale's
-       significand is normalized), so f >= 2**(23 + e): an e >= -13 is past any clip and
-       saturates, an e <= -25 rounds to 0, and the rest is a right shift by 14-24
+       their registers, was every failing path of the unit's first route: 22 ns); beside it
+       ea + the scale's exponent - 23
+    6  the product's 24-bit significand p and its exponent e (f = p * 2**e): both significands
+       are normalized, so the product's leading one is bit 47 or 46 and the rounding drops 24
+       or 23 bits (no search: a 48-bit leading-one search here was the branch's worst path)
+    7  nothing but the registers of stage 6 (a stage kept so the lane's latency and the
+       model's stay as measured)
+    8  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0, so
+       f >= 2**(23 + e): an e >= -13 is past any clip and saturates, an e <= -25 rounds to 0,
+       and the rest is a right shift by 14-24
     9  sign, + zero point, clip
 
 `LATENCY` cycles from an input to its output, one input a cycle, no stall (a `valid` bit rides
@@ -111,21 +117,28 @@ class RequantLane(wiring.Component):
         m.d.comb += v.eq(self.acc + self.bias)
         mag1 = Signal(ACC_BITS, name="mag1")
         m.d.sync += [stages[0]["neg"].eq(v < 0), mag1.eq(Mux(v < 0, -v, v))]
-        # 2: bits float32 drops from the magnitude
+        # 2: the magnitude's bit length
         mag2 = Signal(ACC_BITS, name="mag2")
-        drop1 = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 1), name="drop1")
-        n1 = _bit_length(m, mag1, "n1")
-        m.d.sync += [
-            mag2.eq(mag1),
-            drop1.eq(Mux(n1 > SIGNIFICAND_BITS, n1 - SIGNIFICAND_BITS, 0)),
-        ]
-        # 3: the 24-bit significand of float32(|v|) and its exponent
+        n1 = Signal(range(ACC_BITS + 1), name="n1")
+        m.d.sync += [mag2.eq(mag1), n1.eq(_bit_length(m, mag1, "n1_search"))]
+        # 3: the normalized 24-bit significand of float32(|v|) and its exponent
         a = Signal(SIGNIFICAND_BITS, name="a")
-        ea = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 2), name="ea")
+        ea = Signal(signed(7), name="ea")  # -24 .. 9
+        long = n1 > SIGNIFICAND_BITS  # 25-32 bits: float32 rounds
+        drop1 = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 1), name="drop1")
+        lift = Signal(range(SIGNIFICAND_BITS + 1), name="lift")
+        m.d.comb += [
+            drop1.eq(Mux(long, n1 - SIGNIFICAND_BITS, 0)),
+            lift.eq(Mux(long | (n1 == 0), 0, SIGNIFICAND_BITS - n1)),
+        ]
         rounded = Signal(SIGNIFICAND_BITS + 1, name="rounded")
         m.d.comb += rounded.eq(_round_shift(mag2, drop1, SIGNIFICAND_BITS + 1))
         carry = rounded[SIGNIFICAND_BITS]
-        m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
+        lifted = (mag2 << lift)[:SIGNIFICAND_BITS]
+        with m.If(long):
+            m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
+        with m.Else():
+            m.d.sync += [a.eq(lifted), ea.eq(-lift)]
         # 4: the significands' partial products, each in a multiplier's output register
         sig = stages[2]["sig"]
         pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
@@ -136,36 +149,38 @@ class RequantLane(wiring.Component):
         }
         ea4a = Signal.like(ea, name="ea4a")
         m.d.sync += ea4a.eq(ea)
-        # 5: their sum, the product of the significands
+        # 5: their sum, the product of the significands; the exponent less 23
         product = Signal(2 * SIGNIFICAND_BITS, name="product")
-        ea4 = Signal.like(ea, name="ea4")
+        e5 = Signal(signed(EXPONENT_BITS + 2), name="e5")
         cross = partial[0, 1] + partial[1, 0]
         m.d.sync += [
             product.eq(partial[0, 0] + (cross << SPLIT) + (partial[1, 1] << (2 * SPLIT))),
-            ea4.eq(ea4a),
+            e5.eq(ea4a + stages[3]["exp"] - (SIGNIFICAND_BITS - 1)),
         ]
-        # 6: bits the product's rounding drops
-        product5 = Signal.like(product, name="product5")
-        ea5 = Signal.like(ea, name="ea5")
-        drop2 = Signal(range(SIGNIFICAND_BITS + 1), name="drop2")
-        n2 = _bit_length(m, product, "n2")
+        # 6: the product's 24-bit significand p and exponent e (f = p * 2**e): 24 bits
+        # dropped if its bit 47 is set, else 23, rounded to nearest even
+        p6 = Signal(SIGNIFICAND_BITS, name="p6")
+        e6 = Signal(signed(EXPONENT_BITS + 2), name="e6")
+        zero6a = Signal(name="zero6a")
+        top = product[2 * SIGNIFICAND_BITS - 1]
+        wide = Signal(SIGNIFICAND_BITS + 1, name="wide")
+        narrow = Signal(SIGNIFICAND_BITS + 1, name="narrow")
+        m.d.comb += [
+            wide.eq(_round_shift(product, Const(SIGNIFICAND_BITS), SIGNIFICAND_BITS + 1)),
+            narrow.eq(_round_shift(product, Const(SIGNIFICAND_BITS - 1), SIGNIFICAND_BITS + 1)),
+        ]
+        rounded2 = Mux(top, wide, narrow)
+        carry2 = rounded2[SIGNIFICAND_BITS]
         m.d.sync += [
-            product5.eq(product),
-            ea5.eq(ea4),
-            drop2.eq(Mux(n2 > SIGNIFICAND_BITS, n2 - SIGNIFICAND_BITS, 0)),
+            p6.eq(Mux(carry2, rounded2 >> 1, rounded2)),
+            e6.eq(e5 + (SIGNIFICAND_BITS - 1) + top + carry2),
+            zero6a.eq(product == 0),
         ]
-        # 7: the product's 24-bit significand p and exponent e (f = p * 2**e)
+        # 7: stage 6's registers again (the lane's latency unchanged)
         p = Signal(SIGNIFICAND_BITS, name="p")
         e = Signal(signed(EXPONENT_BITS + 2), name="e")
         zero6 = Signal(name="zero6")
-        rounded2 = Signal(SIGNIFICAND_BITS + 1, name="rounded2")
-        m.d.comb += rounded2.eq(_round_shift(product5, drop2, SIGNIFICAND_BITS + 1))
-        carry2 = rounded2[SIGNIFICAND_BITS]
-        m.d.sync += [
-            p.eq(Mux(carry2, rounded2 >> 1, rounded2)),
-            e.eq(ea5 + stages[5]["exp"] - (SIGNIFICAND_BITS - 1) + drop2 + carry2),
-            zero6.eq(product5 == 0),
-        ]
+        m.d.sync += [p.eq(p6), e.eq(e6), zero6.eq(zero6a)]
         # 8: to the integer: saturated, zero, or p >> (14..24) rounded to even
         r = Signal(BOUND_BITS + 1, name="r")  # |r| < 2**10, or saturated at 2**10
         shift = Signal(range(LAST_SHIFT + 1), name="shift")
