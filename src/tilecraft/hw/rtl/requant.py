@@ -8,20 +8,19 @@ with the scale held as its 24-bit significand and 7-bit exponent (`ops.requant.s
 The stages are the spec's, each into registers:
 
     1  v = acc + bias; its sign and magnitude (32 bits: |-2**31| fits unsigned)
-    2  the magnitude's leading one (its bit length, 0-32)
-    3  the 24-bit significand a of float32(|v|), normalized (a >= 2**23 for v != 0): the
-       rounding shift to nearest even for a magnitude of 25-32 bits (a carry renormalizes), a
-       left shift for a shorter one (exact), and its exponent ea (a = 0 for v = 0)
-    4  a * significand: its four partial products (a and the significand split at bit 17,
+    2  the magnitude's leading one (a tree of narrow picks, `_leading_one`)
+    3  the shift to a 24-bit significand: right 1-8 for a magnitude of 25-32 bits (float32
+       rounds), left 0-23 for a shorter one (exact: the significand normalized)
+    4  the normalized 24-bit significand a of float32(|v|) (a >= 2**23 for v != 0; 0 for 0),
+       rounded to nearest even where it drops bits (a carry renormalizes), and its exponent
+    5  a * significand: its four partial products (a and the significand split at bit 17,
        each piece within a DSP's 18 signed bits), each in a multiplier's output register
-    5  their sum, the 48-bit product (a 24 x 24 product in one cycle, through DSPs without
+    6  their sum, the 48-bit product (a 24 x 24 product in one cycle, through DSPs without
        their registers, was every failing path of the unit's first route: 22 ns); beside it
        ea + the scale's exponent - 23
-    6  the product's 24-bit significand p and its exponent e (f = p * 2**e): both significands
+    7  the product's 24-bit significand p and its exponent e (f = p * 2**e): both significands
        are normalized, so the product's leading one is bit 47 or 46 and the rounding drops 24
-       or 23 bits (no search: a 48-bit leading-one search here was the branch's worst path)
-    7  nothing but the registers of stage 6 (a stage kept so the lane's latency and the
-       model's stay as measured)
+       or 23 bits (no search: a 48-bit leading-one search here was a worst path)
     8  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0, so
        f >= 2**(23 + e): an e >= -13 is past any clip and saturates, an e <= -25 rounds to 0,
        and the rest is a right shift by 14-24
@@ -47,20 +46,18 @@ LAST_SHIFT = 24  # p >> 25 and beyond round to 0 (p < 2**24)
 SPLIT = 17  # the significands' low pieces: 17 bits unsigned, a DSP's 18 signed
 
 
-def _bit_length(m: Module, x, name: str) -> Signal:
-    """x's leading one plus one (0 for 0), combinational: the spec's search, halving the
-    window each step (log2 of the width steps, where a priority chain is one per bit)."""
-    steps = [1 << k for k in reversed(range((len(x) - 1).bit_length()))]
-    n = Signal(range(len(x) + 1), name=name)
-    y, found = x, 0
-    for k, step in enumerate(steps):
-        high = Signal(name=f"{name}_high{k}")
-        rest = Signal(len(x), name=f"{name}_rest{k}")
-        m.d.comb += [high.eq((y >> step) != 0), rest.eq(Mux(high, y >> step, y))]
-        found = found + Mux(high, step, 0)
-        y = rest
-    m.d.comb += n.eq(found + (y != 0))
-    return n
+def _leading_one(x) -> tuple:
+    """(any bit set, the highest set bit's index) of x (a power-of-two width), as a tree:
+    each level picks the upper half's index (its own bits with a 1 above them: a
+    concatenation, no adder) where the upper half has a bit, else the lower half's. log2 of
+    the width levels of narrow muxes (a search by shifting the whole word was each level a
+    32-bit mux, and the route's worst path)."""
+    if len(x) == 1:
+        return x[0], Const(0, 0)
+    half = len(x) // 2
+    any_lo, at_lo = _leading_one(x[:half])
+    any_hi, at_hi = _leading_one(x[half:])
+    return any_lo | any_hi, Mux(any_hi, Cat(at_hi, Const(1, 1)), Cat(at_lo, Const(0, 1)))
 
 
 def _round_shift(x, d, width: int):
@@ -117,30 +114,38 @@ class RequantLane(wiring.Component):
         m.d.comb += v.eq(self.acc + self.bias)
         mag1 = Signal(ACC_BITS, name="mag1")
         m.d.sync += [stages[0]["neg"].eq(v < 0), mag1.eq(Mux(v < 0, -v, v))]
-        # 2: the magnitude's bit length
+        # 2: the magnitude's leading one
         mag2 = Signal(ACC_BITS, name="mag2")
-        n1 = Signal(range(ACC_BITS + 1), name="n1")
-        m.d.sync += [mag2.eq(mag1), n1.eq(_bit_length(m, mag1, "n1_search"))]
-        # 3: the normalized 24-bit significand of float32(|v|) and its exponent
-        a = Signal(SIGNIFICAND_BITS, name="a")
-        ea = Signal(signed(7), name="ea")  # -24 .. 9
-        long = n1 > SIGNIFICAND_BITS  # 25-32 bits: float32 rounds
+        nonzero = Signal(name="nonzero")
+        top1 = Signal(range(ACC_BITS), name="top1")  # the leading one's index
+        found, at = _leading_one(mag1)
+        m.d.sync += [mag2.eq(mag1), nonzero.eq(found), top1.eq(at)]
+        # 3: the shift to a 24-bit significand: float32 rounds a magnitude of 25-32 bits
+        # (drops 1-8), a shorter one shifts left to normalize (exact)
+        mag3 = Signal(ACC_BITS, name="mag3")
+        long = Signal(name="long")
         drop1 = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 1), name="drop1")
         lift = Signal(range(SIGNIFICAND_BITS + 1), name="lift")
-        m.d.comb += [
-            drop1.eq(Mux(long, n1 - SIGNIFICAND_BITS, 0)),
-            lift.eq(Mux(long | (n1 == 0), 0, SIGNIFICAND_BITS - n1)),
+        last = SIGNIFICAND_BITS - 1  # 23: the normalized significand's leading one
+        m.d.sync += [
+            mag3.eq(mag2),
+            long.eq(top1 > last),
+            drop1.eq(Mux(top1 > last, top1 - last, 0)),
+            lift.eq(Mux(~nonzero | (top1 > last), 0, last - top1)),
         ]
+        # 4: the normalized 24-bit significand of float32(|v|) and its exponent (a = 0 for 0)
+        a = Signal(SIGNIFICAND_BITS, name="a")
+        ea = Signal(signed(7), name="ea")  # -24 .. 9
         rounded = Signal(SIGNIFICAND_BITS + 1, name="rounded")
-        m.d.comb += rounded.eq(_round_shift(mag2, drop1, SIGNIFICAND_BITS + 1))
+        m.d.comb += rounded.eq(_round_shift(mag3, drop1, SIGNIFICAND_BITS + 1))
         carry = rounded[SIGNIFICAND_BITS]
-        lifted = (mag2 << lift)[:SIGNIFICAND_BITS]
+        lifted = (mag3 << lift)[:SIGNIFICAND_BITS]
         with m.If(long):
             m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
         with m.Else():
             m.d.sync += [a.eq(lifted), ea.eq(-lift)]
-        # 4: the significands' partial products, each in a multiplier's output register
-        sig = stages[2]["sig"]
+        # 5: the significands' partial products, each in a multiplier's output register
+        sig = stages[3]["sig"]
         pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
         partial = {
             (i, j): registered_product(m, pieces[0][i], pieces[1][j], f"pp{i}{j}", self.dsp)
@@ -149,19 +154,19 @@ class RequantLane(wiring.Component):
         }
         ea4a = Signal.like(ea, name="ea4a")
         m.d.sync += ea4a.eq(ea)
-        # 5: their sum, the product of the significands; the exponent less 23
+        # 6: their sum, the product of the significands; the exponent less 23
         product = Signal(2 * SIGNIFICAND_BITS, name="product")
         e5 = Signal(signed(EXPONENT_BITS + 2), name="e5")
         cross = partial[0, 1] + partial[1, 0]
         m.d.sync += [
             product.eq(partial[0, 0] + (cross << SPLIT) + (partial[1, 1] << (2 * SPLIT))),
-            e5.eq(ea4a + stages[3]["exp"] - (SIGNIFICAND_BITS - 1)),
+            e5.eq(ea4a + stages[4]["exp"] - (SIGNIFICAND_BITS - 1)),
         ]
-        # 6: the product's 24-bit significand p and exponent e (f = p * 2**e): 24 bits
+        # 7: the product's 24-bit significand p and exponent e (f = p * 2**e): 24 bits
         # dropped if its bit 47 is set, else 23, rounded to nearest even
-        p6 = Signal(SIGNIFICAND_BITS, name="p6")
-        e6 = Signal(signed(EXPONENT_BITS + 2), name="e6")
-        zero6a = Signal(name="zero6a")
+        p = Signal(SIGNIFICAND_BITS, name="p")
+        e = Signal(signed(EXPONENT_BITS + 2), name="e")
+        zero6 = Signal(name="zero6")
         top = product[2 * SIGNIFICAND_BITS - 1]
         wide = Signal(SIGNIFICAND_BITS + 1, name="wide")
         narrow = Signal(SIGNIFICAND_BITS + 1, name="narrow")
@@ -172,15 +177,10 @@ class RequantLane(wiring.Component):
         rounded2 = Mux(top, wide, narrow)
         carry2 = rounded2[SIGNIFICAND_BITS]
         m.d.sync += [
-            p6.eq(Mux(carry2, rounded2 >> 1, rounded2)),
-            e6.eq(e5 + (SIGNIFICAND_BITS - 1) + top + carry2),
-            zero6a.eq(product == 0),
+            p.eq(Mux(carry2, rounded2 >> 1, rounded2)),
+            e.eq(e5 + (SIGNIFICAND_BITS - 1) + top + carry2),
+            zero6.eq(product == 0),
         ]
-        # 7: stage 6's registers again (the lane's latency unchanged)
-        p = Signal(SIGNIFICAND_BITS, name="p")
-        e = Signal(signed(EXPONENT_BITS + 2), name="e")
-        zero6 = Signal(name="zero6")
-        m.d.sync += [p.eq(p6), e.eq(e6), zero6.eq(zero6a)]
         # 8: to the integer: saturated, zero, or p >> (14..24) rounded to even
         r = Signal(BOUND_BITS + 1, name="r")  # |r| < 2**10, or saturated at 2**10
         shift = Signal(range(LAST_SHIFT + 1), name="shift")
