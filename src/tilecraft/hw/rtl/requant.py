@@ -179,9 +179,7 @@ class RequantLane(wiring.Component):
         nothing12, saturated12 = reg(nothing, "nothing12"), reg(saturated, "saturated12")
         # 13: the integer |r| < 2**10, or saturated at 2**10
         rounded = q + _nearest_even(q, guard12, sticky12)
-        r = reg(
-            Mux(nothing12, 0, Mux(saturated12, 1 << BOUND_BITS, rounded)), "r", BOUND_BITS + 1
-        )
+        r = reg(Mux(nothing12, 0, Mux(saturated12, 1 << BOUND_BITS, rounded)), "r", BOUND_BITS + 1)
         # 14: the sign and the zero point
         zero = delayed(self.zero, 13, "zero")
         y = reg(Mux(delayed(neg, 11, "neg"), zero - r, zero + r), "y", signed(BOUND_BITS + 3))
