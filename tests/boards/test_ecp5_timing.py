@@ -153,3 +153,49 @@ def test_a_missing_tool_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
     with pytest.raises(DeviceError, match=r"needs nosuch-tool: pip install tilecraft\[rtl\]"):
         find_tool("nosuch-tool", extra="rtl")
+
+
+def test_a_unit_routed_alone_keeps_every_port_of_every_copy():
+    from amaranth import Shape
+    from amaranth.lib import wiring
+
+    from tilecraft.boards.flows.unit_timing import unit_harness
+    from tilecraft.hw.rtl.requant import RequantLane
+
+    widths = {"In": 0, "Out": 0}
+    for _, member in wiring.Signature(RequantLane.__annotations__).members.flatten():
+        widths[member.flow.name] += Shape.cast(member.shape).width
+    text = unit_harness("requant-lane", 3)
+    assert "module unit_harness(" in text
+    # the shift chain holds every input bit of the three copies, the fold every output bit
+    assert f"reg [{3 * widths['In'] - 1}:0] chain" in text
+    assert f"reg [{3 * widths['Out'] - 1}:0] held" in text
+    assert all(f"unit{k}" in text for k in range(3)) and "unit3" not in text
+    assert text.count("MULT18X18D") >= 3 * 4  # each copy's partial products on DSP instances
+
+
+@pytest.mark.slow
+def test_a_unit_is_routed_through_the_same_flow(tmp_path, monkeypatch):
+    from tilecraft.boards.flows.unit_timing import unit_timing
+
+    body = f"cat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    r = unit_timing("requant-lane", 2, workdir=tmp_path / "work", target_mhz=150, seed=1)
+    assert r.config == "requant-lane x2" and r.fmax_mhz == 87.5 and r.seed == 1
+    assert r.target_mhz == 150 and not r.met
+    assert "requant-lane x2 on the LFE5U-85F" in r.format()
+    assert "module unit_harness(" in (tmp_path / "work" / "unit.v").read_text()
+
+
+def test_a_unit_routed_alone_refuses_bad_input(tmp_path):
+    from tilecraft.boards.flows.unit_timing import unit_timing
+
+    with pytest.raises(DeviceError, match="unknown unit 'alu' to route alone; valid: requant-lane"):
+        unit_timing("alu", workdir=tmp_path / "never")
+    for bad in (0, 65, 2.0, True):
+        with pytest.raises(DeviceError, match=rf"{bad!r} copies of requant-lane: give a whole"):
+            unit_timing("requant-lane", bad, workdir=tmp_path / "never")
+    with pytest.raises(DeviceError, match="unknown ECP5 device '12k'"):
+        unit_timing("requant-lane", device="12k", workdir=tmp_path / "never")
+    assert not (tmp_path / "never").exists()

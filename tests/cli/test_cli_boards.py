@@ -123,3 +123,31 @@ def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert data["fmax_mhz"] == 80.0 and data["endpoints"]["failing"] == 2
     assert png.stat().st_size > 10_000
+
+
+def test_hw_timing_routes_a_unit_alone(tmp_path, capsys, monkeypatch):
+    import tilecraft.boards.flows.unit_timing as unit_timing
+    from tilecraft.boards.flows.ecp5 import TimingReport
+
+    asked = {}
+
+    def route(unit, copies, **options):
+        asked.update(unit=unit, copies=copies, **options)
+        return TimingReport(
+            config=f"{unit} x{copies}", device="LFE5U-85F", package="CABGA381", speed=6,
+            target_mhz=options["target_mhz"], fmax_mhz=142.3, routed=True, seconds=30.0,
+        )  # fmt: skip
+
+    monkeypatch.setattr(unit_timing, "unit_timing", route)
+    out = tmp_path / "u.json"
+    argv = ["hw", "timing", "--unit", "requant-lane", "--copies", "8", "--freq", "150"]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert asked["unit"] == "requant-lane" and asked["copies"] == 8
+    assert asked["target_mhz"] == 150.0
+    assert "requant-lane x8 on the LFE5U-85F" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["unit"] == "requant-lane" and data["fmax_mhz"] == 142.3
+    assert main(["hw", "timing", "--unit", "requant-lane", "--record"]) == 1
+    assert "routes on the ECP5 flow only, and records nothing: drop --record" in (
+        capsys.readouterr().err
+    )

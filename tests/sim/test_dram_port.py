@@ -113,3 +113,31 @@ def test_a_slow_consumer_holds_the_data_bus_once_its_fifo_is_full():
     port.request("fetch", FETCH_CLIENT, [(8, 1)], at=1)
     done = dict((k, (first, free)) for k, first, free in _drain(port))
     assert done["fetch"][0] == done["uop"][0] + 4 * (16 + GAP)
+
+
+def test_a_paced_write_holds_the_data_bus_for_the_reads_accepted_after_it():
+    # a requantizing STORE's burst whose data the unit gives one beat every 3 cycles (16 rows of
+    # 3 passes, `burst_ends`): a read accepted after it gets its data only after the write's
+    # last beat and the gap, as the RTL's DRAM serves bursts in acceptance order; without a
+    # pace the write's beats are taken back to back
+    from tilecraft.sim.requant_pace import burst_ends
+
+    shape = (16, 16, 3, 1)  # elements, rows per set, passes per row, beats per element
+    reads_from = 0
+    paced = {}
+    for pace in (True, False):
+        port = DramPort(T)
+        if pace:
+            port.pace = lambda key: burst_ends(T, shape, [(16, 1)], reads_from)
+        port.request("store", STORE_CLIENT, [(16, 1)], at=0)
+        port.request("load", LOAD_CLIENT, [(4, 1)], at=1)
+        paced[pace] = dict((k, (first, free)) for k, first, free in _drain(port))
+    first = paced[True]["store"][0]
+    assert first == L  # accepted at 0: the DRAM's latency
+    # the unit reads the three parameter rows, then a row every 3 cycles; the last row's
+    # element is ready requant_latency + 1 after its read, well after the bus would take it
+    last = reads_from + 3 - 3 + 3 * 16 + T.requant_latency + 1
+    assert last > first + 15
+    assert paced[True]["load"][0] == last + 1 + GAP
+    assert paced[False]["load"][0] == first + 16 + GAP
+    assert paced[True]["load"][0] > paced[False]["load"][0]

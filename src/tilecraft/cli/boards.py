@@ -152,6 +152,8 @@ def cmd_hw_timing(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.cli.common import write, write_json
 
+    if args.unit is not None:
+        return _unit_timing(args)
     cfg = resolve_config(args.config)
     if args.flow == "ecp5":
         from tilecraft.boards.flows.ecp5 import timing
@@ -188,6 +190,36 @@ def cmd_hw_timing(args) -> int:
             **r.to_dict(),
         }
     write(args.json, lambda p: write_json(p, data), "JSON")
+    return 0
+
+
+def _unit_timing(args) -> int:
+    """`hw timing --unit NAME`: copies of one unit routed alone on the ECP5."""
+    from tilecraft.boards.flows.unit_timing import unit_timing
+    from tilecraft.cli.common import write, write_json
+    from tilecraft.errors import TilecraftError
+
+    if args.flow != "ecp5" or args.record:
+        raise TilecraftError(
+            f"--unit {args.unit} routes on the ECP5 flow only, and records nothing: drop "
+            f"{'--record' if args.record else '--flow ' + args.flow}"
+        )
+    report = unit_timing(
+        args.unit,
+        args.copies,
+        device=args.device,
+        target_mhz=args.freq or 100.0,
+        route_timeout_s=args.route_timeout,
+        seed=args.seed,
+    )
+    print(report.format())
+    if args.plot:
+        _plot_endpoints(report, args.plot)
+    write(
+        args.json,
+        lambda p: write_json(p, {"flow": "ecp5", "unit": args.unit, **report.to_dict()}),
+        "JSON",
+    )
     return 0
 
 
@@ -252,6 +284,15 @@ def add_hw_parsers(hw) -> None:
         type=int,
         metavar="N",
         help="ecp5: nextpnr's placement seed (default: nextpnr's own)",
+    )
+    t.add_argument(
+        "--unit",
+        metavar="NAME",
+        help="ecp5: route copies of one unit alone, requant-lane (a minute, not the core's "
+        "most of an hour; --config is not used)",
+    )
+    t.add_argument(
+        "--copies", type=int, default=4, metavar="N", help="--unit: how many side by side (4)"
     )
     t.add_argument("--json", help="write the figures as JSON here")
     t.add_argument("--plot", help="ecp5: plot the endpoints' path lengths (PNG) here")

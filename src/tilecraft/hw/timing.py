@@ -72,8 +72,8 @@ class Timing:
     hold_grant: int = 1
     requant_start: int = 5
     requant_set_gap: int = 7
-    requant_latency: int = 12
-    requant_ahead: int = 19
+    requant_latency: int = 19
+    requant_ahead: int = 26
     hold_release: int = 1  # from a requantizing STORE's end to a GEMM/ALU instruction issuing
     # into the bank it held (its request falls, then the grant: hw/rtl/compute.py). Measured:
     # 0 put 25 and 23 of 36 programs exact against the RTL (1x8x8 and default, 8 lanes), 1

@@ -13,8 +13,10 @@
   `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
   the previous burst's last beat.
 - A write whose data comes later than the DRAM would take it (a requantizing STORE's unit,
-  `requant_pace.py`) holds the data bus until its last beat: the engine moves `data_free` past
-  it once it knows when that is.
+  `requant_pace.py`) holds the data bus until its last beat. Where its pace is known as a
+  burst is accepted (`pace`: the engine's, once the unit has its bank), the burst's last beat
+  is worked out then, so the bursts accepted after it wait for it; otherwise the engine moves
+  `data_free` past the write once it knows when its last beat is.
 - A transfer whose consumer takes its beats slower than one a cycle (`drain` cycles for all of
   them: a LOAD of narrow elements, one written a cycle) holds R once its client's FIFO
   (`Timing.read_buffer` beats) is full, so the bursts after it get their data no sooner than
@@ -28,6 +30,7 @@ same cycle, so a transfer registered in the meantime is never passed over.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from tilecraft.hw.timing import Timing
@@ -44,7 +47,8 @@ class _Transfer:
     sent: int = 0  # bursts accepted so far
     first: int = 0  # cycle of its first data beat
     drain: int = 0  # cycles its consumer takes for all its beats (0: one a cycle)
-    accepts: list[int] = field(default_factory=list)  # a write's bursts' acceptances
+    firsts: list[int] = field(default_factory=list)  # a write's bursts' earliest first beats
+    pace: Generator[int | None, int, None] | None = None  # a paced write's `burst_ends`
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class Done:
     key: object
     first: int
     free: int
-    accepts: tuple[int, ...] = ()  # a write's bursts' acceptances (its data waits for them)
+    firsts: tuple[int, ...] = ()  # a write's bursts' earliest first beats (the DRAM's)
 
 
 class DramPort:
@@ -67,6 +71,9 @@ class DramPort:
         self.last_accept = -1  # one address per cycle
         self.read_end = -2  # the last read transfer's last acceptance (the pick follows it)
         self.data_free = 0  # earliest first beat of the next burst
+        # a write's pace, asked as its first burst is accepted: key -> its `burst_ends`, or
+        # None where it is not yet known
+        self.pace: Callable[[object], Generator[int | None, int, None] | None] | None = None
 
     def request(
         self, key, client: int, bursts: list[tuple[int, int]], at: int, drain: int = 0
@@ -144,10 +151,17 @@ class DramPort:
         else:
             c, tr = write_at, self.writes[0]
         beats = tr.bursts[tr.sent][0]
-        if tr.client == STORE_CLIENT:
-            tr.accepts.append(c)
         first = max(c + self.timing.dram_latency, self.data_free)
-        self.data_free = first + beats + self.timing.burst_gap
+        last = first + beats - 1
+        if tr.client == STORE_CLIENT:
+            tr.firsts.append(first)
+            if tr.sent == 0 and self.pace is not None:
+                tr.pace = self.pace(tr.key)
+                if tr.pace is not None:
+                    next(tr.pace)
+            if tr.pace is not None:
+                last = tr.pace.send(first)
+        self.data_free = last + 1 + self.timing.burst_gap
         self.last_accept = c
         if tr.sent == 0:
             tr.first = first
@@ -161,7 +175,7 @@ class DramPort:
             self._held(tr)
             return Done(tr.key, tr.first, self.data_free)
         self.writes.popleft()
-        return Done(tr.key, tr.first, self.data_free, tuple(tr.accepts))
+        return Done(tr.key, tr.first, self.data_free, tuple(tr.firsts))
 
     def _held(self, tr: _Transfer) -> None:
         """A read transfer's last burst is in: where its consumer is slower than the data bus,

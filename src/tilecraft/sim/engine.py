@@ -30,7 +30,7 @@ The STORE ends once the DRAM has taken the beats its unit gives from the grant o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 from tilecraft.errors import DeadlockError, ExecutionError
 from tilecraft.hw.config import HwConfig
@@ -47,7 +47,7 @@ from tilecraft.hw.timing import Timing
 from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, Done, DramPort
 from tilecraft.sim.fetch import FETCH_KEY, Fetch
 from tilecraft.sim.plan import Plan
-from tilecraft.sim.requant_pace import last_beat
+from tilecraft.sim.requant_pace import burst_ends, last_beat
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 PORT = 4  # actor id of the DRAM port
@@ -119,6 +119,7 @@ class Engine:
         self.push_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.pop_t: dict[TokenQueue, list[int]] = {q: [] for q in TokenQueue}
         self.port = DramPort(timing)
+        self.port.pace = self._pace
         self.fetch = Fetch(cfg, timing, plan, self.port, insn_offset)
         self.dispatch_t = self.fetch.dispatched
         self.in_flight: dict[Stage, tuple[int, int] | None] = dict.fromkeys(Stage)
@@ -317,13 +318,23 @@ class Engine:
             self.in_flight[Stage.STORE] = None
             self._complete(Stage.STORE, hold.k, t, self._unit_end(t, hold), None)
 
+    def _pace(self, key) -> Generator[int | None, int, None] | None:
+        """Requantizing STORE `key`'s beats burst by burst (`burst_ends`), for the DRAM port
+        as it accepts its first burst: known once the STORE's unit has its bank."""
+        hold = self.store_hold
+        if hold is None or hold.k != key or hold.granted is None:
+            return None
+        _, t = self.in_flight[Stage.STORE]
+        reads = max(hold.granted, t + self.timing.requant_start)
+        return burst_ends(self.timing, self.plan.unit_shape[key], self.plan.bursts[key], reads)
+
     def _unit_end(self, t: int, hold: _Hold) -> int:
         """The end of requantizing STORE hold.k, started at t: once the DRAM has taken the
         last beat its unit gave (which holds the DRAM's data bus that long)."""
         timing, k, done = self.timing, hold.k, hold.done
         reads = max(hold.granted, t + timing.requant_start)
         shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
-        last = last_beat(timing, shape, bursts, reads, done.first, done.accepts)
+        last = last_beat(timing, shape, bursts, reads, done.firsts)
         free = last + 1 + timing.burst_gap
         self.port.data_free = max(self.port.data_free, free)
         return max(hold.port_end, free + timing.store_tail)

@@ -5,8 +5,9 @@ one every `passes` cycles (a row takes BATCH x BLOCK_OUT / requant_lanes passes 
 lanes), a set after the first `Timing.requant_set_gap` cycles later than that (its rows drain
 into the lanes first); a row comes out `Timing.requant_latency` cycles after its read, into the
 store's element FIFO, and the write takes its beats from the FIFO a cycle later, one a cycle,
-each burst's first beat no sooner than `dram_latency` after the burst's address was accepted
-and `burst_gap` cycles after the burst before it. The unit reads a row only while fewer than
+each burst's first beat no sooner than the DRAM serves it (`dram_latency` after its address
+was accepted, after the bursts accepted before it) and `burst_gap` cycles after the burst
+before it. The unit reads a row only while fewer than
 `Timing.requant_ahead` rows are read and not yet written (the FIFO's room), so where the write
 waits for the DRAM the unit waits for the write. Element by element: the model of a STORE that
 the unit, not the DRAM, may pace (short sets, lanes slower than the bus, a late grant).
@@ -14,27 +15,27 @@ the unit, not the DRAM, may pace (short sets, lanes slower than the bus, a late 
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from tilecraft.hw.timing import Timing
 
 
-def last_beat(
-    timing: Timing,
-    shape: tuple[int, int, int, int],
-    bursts: list[tuple[int, int]],
-    reads_from: int,
-    first: int,
-    accepts: tuple[int, ...],
-) -> int:
-    """The cycle of the last beat of a requantizing STORE of `shape` (elements, rows per
-    parameter set, passes per row, beats per element) in `bursts`, its unit reading from
-    cycle `reads_from`, its first burst's data due no sooner than `first`, its bursts'
-    addresses accepted at `accepts`."""
+def burst_ends(
+    timing: Timing, shape: tuple[int, int, int, int], bursts: list[tuple[int, int]], reads_from: int
+) -> Generator[int | None, int, None]:
+    """The beats of a requantizing STORE of `shape` (elements, rows per parameter set, passes
+    per row, beats per element) in `bursts`, its unit reading from cycle `reads_from`, a
+    burst at a time: primed with next(), then sent each burst's earliest first beat in turn
+    (the DRAM's: its acceptance plus the latency, after the bursts the DRAM serves before
+    it), it answers with that burst's last beat. The DRAM port asks as it accepts each burst,
+    so the bursts after a write the unit paces wait for its data, as on the RTL."""
     n, per_set, passes, beats = shape
-    lat, gap = timing.dram_latency, timing.burst_gap
+    gap = timing.burst_gap
     ahead, set_gap, latency = timing.requant_ahead, timing.requant_set_gap, timing.requant_latency
     written = [0] * n  # each element's last beat
     read = reads_from + 3 - passes  # the set's three parameter rows first
-    t = first - 1  # the last beat so far
+    earliest = yield None
+    t = earliest - 1  # the last beat so far
     burst, left = 0, bursts[0][0]
     for j in range(n):
         read += passes + (set_gap if j and j % per_set == 0 else 0)
@@ -46,8 +47,25 @@ def last_beat(
             if left == 0:  # a burst's first beat
                 burst += 1
                 left = bursts[burst][0]
-                beat = max(beat, t + 1 + gap, accepts[burst] + lat)
+                earliest = yield t  # the burst before ends; when may this one start
+                beat = max(beat, t + 1 + gap, earliest)
             t = beat
             left -= 1
         written[j] = t
-    return t
+    yield t
+
+
+def last_beat(
+    timing: Timing,
+    shape: tuple[int, int, int, int],
+    bursts: list[tuple[int, int]],
+    reads_from: int,
+    firsts: tuple[int, ...],
+) -> int:
+    """The cycle of the last beat of a requantizing STORE (`burst_ends`), its bursts' data
+    due no sooner than `firsts`."""
+    ends = burst_ends(timing, shape, bursts, reads_from)
+    next(ends)
+    for first in firsts:
+        last = ends.send(first)
+    return last

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
 from tilecraft.hw.rtl.requant import LATENCY, RequantLane
 from tilecraft.ops.requant import requantize, scale_fields
 
@@ -34,8 +35,10 @@ def _vectors(seed: int, count: int):
     return acc, bias, scale, zero, lo, hi
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_lane_is_the_spec_bit_for_bit(seed):
+@pytest.mark.parametrize(
+    "seed, dsp", [(0, None), (1, None), (2, ECP5_DSP_MODEL)]
+)  # ECP5_DSP_MODEL: the partial products through MULT18X18D's pins, as the ECP5 flow builds it
+def test_lane_is_the_spec_bit_for_bit(seed, dsp):
     count = 1500
     acc, bias, scale, zero, lo, hi = _vectors(seed, count)
     fields = scale_fields(scale)
@@ -46,7 +49,7 @@ def test_lane_is_the_spec_bit_for_bit(seed):
             for j in range(count)
         )
     ]
-    dut = RequantLane()
+    dut = RequantLane(dsp)
     got: list[tuple[int, int]] = []
 
     async def bench(ctx):

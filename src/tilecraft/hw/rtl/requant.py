@@ -5,22 +5,36 @@
     y = clip(rne(fl32(fl32(v) * scale)) + zero, lo, hi)
 
 with the scale held as its 24-bit significand and 7-bit exponent (`ops.requant.scale_fields`).
-The stages are the spec's, each into registers:
+Each stage is one step of the spec into registers, none deeper than a carry chain or a few
+levels of narrow muxes (the lane alone routes on the ECP5 with room to spare, so that the
+whole core's longer routes still meet 100 MHz):
 
-    1  v = acc + bias; its sign and magnitude (32 bits: |-2**31| fits unsigned)
-    2  the magnitude's leading one: how many bits (0-8) float32 drops
-    3  the rounding shift to a 24-bit significand a, to nearest even (a carry renormalizes)
-    4  a * significand (24 x 24 bits; the product's register is a multiplier's output register)
-    5  the product's leading one (bit 47 or 46, or lower for a small a): bits to drop (0-24)
-    6  the rounding shift to the product's 24-bit significand p and its exponent e
-    7  p * 2**e to the integer, to nearest even. p >= 2**23 for any v != 0 (the scale's
-       significand is normalized), so f >= 2**(23 + e): an e >= -13 is past any clip and
-       saturates, an e <= -25 rounds to 0, and the rest is a right shift by 14-24
-    8  sign, + zero point, clip
+    1  v = acc + bias
+    2  its sign, and its magnitude (32 bits: |-2**31| fits unsigned)
+    3  the magnitude's leading one (a tree of narrow picks, `_leading_one`)
+    4  the magnitude normalized: shifted left until its leading one is bit 31
+    5  float32(|v|): the normalized word's top 24 bits rounded to nearest even (a 32-bit
+       magnitude drops up to 8 bits; a shorter one drops only zeros), a carry renormalizing
+       to 2**23, so a is 2**23 <= a < 2**24 (0 for v = 0) and its exponent ea = leading one - 23
+    6  a * significand: its four partial products (a and the significand split at bit 17,
+       each piece within a DSP's 18 signed bits), each in a multiplier's output register
+    7  the cross products' sum, the outer two side by side (they do not overlap), and the
+       exponent of the whole product
+    8  the 48-bit product
+    9  its float32 rounding set up: both significands are normalized, so its leading one is
+       bit 47 or 46 and it keeps 24 bits from there (no search), with the dropped bits'
+       guard and sticky
+   10  the rounded product: its significand p (2**23 <= p < 2**24, or 0) and exponent e
+   11  what the integer rounding of p * 2**e needs: an e >= -13 is past any clip and
+       saturates, an e <= -25 rounds to 0, the rest is a right shift by 14-24
+   12  that shift, with its guard and sticky
+   13  the rounded integer (or 0, or the saturated 2**10)
+   14  the sign and the zero point
+   15  the clip
 
 `LATENCY` cycles from an input to its output, one input a cycle, no stall (a `valid` bit rides
-along). Clip bounds and the zero point are 10-bit signed (|zero| <= 511, so any |r| >= 2**10
-saturates).
+along; each per-instruction field rides only as far as the stage that uses it). Clip bounds
+and the zero point are 10-bit signed (|zero| <= 511, so any |r| >= 2**10 saturates).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
@@ -28,45 +42,52 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.isa.requant import EXPONENT_BITS, SIGNIFICAND_BITS
+from tilecraft.hw.rtl.dsp import registered_product
 
-LATENCY = 8
+LATENCY = 15
 ACC_BITS = 32
 BOUND_BITS = 10  # zero point and clip bounds: signed, |x| <= 511
 SATURATES = -13  # a product exponent from here up puts |r| >= 2**10: past any clip
 LAST_SHIFT = 24  # p >> 25 and beyond round to 0 (p < 2**24)
+SPLIT = 17  # the significands' low pieces: 17 bits unsigned, a DSP's 18 signed
+KEPT = SIGNIFICAND_BITS  # a float32's significand bits
+DROPPED = ACC_BITS - KEPT  # the normalized magnitude's bits below its significand
 
 
-def _bit_length(m: Module, x, name: str) -> Signal:
-    """x's leading one plus one (0 for 0), combinational: the spec's search, halving the
-    window each step (log2 of the width steps, where a priority chain is one per bit)."""
-    steps = [1 << k for k in reversed(range((len(x) - 1).bit_length()))]
-    n = Signal(range(len(x) + 1), name=name)
-    y, found = x, 0
-    for k, step in enumerate(steps):
-        high = Signal(name=f"{name}_high{k}")
-        rest = Signal(len(x), name=f"{name}_rest{k}")
-        m.d.comb += [high.eq((y >> step) != 0), rest.eq(Mux(high, y >> step, y))]
-        found = found + Mux(high, step, 0)
-        y = rest
-    m.d.comb += n.eq(found + (y != 0))
-    return n
+def _leading_one(x) -> tuple:
+    """(any bit set, the highest set bit's index) of x (a power-of-two width), as a tree:
+    each level picks the upper half's index (its own bits with a 1 above them: a
+    concatenation, no adder) where the upper half has a bit, else the lower half's. log2 of
+    the width levels of narrow muxes (a search by shifting the whole word was each level a
+    32-bit mux, and the route's worst path)."""
+    if len(x) == 1:
+        return x[0], Const(0, 0)
+    half = len(x) // 2
+    any_lo, at_lo = _leading_one(x[:half])
+    any_hi, at_hi = _leading_one(x[half:])
+    return any_lo | any_hi, Mux(any_hi, Cat(at_hi, Const(1, 1)), Cat(at_lo, Const(0, 1)))
 
 
-def _round_shift(x, d, width: int):
-    """x >> d rounded to nearest, ties to even (x unsigned, d a small unsigned amount >= 0):
-    the guard bit (the highest dropped) and the sticky OR of the rest below it decide, with
-    the kept lsb for a tie. No compare: a thermometer mask and an OR tree (a `rest > half`
-    compare was a carry chain as wide as x)."""
-    q = (x >> d)[:width]
-    x2 = Cat(Const(0, 1), x)  # x * 2: bit d of it is x's guard bit, bits below d its sticky bits
-    guard = (x2 >> d)[0]
-    below = ~(Const((1 << len(x2)) - 1, len(x2)) << d)[: len(x2)]  # ones under bit d
-    sticky = (x2 & below).any()
-    return q + (guard & (sticky | q[0]))
+def _nearest_even(kept, guard, sticky):
+    """The increment that rounds `kept` to nearest, ties to even, given the highest dropped
+    bit (`guard`) and whether any bit below it is set (`sticky`)."""
+    return guard & (sticky | kept[0])
+
+
+def _rounded(kept, inc):
+    """kept + inc (a KEPT-bit significand and its rounding increment) as a significand of
+    KEPT bits and whether it carried: the increment of all ones leaves zeros below the
+    carry, so the significand is 2**(KEPT - 1) and the exponent one more. The carry is
+    worked out beside the adder (all ones, and an increment), not from its top bit, so the
+    exponent's choice does not wait for the carry chain."""
+    carry = kept.all() & inc
+    return (kept + inc)[:KEPT] | (carry << (KEPT - 1)), carry
 
 
 class RequantLane(wiring.Component):
-    """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later."""
+    """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later; `dsp`:
+    where the partial products are registered (`dsp.registered_product`: ECP5_DSP in a
+    MULT18X18D's output register, None a registered `*`)."""
 
     valid: In(1)
     acc: In(signed(ACC_BITS))
@@ -79,96 +100,93 @@ class RequantLane(wiring.Component):
     out_valid: Out(1)
     out: Out(signed(BOUND_BITS))
 
+    def __init__(self, dsp: str | None = None):
+        self.dsp = dsp
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
-        # the per-instruction constants ride along with each value (a pipeline of fields)
-        stages = [self._fields(m, k) for k in range(LATENCY - 1)]
-        first = stages[0]
-        m.d.sync += [
-            first["valid"].eq(self.valid),
-            first["sig"].eq(self.significand),
-            first["exp"].eq(self.exponent),
-            first["zero"].eq(self.zero),
-            first["lo"].eq(self.lo),
-            first["hi"].eq(self.hi),
-        ]
-        for a, b in zip(stages, stages[1:]):
-            m.d.sync += [b[k].eq(a[k]) for k in ("valid", "sig", "exp", "zero", "lo", "hi", "neg")]
 
-        # 1: v and its magnitude
-        v = Signal(signed(ACC_BITS))
-        m.d.comb += v.eq(self.acc + self.bias)
-        mag1 = Signal(ACC_BITS, name="mag1")
-        m.d.sync += [stages[0]["neg"].eq(v < 0), mag1.eq(Mux(v < 0, -v, v))]
-        # 2: bits float32 drops from the magnitude
-        mag2 = Signal(ACC_BITS, name="mag2")
-        drop1 = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 1), name="drop1")
-        n1 = _bit_length(m, mag1, "n1")
+        def reg(value, name, shape=None):  # value into a register of its own
+            r = Signal(shape if shape is not None else value.shape(), name=name)
+            m.d.sync += r.eq(value)
+            return r
+
+        def delayed(value, cycles, name):  # value `cycles` registers later
+            for k in range(cycles):
+                value = reg(value, f"{name}_{k + 1}")
+            return value
+
+        # 1, 2: v, then its sign and magnitude
+        v = reg(self.acc + self.bias, "v", signed(ACC_BITS))
+        neg = reg(v[-1], "neg")
+        mag = reg(Mux(v[-1], -v, v), "mag", ACC_BITS)
+        # 3: the leading one
+        found, at = _leading_one(mag)
+        mag3 = reg(mag, "mag3")
+        top = reg(at, "top", range(ACC_BITS))
+        del found  # a zero magnitude normalizes to zero all the same
+        # 4: normalized (leading one at bit 31: a left shift by 31 - top, which is ~top)
+        norm = reg((mag3 << ~top)[:ACC_BITS], "norm", ACC_BITS)
+        ea4 = reg(top - (KEPT - 1), "ea4", signed(7))  # -23 .. 8
+        # 5: float32(|v|) = a * 2**ea, rounded to nearest even
+        kept = norm[DROPPED:]
+        inc = _nearest_even(kept, norm[DROPPED - 1], norm[: DROPPED - 1].any())
+        a_value, a_carry = _rounded(kept, inc)
+        a = reg(a_value, "a", KEPT)
+        ea = reg(Mux(a_carry, ea4 + 1, ea4), "ea", signed(7))
+        # 6: the significands' partial products, each in a multiplier's output register
+        sig = delayed(self.significand, 5, "sig")
+        pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
+        partial = {
+            (i, j): registered_product(m, pieces[0][i], pieces[1][j], f"pp{i}{j}", self.dsp)
+            for i in (0, 1)
+            for j in (0, 1)
+        }
+        ea6 = reg(ea, "ea6")
+        # 7: the cross products' sum; the outer two side by side (pp00 < 2**34 = 2**(2 SPLIT))
+        exp = delayed(self.exponent, 6, "exp")
+        cross = reg(partial[0, 1] + partial[1, 0], "cross", 2 * SIGNIFICAND_BITS - SPLIT)
+        outer = reg(Cat(partial[0, 0][: 2 * SPLIT], partial[1, 1]), "outer", 2 * KEPT)
+        e7 = reg(ea6 + exp - (KEPT - 1), "e7", signed(EXPONENT_BITS + 2))
+        # 8: the product of the significands, f = product * 2**e
+        product = reg(outer + (cross << SPLIT), "product", 2 * KEPT)
+        e8 = reg(e7, "e8")
+        # 9: its leading one is bit 47 or 46; 24 bits kept from there, the rest rounded away
+        high = product[-1]
+        kept9 = reg(Mux(high, product[KEPT:], product[KEPT - 1 : -1]), "kept9", KEPT)
+        guard = Mux(high, product[KEPT - 1], product[KEPT - 2])
+        sticky = Mux(high, product[: KEPT - 1].any(), product[: KEPT - 2].any())
+        guard9, sticky9 = reg(guard, "guard9"), reg(sticky, "sticky9")
+        eb = reg(e8 + (KEPT - 1) + high, "eb", signed(EXPONENT_BITS + 2))
+        zero9 = reg(product == 0, "zero9")
+        # 10: the rounded product p * 2**e
+        p_value, p_carry = _rounded(kept9, _nearest_even(kept9, guard9, sticky9))
+        p = reg(p_value, "p", KEPT)
+        e = reg(Mux(p_carry, eb + 1, eb), "e", signed(EXPONENT_BITS + 2))
+        zero10 = reg(zero9, "zero10")
+        # 11: saturated, zero, or a right shift by 14..24
+        p11 = reg(p, "p11")
+        nothing = reg(zero10 | (e < -LAST_SHIFT), "nothing")
+        saturated = reg(e >= SATURATES, "saturated")
+        shift = reg((-e)[:5], "shift", range(LAST_SHIFT + 1))
+        # 12: the shift, its guard (bit shift - 1 of p) and sticky (the bits below that)
+        p2 = Cat(Const(0, 1), p11)  # p * 2: bit `shift` of it is p's guard bit
+        below = ~(Const((1 << len(p2)) - 1, len(p2)) << shift)[: len(p2)]
+        q = reg((p11 >> shift)[: BOUND_BITS + 1], "q", BOUND_BITS + 1)
+        guard12 = reg((p2 >> shift)[0], "guard12")
+        sticky12 = reg((p2 & below).any(), "sticky12")
+        nothing12, saturated12 = reg(nothing, "nothing12"), reg(saturated, "saturated12")
+        # 13: the integer |r| < 2**10, or saturated at 2**10
+        rounded = q + _nearest_even(q, guard12, sticky12)
+        r = reg(Mux(nothing12, 0, Mux(saturated12, 1 << BOUND_BITS, rounded)), "r", BOUND_BITS + 1)
+        # 14: the sign and the zero point
+        zero = delayed(self.zero, 13, "zero")
+        y = reg(Mux(delayed(neg, 11, "neg"), zero - r, zero + r), "y", signed(BOUND_BITS + 3))
+        # 15: the clip
+        lo, hi = delayed(self.lo, 14, "lo"), delayed(self.hi, 14, "hi")
         m.d.sync += [
-            mag2.eq(mag1),
-            drop1.eq(Mux(n1 > SIGNIFICAND_BITS, n1 - SIGNIFICAND_BITS, 0)),
-        ]
-        # 3: the 24-bit significand of float32(|v|) and its exponent
-        a = Signal(SIGNIFICAND_BITS, name="a")
-        ea = Signal(range(ACC_BITS - SIGNIFICAND_BITS + 2), name="ea")
-        rounded = Signal(SIGNIFICAND_BITS + 1, name="rounded")
-        m.d.comb += rounded.eq(_round_shift(mag2, drop1, SIGNIFICAND_BITS + 1))
-        carry = rounded[SIGNIFICAND_BITS]
-        m.d.sync += [a.eq(Mux(carry, rounded >> 1, rounded)), ea.eq(drop1 + carry)]
-        # 4: the product of the significands (registered: the multiplier's output register)
-        product = Signal(2 * SIGNIFICAND_BITS, name="product")
-        ea4 = Signal.like(ea, name="ea4")
-        m.d.sync += [product.eq(a * stages[2]["sig"]), ea4.eq(ea)]
-        # 5: bits the product's rounding drops
-        product5 = Signal.like(product, name="product5")
-        ea5 = Signal.like(ea, name="ea5")
-        drop2 = Signal(range(SIGNIFICAND_BITS + 1), name="drop2")
-        n2 = _bit_length(m, product, "n2")
-        m.d.sync += [
-            product5.eq(product),
-            ea5.eq(ea4),
-            drop2.eq(Mux(n2 > SIGNIFICAND_BITS, n2 - SIGNIFICAND_BITS, 0)),
-        ]
-        # 6: the product's 24-bit significand p and exponent e (f = p * 2**e)
-        p = Signal(SIGNIFICAND_BITS, name="p")
-        e = Signal(signed(EXPONENT_BITS + 2), name="e")
-        zero6 = Signal(name="zero6")
-        rounded2 = Signal(SIGNIFICAND_BITS + 1, name="rounded2")
-        m.d.comb += rounded2.eq(_round_shift(product5, drop2, SIGNIFICAND_BITS + 1))
-        carry2 = rounded2[SIGNIFICAND_BITS]
-        m.d.sync += [
-            p.eq(Mux(carry2, rounded2 >> 1, rounded2)),
-            e.eq(ea5 + stages[4]["exp"] - (SIGNIFICAND_BITS - 1) + drop2 + carry2),
-            zero6.eq(product5 == 0),
-        ]
-        # 7: to the integer: saturated, zero, or p >> (14..24) rounded to even
-        r = Signal(BOUND_BITS + 1, name="r")  # |r| < 2**10, or saturated at 2**10
-        shift = Signal(range(LAST_SHIFT + 1), name="shift")
-        m.d.comb += shift.eq((-e)[: len(shift)])
-        with m.If(zero6 | (e < -LAST_SHIFT)):
-            m.d.sync += r.eq(0)
-        with m.Elif(e >= SATURATES):
-            m.d.sync += r.eq(1 << BOUND_BITS)
-        with m.Else():
-            m.d.sync += r.eq(_round_shift(p, shift, BOUND_BITS + 1))
-        # 8: the sign, the zero point, the clip
-        last = stages[6]
-        y = Signal(signed(BOUND_BITS + 3), name="y")
-        m.d.comb += y.eq(Mux(last["neg"], -r, r) + last["zero"])
-        m.d.sync += [
-            self.out.eq(Mux(y < last["lo"], last["lo"], Mux(y > last["hi"], last["hi"], y))),
-            self.out_valid.eq(last["valid"]),
+            self.out.eq(Mux(y < lo, lo, Mux(y > hi, hi, y))),
+            self.out_valid.eq(delayed(self.valid, LATENCY - 1, "valid")),
         ]
         return m
-
-    @staticmethod
-    def _fields(m: Module, k: int) -> dict:
-        return {
-            "valid": Signal(name=f"valid{k}"),
-            "sig": Signal(SIGNIFICAND_BITS, name=f"sig{k}"),
-            "exp": Signal(signed(EXPONENT_BITS), name=f"exp{k}"),
-            "zero": Signal(signed(BOUND_BITS), name=f"zero{k}"),
-            "lo": Signal(signed(BOUND_BITS), name=f"lo{k}"),
-            "hi": Signal(signed(BOUND_BITS), name=f"hi{k}"),
-            "neg": Signal(name=f"neg{k}"),
-        }

@@ -14,7 +14,7 @@ layout).
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -41,8 +41,8 @@ class BankHold(wiring.Signature):
 
 
 class RequantStream(wiring.Component):
-    def __init__(self, cfg: HwConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: HwConfig, dsp: str | None = None):
+        self.cfg, self.dsp = cfg, dsp  # dsp: where the lanes' products are registered
         spec = isa_for(cfg)
         self.lanes = cfg.batch * cfg.block_out
         if self.lanes % cfg.requant_lanes or cfg.acc_bits != ACC_BITS:
@@ -88,39 +88,56 @@ class RequantStream(wiring.Component):
         drained = (in_pipe == 0) & ~rows.r_rdy & ~feeding
         read_param = Signal()
         read_data = Signal()
+        # the read decision from flip-flops alone (its compares and the parameter row's
+        # address kept in registers as their inputs change: the route's next path after the
+        # lanes' was rows_left's compare into the bank's read address)
+        any_left = Signal()  # rows_left != 0
+        need_params = Signal()  # params_read != 3
+        param_addr = Signal.like(self.param_base)  # param_at + params_read
         with m.If(self.start):
             m.d.sync += [
                 row.eq(self.base),
                 rows_left.eq(self.total),
+                any_left.eq(self.total != 0),
                 set_left.eq(self.per_set),
                 per_set.eq(self.per_set),
                 param_at.eq(self.param_base),
+                param_addr.eq(self.param_base),
                 params_read.eq(0),
+                need_params.eq(1),
             ]
-        with m.Elif(self.go & (rows_left != 0)):
-            with m.If(params_read != 3):
+        with m.Elif(self.go & any_left):
+            with m.If(need_params):
                 m.d.comb += read_param.eq(drained)
             with m.Else():
                 space = rows.level + in_pipe < ROW_QUEUE
                 m.d.comb += read_data.eq(self.room & space)
         with m.If(read_param):
-            m.d.sync += params_read.eq(params_read + 1)
+            m.d.sync += [
+                params_read.eq(params_read + 1),
+                need_params.eq(params_read != 2),
+                param_addr.eq(param_addr + 1),
+            ]
         with m.If(read_data):
-            m.d.sync += [row.eq(row + 1), rows_left.eq(rows_left - 1)]
+            m.d.sync += [
+                row.eq(row + 1),
+                rows_left.eq(rows_left - 1),
+                any_left.eq(rows_left != 1),
+            ]
             with m.If(set_left == 1):  # the set's last row: the next set's parameters next
                 m.d.sync += [
                     set_left.eq(per_set),
                     params_read.eq(0),
+                    need_params.eq(1),
                     param_at.eq(param_at + 3),
+                    param_addr.eq(param_at + 3),
                 ]
             with m.Else():
                 m.d.sync += set_left.eq(set_left - 1)
         m.d.comb += [
-            self.acc.addr.eq(row),
+            self.acc.addr.eq(Mux(read_param, param_addr, row)),
             self.issued.eq(read_data),
         ]
-        with m.If(read_param):
-            m.d.comb += self.acc.addr.eq(param_at + params_read)
 
         # ---- the reads' data, SRAM_READ_LATENCY cycles later -----------------------------
         kind = Cat(read_param, read_data, params_read)  # what each read was, carried along
@@ -169,7 +186,7 @@ class RequantStream(wiring.Component):
                 m.d.sync += part.eq(part + 1)
         lane_units = []
         for i in range(lanes):
-            m.submodules[f"lane{i}"] = lane = RequantLane()
+            m.submodules[f"lane{i}"] = lane = RequantLane(self.dsp)
             lane_units.append(lane)
             m.d.comb += lane.valid.eq(feed)
             for p in range(passes):

@@ -236,7 +236,7 @@ class StoreStage(wiring.Component):
         requant = stream = None
         if cfg.requant_lanes:
             requant = Signal()  # the instruction requantizes (its stream feeds the FIFO)
-            m.submodules.requant_unit = stream = RequantStream(cfg)
+            m.submodules.requant_unit = stream = RequantStream(cfg, self.dsp)
             wiring.connect(m, wiring.flipped(self.acc), stream.acc)
             want = Signal()
             bank = Signal()
