@@ -16,10 +16,11 @@ whole core's longer routes still meet 100 MHz):
     5  float32(|v|): the normalized word's top 24 bits rounded to nearest even (a 32-bit
        magnitude drops up to 8 bits; a shorter one drops only zeros), a carry renormalizing
        to 2**23, so a is 2**23 <= a < 2**24 (0 for v = 0) and its exponent ea = leading one - 23
-    6  a * significand: its four partial products (a and the significand split at bit 17,
-       each piece within a DSP's 18 signed bits), each in a multiplier's output register
+    6  a * significand: on the ECP5 its four partial products (a and the significand split
+       at bit 17, each piece within a MULT18X18D's 18 signed bits), each in a multiplier's
+       output register; elsewhere one registered product (two of a Xilinx DSP48's 25 x 18)
     7  the cross products' sum, the outer two side by side (they do not overlap), and the
-       exponent of the whole product
+       exponent of the whole product (without partial products: the product held)
     8  the 48-bit product
     9  its float32 rounding set up: both significands are normalized, so its leading one is
        bit 47 or 46 and it keeps 24 bits from there (no search), with the dropped bits'
@@ -135,19 +136,28 @@ class RequantLane(wiring.Component):
         a_value, a_carry = _rounded(kept, inc)
         a = reg(a_value, "a", KEPT)
         ea = reg(Mux(a_carry, ea4 + 1, ea4), "ea", signed(7))
-        # 6: the significands' partial products, each in a multiplier's output register
+        # 6: the significands' product. On the ECP5 (`dsp` set) as four partial products, each
+        # in a MULT18X18D's output register (18 x 18 each); elsewhere one registered product,
+        # which a Xilinx DSP48's 25 x 18 multiplier takes in two DSPs (four partial products
+        # took four, pushing the xc7z020's default config with the unit to 81% of its DSPs)
         sig = delayed(self.significand, 5, "sig")
-        pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
-        partial = {
-            (i, j): registered_product(m, pieces[0][i], pieces[1][j], f"pp{i}{j}", self.dsp)
-            for i in (0, 1)
-            for j in (0, 1)
-        }
         ea6 = reg(ea, "ea6")
-        # 7: the cross products' sum; the outer two side by side (pp00 < 2**34 = 2**(2 SPLIT))
         exp = delayed(self.exponent, 6, "exp")
-        cross = reg(partial[0, 1] + partial[1, 0], "cross", 2 * SIGNIFICAND_BITS - SPLIT)
-        outer = reg(Cat(partial[0, 0][: 2 * SPLIT], partial[1, 1]), "outer", 2 * KEPT)
+        if self.dsp is None:
+            whole = reg(a * sig, "whole", 2 * KEPT)
+            # 7: the product held a stage, as the partial products' sums take it
+            cross = Const(0, 2 * SIGNIFICAND_BITS - SPLIT)
+            outer = reg(whole, "outer", 2 * KEPT)
+        else:
+            pieces = [(a[:SPLIT], a[SPLIT:]), (sig[:SPLIT], sig[SPLIT:])]
+            partial = {
+                (i, j): registered_product(m, pieces[0][i], pieces[1][j], f"pp{i}{j}", self.dsp)
+                for i in (0, 1)
+                for j in (0, 1)
+            }
+            # 7: the cross products' sum; the outer two side by side (pp00 < 2**(2 SPLIT))
+            cross = reg(partial[0, 1] + partial[1, 0], "cross", 2 * SIGNIFICAND_BITS - SPLIT)
+            outer = reg(Cat(partial[0, 0][: 2 * SPLIT], partial[1, 1]), "outer", 2 * KEPT)
         e7 = reg(ea6 + exp - (KEPT - 1), "e7", signed(EXPONENT_BITS + 2))
         # 8: the product of the significands, f = product * 2**e
         product = reg(outer + (cross << SPLIT), "product", 2 * KEPT)
