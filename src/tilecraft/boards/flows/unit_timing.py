@@ -4,8 +4,8 @@ the whole core's route takes most of an hour.
 
 A unit alone routes short: nothing else competes for its region of the chip. Its Fmax is an
 upper bound on what its paths reach inside the core, so a unit meant for 100 MHz wants a clear
-margin here (the requantization lane: 69.6 MHz alone in 9 stages, 44.9-66.2 MHz in the
-core; 142.3 MHz alone in 15 stages, benchmarks/TIMING.md). Copies of the unit side by side
+margin here (benchmarks/TIMING.md has the requantization lane's routes, alone and in the
+core). Copies of the unit side by side
 stand for its lanes; their inputs come from a shift chain fed by one pin and their outputs
 are registered and XOR-folded into one pin, as `ecp5.harness` does for the core, so nothing
 is optimised away and no I/O path sits between two of the unit's registers.
