@@ -95,6 +95,21 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
     assert "trials must be 0 (heuristic schedules) or more, not -1" in capsys.readouterr().err
 
 
+def test_dse_records_each_part_under_its_own_suite(capsys, monkeypatch):
+    from tilecraft.cli.dse import recorded_suite
+    from tilecraft.explore import sweep
+
+    assert recorded_suite("xc7z020") == "dse" and recorded_suite("xczu7ev") == "dse-xczu7ev"
+
+    def never(*args, **kwargs):
+        raise AssertionError("the sweep ran before --record was refused")
+
+    monkeypatch.setattr(sweep, "run_sweep", never)
+    assert main(["dse", "--part", "xczu3eg", "--record"]) == 1
+    err = capsys.readouterr().err
+    assert "--record keeps sweeps on xc7z020, xczu7ev, not xczu3eg: drop --record" in err
+
+
 def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):
     import tilecraft.boards.flows.ecp5 as ecp5
     from tilecraft.boards.flows.sta import EndpointSummary, PathGroup

@@ -499,7 +499,8 @@ RENDER: dict[str, Callable[[dict], str]] = {
     "cpu-fallback": _cpu_fallback,
     "tuner": _tuner,
     "timing": _timing,
-    "dse": _dse,
+    "dse": _dse,  # the PYNQ-Z1's xc7z020
+    "dse-xczu7ev": _dse,  # the ZCU104's, where the unit's cost is a smaller share
     "gpu-fallback": _gpu_fallback,
 }
 
@@ -513,7 +514,10 @@ def block(suite: str, folder: Path | None = None) -> str:
     suites it is set beside, `RELATED`)."""
     entry = results.load(suite, folder)
     if entry is None:
-        return "_No recorded result: `tilecraft bench SUITE --record` makes one._\n"
+        part = suite[len("dse-") :] if suite.startswith("dse-") else "xc7z020"
+        how = f"tilecraft dse --part {part} --record" if suite.startswith("dse") else (
+            f"tilecraft bench {suite} --record")  # fmt: skip
+        return f"_No recorded result: `{how}` makes one._\n"
     result = entry["result"]
     if suite in RELATED:
         related = {name: results.load(name, folder) for name in RELATED[suite]}

@@ -9,6 +9,7 @@ def cmd_dse(args) -> int:
 
     if args.workers is not None and args.workers < 0:
         raise SystemExit(f"--workers must be 0 or more, not {args.workers}")
+    suite = recorded_suite(args.part) if args.record else None  # refused before the sweep
     result = run_sweep(
         args.part,
         model=args.model,
@@ -20,14 +21,27 @@ def cmd_dse(args) -> int:
     )
     print(format_table(result))
     write(args.json, lambda p: write_json(p, result), "JSON")
-    if args.record:
-        record_result("dse", result)
+    if suite is not None:
+        record_result(suite, result)
     if args.plot:
         from tilecraft.explore.plot import plot_fronts
 
         plot_fronts(result, args.plot)
         print(f"plot written to {args.plot}")
     return 0 if any(p["error"] is None for p in result["points"]) else 1
+
+
+def recorded_suite(part: str) -> str:
+    """Where `--record` keeps a sweep on `part`: `dse` for the PYNQ-Z1's xc7z020, `dse-PART`
+    for another part (benchmarks/results/SUITE.json, the benchmarks README's block of it)."""
+    from tilecraft.benchmarks.tables import RENDER
+    from tilecraft.errors import TilecraftError
+
+    suite = "dse" if part == "xc7z020" else f"dse-{part}"
+    if suite not in RENDER:
+        parts = ", ".join(["xc7z020"] + [k[4:] for k in RENDER if k.startswith("dse-")])
+        raise TilecraftError(f"--record keeps sweeps on {parts}, not {part}: drop --record")
+    return suite
 
 
 def format_table(r: dict) -> str:
@@ -85,5 +99,6 @@ def add_parsers(sub, count) -> None:
     p.add_argument("--plot", help="draw the fronts (latency against LUT, DSP, BRAM) to a PNG")
     p.add_argument("--json", help="write the points and fronts as JSON here")
     p.add_argument("--record", action="store_true", help="keep the sweep as the recorded "
-                   "figures (benchmarks/results/dse.json)")  # fmt: skip
+                   "figures (benchmarks/results/dse.json; dse-PART.json for a part other "
+                   "than the xc7z020)")  # fmt: skip
     p.set_defaults(func=cmd_dse)
