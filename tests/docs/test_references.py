@@ -15,7 +15,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
         *sorted(PACKAGE.rglob("*.md"))]  # fmt: skip
 # a path with a file name, optionally in backticks or a Markdown link: compiler/x.py, docs/A.md
 PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.(?:py|md|toml|json|npz|v|png|tcl))\b")
-OUTSIDE = ("/tmp/", "http", "~/", "$")  # not the repository's files
+OUTSIDE = ("/tmp/", "http", "~/", "$", "build/")  # not the repository's files (build/:
+# what commands write, such as a recorded sweep's synthesis cache; a clone has none)
 
 
 FILES = [p.relative_to(ROOT).as_posix() for p in [*(ROOT / "src").rglob("*"),
