@@ -325,14 +325,19 @@ class Engine:
         if hold is None or hold.k != key or hold.granted is None:
             return None
         _, t = self.in_flight[Stage.STORE]
-        reads = max(hold.granted, t + self.timing.requant_start)
+        reads = self._reads_from(t, hold)
         return burst_ends(self.timing, self.plan.unit_shape[key], self.plan.bursts[key], reads)
+
+    def _reads_from(self, t: int, hold: _Hold) -> int:
+        """When the unit of the requantizing STORE started at t reads: once it has its bank
+        and its plan and checks are through."""
+        return max(hold.granted, t + self.timing.requant_start)
 
     def _unit_end(self, t: int, hold: _Hold) -> int:
         """The end of requantizing STORE hold.k, started at t: once the DRAM has taken the
         last beat its unit gave (which holds the DRAM's data bus that long)."""
         timing, k, done = self.timing, hold.k, hold.done
-        reads = max(hold.granted, t + timing.requant_start)
+        reads = self._reads_from(t, hold)
         shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
         last = last_beat(timing, shape, bursts, reads, done.firsts)
         free = last + 1 + timing.burst_gap
