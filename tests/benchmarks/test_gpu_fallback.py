@@ -2,6 +2,8 @@
 check (every tensor against the integer reference) is run here with the GPU kernels compiled
 for the CPU in the GPU's place, and catches a device that computes a wrong value."""
 
+import re
+
 import numpy as np
 import pytest
 from network_models import tiny_resnet
@@ -68,3 +70,28 @@ def test_without_a_gpu_the_suite_says_so():
         pass
     with pytest.raises(DeviceError, match="no CUDA GPU here|needs cuda.core"):
         G.run(preset("default"))
+
+
+def test_the_table_names_the_software_a_run_recorded():
+    from tilecraft.benchmarks.tables import RENDER
+
+    run = {"gpu": "stand-in", "compute_capability": "9.0", "networks": []}
+    assert RENDER["gpu-fallback"](run).startswith("On stand-in (compute capability 9.0):")
+    run["software"] = {"driver_cuda": "13.0", "cuda_core": "1.2.2", "llvmlite": "0.50.0"}
+    head = RENDER["gpu-fallback"](run).splitlines()[0]
+    assert head == (
+        "On stand-in (compute capability 9.0); driver CUDA 13.0, cuda.core 1.2.2, llvmlite 0.50.0:"
+    )
+
+
+@pytest.mark.gpu
+def test_a_gpu_run_records_its_driver_and_packages():
+    try:
+        from tilecraft.runtime.gpu import cuda
+
+        cuda()
+    except DeviceError:
+        pytest.skip("no CUDA GPU here")
+    sw = G._software()
+    assert re.fullmatch(r"\d+\.\d+", sw["driver_cuda"]), sw
+    assert all(sw[k] for k in ("cuda_core", "cuda_bindings", "llvmlite")), sw

@@ -72,6 +72,23 @@ def _network(name: str, cfg: HwConfig, gpu, cpu, repeats: int) -> dict:
     }
 
 
+def _software() -> dict:
+    """What the GPU's figures depend on besides the GPU: the driver's CUDA version and the
+    packages that generate, load and launch the kernels."""
+    import cuda.bindings
+    import cuda.core
+    import llvmlite
+    from cuda.bindings import driver
+
+    err, version = driver.cuDriverGetVersion()
+    return {
+        "driver_cuda": f"{version // 1000}.{version % 1000 // 10}" if not int(err) else None,
+        "cuda_core": cuda.core.__version__,
+        "cuda_bindings": cuda.bindings.__version__,
+        "llvmlite": llvmlite.__version__,
+    }
+
+
 def run(cfg: HwConfig, repeats: int = 3, networks: tuple[str, ...] = NETWORKS) -> dict:
     from tilecraft.compiler.llvm.cache import KernelCache
     from tilecraft.compiler.llvm.compute import JitCompute
@@ -88,6 +105,7 @@ def run(cfg: HwConfig, repeats: int = 3, networks: tuple[str, ...] = NETWORKS) -
         "suite": "gpu-fallback",
         "gpu": device.name,
         "compute_capability": ".".join(map(str, device.compute_capability)),
+        "software": _software(),
         "networks": rows,
         "ok": all(r["bit_exact"] and r["cpu_bit_exact"] for r in rows),
     }

@@ -447,9 +447,14 @@ def _gpu_fallback(r: dict) -> str:
              value(n.get("gpu_vs_cpu"), 2), value(n.get("gpu_first_run_ms"), 0),
              value(n.get("reference_ms"), 0), value(n.get("bit_exact"))]
             for n in r["networks"]]  # fmt: skip
+    sw = r.get("software") or {}
+    names = {"driver_cuda": "driver CUDA", "cuda_core": "cuda.core",
+             "cuda_bindings": "cuda-bindings", "llvmlite": "llvmlite"}  # fmt: skip
+    with_ = ", ".join(f"{names[k]} {sw[k]}" for k in names if sw.get(k))
     return (
-        f"On {r.get('gpu', '?')} (compute capability {r.get('compute_capability', '?')}):"
-        "\n\n"
+        f"On {r.get('gpu', '?')} (compute capability {r.get('compute_capability', '?')})"
+        + (f"; {with_}" if with_ else "")
+        + ":\n\n"
         + _table(
             [
                 "network",
