@@ -44,7 +44,9 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
     """onnxruntime's own QDQ ResNet-18 and MobileNetV2 (int8, and uint8 with zero points):
     their scales, integers and residual Adds kept, one program each; the first conv's int8
     output equal to onnxruntime's but for near-halves, ResNet-18's logits within two steps;
-    the convs onnxruntime itself runs in float32 counted (~90 s)."""
+    the convs onnxruntime itself runs in float32 counted. On the preset with the unit and
+    `--requant onnxruntime`, the uint8 models give onnxruntime's logits and every tensor
+    (~150 s)."""
     pytest.importorskip("onnxruntime")
     from tilecraft.benchmarks import onnxruntime_resnet18 as suite
 
@@ -58,4 +60,13 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
         if "mobilenet" not in name:
             assert v["max_steps"] <= 2, (name, v["max_steps"])
             assert v["modeled_latency_ms"] > 79, name  # exact requantization: more ALU passes
-    assert "int8" in suite.format_table(r)
+        # the preset's twin with the requantization unit, in the same run
+        e, unit = v["onnxruntime_exact"], v["with_unit"]
+        assert unit["modeled_latency_ms"] < v["modeled_latency_ms"], name
+        assert e["simulator_matches_reference"] and e["tensors_compared"] >= 30, name
+        if name.endswith("uint8"):  # onnxruntime's every rounding: its logits, every tensor
+            assert e["equal_fraction"] == 1.0 and e["max_steps"] == 0, (name, e)
+            assert e["tensors_equal"] == e["tensors_compared"], (name, e)
+        else:  # the convs onnxruntime leaves in float32 are not reproduced
+            assert v["float_convs"] > 0 and e["tensors_equal"] < e["tensors_compared"], name
+    assert r["unit_config"].endswith("_rq8") and "int8" in suite.format_table(r)

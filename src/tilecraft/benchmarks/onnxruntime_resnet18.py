@@ -1,11 +1,14 @@
 """ResNet-18 and MobileNetV2 quantized by onnxruntime (its `quant_pre_process`, which folds
 BatchNorm, then `quantize_static`: QDQ, per-channel weights, 4 random calibration images), for
 int8 and for onnxruntime's default uint8 activations with zero points: compiled by tilecraft
-with the model's own scales, integers and Adds (PYNQ-Z1 preset, or --config's: with a
-requantization unit, onnxruntime's own float32 requantization), run on the simulator on one
-image and compared with onnxruntime's int8 run, logits and every quantized tensor. It shows
-what the digits check cannot: how the two runtimes' rounding apart on near-halves compounds
-with depth. `float_convs` counts the convs onnxruntime's optimized graph leaves in float32
+with the model's own scales, integers and Adds (PYNQ-Z1 preset, or --config's), run on the
+simulator on one image and compared with onnxruntime's int8 run, logits and every quantized
+tensor. It shows what the digits check cannot: how the two runtimes' rounding apart on
+near-halves compounds with depth. The same run compiles each variant for the config's twin
+with the requantization unit (`HwConfig.with_requant_unit`; the config itself when it has one):
+as it is, and with `--requant onnxruntime` (onnxruntime's own float32 requantization, the Adds
+on the host as QLinearAdd), whose logits and every tensor are compared again. `float_convs`
+counts the convs onnxruntime's optimized graph leaves in float32
 (docs/ONNXRUNTIME_ARITHMETIC.md): no integer datapath reproduces those bit for bit."""
 
 from __future__ import annotations
@@ -75,22 +78,37 @@ def _tensors(path: Path, x: np.ndarray, unsigned: bool):
     return values[0], {n.removesuffix("_QuantizeLinear_Output"): out[n] for n in names}
 
 
-def _compare(cfg: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
-    logits, theirs = _tensors(path, x, unsigned=shift != 0)
-    graph = import_model(str(path))
-    start = time.perf_counter()
-    comp = compile_network(graph, cfg, None)
-    seconds = time.perf_counter() - start
-    result = run_model(comp.model, {"input": x}, get_device("sim"))
-    ours = result.outputs[graph.outputs[0]]
-    scale = graph.scales[graph.outputs[0]]
-    steps = np.abs(np.rint(ours / scale) - np.rint(logits / scale))
-    layers = run_model(comp.model, {"input": x}, None, keep=True).tensors  # the reference
+def _equal_tensors(model, x: np.ndarray, theirs: dict, shift: int) -> dict[str, float]:
+    """Each quantized tensor's share of elements equal to onnxruntime's, by name, from the
+    integer reference's run of `model` (every tensor kept)."""
+    layers = run_model(model, {"input": x}, None, keep=True).tensors
     equal = {}
     for name, want in theirs.items():
         got = layers.get(name)
         if got is not None and got.dtype == np.int8 and got.size == want.size:
             equal[name] = float((got.astype(int).reshape(want.shape) + shift == want).mean())
+    return equal
+
+
+def _run(model, x: np.ndarray, logits: np.ndarray, scale: float) -> tuple:
+    """(the simulator's run, its logits' steps from onnxruntime's)."""
+    run = run_model(model, {"input": x}, get_device("sim"))
+    ours = run.outputs[model.outputs[0]]
+    return run, np.abs(np.rint(ours / scale) - np.rint(logits / scale))
+
+
+def _compare(cfg: HwConfig, unit: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
+    """One variant on `cfg` (its figures), and on `unit` (a config with the requantization
+    unit; `cfg` itself when it has one): the same compile's time and logits there, and the
+    compile with `--requant onnxruntime` (every rounding onnxruntime's, the Adds on the host
+    as QLinearAdd), its logits and every tensor against onnxruntime's."""
+    logits, theirs = _tensors(path, x, unsigned=shift != 0)
+    graph = import_model(str(path))
+    scale = graph.scales[graph.outputs[0]]
+    start = time.perf_counter()
+    comp = compile_network(graph, cfg, None)
+    seconds = time.perf_counter() - start
+    result, steps = _run(comp.model, x, logits, scale)
     floats, convs = _float_convs(path)
     out = {
         "float_convs": floats,
@@ -100,23 +118,38 @@ def _compare(cfg: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
         "compile_seconds": seconds,
         "equal_fraction": float((steps == 0).mean()),
         "max_steps": int(steps.max()),
-        "layer_equal_fraction": equal,
+        "layer_equal_fraction": _equal_tensors(comp.model, x, theirs, shift),
     }
-    if cfg.requant_lanes:  # every rounding onnxruntime's: the Adds on the host as QLinearAdd
-        exact = compile_network(graph, cfg, None, exact_requant="onnxruntime").model
-        run = run_model(exact, {"input": x}, get_device("sim"))
-        mine = run.outputs[graph.outputs[0]]
-        off = np.abs(np.rint(mine / scale) - np.rint(logits / scale))
-        out["onnxruntime_exact"] = {
-            "programs": len(exact.programs),
-            "modeled_accelerator_ms": run.accelerator_cycles / (cfg.clock_mhz * 1e3),
-            "equal_fraction": float((off == 0).mean()),
-            "max_steps": int(off.max()),
+    if unit is not cfg:
+        on_unit, steps = _run(compile_network(graph, unit, None).model, x, logits, scale)
+        out["with_unit"] = {
+            "modeled_latency_ms": on_unit.accelerator_cycles / (unit.clock_mhz * 1e3),
+            "equal_fraction": float((steps == 0).mean()),
+            "max_steps": int(steps.max()),
         }
+    exact = compile_network(graph, unit, None, exact_requant="onnxruntime").model
+    sim, off = _run(exact, x, logits, scale)
+    equal = _equal_tensors(exact, x, theirs, shift)
+    reference = run_model(exact, {"input": x}, None).outputs[exact.outputs[0]]
+    out["onnxruntime_exact"] = {
+        "programs": len(exact.programs),
+        "modeled_accelerator_ms": sim.accelerator_cycles / (unit.clock_mhz * 1e3),
+        "equal_fraction": float((off == 0).mean()),
+        "max_steps": int(off.max()),
+        "simulator_matches_reference": bool(
+            np.array_equal(sim.outputs[exact.outputs[0]], reference)
+        ),
+        "tensors_compared": len(equal),
+        "tensors_equal": sum(v == 1.0 for v in equal.values()),
+        "worst_tensor_equal_fraction": min(equal.values(), default=None),
+    }
     return out
 
 
 def run(cfg: HwConfig, device: str = "sim") -> dict:
+    """Every variant on `cfg` and on its twin with the requantization unit (`cfg` itself when
+    it has one), in one run."""
+    unit = cfg if cfg.requant_lanes else cfg.with_requant_unit()
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (1, 3, 224, 224)).astype(np.float32)
     variants = {}
@@ -125,11 +158,12 @@ def run(cfg: HwConfig, device: str = "sim") -> dict:
             for activations, shift in (("int8", 0), ("uint8", 128)):
                 path = _quantized(Path(tmp), activations, np.random.default_rng(1), network)
                 name = activations if network == "resnet18" else f"{network} {activations}"
-                variants[name] = _compare(cfg, path, x, shift)
+                variants[name] = _compare(cfg, unit, path, x, shift)
     return {
         "model": "ResNet-18 and MobileNetV2 quantized by onnxruntime (QDQ, per-channel, "
         "pre-processed)",
         "config": cfg.tag,
+        "unit_config": unit.tag,
         "device": device,
         "variants": variants,
     }
@@ -144,12 +178,13 @@ def format_table(r: dict) -> str:
     ]
     exact = []
     for name, v in r["variants"].items():
-        e = v.get("onnxruntime_exact")
-        if e:
-            exact.append(
-                f"  {name:<20} {e['programs']:>8} {e['modeled_accelerator_ms']:>11.1f} "
-                f"{e['equal_fraction']:>13.1%} {e['max_steps']:>10}"
-            )
+        e, u = v["onnxruntime_exact"], v.get("with_unit", {})
+        unit_ms = f"{u['modeled_latency_ms']:.1f}" if u else "-"
+        exact.append(
+            f"  {name:<20} {unit_ms:>8} {e['programs']:>9} {e['modeled_accelerator_ms']:>15.1f} "
+            f"{e['equal_fraction']:>13.1%} {e['max_steps']:>10} "
+            f"{e['tensors_equal']:>6} of {e['tensors_compared']}"
+        )
         eq = list(v["layer_equal_fraction"].values())
         spread = f"{eq[0]:.5f}, {float(np.median(eq)):.4f}, {min(eq):.4f}" if eq else "-"
         floats = f"{v['float_convs']} of {v['convs']}"
@@ -158,10 +193,11 @@ def format_table(r: dict) -> str:
             f"{v['compile_seconds']:>10.1f} {v['equal_fraction']:>13.1%} "
             f"{v['max_steps']:>10} {floats:>12}  {spread}"
         )
-    if exact:
-        lines.append(
-            "  with --requant onnxruntime (the Adds on the host as QLinearAdd): "
-            "programs, accelerator ms, logits equal, max steps"
-        )
-        lines += exact
+    lines += [
+        f"  on {r['unit_config']} (the requantization unit): modeled ms; then with --requant "
+        "onnxruntime (the Adds on the host as QLinearAdd)",
+        f"  {'variant':<20} {'ms':>8} {'programs':>9} {'accelerator ms':>15} "
+        f"{'logits equal':>13} {'max steps':>10}  tensors equal",
+        *exact,
+    ]
     return "\n".join(lines)

@@ -245,7 +245,32 @@ def _onnxruntime_resnet18(r: dict) -> str:
             rows,
         )
         + "\n\nGoal: modeled ms within 3% of the same network quantized by "
-        "tilecraft; logits and every tensor equal to onnxruntime's (1.0)."
+        "tilecraft; logits and every tensor equal to onnxruntime's (1.0)." + _onnxruntime_on_unit(r)
+    )
+
+
+def _onnxruntime_on_unit(r: dict) -> str:
+    """The variants on the config with the requantization unit: as compiled, and with
+    `--requant onnxruntime`."""
+    rows = []
+    for name, v in r["variants"].items():
+        e, u = v.get("onnxruntime_exact"), v.get("with_unit") or {}
+        if not e:
+            continue
+        counted = "tensors_equal" in e
+        tensors = f"{e['tensors_equal']} of {e['tensors_compared']}" if counted else "—"
+        rows.append([name, value(u.get("modeled_latency_ms", v.get("modeled_latency_ms")), 1),
+                     value(e.get("programs")), value(e.get("modeled_accelerator_ms"), 1),
+                     value(e.get("equal_fraction")), value(e.get("max_steps")), tensors,
+                     value(e.get("simulator_matches_reference"))])  # fmt: skip
+    if not rows:
+        return ""
+    head = ["variant", "modeled ms", "programs", "accelerator ms", "logits equal", "max steps",
+            "tensors equal", "simulator = reference"]  # fmt: skip
+    return (
+        f"\n\nOn {r.get('unit_config', r.get('config'))}, with the requantization unit: "
+        "modeled ms as compiled; then the rest with `--requant onnxruntime` (every rounding "
+        "onnxruntime's, the Adds on the host as QLinearAdd):\n\n" + _table(head, rows)
     )
 
 
