@@ -1,5 +1,5 @@
 """The whole-network suites run ResNet-18 and MobileNetV2 end to end on the simulator (slow:
-~30 s and ~40 s)."""
+~50 s and ~60 s, each also on the preset's twin with the requantization unit)."""
 
 import pytest
 
@@ -24,7 +24,10 @@ def test_resnet18_suite():
         "arena_peak_bytes",
     ):
         assert key in r
-    assert "ResNet-18 on" in resnet18.format_table(r)
+    unit = r["with_unit"]  # the preset's twin with the requantization unit, same run
+    assert unit["bit_exact_vs_reference"] and unit["config"] == f"{r['config']}_rq8"
+    assert 70 < unit["accelerator_ms"] < r["accelerator_ms"]  # the epilogues off the ALU
+    assert "ResNet-18 on" in resnet18.format_table(r) and "_rq8" in resnet18.format_table(r)
 
 
 @pytest.mark.slow
@@ -36,6 +39,8 @@ def test_mobilenet_v2_suite():
     assert r["accelerator_programs"] == 1 and r["chained_layers"] == len(r["layers"])
     depthwise = [x for x in r["layers"] if x["utilization"] and x["utilization"] < 1 / 16]
     assert len(depthwise) >= 17  # the diagonal blocks: at most one product in 16 is the layer's
+    unit = r["with_unit"]
+    assert unit["bit_exact_vs_reference"] and unit["accelerator_ms"] < r["accelerator_ms"]
     assert "MobileNetV2 on" in mobilenet_v2.format_table(r)
 
 

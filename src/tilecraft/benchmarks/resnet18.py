@@ -7,7 +7,8 @@ accelerator time, host time (measured on this machine, warm: the input's quantiz
 packing, the output's unpacking and dequantization, and any host step), the MAC share on the
 accelerator, per-layer cycles, utilization and SQNR against
 float, the activation arena, compile seconds, and the functional simulation's speed as a ratio
-to numpy int32 GEMMs with the same MACs.
+to numpy int32 GEMMs with the same MACs. The same run compiles the network for the config's
+twin with the requantization unit (`with_unit`), so one record shows what the unit buys.
 """
 
 from __future__ import annotations
@@ -101,7 +102,29 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
         "bit_exact_vs_reference": bit_exact,
         "output_sqnr_db": min(sqnr.values()) if sqnr else None,
         "layers": layers,
+        "with_unit": _with_unit(graph, cfg, data, x),
         "ok": bit_exact,
+    }
+
+
+def _with_unit(graph, cfg: HwConfig, data, x: dict) -> dict | None:
+    """The same network, calibration and image on `cfg`'s twin with the requantization unit
+    (`HwConfig.with_requant_unit`), in the same run: what the unit buys. None when `cfg` has
+    the unit already (the figures above are its own)."""
+    if cfg.requant_lanes:
+        return None
+    unit = cfg.with_requant_unit()
+    model = compile_network(graph, unit, data).model
+    result = run_model(model, x, get_device("sim"), keep=True)
+    reference = run_model(model, x)
+    accelerator_ms = result.accelerator_cycles / (unit.clock_mhz * 1e3)
+    return {
+        "config": unit.tag,
+        "modeled_latency_ms": accelerator_ms + 1e3 * steady_host_seconds(model, result),
+        "accelerator_ms": accelerator_ms,
+        "bit_exact_vs_reference": all(
+            np.array_equal(result.outputs[k], reference.outputs[k]) for k in model.outputs
+        ),
     }
 
 
@@ -140,4 +163,11 @@ def format_table(r: dict) -> str:
         f"{r['arena_lower_bound_bytes']:,}), bit-exact vs reference: "
         f"{r['bit_exact_vs_reference']}",
     ]
+    u = r.get("with_unit")
+    if u:
+        lines.append(
+            f"with the requantization unit ({u['config']}): modeled "
+            f"{u['modeled_latency_ms']:.1f} ms = accelerator {u['accelerator_ms']:.1f} ms + host, "
+            f"bit-exact vs reference: {u['bit_exact_vs_reference']}"
+        )
     return "\n".join(lines)

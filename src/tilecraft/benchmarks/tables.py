@@ -145,8 +145,11 @@ def _network(goal_ms: str) -> Callable[[dict], str]:
                 ("arena_lower_bound_bytes", "", "—"),
                 ("output_sqnr_db", "int8 logits against float", "—"),
                 ("bit_exact_vs_reference", "", "true"),
+                ("with_unit.modeled_latency_ms", "the same with the requantization unit", goal_ms),
+                ("with_unit.accelerator_ms", "the same with the unit: the cycle model", "—"),
+                ("with_unit.bit_exact_vs_reference", "the same with the unit", "true"),
             ],
-        )
+        ) + (f"\n\nWith the unit: {r['with_unit']['config']}." if r.get("with_unit") else "")
 
     return render
 
