@@ -93,3 +93,41 @@ def test_onnxruntimes_rounding_everywhere_puts_the_adds_on_the_host(tmp_path):
     with pytest.raises(ModelError, match=r"'onnxruntime' runs the convs on the requantization "
                        r"unit: config 1x16x16_i8w8a32_15_15_17_17 has none"):  # fmt: skip
         compile_network(graph, preset("default"), None, exact_requant="onnxruntime")
+
+
+def _unit_twins() -> list[str]:
+    """Every sweep and board preset whose twin with the unit is a config of its own."""
+    from tilecraft.boards import board_names, resolve_config
+    from tilecraft.hw.config import preset_names
+
+    tags, names = set(), []
+    for name in preset_names() + board_names():
+        tag = resolve_config(name).with_requant_unit().tag
+        if tag not in tags:
+            tags.add(tag)
+            names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("name", _unit_twins())
+def test_every_presets_twin_with_the_unit_is_bit_exact(name):
+    """Each preset (sweep and board) with the requantization unit at its bus's pace: a
+    residual network with a depthwise conv, every tensor the reference's on the simulator,
+    in fewer cycles than on the preset itself."""
+    from network_models import tiny_resnet
+
+    from tilecraft.boards import resolve_config
+
+    base = resolve_config(name)
+    cfg = base.with_requant_unit()
+    graph = import_model(tiny_resnet(seed=5, depthwise=True))
+    calib = random_calibration(graph, 1)
+    model = compile_network(graph, cfg, calib).model
+    x = {"input": np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    ref = run_model(model, x, keep=True)
+    got = run_model(model, x, get_device("sim"), keep=True)
+    assert set(model.outputs) <= set(got.tensors)
+    for tensor, value in got.tensors.items():
+        np.testing.assert_array_equal(value, ref.tensors[tensor], err_msg=f"{cfg.tag}: {tensor}")
+    plain = compile_network(graph, base, calib).model
+    assert got.accelerator_cycles < run_model(plain, x, get_device("sim")).accelerator_cycles
