@@ -2,7 +2,7 @@
 
 `normalise` runs them all: identities removed, BatchNorm folded into the convolution before it,
 Gemm/MatMul(+Add) turned into `Dense` with a (K, N) weight, Reshape-to-2-D into Flatten, a
-residual Add fused into the convolution that finishes last (the epilogue adds it), ReLU/Clip
+residual Add fused into a convolution (the epilogue adds it; of two, the larger), ReLU/Clip
 fused into the producer's epilogue, dead nodes dropped. Every convolution leaves with a bias.
 """
 
@@ -192,8 +192,17 @@ def flatten_reshapes(graph: Graph) -> Graph:
     return _prune_constants(graph.replace(nodes=tuple(nodes)))
 
 
+def _macs(graph: Graph, conv: Node) -> int:
+    """A convolution's multiply-accumulates: its output's elements times each one's taps."""
+    weight = graph.shape(conv.inputs[1])
+    return int(np.prod(graph.shape(conv.outputs[0]))) * int(np.prod(weight[1:]))
+
+
 def fuse_residual(graph: Graph) -> Graph:
-    """Add(conv_out, other) -> the conv adds `other` in its epilogue (the later of two convs).
+    """Add(conv_out, other) -> the conv adds `other` in its epilogue. Of two convs, the one
+    with more MACs takes it (then the later): the residual's epilogue, the costlier one (ALU
+    passes where the plain one may run on the requantization unit), hides under the larger
+    GEMM. A ResNet's downsample block thus adds its 1x1 shortcut in the 3x3 conv.
     The conv must have no clip yet and its output one use; when `other` is made after the conv,
     the fused conv moves to the Add's place, where both exist. A quantized model that states a
     scale for the conv's output rounds it to int8 before the add (onnxruntime's QDQ form, run
@@ -218,7 +227,7 @@ def fuse_residual(graph: Graph) -> Graph:
                 and conv.name not in drop
                 and mine not in graph.scales
             ):
-                options.append((order[conv.name], conv, other))
+                options.append(((_macs(graph, conv), order[conv.name]), conv, other))
         if not options:
             continue
         _, conv, other = max(options, key=lambda o: o[0])
