@@ -32,6 +32,14 @@ def test_resnet18_normal_form():
     assert sum(c.attrs.residual for c in convs) == 8
     # every conv with a residual also carries the block's final ReLU
     assert all(c.attrs.clip == (0.0, float("inf")) for c in convs if c.attrs.residual)
+    # a downsample block adds its 1x1 shortcut in the 3x3 conv (the larger GEMM, under which
+    # the residual's epilogue hides), which the graph moves after the shortcut
+    assert [c.attrs.kernel for c in convs if c.attrs.residual] == [(3, 3)] * 8
+    order = {n.name: i for i, n in enumerate(g.nodes)}
+    producer = g.producer()
+    for c in convs:
+        if c.attrs.residual and producer[c.inputs[3]].op is OpType.CONV:
+            assert order[producer[c.inputs[3]].name] < order[c.name]
     dense = g.nodes[-1]
     assert g.shape(dense.inputs[1]) == (512, 1000)
 
