@@ -131,3 +131,31 @@ def test_every_presets_twin_with_the_unit_is_bit_exact(name):
         np.testing.assert_array_equal(value, ref.tensors[tensor], err_msg=f"{cfg.tag}: {tensor}")
     plain = compile_network(graph, base, calib).model
     assert got.accelerator_cycles < run_model(plain, x, get_device("sim")).accelerator_cycles
+
+
+@pytest.mark.slow
+def test_a_classifier_whose_unit_parameters_do_not_fit_requantizes_on_the_alu():
+    """On 1x8x8 with half its buffers and the unit, a bank holds 256 accumulator rows and a
+    1,000-class classifier's unit parameters take 375: that layer requantizes on the ALU (two
+    rows per block), the convs stay on the unit, and the network runs bit-exact."""
+    from tilecraft.hw.isa.requant import param_rows
+    from tilecraft.models.zoo import resnet18
+    from tilecraft.ops import Multiplier
+
+    cfg = preset("1x8x8").replace(log_inp_buff=14, log_wgt_buff=15, log_acc_buff=14)
+    cfg = cfg.replace(requant_lanes=8)
+    assert param_rows(1000, cfg.block_out) == 375 > cfg.acc_bank_rows == 256
+    graph = import_model(resnet18(seed=0, size=32))
+    model = compile_network(graph, cfg, random_calibration(graph, 1)).model
+    kinds = {
+        (c.op.kind, c.epilogue.multiplier, c.epilogue.residual)
+        for c in model.computations()
+        if c.epilogue is not None
+    }
+    assert ("dense", Multiplier.CHANNEL, False) in kinds  # the classifier, on the ALU
+    assert ("conv2d", Multiplier.FLOAT32, False) in kinds  # the convs, on the unit
+    x = {"input": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    got = run_model(model, x, get_device("sim"))
+    want = run_model(model, x)
+    for name in model.outputs:
+        np.testing.assert_array_equal(got.outputs[name], want.outputs[name])

@@ -29,6 +29,7 @@ from tilecraft.compiler.quant.calibrate import Ranges
 from tilecraft.compiler.quant.observers import Observer
 from tilecraft.errors import ModelError, UnsupportedOperatorError
 from tilecraft.hw.isa import IMM_MAX
+from tilecraft.hw.isa.requant import param_rows
 from tilecraft.ops import (
     Conv2d,
     Dense,
@@ -556,10 +557,14 @@ def quantize(
     for x in graph.inputs:
         quant = host_ops.Quantize(scales[x], zeros.get(x, 0))
         layers.append(HostLayer(f"quantize:{x}", quant, (x,), name_of(x)))
+    has_unit = bool(cfg is not None and cfg.requant_lanes)
     for node in graph.nodes:
         if node.op in (OpType.CONV, OpType.DENSE):
             through = absorbed.get(node.inputs[0]) if node.op is OpType.DENSE else None
-            unit = bool(cfg is not None and cfg.requant_lanes)
+            # the unit's parameter rows stay in a tile's bank: where they leave it none (a 1,000-
+            # class classifier, a small accumulator) the ALU requantizes, but not onnxruntime's way
+            out = graph.shape(node.output)[-1 if node.op is OpType.DENSE else 1]
+            unit = has_unit and (onnxruntime or param_rows(out, cfg.block_out) < cfg.acc_bank_rows)
             layers.append(
                 _conv_layer(
                     graph, node, scales, zeros, name_of, exact, on_accelerator(node), through, unit
@@ -571,8 +576,7 @@ def quantize(
             op = MaxPool2d(n, c, h, w, a.kernel, a.stride, a.pads, pad_value=INT8[0])  # -inf
             layers.append(PoolLayer(node.name, op, name_of(node.inputs[0]), name_of(node.output)))
         elif node.op is OpType.GLOBALAVGPOOL:
-            unit = bool(cfg is not None and cfg.requant_lanes)
-            layers.append(_gap_layer(graph, node, scales, zeros, name_of, unit))
+            layers.append(_gap_layer(graph, node, scales, zeros, name_of, has_unit))
         elif node.op is OpType.ADD and on_accelerator(node) and not onnxruntime:
             layers.append(_add_layer(graph, node, scales, zeros, name_of))
         elif node.op is OpType.ADD:

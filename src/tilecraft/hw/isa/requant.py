@@ -17,6 +17,11 @@ PARAM_ROWS = ("bias", "scale", "clip")
 ZERO_BITS, BOUND_BITS = 10, 8
 
 
+def param_rows(channels: int, block_out: int) -> int:
+    """Accumulator rows a layer's parameter sets take: PARAM_ROWS per output block."""
+    return len(PARAM_ROWS) * -(-channels // block_out)
+
+
 def pack_scale(significand, exponent):
     """The scale row's lanes from the fields (numpy arrays or ints)."""
     return significand | ((exponent & ((1 << EXPONENT_BITS) - 1)) << SIGNIFICAND_BITS)
