@@ -78,16 +78,20 @@ def _tensors(path: Path, x: np.ndarray, unsigned: bool):
     return values[0], {n.removesuffix("_QuantizeLinear_Output"): out[n] for n in names}
 
 
-def _equal_tensors(model, x: np.ndarray, theirs: dict, shift: int) -> dict[str, float]:
+def _equal_tensors(layers: dict, theirs: dict, shift: int) -> dict[str, float]:
     """Each quantized tensor's share of elements equal to onnxruntime's, by name, from the
-    integer reference's run of `model` (every tensor kept)."""
-    layers = run_model(model, {"input": x}, None, keep=True).tensors
+    integer reference's tensors `layers` (a run that kept every tensor)."""
     equal = {}
     for name, want in theirs.items():
         got = layers.get(name)
         if got is not None and got.dtype == np.int8 and got.size == want.size:
             equal[name] = float((got.astype(int).reshape(want.shape) + shift == want).mean())
     return equal
+
+
+def _reference(model, x: np.ndarray):
+    """The integer reference's run of `model` on `x`, every tensor kept."""
+    return run_model(model, {"input": x}, None, keep=True)
 
 
 def _run(model, x: np.ndarray, logits: np.ndarray, scale: float) -> tuple:
@@ -118,7 +122,7 @@ def _compare(cfg: HwConfig, unit: HwConfig, path: Path, x: np.ndarray, shift: in
         "compile_seconds": seconds,
         "equal_fraction": float((steps == 0).mean()),
         "max_steps": int(steps.max()),
-        "layer_equal_fraction": _equal_tensors(comp.model, x, theirs, shift),
+        "layer_equal_fraction": _equal_tensors(_reference(comp.model, x).tensors, theirs, shift),
     }
     if unit is not cfg:
         on_unit, steps = _run(compile_network(graph, unit, None).model, x, logits, scale)
@@ -129,15 +133,15 @@ def _compare(cfg: HwConfig, unit: HwConfig, path: Path, x: np.ndarray, shift: in
         }
     exact = compile_network(graph, unit, None, exact_requant="onnxruntime").model
     sim, off = _run(exact, x, logits, scale)
-    equal = _equal_tensors(exact, x, theirs, shift)
-    reference = run_model(exact, {"input": x}, None).outputs[exact.outputs[0]]
+    reference = _reference(exact, x)  # one run: its tensors, and its output for the simulator's
+    equal = _equal_tensors(reference.tensors, theirs, shift)
     out["onnxruntime_exact"] = {
         "programs": len(exact.programs),
         "modeled_accelerator_ms": sim.accelerator_cycles / (unit.clock_mhz * 1e3),
         "equal_fraction": float((off == 0).mean()),
         "max_steps": int(off.max()),
         "simulator_matches_reference": bool(
-            np.array_equal(sim.outputs[exact.outputs[0]], reference)
+            np.array_equal(sim.outputs[exact.outputs[0]], reference.outputs[exact.outputs[0]])
         ),
         "tensors_compared": len(equal),
         "tensors_equal": sum(v == 1.0 for v in equal.values()),
