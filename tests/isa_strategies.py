@@ -5,19 +5,35 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Opcode, Store, Uop, isa_for
+from tilecraft.hw.isa import (
+    Alu,
+    AluOp,
+    Depthwise,
+    Finish,
+    Gemm,
+    Load,
+    MemId,
+    Opcode,
+    Store,
+    Uop,
+    isa_for,
+)
 
-CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32", "default+rq8"]
+CONFIGS = ["default", "1x8x8", "2x16x16", "1x32x32", "default+rq8", "1x8x8+dw3", "default+rq8+dw5"]
 LOAD_MEMS = [MemId.UOP, MemId.WGT, MemId.INP, MemId.ACC]
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 SKIP = {"opcode", "mem", "alu_op", *FLAGS}  # set from enums / flags, not from ranges
 
 
 def config(name: str):
-    """A swept preset by name; `+rqN` adds a requantization unit of N lanes."""
-    base, _, lanes = name.partition("+rq")
+    """A swept preset by name; `+rqN` adds a requantization unit of N lanes, `+dwK` the
+    depthwise mode for K x K windows."""
+    base, *units = name.split("+")
     cfg = preset(base)
-    return cfg.replace(requant_lanes=int(lanes)) if lanes else cfg
+    for unit in units:
+        knob = {"rq": "requant_lanes", "dw": "depthwise_window"}[unit[:2]]
+        cfg = cfg.replace(**{knob: int(unit[2:])})
+    return cfg
 
 
 def _fields(draw, spec, op):
@@ -36,7 +52,7 @@ def _fields(draw, spec, op):
 
 @st.composite
 def instructions(draw, spec):
-    kind = draw(st.sampled_from(list(Opcode)))
+    kind = draw(st.sampled_from(list(spec.formats)))
     values = _fields(draw, spec, kind)
     if kind == Opcode.LOAD:
         return Load(mem=draw(st.sampled_from(LOAD_MEMS)), **values)
@@ -48,6 +64,8 @@ def instructions(draw, spec):
         return Gemm(**values)
     if kind == Opcode.ALU:
         return Alu(op=draw(st.sampled_from(list(AluOp))), **values)
+    if kind == Opcode.DEPTHWISE:
+        return Depthwise(**values)
     return Finish(**values)
 
 

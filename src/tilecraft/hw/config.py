@@ -45,6 +45,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "dep_queue_depth": (1, 4096),
     "cmd_queue_depth": (1, 4096),
     "requant_lanes": (0, 64),
+    "depthwise_window": (0, 7),
 }
 
 # Fields that change what a program means or whether it deadlocks. The rest (clock, bus width,
@@ -63,10 +64,11 @@ ARCH_FIELDS = (
     "dep_queue_depth",
     "cmd_queue_depth",
     "requant_lanes",
+    "depthwise_window",
 )
 # Optional units, by field and the value that means absent: a config without the unit leaves
 # the field out of its dict, digests and tag, so every config made before the unit keeps them.
-ABSENT = {"requant_lanes": 0}
+ABSENT = {"requant_lanes": 0, "depthwise_window": 0}
 
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
 SCRATCHPADS = ("uop", "inp", "wgt", "acc")  # the on-chip memories
@@ -105,6 +107,9 @@ class HwConfig:
     # the requantization unit on the store path (STORE's `requant` mode): 0 absent, else the
     # accumulator lanes it requantizes a cycle (a power of two up to BATCH x BLOCK_OUT and 64)
     requant_lanes: int = 0
+    # the GEMM core's depthwise mode (the DEPTHWISE instruction): 0 absent, else the side of
+    # the square window it gathers per channel (3: 3x3 depthwise convs); needs square blocks
+    depthwise_window: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -132,6 +137,17 @@ class HwConfig:
             raise ConfigError(
                 f"requant_lanes must be 0 (no requantization unit) or a power of two up to "
                 f"BATCH x BLOCK_OUT = {self.batch * self.block_out} (and 64), not {lanes}"
+            )
+        window = self.depthwise_window
+        if window and (window < 3 or window % 2 == 0):
+            raise ConfigError(
+                f"depthwise_window must be 0 (no depthwise mode) or an odd window side 3, 5 or 7, "
+                f"not {window}"
+            )
+        if window and self.block_in != self.block_out:
+            raise ConfigError(
+                f"depthwise_window = {window} needs BLOCK_IN == BLOCK_OUT (lane c of an input "
+                f"row is output channel c), not {self.block_in} and {self.block_out}"
             )
         if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
             raise ConfigError(
@@ -257,6 +273,7 @@ class HwConfig:
             f"_i{self.inp_bits}w{self.wgt_bits}a{self.acc_bits}"
             f"_{self.log_uop_buff}_{self.log_inp_buff}_{self.log_wgt_buff}_{self.log_acc_buff}"
             + (f"_rq{self.requant_lanes}" if self.requant_lanes else "")
+            + (f"_dw{self.depthwise_window}" if self.depthwise_window else "")
         )
 
     @property
@@ -304,6 +321,16 @@ class HwConfig:
         AXI port has bytes a cycle (a narrower unit would set a STORE's pace), within
         BATCH x BLOCK_OUT and 64."""
         return self.replace(requant_lanes=min(self.axi_bytes, self.batch * self.block_out, 64))
+
+    def with_depthwise_mode(self, window: int = 3) -> HwConfig:
+        """This config with the GEMM core's depthwise mode for `window` x `window` kernels."""
+        return self.replace(depthwise_window=window)
+
+    @property
+    def depthwise_passes(self) -> int:
+        """Array passes of the depthwise mode per output pixel: a channel's window of taps
+        over the BLOCK_IN products of its row (0 without the mode)."""
+        return -(-(self.depthwise_window**2) // self.block_in)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -90,11 +90,20 @@ class Timing:
     # to the burst's address: fetch enters its REQUEST state, the burst planner takes 4 cycles,
     # the skid buffer on AR one more
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
+    # The GEMM core's depthwise mode (configs with `depthwise_window`): its window takes one
+    # input row a cycle, and an output whose taps take several array passes holds the stream
+    # for the passes after the first (`dw_passes`, HwConfig.depthwise_passes). Not yet
+    # calibrated against an RTL: the pipeline after the last pass is taken to be the GEMM's.
+    dw_window: int = 0
+    dw_passes: int = 1
 
     @classmethod
     def from_config(cls, cfg: HwConfig, **overrides) -> Timing:
         lanes = cfg.batch * cfg.block_out
         overrides.setdefault("alu_mul_groups", lanes // min(ALU_MUL_LANES, lanes))
+        if cfg.depthwise_window:
+            overrides.setdefault("dw_window", cfg.depthwise_window)
+            overrides.setdefault("dw_passes", cfg.depthwise_passes)
         return cls(
             axi_bytes=cfg.axi_bytes,
             dram_latency=cfg.dram_latency,
@@ -198,6 +207,8 @@ def busy_cycles(t: Timing, row) -> int:
     op = row["opcode"]
     if op == Opcode.FINISH:
         return t.barrier_overhead
+    if op == Opcode.DEPTHWISE:
+        return t.insn_overhead + depthwise_steps(t.dw_window, t.dw_passes, row) + t.gemm_depth
     steps = row["iter_out"] * row["iter_in"] * max(row["uop_end"] - row["uop_bgn"], 0)
     if op == Opcode.GEMM:
         depth = t.reset_depth if row["reset"] else t.gemm_depth
@@ -207,6 +218,21 @@ def busy_cycles(t: Timing, row) -> int:
         ii += t.alu_mul_groups + t.alu_mul_tail
     saved = 0 if row["use_imm"] else alu_repeats(row) * (t.alu_ii_tensor - t.alu_ii_imm)
     return t.insn_overhead + steps * ii - saved + t.alu_depth
+
+
+def depthwise_outputs(window: int, row) -> tuple[int, int]:
+    """The output rows and columns of a DEPTHWISE over its plane (0 where the plane is smaller
+    than the window)."""
+    rows = max((row["in_rows"] - window) // max(row["stride_y"], 1) + 1, 0)
+    cols = max((row["in_cols"] - window) // max(row["stride_x"], 1) + 1, 0)
+    return rows, cols
+
+
+def depthwise_steps(window: int, passes: int, row) -> int:
+    """A DEPTHWISE's cycles on the array: one input row of its plane a cycle, and each output's
+    array passes after its first."""
+    rows, cols = depthwise_outputs(window, row)
+    return row["in_rows"] * row["in_cols"] + (passes - 1) * rows * cols
 
 
 def alu_hazards(row, uop_dst: np.ndarray, uop_src: np.ndarray) -> int:

@@ -20,7 +20,10 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
 - a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
-  whose micro-ops read a row an earlier micro-op of the same instruction wrote sees the new value.
+  whose micro-ops read a row an earlier micro-op of the same instruction wrote sees the new value;
+- DEPTHWISE (configs with `depthwise_window` K) writes each window's sum, lane by lane, over
+  the accumulator rows it names (no reset needed, nothing added to what was there); taps of
+  its last weight element past K*K are not read.
 """
 
 from __future__ import annotations
@@ -185,6 +188,42 @@ def gemm(m: Machine, r) -> Footprint:
     acc = m.acc[lo:hi]
     acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
     return Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
+
+
+def depthwise(m: Machine, r) -> Footprint:
+    """The GEMM core's depthwise mode: acc[acc_base + oy * out_cols + ox][b, c] =
+    sum over the window's taps (ky, kx) of inp[inp_base + (oy * sy + ky) * in_cols + ox * sx +
+    kx][b, c] * tap (ky, kx) of channel c (insns.Depthwise)."""
+    cfg = m.config
+    k = cfg.depthwise_window
+    if not k:
+        raise IllegalInstructionError(
+            f"DEPTHWISE on config {cfg.tag}, which has no depthwise mode (depthwise_window = 0)"
+        )
+    rows, cols, sy, sx = (int(r[f]) for f in ("in_rows", "in_cols", "stride_y", "stride_x"))
+    if rows < k or cols < k or sy < 1 or sx < 1:
+        raise IllegalInstructionError(
+            f"DEPTHWISE plane {rows}x{cols} with stride ({sy}, {sx}): the plane must be at least "
+            f"the {k}x{k} window and each stride at least 1"
+        )
+    oh, ow = (rows - k) // sy + 1, (cols - k) // sx + 1
+    inp, acc, wgt = int(r["inp_base"]), int(r["acc_base"]), int(r["wgt_base"])
+    passes = cfg.depthwise_passes
+    _check_sram("inp", inp, rows * cols, cfg.depth("inp"))
+    _check_sram("acc", acc, oh * ow, cfg.depth("acc"))
+    _check_sram("wgt", wgt, passes, cfg.depth("wgt"))
+    plane = m.inp[inp : inp + rows * cols].astype(np.int64).reshape((rows, cols) + m.inp.shape[1:])
+    lanes = cfg.block_out
+    taps = m.wgt[wgt : wgt + passes].astype(np.int64).transpose(1, 0, 2).reshape(lanes, -1)
+    taps = taps[:, : k * k].reshape(lanes, k, k)
+    total = np.zeros((oh, ow) + m.inp.shape[1:], np.int64)
+    for ky in range(k):
+        for kx in range(k):
+            window = plane[ky : ky + (oh - 1) * sy + 1 : sy, kx : kx + (ow - 1) * sx + 1 : sx]
+            total += window * taps[:, ky, kx]
+    m.acc[acc : acc + oh * ow] = total.reshape((oh * ow,) + m.acc.shape[1:]).astype(m.acc.dtype)
+    reads = {"inp": (inp, inp + rows * cols), "wgt": (wgt, wgt + passes)}
+    return Footprint(reads, {"acc": (acc, acc + oh * ow)})
 
 
 def alu(m: Machine, r) -> Footprint:

@@ -25,7 +25,7 @@ from tilecraft.hw.isa import (
     stage_of,
     unit_of,
 )
-from tilecraft.hw.timing import Timing, alu_hazards
+from tilecraft.hw.timing import Timing, alu_hazards, depthwise_outputs
 from tilecraft.sim import semantics
 from tilecraft.sim.engine import STAGE_NAMES, Engine
 from tilecraft.sim.machine import Machine
@@ -39,6 +39,7 @@ _EXEC = {
     Opcode.STORE: semantics.store,
     Opcode.GEMM: semantics.gemm,
     Opcode.ALU: semantics.alu,
+    Opcode.DEPTHWISE: semantics.depthwise,
 }
 
 
@@ -91,7 +92,7 @@ def run_image(
             f"{dram.size} bytes (or the count {insn_count} is not positive)"
         )
     table = decode(spec, as_words(dram[insn_addr:end]))
-    stages = _validate(table, as_words(dram[insn_addr:end]))
+    stages = _validate(table, as_words(dram[insn_addr:end]), config)
     rows = [dict(zip(table.dtype.names, vals)) for vals in table.tolist()]
     plan = Plan(config, timing, rows, stages)
     machine = Machine(config, dram)
@@ -126,13 +127,19 @@ def run_image(
                 counts["alu"] += steps
             elif not row["reset"]:
                 counts["gemm"] += steps
+        elif op == Opcode.DEPTHWISE:  # its outputs' passes through the array
+            out_rows, out_cols = depthwise_outputs(config.depthwise_window, row)
+            counts["gemm"] += out_rows * out_cols * config.depthwise_passes
         if trace:
             unit = unit_of(op) if stage == Stage.COMPUTE else None
             lane = STAGE_NAMES[stage] + ("" if unit is None else "/" + unit.name.lower())
             events.append((lane, k, start, stop, format_row(row)))
 
     def half(k: int) -> int:
-        return config.acc_bank(int(machine.uop_dst[rows[k]["uop_bgn"]]))
+        row = rows[k]
+        if row["opcode"] == Opcode.DEPTHWISE:
+            return config.acc_bank(int(row["acc_base"]))
+        return config.acc_bank(int(machine.uop_dst[row["uop_bgn"]]))
 
     def waits(k: int) -> int:
         row = rows[k]
@@ -178,7 +185,7 @@ def _rows(rows) -> np.ndarray:
     return np.arange(*rows) if isinstance(rows, tuple) else np.asarray(rows)
 
 
-def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
+def _validate(table: np.ndarray, words: np.ndarray, cfg: HwConfig) -> np.ndarray:
     """Stage of every instruction; IllegalInstructionError for what the hardware can't run
     (the whole table checked at once; the first bad instruction is then named)."""
     ops, mems = table["opcode"], table["mem"]
@@ -190,16 +197,18 @@ def _validate(table: np.ndarray, words: np.ndarray) -> np.ndarray:
     bad |= load & ~np.isin(mems, LOAD_MEMS)
     bad |= store & (mems != MemId.OUT)
     bad |= (ops == Opcode.ALU) & ~np.isin(table["alu_op"], list(AluOp._value2member_map_))
+    if not cfg.depthwise_window:
+        bad |= ops == Opcode.DEPTHWISE
     for s in Stage:  # a flag with no queue on the instruction's stage
         for flag, q in {**POP_QUEUES[s], **PUSH_QUEUES[s]}.items():
             if q is None:
                 bad |= (stages == s) & (table[flag] != 0)
     if bad.any():
-        _name_invalid(table, words, int(np.argmax(bad)))
+        _name_invalid(table, words, int(np.argmax(bad)), cfg)
     return stages
 
 
-def _name_invalid(table: np.ndarray, words: np.ndarray, first: int) -> None:
+def _name_invalid(table: np.ndarray, words: np.ndarray, first: int, cfg: HwConfig) -> None:
     """Raise the IllegalInstructionError of the first bad instruction."""
     ops, mems = table["opcode"], table["mem"]
     k = first
@@ -211,6 +220,12 @@ def _name_invalid(table: np.ndarray, words: np.ndarray, first: int) -> None:
     if op == Opcode.LOAD and int(mems[k]) not in LOAD_MEMS:
         raise IllegalInstructionError(
             f"LOAD to memory id {int(mems[k])}; valid: UOP=0, WGT=1, INP=2, ACC=3", index=k
+        )
+    if op == Opcode.DEPTHWISE and not cfg.depthwise_window:
+        raise IllegalInstructionError(
+            f"DEPTHWISE ({word}) on config {cfg.tag}, which has no depthwise mode: run the "
+            f"program on a config with depthwise_window > 0",
+            index=k,
         )
     if op == Opcode.STORE and int(mems[k]) != MemId.OUT:
         raise IllegalInstructionError(f"STORE from memory id {int(mems[k])}; valid: OUT=4", index=k)

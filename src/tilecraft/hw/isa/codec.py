@@ -32,6 +32,7 @@ def encode(spec: IsaSpec, insns: np.ndarray | Iterable) -> np.ndarray:
     ops = table["opcode"]
     _check_members(ops, [int(o) for o in Opcode], "opcode", Opcode)
     _check_mems(table)
+    _check_unit_opcodes(spec, ops)
     for op, fmt in spec.formats.items():
         idx = np.flatnonzero(ops == op)
         if idx.size == 0:
@@ -158,6 +159,24 @@ def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -
                 f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
                 f"{int(table[name][k])}, but config {spec.config.tag} has no requantization "
                 f"unit: a program that needs it runs on a config with {knob} > 0"
+            )
+
+
+UNIT_OPCODES = {Opcode.DEPTHWISE: ("depthwise_window", "depthwise mode")}
+
+
+def _check_unit_opcodes(spec: IsaSpec, ops: np.ndarray) -> None:
+    """An optional unit's instruction on a config without the unit is refused, naming the
+    instruction, the config and the knob (the config's ISA has no format for it)."""
+    for op, (knob, unit) in UNIT_OPCODES.items():
+        if op in spec.formats:
+            continue
+        used = ops == op
+        if used.any():
+            k = int(np.argmax(used))
+            raise EncodingError(
+                f"instruction {k} is a {op.name}, but config {spec.config.tag} has no {unit}: "
+                f"a program that needs it runs on a config with {knob} > 0"
             )
 
 

@@ -41,6 +41,12 @@ def format_row(row) -> str:
             return head + loop + f" wgt({get('wgt_out')},{get('wgt_in')})" + tail
         operand = f"imm={get('imm')}" if get("use_imm") else "tensor"
         return f"ALU    {_name(AluOp, get('alu_op'))} {operand} " + loop + tail
+    if op == Opcode.DEPTHWISE:
+        return (
+            f"DEPTHWISE acc={get('acc_base')} inp={get('inp_base')} wgt={get('wgt_base')} "
+            f"plane={get('in_rows')}x{get('in_cols')} stride=({get('stride_y')},"
+            f"{get('stride_x')})" + tail
+        )
     if op == Opcode.FINISH:
         return "FINISH" + tail
     return f"<unknown opcode {op}>" + tail

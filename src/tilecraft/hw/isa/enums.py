@@ -11,6 +11,7 @@ class Opcode(IntEnum):
     GEMM = 2
     FINISH = 3
     ALU = 4
+    DEPTHWISE = 5  # configs with the depthwise mode only (HwConfig.depthwise_window)
 
 
 class MemId(IntEnum):
@@ -106,7 +107,11 @@ def unit_of(opcode: int) -> Unit | None:
     return _UNIT_OF.get(int(opcode), BARRIER)
 
 
-_UNIT_OF = {int(Opcode.GEMM): Unit.GEMM, int(Opcode.ALU): Unit.ALU}
+_UNIT_OF = {
+    int(Opcode.GEMM): Unit.GEMM,
+    int(Opcode.DEPTHWISE): Unit.GEMM,
+    int(Opcode.ALU): Unit.ALU,
+}
 
 
 class TokenQueue(IntEnum):

@@ -29,6 +29,7 @@ PAD_VALUE_BITS = 8  # LOAD INP's padding value (signed, sign-extended to every l
 ITER_BITS = 14  # GEMM/ALU loop extents
 IMM_BITS = 16  # ALU immediate (signed)
 IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
+DW_STRIDE_BITS = 2  # DEPTHWISE's stride along each axis (1..3)
 STORE_FIELDS = ("mem", "sram_base", "dram_base", "y_size", "x_size", "x_stride")
 REQUANT_PARAM_ROWS = 3  # a requantizing STORE's parameter rows: bias, scale, zero point and clip
 
@@ -147,6 +148,17 @@ class IsaSpec:
             Opcode.ALU: _pack("ALU", INSN_BITS, header + loop + alu),
             Opcode.FINISH: _pack("FINISH", INSN_BITS, header),
         }
+        if c.depthwise_window:  # the GEMM core's depthwise mode: a window over a plane
+            plane = [
+                ("acc_base", self.acc_idx_bits, False),
+                ("inp_base", self.inp_idx_bits, False),
+                ("wgt_base", self.wgt_idx_bits, False),
+                ("in_rows", self.inp_idx_bits + 1, False),
+                ("in_cols", self.inp_idx_bits + 1, False),
+                ("stride_y", DW_STRIDE_BITS, False),
+                ("stride_x", DW_STRIDE_BITS, False),
+            ]
+            self.formats[Opcode.DEPTHWISE] = _pack("DEPTHWISE", INSN_BITS, header + plane)
         self.uop = _pack(
             "micro-op",
             c.uop_bytes * 8,

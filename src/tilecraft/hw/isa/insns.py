@@ -1,7 +1,8 @@
 """Host-side instructions: one frozen dataclass per kind, and the column table they pack into.
 
-Build programs from `Load`, `Store`, `Gemm`, `Alu`, `Finish` and `Uop`; `insn_table` turns a list
-of them into a numpy structured array (one int64 column per field), which `codec` encodes in bulk.
+Build programs from `Load`, `Store`, `Gemm`, `Alu`, `Depthwise`, `Finish` and `Uop`;
+`insn_table` turns a list of them into a numpy structured array (one int64 column per field),
+which `codec` encodes in bulk.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ FIELD_NAMES = (
     "requant",
     "param_base",
     "param_per_row",
+    "acc_base",
+    "inp_base",
+    "wgt_base",
+    "in_rows",
+    "in_cols",
+    "stride_y",
+    "stride_x",
 )
 TABLE_DTYPE = np.dtype([(name, np.int64) for name in FIELD_NAMES])
 UOP_DTYPE = np.dtype([("dst", np.int64), ("src", np.int64), ("wgt", np.int64)])
@@ -166,6 +174,26 @@ class Alu(_Loop):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Depthwise(_Insn):
+    """The GEMM core's depthwise mode (configs with `depthwise_window` K): a K x K window slides
+    over the plane of `in_rows` x `in_cols` input rows from `inp_base` (row-major, padding
+    included) with strides `stride_y`, `stride_x`, and each window's sum over its taps, lane by
+    lane (channel c of the input row times channel c's weights), is written (not added) to
+    acc[acc_base + oy * out_cols + ox] (sim/semantics.py `depthwise`). Channel c's K*K taps lie
+    in row c of the weight elements from `wgt_base`, BLOCK_IN taps an element
+    (`HwConfig.depthwise_passes` elements)."""
+
+    acc_base: int
+    inp_base: int
+    wgt_base: int
+    in_rows: int
+    in_cols: int
+    stride_y: int = 1
+    stride_x: int = 1
+    opcode = Opcode.DEPTHWISE
+
+
+@dataclass(frozen=True, kw_only=True)
 class Finish(_Insn):
     """Completes when every earlier compute instruction has; raises `done`."""
 
@@ -181,7 +209,7 @@ class Uop:
     wgt: int = 0
 
 
-Insn = Load | Store | Gemm | Alu | Finish
+Insn = Load | Store | Gemm | Alu | Depthwise | Finish
 
 
 def insn_table(insns: Iterable[_Insn]) -> np.ndarray:
@@ -261,6 +289,9 @@ def row_insn(row) -> _Insn:
             **{k: int(get(k)) for k in loop},
             **flags,
         )
+    if op == Opcode.DEPTHWISE:
+        keys = [f.name for f in dataclasses.fields(Depthwise) if f.name not in FLAG_NAMES]
+        return Depthwise(**{k: int(get(k)) for k in keys}, **flags)
     if op == Opcode.FINISH:
         return Finish(**flags)
     raise EncodingError(f"unknown opcode {op}; valid: {_valid(Opcode)}")
