@@ -155,3 +155,11 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
         get_device("sim").run(program, {})
     assert sim_error.value.index > 0
     assert reports and reports[-1] == (regs.ErrorCode.SRAM_RANGE, sim_error.value.index)
+
+
+def test_a_config_with_the_depthwise_mode_is_refused_until_the_rtl_has_it():
+    from tilecraft.errors import ConfigError
+
+    cfg = preset("1x8x8").with_depthwise_mode(3)
+    with pytest.raises(ConfigError, match=r"_dw3 has depthwise_window = 3: .*not yet in the RTL"):
+        Top(cfg)
