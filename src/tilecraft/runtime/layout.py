@@ -11,6 +11,9 @@ DRAM; `pack` and `unpack` follow it. Every layout is a frozen record (JSON throu
 - `DenseWeight`: a dense layer's (K, N) matrix as an (N, K, 1, 1) `Weight`.
 - `DepthwiseWeight`: a depthwise layer's (C, 1, KH, KW) kernels as (C/B, 1, KH, KW, B, B), the
   channels of block b on the diagonal of its (B x B) blocks (BLOCK_OUT = BLOCK_IN = B).
+- `DepthwiseTaps`: the same kernels as the GEMM core's depthwise mode reads them (configs with
+  `depthwise_window`): (C/B, 1, 1, P, B, B), row c of element (b, p) holding channel b*B + c's
+  taps p*B .. p*B + B - 1 (tap t = kh*KW + kw, zero past KH*KW), P = ceil(KH*KW / B).
 - `Im2col`: the NCHW input of a convolution with its taps folded into the channels: channel
   r = c*KH*KW + kh*KW + kw of output pixel (oh, ow) holds x[n, c, oh*SH + kh - PH,
   ow*SW + kw - PW] (zero outside), packed as an `Activation` of shape (N, C*KH*KW, OH, OW).
@@ -174,6 +177,33 @@ class DepthwiseWeight(_Layout):
 
 
 @dataclass(frozen=True)
+class DepthwiseTaps(_Layout):
+    logical: tuple[int, ...]  # (C, 1, KH, KW)
+    kind: ClassVar[str] = "depthwise_taps"
+    rank: ClassVar[int] = 4
+
+    def _passes(self, cfg: HwConfig) -> int:
+        return _ceil(self.logical[2] * self.logical[3], cfg.block_in)
+
+    def stored_shape(self, cfg: HwConfig) -> tuple[int, ...]:
+        c, b = self.logical[0], cfg.block_out
+        return (_ceil(c, b), 1, 1, self._passes(cfg), b, cfg.block_in)
+
+    def pack(self, cfg: HwConfig, x: np.ndarray) -> np.ndarray:
+        c, _, kh, kw = self.logical
+        b, bi, passes = cfg.block_out, cfg.block_in, self._passes(cfg)
+        taps = np.zeros((_ceil(c, b) * b, passes * bi), self.check(x).dtype)
+        taps[:c, : kh * kw] = x.reshape(c, kh * kw)
+        blocks = taps.reshape(-1, b, passes, bi).transpose(0, 2, 1, 3)  # (C/B, P, B, Bi)
+        return np.ascontiguousarray(blocks[:, None, None])
+
+    def unpack(self, cfg: HwConfig, p: np.ndarray) -> np.ndarray:
+        c, _, kh, kw = self.logical
+        taps = p[:, 0, 0].transpose(0, 2, 1, 3).reshape(-1, p.shape[3] * p.shape[5])
+        return np.ascontiguousarray(taps[:c, : kh * kw].reshape(c, 1, kh, kw))
+
+
+@dataclass(frozen=True)
 class Im2col(_Layout):
     logical: tuple[int, ...]
     kernel: tuple[int, int]
@@ -288,6 +318,7 @@ Layout = (
     | Weight
     | DenseWeight
     | DepthwiseWeight
+    | DepthwiseTaps
     | Im2col
     | Rows
     | Channels

@@ -97,3 +97,71 @@ def test_the_verifier_catches_a_block_read_from_the_wrong_channels():
         match="multiplies input channel block 0 with weights for input channel block 1",
     ):
         verify(bad)
+
+
+# ---- on the GEMM core's depthwise mode (configs with `depthwise_window`) ---------------------
+UNIT_EPILOGUE = Epilogue(bias=True, multiplier="float32", relu=True)
+
+
+@pytest.mark.parametrize("config", ["default", "1x8x8", "2x16x16"])
+@pytest.mark.parametrize("seed", range(6))
+def test_random_depthwise_on_the_depthwise_mode_is_bit_exact(config, seed):
+    """3x3 layers run on the mode (one DEPTHWISE a tile), the others as diagonal blocks."""
+    op, ep, rng = _case(seed)
+    cfg = preset(config).with_depthwise_mode(3)
+    w = rng.integers(-128, 128, op.weight_shape, dtype=np.int8)
+    program = compile_operator(cfg, op, ep, weight=w).program
+    ops = decode(isa_for(cfg), program.insns)["opcode"]
+    windowed = op.kernel == (3, 3)
+    assert (ops == Opcode.DEPTHWISE).any() == windowed
+    inputs = random_inputs(program, rng)
+    result = get_device("sim").run(program, pack_inputs(program, inputs))
+    ok, message = check_outputs(program, inputs, unpack_outputs(program, result.outputs))
+    assert ok, f"{op.describe()} [{ep.describe()}] on {cfg.tag}: {message}"
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_mode_with_the_unit_runs_a_layer_in_fewer_cycles(stride):
+    """MobileNetV2's 28x28 depthwise layer with its epilogue on the requantization unit: the
+    mode needs no zeroing and streams each window once, where the diagonal blocks take 9
+    micro-ops an output. The layer alone is bound by its DRAM traffic (docs/DEPTHWISE.md), so
+    the gain is less than the array's: with the mode it is within a quarter of that bound."""
+    from tilecraft.sim.simulator import model_report
+
+    unit = preset("default").with_requant_unit()
+    op = DepthwiseConv2d(1, 144, 56 // stride, 56 // stride, 3, stride, 1)
+    cycles = {}
+    for cfg in (unit, unit.with_depthwise_mode(3)):
+        rng = np.random.default_rng(3)
+        comp = compile_operator(
+            cfg,
+            op,
+            UNIT_EPILOGUE,
+            weight=rng.integers(-9, 9, op.weight_shape).astype(np.int8),
+            bias=rng.integers(-999, 999, op.c),
+            multiplier=rng.uniform(1e-3, 1e-2, op.c).astype(np.float32),
+        )
+        report = model_report(comp.program)
+        cycles[cfg.depthwise_window] = report.cycles
+        dram = sum(report.dram_bytes.values()) / cfg.axi_bytes  # the port's cycles
+    assert cycles[3] < cycles[0] and cycles[3] < 1.25 * dram, (cycles, dram)
+    if stride == 1:  # stride 2 reads four input pixels an output: the DRAM bound is near
+        assert cycles[3] < 0.6 * cycles[0], cycles
+
+
+def test_the_verifier_catches_a_depthwise_over_the_wrong_rows():
+    cfg = preset("default").with_depthwise_mode(3)
+    program = compile_operator(cfg, DepthwiseConv2d(1, 32, 6, 6, 3, 1, 1), EPILOGUES[0]).program
+    spec = isa_for(cfg)
+    table = decode(spec, program.insns)
+    plane = 6 * 6
+    first = program.buffer("input").offset // cfg.elem_bytes("inp")
+    loads = (table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)
+    k = int(np.flatnonzero(loads & (table["dram_base"] >= first + plane))[0])
+    table[k]["dram_base"] -= plane  # channel block 1's window read from block 0
+    bad = dataclasses.replace(program, insns=encode(spec, table))
+    with pytest.raises(
+        ProgramError,
+        match="runs DEPTHWISE with channel block 1's weights over input channel block 0",
+    ):
+        verify(bad)

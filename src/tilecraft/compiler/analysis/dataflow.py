@@ -26,6 +26,7 @@ import numpy as np
 from tilecraft.compiler.mapping.blocks import MappedConv, map_conv2d, map_dense, map_depthwise
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import AluOp, IsaSpec, MemId, Opcode, isa_for
+from tilecraft.hw.timing import depthwise_outputs
 from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d
 from tilecraft.runtime.layout import Weight
 from tilecraft.runtime.program import Program
@@ -85,6 +86,8 @@ class _Flow:
                 self._load(r)
             elif op == Opcode.GEMM:
                 problem = self._gemm(r)
+            elif op == Opcode.DEPTHWISE:
+                problem = self._depthwise(r)
             elif op == Opcode.ALU:
                 self._alu(r)
             elif op == Opcode.STORE:
@@ -183,6 +186,45 @@ class _Flow:
             )
         self.acc[acc, tap] = inp
         self.acc_block[acc] = ob
+        return None
+
+    def _depthwise(self, r) -> str | None:
+        """A DEPTHWISE starts its output rows afresh with every tap of their windows: tap
+        (ky, kx) of output (oy, ox) is the plane's row (oy * sy + ky, ox * sx + kx), multiplied
+        by weight elements that must be the layer's, of one channel block, in tap order."""
+        k, passes = self.cfg.depthwise_window, self.cfg.depthwise_passes
+        rows, cols = int(r["in_rows"]), int(r["in_cols"])
+        sy, sx = int(r["stride_y"]), int(r["stride_x"])
+        oh, ow = depthwise_outputs(k, r)
+        acc = int(r["acc_base"]) + np.arange(oh * ow)
+        self._restart(acc)
+        wgt = self.rows["wgt"][int(r["wgt_base"]) + np.arange(passes)]
+        if (wgt < 0).any():
+            return "runs DEPTHWISE with weight rows that hold no element of the layer's weights"
+        ob, _, _, part = self.tensor["wgt"].coords(wgt)
+        if (ob != ob[0]).any() or (part != np.arange(passes)).any():
+            return (
+                f"runs DEPTHWISE with weight elements {wgt.tolist()}: not one channel block's "
+                f"{passes} in order"
+            )
+        plane = self.rows["inp"][int(r["inp_base"]) + np.arange(rows * cols)].reshape(rows, cols)
+        for ky in range(k):
+            for kx in range(k):
+                held = plane[ky : ky + (oh - 1) * sy + 1 : sy, kx : kx + (ow - 1) * sx + 1 : sx]
+                held = held.reshape(-1)
+                if ((held == OTHER) | (held == NONE)).any():
+                    return (
+                        f"runs DEPTHWISE over an input row that holds no element of the layer's "
+                        f"input (tap {ky},{kx})"
+                    )
+                cb = self.tensor["inp"].coords(np.maximum(held, 0))[1]
+                if ((held >= 0) & (cb != ob[0])).any():
+                    return (
+                        f"runs DEPTHWISE with channel block {int(ob[0])}'s weights over input "
+                        f"channel block {int(cb[np.argmax(cb != ob[0])])}"
+                    )
+                self.acc[acc, ky * k + kx] = held
+        self.acc_block[acc] = ob[0]
         return None
 
     # ---- what an output must hold -------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy as np
 from tilecraft.hw.config import SCRATCHPADS, HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, Opcode, Stage, isa_for, stage_of
 from tilecraft.hw.isa.requant import PARAM_ROWS
+from tilecraft.hw.timing import depthwise_outputs
 
 
 @dataclass
@@ -61,6 +62,8 @@ def accesses(
                 _loop(r, op, depth, sram_uops, a, spec)
                 shapes[key] = _frozen(a)
             a.reads, a.writes, a.first_dst, a.problems = _shared(shapes[key])
+        elif op == Opcode.DEPTHWISE:
+            _depthwise(cfg, r, depth, a)
         yield a
 
 
@@ -166,6 +169,37 @@ def _dram_rows(r, eb: int) -> list[tuple[int, int]]:
     if stride == x or y == 1:
         return [(start * eb, (start + (y - 1) * stride + x) * eb)]
     return [((start + i * stride) * eb, (start + i * stride + x) * eb) for i in range(y)]
+
+
+def _depthwise(cfg: HwConfig, r, depth, a: Access) -> None:
+    """A DEPTHWISE reads its plane and its weight elements, and writes (does not read) its
+    outputs (sim/semantics.py `depthwise`)."""
+    k = cfg.depthwise_window
+    if not k:
+        a.problems.append(f"is a DEPTHWISE, but config {cfg.tag} has no depthwise mode")
+        return
+    rows, cols = r["in_rows"], r["in_cols"]
+    out_rows, out_cols = depthwise_outputs(k, r)
+    if out_rows == 0 or out_cols == 0 or r["stride_y"] < 1 or r["stride_x"] < 1:
+        a.problems.append(
+            f"plane {rows}x{cols} with stride ({r['stride_y']}, {r['stride_x']}): a DEPTHWISE "
+            f"needs at least the {k}x{k} window and strides of at least 1"
+        )
+        return
+    a.first_dst = r["acc_base"]
+    spans = (
+        ("inp", r["inp_base"], rows * cols, a.reads),
+        ("wgt", r["wgt_base"], cfg.depthwise_passes, a.reads),
+        ("acc", r["acc_base"], out_rows * out_cols, a.writes),
+    )
+    for buf, base, count, where in spans:
+        if base + count > depth[buf]:
+            a.problems.append(
+                f"{'writes' if where is a.writes else 'reads'} {buf} rows [{base}, "
+                f"{base + count}) beyond its {depth[buf]} rows"
+            )
+            return
+        where[buf] = np.arange(base, base + count)
 
 
 def _fill_uops(cfg, r, uops, uop_region, sram_uops, a: Access) -> None:

@@ -8,7 +8,10 @@ lanes for a 7x7 kernel on RGB instead of 3 of 16. A dense layer runs as a 1x1 co
 BATCH images of ceil(M/BATCH) rows each (runtime.layout `Rows`), so every batch lane is used
 whatever M is. A depthwise layer runs as the convolution whose weights are diagonal blocks:
 each output channel block reduces over the input block of the same channels only (`grouped`),
-one diagonal (BLOCK_OUT x BLOCK_IN) weight block per tap.
+one diagonal (BLOCK_OUT x BLOCK_IN) weight block per tap; on a config with the GEMM core's
+depthwise mode for its kernel (`depthwise_window`), it runs on that mode instead (`windowed`):
+one DEPTHWISE instruction a tile, its taps packed BLOCK_IN an element (runtime.layout
+`DepthwiseTaps`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tilecraft.runtime.layout import (
     Activation,
     Channels,
     DenseWeight,
+    DepthwiseTaps,
     DepthwiseWeight,
     Im2col,
     Lanes,
@@ -60,6 +64,19 @@ class MappedConv:
     oh: int
     ow: int
     round_row: bool  # the rounding constant 2**(shift-1) does not fit an ALU immediate
+    windowed: bool = False  # a depthwise layer on the GEMM core's depthwise mode
+
+    @property
+    def wgt_taps(self) -> int:
+        """Weight elements of one (output block, input block) pair: a diagonal block per tap,
+        or on the depthwise mode the taps packed BLOCK_IN an element."""
+        kk = self.kernel[0] * self.kernel[1]
+        return self.window_passes if self.windowed else kk
+
+    @property
+    def window_passes(self) -> int:
+        """Weight elements (array passes) of a channel block's taps on the depthwise mode."""
+        return -(-self.kernel[0] * self.kernel[1] // self.ic)
 
     @property
     def grouped(self) -> bool:
@@ -84,6 +101,8 @@ class MappedConv:
 
     def lane_efficiency(self, cfg: HwConfig) -> float:
         """Fraction of the GEMM's reduction lanes that carry real input channels."""
+        if self.windowed:  # a channel's taps over its row's lanes, pass by pass
+            return self.kernel[0] * self.kernel[1] / (self.window_passes * cfg.block_in)
         if self.grouped:  # one lane of each diagonal weight block's row
             return 1 / cfg.block_in
         return self.ic / (self.icb * cfg.block_in)
@@ -103,6 +122,8 @@ class MappedConv:
         src = self.source
         if isinstance(src, Dense):
             return DenseWeight(src.weight_shape)
+        if self.windowed:
+            return DepthwiseTaps(src.weight_shape)
         if self.grouped:
             return DepthwiseWeight(src.weight_shape)
         return Weight(src.weight_shape, folded=self.folded)
@@ -170,9 +191,10 @@ class MappedConv:
 def alu_passes(low: MappedConv) -> tuple[int, int]:
     """(immediate, tensor) ALU passes over every accumulator of a tile, zeroing included."""
     ep = low.epilogue
+    zeroing = 0 if low.windowed else 1  # the depthwise mode writes its outputs afresh
     if ep.on_unit:
-        return 1, 0  # the zeroing alone: the requantization unit does the rest on the store
-    imm = 1 + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
+        return zeroing, 0  # the requantization unit does the rest on the store
+    imm = zeroing + int(bool(ep.shift)) + int(ep.multiplier == Multiplier.TENSOR)
     imm += clip_passes(ep.low, ep.high) if ep.final_clip else 0  # CLIP, or MAX and MIN
     imm += int(bool(ep.offset))  # the zero points' ADD
     tensor = int(ep.multiplier == Multiplier.CHANNEL) + int(ep.bias) + 2 * int(ep.acc_bounds)
@@ -231,7 +253,15 @@ def map_depthwise(cfg: HwConfig, op: DepthwiseConv2d, epilogue: Epilogue) -> Map
             f"{cfg.tag} has {cfg.block_in} and {cfg.block_out}"
         )
     mapped = _mapped(cfg, op, op.dense, epilogue, False)
-    return replace(mapped, icb=1, ic=cfg.block_in)
+    return replace(mapped, icb=1, ic=cfg.block_in, windowed=windowed(cfg, op))
+
+
+def windowed(cfg: HwConfig, op: DepthwiseConv2d) -> bool:
+    """Whether `op` runs on `cfg`'s depthwise mode: its square kernel is the mode's window,
+    and its strides fit the instruction's fields."""
+    stride = isa_for(cfg).field("stride_y").hi if cfg.depthwise_window else 0
+    kh, kw = op.kernel
+    return kh == kw == cfg.depthwise_window and max(op.stride) <= stride
 
 
 def map_dense(cfg: HwConfig, op: Dense, epilogue: Epilogue) -> MappedConv:

@@ -84,7 +84,9 @@ class ProgramBuilder:
         return self.uop_offset // self.config.uop_bytes
 
     def load_uops(self) -> Load:
-        """The LOAD that brings every placed micro-op into the micro-op buffer from row 0."""
+        """The LOAD that brings every placed micro-op into the micro-op buffer from row 0 (a
+        LOAD of nothing where there are none: a depthwise layer on the depthwise mode with its
+        epilogue on the requantization unit)."""
         if self.uops is None:
             raise ScheduleError("place the micro-ops before loading them")
         count = len(self.uops)
@@ -92,7 +94,7 @@ class ProgramBuilder:
             mem=MemId.UOP,
             sram_base=0,
             dram_base=self.uop_offset // self.config.uop_bytes,
-            y_size=1,
+            y_size=1 if count else 0,
             x_size=count,
             x_stride=count,
         )

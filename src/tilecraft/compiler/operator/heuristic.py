@@ -52,8 +52,6 @@ class _TileCosts:
 
 
 def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _TileCosts:
-    kh, kw = low.kernel
-    kk = kh * kw
     ocs, ohs, ows = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
     pix = s.tile_oh * s.tile_ow
     # a LOAD/STORE's own time besides its beats: decode and plan, then the DRAM's latency (the
@@ -69,7 +67,7 @@ def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _
     # bus cycles (beats, and the DRAM's gap after each burst) of one transfer of each kind
     whole_rows = wc == low.w and not low.row_skip
     inp_bus = t.transfer(*((1, wr * wc * eb_i) if whole_rows else (wr, wc * eb_i)))
-    wgt_bus = t.transfer(s.tile_oc, s.tile_ic * kk * eb_w)
+    wgt_bus = t.transfer(s.tile_oc, s.tile_ic * low.wgt_taps * eb_w)
     whole = s.tile_ow == low.ow
     out_bus = t.transfer(
         *((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * s.tile_oh, s.tile_ow * eb_o))

@@ -40,7 +40,7 @@ from tilecraft.compiler.operator.tensorize import (
 )
 from tilecraft.compiler.operator.tile_work import tile_work
 from tilecraft.hw.config import ACC_BANKS, HwConfig
-from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa import Alu, AluOp, Depthwise, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
 from tilecraft.hw.timing import Timing, busy_cycles
 from tilecraft.ops import ConvSchedule, Multiplier
@@ -274,7 +274,7 @@ class _ConvEmitter:
                 spread = self._spread(self._finish(previous, (t - 1) % n_acc), len(steps))
             # a tile whose whole input window is padding (pad >= kernel, at the border) keeps
             # the zeros its accumulators were cleared to: its GEMMs would add nothing
-            padding_only = self._window(tile).padding_only
+            padding_only = self._window(tile).padding_only and not low.windowed
             for i, (ic0, tic) in enumerate(steps):
                 if not padding_only:
                     block = ic0 + (tile.oc0 if low.grouped else 0)
@@ -335,7 +335,9 @@ class _ConvEmitter:
     def _zero(self, tile: Tile, a: int) -> None:
         """Clear the accumulator tile on whichever unit has the slack: the ALU (a left shift by
         the lane width gives 0), or, when the epilogue keeps the ALU the busier unit, the GEMM
-        core (a reset)."""
+        core (a reset). Nothing on the depthwise mode: it writes its outputs afresh."""
+        if self.low.windowed:
+            return
         fields = self.epilogue.tile_loop(tile, a, 0, False)
         if self.zero_on_gemm:
             self.insns.append(Gemm(reset=True, **fields))
@@ -459,7 +461,7 @@ class _ConvEmitter:
 
     def _load_weights(self, tile: Tile, ic0: int, tic: int, slot: int) -> None:
         low = self.low
-        kk = low.kernel[0] * low.kernel[1]
+        kk = low.wgt_taps
         row = low.icb * kk
         self.insns.append(
             Load(
@@ -475,7 +477,22 @@ class _ConvEmitter:
     def _gemm(
         self, tile: Tile, tic: int, islot: int, wslot: int, a: int, part: int | None = None
     ) -> None:
-        """The step's GEMM, or with `part` only its input-channel block `part`."""
+        """The step's GEMM, or with `part` only its input-channel block `part`; on the
+        depthwise mode, its DEPTHWISE over the window."""
+        if self.low.windowed:
+            wr, wc = window(self.low, tile.toh, tile.tow)
+            self.insns.append(
+                Depthwise(
+                    acc_base=self.slots.acc[a],
+                    inp_base=self.slots.inp[islot],
+                    wgt_base=self.slots.wgt[wslot],
+                    in_rows=wr,
+                    in_cols=wc,
+                    stride_y=self.low.stride[0],
+                    stride_x=self.low.stride[1],
+                )
+            )
+            return
         dims = step_dims(self.low, tile.toc, tic, tile.toh, tile.tow)
         base = (self.slots.acc[a], self.slots.inp[islot], self.slots.wgt[wslot])
         if part is not None:

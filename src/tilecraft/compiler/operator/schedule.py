@@ -91,7 +91,6 @@ def tiles(low: MappedConv, s: ConvSchedule) -> Iterator[Tile]:
 
 
 def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
-    kh, kw = low.kernel
     wr, wc = window(low, s.tile_oh, s.tile_ow)
     res_blocks = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
     return Budget(
@@ -99,7 +98,7 @@ def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
         acc_slots=s.acc_tiles,
         inp_window=s.tile_ic * wr * wc,
         inp_residual=res_blocks * s.tile_oh * s.tile_ow,
-        wgt_tile=s.tile_oc * s.tile_ic * kh * kw,
+        wgt_tile=s.tile_oc * s.tile_ic * low.wgt_taps,
         wgt_reserved=low.select_rows(cfg),
         acc_tile=s.tile_oc * s.tile_oh * s.tile_ow,
         acc_reserved=low.param_rows(),
@@ -165,7 +164,7 @@ def _layer_violations(cfg: HwConfig, low: MappedConv) -> list[str]:
     for what, value in (
         ("input row stride", stride_rows),
         ("output plane", low.oh * low.ow),
-        ("weight row", low.icb * low.kernel[0] * low.kernel[1]),
+        ("weight row", low.icb * low.wgt_taps),
     ):
         if value > dma.hi:
             out.append(

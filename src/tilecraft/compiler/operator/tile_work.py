@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.compiler.mapping.blocks import MappedConv, alu_passes
+from tilecraft.compiler.operator.tensorize import window
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.timing import Timing
+from tilecraft.hw.timing import Timing, depthwise_steps
 from tilecraft.ops import ConvSchedule, Multiplier
 
 
@@ -49,8 +50,13 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     )
     mul_extra = multiplies * (t.alu_mul_groups + t.alu_mul_tail)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
+    if low.windowed:  # the depthwise mode streams the window's input rows, a row a cycle
+        wr, wc = window(low, s.tile_oh, s.tile_ow)
+        row = {"in_rows": wr, "in_cols": wc, "stride_y": low.stride[0], "stride_x": low.stride[1]}
+        step = depthwise_steps(low.kernel[0], low.window_passes, row)
+        step += t.insn_overhead + t.gemm_depth
     gemm = steps * step
-    zero = acc * t.alu_ii_imm + 6
+    zero = 0 if low.windowed else acc * t.alu_ii_imm + 6
     # a tensor pass reads its per-channel row once per channel block (alu_repeats)
     tensor_pass = acc * t.alu_ii_imm + s.tile_oc * (t.alu_ii_tensor - t.alu_ii_imm)
     alu = acc * (imm * t.alu_ii_imm + mul_extra) + tensor * tensor_pass + (imm + tensor) * 6
