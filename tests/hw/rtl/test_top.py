@@ -159,7 +159,11 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
 
 def test_a_config_with_the_depthwise_mode_is_refused_until_the_rtl_has_it():
     from tilecraft.errors import ConfigError
+    from tilecraft.hw.rtl.top import Accelerator, verilog
 
     cfg = preset("1x8x8").with_depthwise_mode(3)
-    with pytest.raises(ConfigError, match=r"_dw3 has depthwise_window = 3: .*not yet in the RTL"):
-        Top(cfg)
+    message = r"_dw3 has depthwise_window = 3: .*not yet in the RTL"
+    with pytest.raises(ConfigError, match=message):
+        Accelerator(cfg)
+    with pytest.raises(ConfigError, match=message):
+        verilog(cfg)
