@@ -327,6 +327,13 @@ class HwConfig:
         return self.replace(depthwise_window=window)
 
     @property
+    def packs_multipliers(self) -> bool:
+        """Whether the GEMM core's default build shares a multiplier between two output lanes
+        (an even BLOCK_OUT of int8 products: hw/rtl/gemm.py); the ECP5 flows build it on
+        DSPs unpacked."""
+        return self.block_out % 2 == 0 and self.inp_bits <= 8 and self.wgt_bits <= 8
+
+    @property
     def depthwise_passes(self) -> int:
         """Array passes of the depthwise mode per output pixel: a channel's window of taps
         over the BLOCK_IN products of its row (0 without the mode)."""

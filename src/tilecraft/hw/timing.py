@@ -90,20 +90,24 @@ class Timing:
     # to the burst's address: fetch enters its REQUEST state, the burst planner takes 4 cycles,
     # the skid buffer on AR one more
     dual_issue: bool = True  # GEMM and ALU units overlap across accumulator halves
-    # The GEMM core's depthwise mode (configs with `depthwise_window`): its window takes one
-    # input row a cycle, and an output whose taps take several array passes holds the stream
-    # for the passes after the first (`dw_passes`, HwConfig.depthwise_passes). Not yet
-    # calibrated against an RTL: the pipeline after the last pass is taken to be the GEMM's.
+    # The GEMM core's depthwise mode (configs with `depthwise_window` K, hw/rtl/depthwise.py):
+    # its window fills a column at a time, K reads of INP a column of the plane (no line
+    # buffers: docs/DEPTHWISE.md); an output's array passes (`dw_passes`: its tap groups, each
+    # once per half of a packed multiplier pair) run under the next column's reads. After the
+    # last read: its passes, then `dw_depth` (the window, the core and the write, as a GEMM
+    # micro-op's from its INP read on). Measured on the GEMM unit under Amaranth's simulator.
     dw_window: int = 0
     dw_passes: int = 1
+    dw_depth: int = 7
 
     @classmethod
     def from_config(cls, cfg: HwConfig, **overrides) -> Timing:
         lanes = cfg.batch * cfg.block_out
         overrides.setdefault("alu_mul_groups", lanes // min(ALU_MUL_LANES, lanes))
         if cfg.depthwise_window:
+            packed = 2 if cfg.packs_multipliers else 1
             overrides.setdefault("dw_window", cfg.depthwise_window)
-            overrides.setdefault("dw_passes", cfg.depthwise_passes)
+            overrides.setdefault("dw_passes", cfg.depthwise_passes * packed)
         return cls(
             axi_bytes=cfg.axi_bytes,
             dram_latency=cfg.dram_latency,
@@ -208,7 +212,8 @@ def busy_cycles(t: Timing, row) -> int:
     if op == Opcode.FINISH:
         return t.barrier_overhead
     if op == Opcode.DEPTHWISE:
-        return t.insn_overhead + depthwise_steps(t.dw_window, t.dw_passes, row) + t.gemm_depth
+        steps = depthwise_steps(t.dw_window, t.dw_passes, row)
+        return t.insn_overhead + steps + t.dw_passes + t.dw_depth
     steps = row["iter_out"] * row["iter_in"] * max(row["uop_end"] - row["uop_bgn"], 0)
     if op == Opcode.GEMM:
         depth = t.reset_depth if row["reset"] else t.gemm_depth
@@ -229,10 +234,11 @@ def depthwise_outputs(window: int, row) -> tuple[int, int]:
 
 
 def depthwise_steps(window: int, passes: int, row) -> int:
-    """A DEPTHWISE's cycles on the array: one input row of its plane a cycle, and each output's
-    array passes after its first."""
+    """A DEPTHWISE's cycles on the GEMM core: for each output row, `window` reads of INP for
+    every column of the plane (the window's rows of that column); each output's array passes
+    beyond `window` hold the reads."""
     rows, cols = depthwise_outputs(window, row)
-    return row["in_rows"] * row["in_cols"] + (passes - 1) * rows * cols
+    return rows * window * row["in_cols"] + max(passes - window, 0) * rows * cols
 
 
 def alu_hazards(row, uop_dst: np.ndarray, uop_src: np.ndarray) -> int:
@@ -265,7 +271,7 @@ def alu_hazards(row, uop_dst: np.ndarray, uop_src: np.ndarray) -> int:
 def alu_repeats(row) -> int:
     """An ALU instruction's micro-ops whose src index is the one before's: with one micro-op,
     every step of the inner loop when its src stride is 0, and the outer loop's steps too when
-    both src strides are 0 (hw/rtl/units.py `LoopSequencer.src_repeats`). A tensor op does not
+    both src strides are 0 (hw/rtl/loop.py `LoopSequencer.src_repeats`). A tensor op does not
     read that src again: the unit's copy of the row is current."""
     n_out, n_in = row["iter_out"], row["iter_in"]
     if row["uop_end"] - row["uop_bgn"] != 1 or row["src_in"] != 0 or n_out * n_in == 0:

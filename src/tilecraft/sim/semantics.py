@@ -23,7 +23,8 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
   whose micro-ops read a row an earlier micro-op of the same instruction wrote sees the new value;
 - DEPTHWISE (configs with `depthwise_window` K) writes each window's sum, lane by lane, over
   the accumulator rows it names (no reset needed, nothing added to what was there); taps of
-  its last weight element past K*K are not read.
+  its last weight element past K*K are not read, nor plane rows below its last window; its
+  strides are 1 or 2.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, clip_bounds
+from tilecraft.hw.isa.formats import DW_STRIDES
 from tilecraft.hw.isa.requant import PARAM_ROWS, SIGNIFICAND_BITS, unpack_clip, unpack_scale
 from tilecraft.ops.requant import ScaleFields, requantize
 from tilecraft.sim.machine import Machine
@@ -201,14 +203,15 @@ def depthwise(m: Machine, r) -> Footprint:
             f"DEPTHWISE on config {cfg.tag}, which has no depthwise mode (depthwise_window = 0)"
         )
     rows, cols, sy, sx = (int(r[f]) for f in ("in_rows", "in_cols", "stride_y", "stride_x"))
-    if rows < k or cols < k or sy < 1 or sx < 1:
+    if rows < k or cols < k or sy not in DW_STRIDES or sx not in DW_STRIDES:
         raise IllegalInstructionError(
             f"DEPTHWISE plane {rows}x{cols} with stride ({sy}, {sx}): the plane must be at least "
-            f"the {k}x{k} window and each stride at least 1"
+            f"the {k}x{k} window and each stride one of {DW_STRIDES}"
         )
     oh, ow = (rows - k) // sy + 1, (cols - k) // sx + 1
     inp, acc, wgt = int(r["inp_base"]), int(r["acc_base"]), int(r["wgt_base"])
     passes = cfg.depthwise_passes
+    rows = (oh - 1) * sy + k  # the plane's rows its windows read (a row past them is not)
     _check_sram("inp", inp, rows * cols, cfg.depth("inp"))
     _check_sram("acc", acc, oh * ow, cfg.depth("acc"))
     _check_sram("wgt", wgt, passes, cfg.depth("wgt"))

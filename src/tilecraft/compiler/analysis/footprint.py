@@ -16,6 +16,7 @@ import numpy as np
 
 from tilecraft.hw.config import SCRATCHPADS, HwConfig
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, Opcode, Stage, isa_for, stage_of
+from tilecraft.hw.isa.formats import DW_STRIDES
 from tilecraft.hw.isa.requant import PARAM_ROWS
 from tilecraft.hw.timing import depthwise_outputs
 
@@ -180,15 +181,17 @@ def _depthwise(cfg: HwConfig, r, depth, a: Access) -> None:
         return
     rows, cols = r["in_rows"], r["in_cols"]
     out_rows, out_cols = depthwise_outputs(k, r)
-    if out_rows == 0 or out_cols == 0 or r["stride_y"] < 1 or r["stride_x"] < 1:
+    strides = (r["stride_y"], r["stride_x"])
+    if out_rows == 0 or out_cols == 0 or not set(strides) <= set(DW_STRIDES):
         a.problems.append(
-            f"plane {rows}x{cols} with stride ({r['stride_y']}, {r['stride_x']}): a DEPTHWISE "
-            f"needs at least the {k}x{k} window and strides of at least 1"
+            f"plane {rows}x{cols} with stride {strides}: a DEPTHWISE needs at least the {k}x{k} "
+            f"window and strides in {DW_STRIDES}"
         )
         return
     a.first_dst = r["acc_base"]
+    read = (out_rows - 1) * r["stride_y"] + k  # the plane's rows its windows read
     spans = (
-        ("inp", r["inp_base"], rows * cols, a.reads),
+        ("inp", r["inp_base"], read * cols, a.reads),
         ("wgt", r["wgt_base"], cfg.depthwise_passes, a.reads),
         ("acc", r["acc_base"], out_rows * out_cols, a.writes),
     )

@@ -23,6 +23,7 @@ from tilecraft.compiler.mapping.clip import clip_passes
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
+from tilecraft.hw.isa.formats import DW_STRIDES
 from tilecraft.hw.isa.requant import PARAM_ROWS
 from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d, Epilogue, Multiplier
 from tilecraft.runtime.layout import (
@@ -259,9 +260,8 @@ def map_depthwise(cfg: HwConfig, op: DepthwiseConv2d, epilogue: Epilogue) -> Map
 def windowed(cfg: HwConfig, op: DepthwiseConv2d) -> bool:
     """Whether `op` runs on `cfg`'s depthwise mode: its square kernel is the mode's window,
     and its strides fit the instruction's fields."""
-    stride = isa_for(cfg).field("stride_y").hi if cfg.depthwise_window else 0
     kh, kw = op.kernel
-    return kh == kw == cfg.depthwise_window and max(op.stride) <= stride
+    return kh == kw == cfg.depthwise_window and set(op.stride) <= set(DW_STRIDES)
 
 
 def map_dense(cfg: HwConfig, op: Dense, epilogue: Epilogue) -> MappedConv:

@@ -50,11 +50,11 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     )
     mul_extra = multiplies * (t.alu_mul_groups + t.alu_mul_tail)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
-    if low.windowed:  # the depthwise mode streams the window's input rows, a row a cycle
+    if low.windowed:  # the depthwise mode reads the window's rows of each column in turn
         wr, wc = window(low, s.tile_oh, s.tile_ow)
         row = {"in_rows": wr, "in_cols": wc, "stride_y": low.stride[0], "stride_x": low.stride[1]}
-        step = depthwise_steps(low.kernel[0], low.window_passes, row)
-        step += t.insn_overhead + t.gemm_depth
+        step = depthwise_steps(t.dw_window, t.dw_passes, row)
+        step += t.insn_overhead + t.dw_passes + t.dw_depth
     gemm = steps * step
     zero = 0 if low.windowed else acc * t.alu_ii_imm + 6
     # a tensor pass reads its per-channel row once per channel block (alu_repeats)

@@ -29,7 +29,8 @@ PAD_VALUE_BITS = 8  # LOAD INP's padding value (signed, sign-extended to every l
 ITER_BITS = 14  # GEMM/ALU loop extents
 IMM_BITS = 16  # ALU immediate (signed)
 IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
-DW_STRIDE_BITS = 2  # DEPTHWISE's stride along each axis (1..3)
+DW_STRIDE_BITS = 2  # DEPTHWISE's stride along each axis
+DW_STRIDES = (1, 2)  # the strides it takes (the RTL halves a count for 2, never divides)
 STORE_FIELDS = ("mem", "sram_base", "dram_base", "y_size", "x_size", "x_stride")
 REQUANT_PARAM_ROWS = 3  # a requantizing STORE's parameter rows: bias, scale, zero point and clip
 
