@@ -157,13 +157,15 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
     assert reports and reports[-1] == (regs.ErrorCode.SRAM_RANGE, sim_error.value.index)
 
 
-def test_a_config_with_the_depthwise_mode_is_refused_until_the_rtl_has_it():
+def test_the_depthwise_mode_builds_where_its_passes_fit_under_the_reads():
+    """1x8x8's 3x3 taps take two weight elements: on a packed core that is four array passes an
+    output, more than a column's three reads, and the RTL says so; on the ECP5's DSPs (no
+    packing) two, and it builds."""
     from tilecraft.errors import ConfigError
-    from tilecraft.hw.rtl.top import Accelerator, verilog
+    from tilecraft.hw.rtl.dsp import ECP5_DSP
+    from tilecraft.hw.rtl.top import verilog
 
     cfg = preset("1x8x8").with_depthwise_mode(3)
-    message = r"_dw3 has depthwise_window = 3: .*not yet in the RTL"
-    with pytest.raises(ConfigError, match=message):
-        Accelerator(cfg)
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=r"4 array passes an output .* exceed the window's 3"):
         verilog(cfg)
+    assert "module" in verilog(cfg, packed=ECP5_DSP)

@@ -260,6 +260,14 @@ class Compute(wiring.Component):
             ~cur_view.load.pop_next | self.pop_next.valid
         )
         target = Signal()  # 0: gemm, 1: alu
+        # DEPTHWISE (configs with the depthwise mode) issues as a GEMM does, to the GEMM unit,
+        # through the same states (its micro-op read is a wait: the model's issue cycles)
+        unit_op = (op == Opcode.GEMM) | (op == Opcode.ALU)
+        uop_range = None  # where CHECK checks the micro-op range: all but a DEPTHWISE
+        if cfg.depthwise_window:
+            unit_op |= op == Opcode.DEPTHWISE
+            is_dw = cur_view.load.opcode == Opcode.DEPTHWISE
+            uop_range = ~is_dw
         deciding = Signal()  # DECIDE issues this cycle, into deciding_half
         deciding_half = Signal()
         if cfg.requant_lanes:  # the store's hold, granted once no unit runs in the bank
@@ -280,7 +288,7 @@ class Compute(wiring.Component):
             with m.State("IDLE"), m.If(cmd.valid & ~run.halt & ~error.valid):
                 m.d.comb += cmd.ready.eq(1)
                 m.d.sync += [cur.eq(insn_word), cur_index.eq(index)]
-                with m.If((op == Opcode.GEMM) | (op == Opcode.ALU)):
+                with m.If(unit_op):
                     m.d.sync += target.eq(op == Opcode.ALU)
                     m.next = "CHECK"
                 with m.Elif(op == Opcode.FINISH):
@@ -289,7 +297,8 @@ class Compute(wiring.Component):
                     m.next = "LOAD"
             with m.State("CHECK"):  # micro-op range, then the first micro-op's half
                 bgn, end = cur_view.gemm.uop_bgn, cur_view.gemm.uop_end
-                with m.If((bgn >= end) | (end > cfg.depth("uop"))):
+                bad_range = (bgn >= end) | (end > cfg.depth("uop"))
+                with m.If(bad_range if uop_range is None else bad_range & uop_range):
                     fail(regs.ErrorCode.UOP_RANGE, cur_index)
                     m.next = "IDLE"
                 with m.Else():
@@ -311,7 +320,10 @@ class Compute(wiring.Component):
                     m.d.sync += peek_wait.eq(peek_wait - 1)
             with m.State("DECIDE"):
                 half = Signal()
-                m.d.comb += half.eq(Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb])
+                first_dst = Mux(target, uop_data["alu"].dst, uop_data["gemm"].dst)[bb]
+                if cfg.depthwise_window:  # no micro-ops: its first output row's bank
+                    first_dst = Mux(is_dw, cur_view.depthwise.acc_base[bb], first_dst)
+                m.d.comb += half.eq(first_dst)
                 other_busy = Mux(target, gemm.busy, alu.busy)
                 other_half = Mux(target, inflight["gemm"]["half"], inflight["alu"]["half"])
                 go = ~(other_busy & (other_half == half)) & tokens_ok & ~blocked

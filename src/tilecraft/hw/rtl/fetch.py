@@ -158,7 +158,8 @@ def _classify(spec, word):
     is_load_stage = (op == Opcode.LOAD) & ((mem == MemId.INP) | (mem == MemId.WGT))
     is_store = op == Opcode.STORE
     is_compute = ~is_load_stage & ~is_store
-    bad_op = op > Opcode.ALU
+    # the config's kinds: DEPTHWISE only with the depthwise mode (as the simulator rules)
+    bad_op = op > (Opcode.DEPTHWISE if spec.config.depthwise_window else Opcode.ALU)
     bad_mem = ((op == Opcode.LOAD) & (mem > MemId.ACC)) | (is_store & (mem != MemId.OUT))
     bad_alu = (op == Opcode.ALU) & (insn.alu.alu_op > max(AluOp))
     f = insn.load

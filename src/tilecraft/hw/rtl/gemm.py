@@ -9,11 +9,16 @@ low product is the sign-extended low 16 bits and the high one the rest. A 16x16 
 With `packed=ECP5_DSP` (the ECP5 flows), each product is a MULT18X18D instance with its input
 and output registers on, in place of the operand and product flip-flops: the same latency and
 cycles (see dsp.py).
+
+On a config with the depthwise mode (`depthwise_window`), each multiplier row may take its own
+inputs (`dw_inp`, selected by `dw`) in place of the one input row all rows share: a
+multiplier row is an output lane, or with `packed` a pair of them (the unit then gives each
+pass one lane of the pair its channel's taps and zeroes the other's weights).
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Instance, Module, Signal, signed
+from amaranth import Cat, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,19 +45,26 @@ class GemmCore(wiring.Component):
             raise ValueError(f"MULT18X18D operands are at most {DSP_WIDTH} bits")
         if self.dsp:
             packed = False
-        self.packed = (cfg.block_out % 2 == 0) if packed is None else packed
+        self.packed = cfg.packs_multipliers if packed is None else packed
         if self.packed and (cfg.block_out % 2 or cfg.inp_bits > 8 or cfg.log_wgt_width > 3):
             raise ValueError("multiplier packing needs int8 operands and an even BLOCK_OUT")
         b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
-        super().__init__(
-            {
-                "inp": In(b * bi * cfg.inp_bits),
-                "wgt": In(bo * bi * (1 << cfg.log_wgt_width)),
-                "valid": In(1),
-                "sums": Out(b * bo * cfg.acc_bits),
-                "sums_valid": Out(1),
-            }
-        )
+        members = {
+            "inp": In(b * bi * cfg.inp_bits),
+            "wgt": In(bo * bi * (1 << cfg.log_wgt_width)),
+            "valid": In(1),
+            "sums": Out(b * bo * cfg.acc_bits),
+            "sums_valid": Out(1),
+        }
+        if cfg.depthwise_window:  # each multiplier row's own inputs, in the depthwise mode
+            members["dw"] = In(1)
+            members["dw_inp"] = In(b * self.rows * bi * cfg.inp_bits)
+        super().__init__(members)
+
+    @property
+    def rows(self) -> int:
+        """Multiplier rows: output lanes, or pairs of them when packed."""
+        return self.cfg.block_out // 2 if self.packed else self.cfg.block_out
 
     @property
     def multipliers(self) -> int:
@@ -69,6 +81,13 @@ class GemmCore(wiring.Component):
         def inp(r, i):
             return self.inp[(r * bi + i) * ib : (r * bi + i + 1) * ib].as_signed()
 
+        def operand(r, row, i):
+            """Multiplier row `row`'s input lane i: the shared row's, or its own."""
+            if not c.depthwise_window:
+                return inp(r, i)
+            k = (r * self.rows + row) * bi + i
+            return Mux(self.dw, self.dw_inp[k * ib : (k + 1) * ib].as_signed(), inp(r, i))
+
         def wgt(o, i):
             return self.wgt[(o * bi + i) * wb : (o * bi + i + 1) * wb].as_signed()
 
@@ -81,7 +100,7 @@ class GemmCore(wiring.Component):
                 for o in range(bo):
                     for i in range(bi):
                         product = Signal(2 * DSP_WIDTH, name=f"p{r}_{o}_{i}")
-                        pins = mult18x18d_pins(inp(r, i), wgt(o, i), product)
+                        pins = mult18x18d_pins(operand(r, o, i), wgt(o, i), product)
                         cell = (
                             Instance("MULT18X18D", **pins)
                             if self.dsp == ECP5_DSP
@@ -107,19 +126,23 @@ class GemmCore(wiring.Component):
             for i in range(bi):
                 a = Signal(signed(ib), name=f"a{r}_{i}", reset_less=True)
                 m.d.sync += a.eq(inp(r, i))
+                own = {}  # the depthwise mode's inputs: an operand register per multiplier row
+                for row in range(self.rows if c.depthwise_window else 0):
+                    own[row] = Signal(signed(ib), name=f"a{r}_{row}_{i}", reset_less=True)
+                    m.d.sync += own[row].eq(operand(r, row, i))
                 if self.packed:
                     for o in range(0, bo, 2):
                         both = Signal(
                             signed(ib + wb + PACK_SHIFT + 1), name=f"p{r}_{o}_{i}", reset_less=True
                         )
-                        m.d.sync += both.eq(a * weights[o, i])
+                        m.d.sync += both.eq(own.get(o // 2, a) * weights[o, i])
                         low = both[:PACK_SHIFT].as_signed()
                         high = (both - low) >> PACK_SHIFT
                         prod[r, o, i], prod[r, o + 1, i] = low, high
                 else:
                     for o in range(bo):
                         p = Signal(signed(ib + wb), name=f"p{r}_{o}_{i}", reset_less=True)
-                        m.d.sync += p.eq(a * weights[o, i])
+                        m.d.sync += p.eq(own.get(o, a) * weights[o, i])
                         prod[r, o, i] = p
         # the adder trees, registered halfway (their first levels, then the rest); from the
         # DSPs, after the first level: their products cross to the fabric's adders (5.6 ns of

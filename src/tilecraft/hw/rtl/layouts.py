@@ -24,7 +24,11 @@ def insn_layout(spec: IsaSpec, opcode: Opcode) -> data.FlexibleLayout:
 def insn_union(spec: IsaSpec) -> data.UnionLayout:
     """Every instruction kind's layout, viewable over one instruction word (`.load` for LOAD
     and STORE, which share theirs; `.gemm`, `.alu`, `.finish`)."""
-    kinds = {op.name.lower(): insn_layout(spec, op) for op in spec.formats if op != Opcode.STORE}
+    kinds = {
+        op.name.lower(): insn_layout(spec, op)
+        for op in Opcode
+        if op in spec.formats and op != Opcode.STORE
+    }
     return data.UnionLayout(kinds)
 
 

@@ -15,7 +15,6 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tilecraft.errors import ConfigError
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage, TokenQueue
@@ -55,13 +54,6 @@ def _members(cfg: HwConfig) -> dict:
 
 class Accelerator(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
-        if cfg.depthwise_window:
-            raise ConfigError(
-                f"config {cfg.tag} has depthwise_window = {cfg.depthwise_window}: the GEMM "
-                f"core's depthwise mode is in the simulator and the compiler (docs/DEPTHWISE.md), "
-                f"not yet in the RTL; build the RTL of the config without it "
-                f"(depthwise_window = 0)"
-            )
         self.cfg = cfg
         self.packed = packed
         super().__init__(_members(cfg))

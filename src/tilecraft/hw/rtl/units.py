@@ -1,7 +1,7 @@
 """The compute stage's two execution units and the loop they share.
 
-`LoopSequencer` walks a GEMM/ALU instruction's loop (i < iter_out, j < iter_in, micro-op u in
-[uop_bgn, uop_end)) keeping running offsets (i*out + j*in) instead of multiplying.
+`LoopSequencer` (loop.py) walks a GEMM/ALU instruction's loop (i < iter_out, j < iter_in,
+micro-op u in [uop_bgn, uop_end)) keeping running offsets (i*out + j*in) instead of multiplying.
 
 Both units are pipelined for the clock: every scratchpad read comes back from a register
 (`SRAM_READ_LATENCY`), indices are summed in a cycle of their own, and the accumulator is
@@ -24,12 +24,12 @@ no path from the lane ops back into the operands, see sim.timing.alu_hazards).
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import ALU_MUL_LANES, HwConfig
-from tilecraft.hw.isa import AluOp, IsaSpec, Opcode, isa_for
+from tilecraft.hw.isa import AluOp, Opcode, isa_for
 from tilecraft.hw.rtl.alu import (
     MUL_TAIL,
     OpFlags,
@@ -40,110 +40,13 @@ from tilecraft.hw.rtl.alu import (
     registered,
     select,
 )
+from tilecraft.hw.rtl.depthwise import DepthwiseEngine
 from tilecraft.hw.rtl.forwarding import WriteHistory
 from tilecraft.hw.rtl.gemm import GemmCore
 from tilecraft.hw.rtl.layouts import insn_layout, uop_layout
+from tilecraft.hw.rtl.loop import STRIDED, LoopSequencer
 from tilecraft.hw.rtl.replicas import pick, replicated
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress, WritePort
-
-STRIDED = ("dst", "src", "wgt")  # the micro-op indices a loop advances
-
-
-def _per_index(bits: int) -> data.StructLayout:
-    return data.StructLayout({f: unsigned(bits) for f in STRIDED})
-
-
-class LoopSequencer(wiring.Component):
-    def __init__(self, spec: IsaSpec, idx_bits: int):
-        self.iter_bits = spec.field("iter_out").width
-        uop = spec.field("uop_end").width
-        super().__init__(
-            {
-                "start": In(1),
-                "uop_bgn": In(uop),
-                "uop_end": In(uop),
-                "iter_out": In(self.iter_bits),
-                "iter_in": In(self.iter_bits),
-                "strides_out": In(_per_index(idx_bits)),  # per i, for dst, src and wgt
-                "strides_in": In(_per_index(idx_bits)),  # per j
-                "advance": In(1),
-                "valid": Out(1),
-                "u": Out(uop),
-                "last": Out(1),
-                "offsets": Out(_per_index(idx_bits + self.iter_bits + 1)),  # i*out + j*in
-                # this step's src index is the step before's: one micro-op, and the loop step
-                # left src where it was (inner src stride 0; at an outer step, both 0)
-                "src_repeats": Out(1),
-            }
-        )
-
-    def elaborate(self, platform):
-        m = Module()
-        bgn = Signal.like(self.uop_bgn)
-        i, j = Signal(self.iter_bits), Signal(self.iter_bits)
-        strides_out, strides_in = Signal.like(self.strides_out), Signal.like(self.strides_in)
-        outer = Signal.like(self.offsets)
-        # the loops' values one before their last, latched at start: a step's "now last"
-        # compares the counter itself, with no adder before the compare (the 92.4 MHz route
-        # had `i + 1 == n_out - 1` on a path)
-        end_2 = Signal.like(self.uop_end)
-        n_out_2, n_in_2 = Signal(self.iter_bits), Signal(self.iter_bits)
-        # latched at start: one micro-op with no inner src stride; and no outer one either
-        same_in, same_out = Signal(), Signal()
-        # whether u, j and i are at their last values, kept in registers (set from the next
-        # value's compare as each one steps), so the step's enables start from flip-flops
-        last_u, last_j, last_i = Signal(), Signal(), Signal()
-        one_u, one_j = Signal(), Signal()  # the loops of one micro-op, of one inner step
-        m.d.comb += self.last.eq(last_u & last_j & last_i)
-        with m.If(self.start):
-            m.d.sync += [
-                bgn.eq(self.uop_bgn),
-                end_2.eq(self.uop_end - 2),
-                n_out_2.eq(self.iter_out - 2),
-                n_in_2.eq(self.iter_in - 2),
-                i.eq(0),
-                j.eq(0),
-                self.u.eq(self.uop_bgn),
-                same_in.eq((self.uop_bgn + 1 == self.uop_end) & (self.strides_in.src == 0)),
-                last_u.eq(self.uop_bgn + 1 == self.uop_end),
-                one_u.eq(self.uop_bgn + 1 == self.uop_end),
-                last_j.eq(self.iter_in == 1),
-                one_j.eq(self.iter_in == 1),
-                last_i.eq(self.iter_out == 1),
-                same_out.eq(self.strides_out.src == 0),
-                self.src_repeats.eq(0),
-                self.valid.eq(
-                    (self.iter_out != 0) & (self.iter_in != 0) & (self.uop_bgn < self.uop_end)
-                ),
-            ]
-            m.d.sync += [
-                strides_out.eq(self.strides_out),
-                strides_in.eq(self.strides_in),
-                outer.eq(0),
-                self.offsets.eq(0),
-            ]
-        with m.Elif(self.valid & self.advance):
-            with m.If(~last_u):
-                m.d.sync += [self.u.eq(self.u + 1), last_u.eq(self.u == end_2)]
-            with m.Else():
-                m.d.sync += [self.u.eq(bgn), last_u.eq(one_u)]
-                with m.If(~last_j):
-                    m.d.sync += [j.eq(j + 1), self.src_repeats.eq(same_in)]
-                    m.d.sync += last_j.eq(j == n_in_2)
-                    for f in STRIDED:
-                        off = self.offsets[f]
-                        m.d.sync += off.eq(off + strides_in[f])
-                with m.Else():
-                    m.d.sync += [j.eq(0), last_j.eq(one_j)]
-                    with m.If(~last_i):
-                        m.d.sync += [i.eq(i + 1), self.src_repeats.eq(same_in & same_out)]
-                        m.d.sync += last_i.eq(i == n_out_2)
-                        for f in STRIDED:
-                            nxt = outer[f] + strides_out[f]
-                            m.d.sync += [outer[f].eq(nxt), self.offsets[f].eq(nxt)]
-                    with m.Else():
-                        m.d.sync += self.valid.eq(0)
-        return m
 
 
 def _loop_members(cfg: HwConfig) -> dict:
@@ -162,9 +65,10 @@ def _loop_members(cfg: HwConfig) -> dict:
     }
 
 
-def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
+def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...], loops=None):
     """The loop sequencer, the latched instruction and the running/failed flags both units
-    share; `fields` are the index kinds with strides (the rest loop in place)."""
+    share; `fields` are the index kinds with strides (the rest loop in place); the sequencer
+    starts where `loops` is set (an instruction without a loop: DEPTHWISE)."""
     spec = isa_for(unit.cfg)
     m.submodules.seq = seq = LoopSequencer(spec, idx_bits)
     insn = Signal.like(unit.insn)
@@ -174,7 +78,7 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...]):
     with m.Elif(unit.error):
         m.d.sync += failed.eq(1)
     m.d.comb += [
-        seq.start.eq(unit.start),
+        seq.start.eq(unit.start if loops is None else unit.start & loops),
         seq.uop_bgn.eq(unit.insn.uop_bgn),
         seq.uop_end.eq(unit.insn.uop_end),
         seq.iter_out.eq(unit.insn.iter_out),
@@ -238,8 +142,18 @@ class GemmUnit(wiring.Component):
         cfg = self.cfg
         lat = SRAM_READ_LATENCY
         m.submodules.core = core = GemmCore(cfg, self.packed)
-        seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src", "wgt"))
-        reset = insn.reset
+        fields = ("dst", "src", "wgt")
+        dw = dw_mode = None  # a config without the depthwise mode builds as it always did
+        if cfg.depthwise_window:
+            dw = DepthwiseEngine(cfg, core.packed, core.rows)
+            is_dw = self.insn.opcode == Opcode.DEPTHWISE
+            seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields, ~is_dw)
+            dw_mode = Signal()  # the running instruction is a DEPTHWISE (its own front end)
+            m.d.sync += dw_mode.eq(Mux(self.start, is_dw, dw_mode))
+            reset = insn.reset & ~dw_mode
+        else:
+            seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields)
+            reset = insn.reset
         # P0: micro-op read; the word is here at P(lat)
         m.d.comb += [self.uop.addr.eq(seq.u), self.uop.en.eq(1), seq.advance.eq(1)]
         v = _delayed(m, seq.valid & ~failed & ~self.error, lat, "v")
@@ -265,17 +179,25 @@ class GemmUnit(wiring.Component):
         ]
         # P(lat+1) = "I": range checks; INP/WGT reads; a reset's zeros are written at I+1
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
-        m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt)]
+        at_i = (dst[: len(self.acc_write.addr)], vi & ~bad & ~reset, lasti)
+        error = bad
+        if dw is None:
+            m.d.comb += [self.inp.addr.eq(src), self.wgt.addr.eq(wgt), core.wgt.eq(self.wgt.data)]
+        else:  # a DEPTHWISE's passes take the micro-ops' place from I on
+            m.submodules.dw = dw
+            error = bad | dw.bad
+            at_i = (
+                Mux(dw_mode, dw.dst, at_i[0]),
+                Mux(dw_mode, dw.valid & ~dw.bad, at_i[1]),
+                Mux(dw_mode, dw.last, at_i[2]),
+            )
+            _depthwise_ports(m, cfg, self, core, dw, dw_mode, failed, (src, wgt))
         # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
         to_sums = lat + GemmCore.LATENCY
-        dsts = _delayed(m, dst[: len(self.acc_write.addr)], to_sums + 1, "dst")
-        vals = _delayed(m, vi & ~bad & ~reset, to_sums + 1, "val")
-        lasts = _delayed(m, lasti, to_sums + 1, "lst")
-        m.d.comb += [
-            core.inp.eq(self.inp.data),
-            core.wgt.eq(self.wgt.data),
-            core.valid.eq(vals[lat]),
-        ]
+        dsts = _delayed(m, at_i[0], to_sums + 1, "dst")
+        vals = _delayed(m, at_i[1], to_sums + 1, "val")
+        lasts = _delayed(m, at_i[2], to_sums + 1, "lst")
+        m.d.comb += [core.inp.eq(self.inp.data), core.valid.eq(vals[lat])]
         # accumulate: the row is read at S-lat, added to the sums at S, written at S+1
         m.d.comb += [
             self.acc_read.addr.eq(dsts[to_sums - lat]),
@@ -303,6 +225,9 @@ class GemmUnit(wiring.Component):
         # the sum register and the accumulator's block RAMs)
         zero_next = Signal()
         m.d.comb += zero_next.eq(vi & reset & ~bad)
+        if dw is not None:  # a DEPTHWISE output's first pass writes its sums alone
+            fresh = _delayed(m, dw_mode & dw.fresh, to_sums, "fresh")[to_sums]
+            row = Mux(fresh, 0, row)
         total = Signal.like(w.data, reset_less=True)  # data: `w_en` says when it is written
         for k in range(lanes):
             m.d.sync += total[k * ab : (k + 1) * ab].eq(
@@ -324,13 +249,40 @@ class GemmUnit(wiring.Component):
         first = Signal()  # an instruction with no steps finishes the cycle after it starts
         m.d.sync += first.eq(self.start)
         finished = Signal()
-        m.d.comb += finished.eq(
-            running & (reset_done | (gemm_done & ~reset) | bad | (first & ~seq.valid))
-        )
+        empty = first & ~seq.valid
+        if dw_mode is not None:  # a DEPTHWISE has no loop, and is not empty
+            empty &= ~dw_mode
+        m.d.comb += finished.eq(running & (reset_done | (gemm_done & ~reset) | error | empty))
         with m.If(finished):
             m.d.sync += running.eq(0)
-        m.d.comb += [self.done.eq(finished), self.error.eq(bad), self.busy.eq(running)]
+        m.d.comb += [self.done.eq(finished), self.error.eq(error), self.busy.eq(running)]
         return m
+
+
+def _depthwise_ports(m: Module, cfg: HwConfig, unit, core, dw, dw_mode, failed, at_i) -> None:
+    """The depthwise engine between the GEMM unit's ports and its core: its INP and WGT reads
+    in place of the micro-ops' (`at_i`), the window's taps into the core's own inputs, and on
+    a packed core the weights of the pair's other lane zeroed for each pass."""
+    src, wgt = at_i
+    m.d.comb += [
+        dw.start.eq(unit.start & (unit.insn.opcode == Opcode.DEPTHWISE)),
+        dw.insn.eq(unit.insn.as_value()),
+        dw.stop.eq(failed),
+        dw.inp_data.eq(unit.inp.data),
+        unit.inp.addr.eq(Mux(dw_mode, dw.inp_addr, src)),
+        unit.wgt.addr.eq(Mux(dw_mode, dw.wgt_addr, wgt)),
+        core.dw.eq(dw_mode),
+        core.dw_inp.eq(dw.operands),
+    ]
+    if not core.packed:
+        m.d.comb += core.wgt.eq(unit.wgt.data)
+        return
+    row = cfg.block_in * (1 << cfg.log_wgt_width)
+    rows = []
+    for o in range(cfg.block_out):
+        data = unit.wgt.data[o * row : (o + 1) * row]
+        rows.append(Mux(dw_mode & (dw.half != o % 2), 0, data))
+    m.d.comb += core.wgt.eq(Cat(*rows))
 
 
 class AluUnit(wiring.Component):
