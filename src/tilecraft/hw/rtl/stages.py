@@ -248,7 +248,10 @@ class StoreStage(wiring.Component):
                     elems.w_data.eq(stream.out),
                     elems.w_en.eq(stream.out_valid),
                 ]
-                landing = stream.out_valid
+            # an element lands from the unit's stream, or from OUT for a STORE that does not
+            # requantize (which counted its reads as pending forever, and so stalled once 26
+            # were: a max pool's STOREs on a config with the unit never finished)
+            landing = Mux(requant, stream.out_valid, landing)
         m.d.sync += pending.eq(pending + issue - landing)
         # W: the beats of each element, LSB first, WLAST on each burst's last beat
         part = Signal(range(k + 1))
