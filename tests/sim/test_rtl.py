@@ -139,6 +139,11 @@ def _unit_programs(cfg):
     op = GlobalAvgPool2d(3, 40, 5, 6, 1, 0, -7, 11, scale=0.071)
     p = compile_global_avgpool(cfg, op)
     jobs.append(("average pool, float32 scale", p, pack_inputs(p, random_inputs(p, rng))))
+    # STOREs that do not requantize, more than the store's element queue (26) in all: the
+    # store stage counted their reads as pending forever and stalled (a max pool on a config
+    # with the unit never finished)
+    p = compile_maxpool(cfg, MaxPool2d(1, 2 * cfg.block_in, 9, 9, (3, 3), (2, 2), (1, 1, 1, 1)))
+    jobs.append(("max pool (no requantizing STORE)", p, pack_inputs(p, random_inputs(p, rng))))
     from tilecraft.compiler.programs.random_test_programs import (
         random_program,
         requant_pace_program,
@@ -172,6 +177,105 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
             assert np.array_equal(r.outputs[key], s.outputs[key]), (name, key)
         error = abs(s.report.cycles - r.report.cycles) / r.report.cycles
         assert error <= UNIT_MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
+
+
+DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
+DEPTHWISE_RANDOM = 12
+
+
+def _depthwise_programs(cfg):
+    """Depthwise convs on the mode (either stride, epilogue on the unit and on the ALU, a
+    plane split in tiles), and random programs with DEPTHWISEs amid everything else."""
+    from tilecraft.compiler.programs.random_test_programs import random_program
+
+    rng = np.random.default_rng(8)
+    unit = Epilogue(bias=True, multiplier="float32")
+    jobs = []
+    for op, ep in (
+        (DepthwiseConv2d(1, 40, 13, 11, 3, 1, 1), unit),
+        (DepthwiseConv2d(1, 24, 14, 14, 3, 2, 1, pad_value=-3), Epilogue(shift=7, relu=True)),
+        (DepthwiseConv2d(1, 16, 40, 40, 3, 1, 1), unit),
+    ):
+        params = {"weight": rng.integers(-127, 128, op.weight_shape).astype(np.int8)}
+        if ep.on_unit:
+            params["bias"] = rng.integers(-3000, 3000, op.c).astype(np.int32)
+            params["multiplier"] = (rng.uniform(1, 2, op.c) * 2.0**-9).astype(np.float32)
+        p = compile_operator(cfg, op, ep, **params).program
+        jobs.append(
+            (f"{op.describe()} [{ep.describe()}]", p, pack_inputs(p, random_inputs(p, rng)))
+        )
+    jobs += [(f"random seed {s}", *random_program(cfg, s)) for s in range(DEPTHWISE_RANDOM)]
+    return jobs
+
+
+@pytest.fixture(scope="module", params=DEPTHWISE_CONFIGS)
+def depthwise_runs(request):
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    cfg = preset(request.param).replace(requant_lanes=8).with_depthwise_mode(3)
+    jobs = _depthwise_programs(cfg)
+    rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i in jobs])
+    sim = [get_device("sim").run(p, i) for _, p, i in jobs]
+    return jobs, rtl, sim
+
+
+def test_the_depthwise_mode_is_bit_exact_and_timed_on_the_rtl(depthwise_runs):
+    """The GEMM unit's depthwise mode gives the simulator's outputs, and the cycle model agrees
+    within the bound every hardware change is held to: on every program on default, on the
+    random programs on 2x16x16 (`test_a_depthwise_conv_on_a_batch_of_two_is_modeled_...`)."""
+    jobs, rtl, sim = depthwise_runs
+    for (name, program, _), r, s in zip(jobs, rtl, sim):
+        for key in s.outputs:
+            assert np.array_equal(r.outputs[key], s.outputs[key]), (name, key)
+        if program.config.batch > 1 and not name.startswith("random"):
+            continue
+        error = abs(s.report.cycles - r.report.cycles) / r.report.cycles
+        assert error <= UNIT_MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
+
+
+@pytest.mark.xfail(strict=True, reason="overlapping transfers of 32-byte elements, modeled")
+def test_a_depthwise_conv_on_a_batch_of_two_is_modeled_within_bounds():
+    """A 28x28 depthwise conv on 2x16x16 with the unit and the mode (ALU epilogue, 14x14
+    tiles): bit-exact, but the RTL takes 8,858 cycles and the model 8,179 (-7.7%; a 40x40 one
+    -17.6%). The GEMM unit is idle on the RTL while the next window's LOAD and the last
+    tile's STORE (32-byte elements, four beats each) share the DRAM longer than the model says;
+    the same layer on diagonal blocks, whose compute hides the transfers, is cycle-exact."""
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    cfg = preset("2x16x16").replace(requant_lanes=8).with_depthwise_mode(3)
+    rng = np.random.default_rng(8)
+    op = DepthwiseConv2d(1, 16, 28, 28, 3, 1, 1)
+    weight = rng.integers(-127, 128, op.weight_shape).astype(np.int8)
+    p = compile_operator(cfg, op, Epilogue(shift=7, relu=True), weight=weight).program
+    inputs = pack_inputs(p, random_inputs(p, rng))
+    r = RtlDevice(cfg).run_many([(p, inputs)])[0]
+    s = get_device("sim").run(p, inputs)
+    assert all(np.array_equal(r.outputs[k], s.outputs[k]) for k in s.outputs)
+    assert abs(s.report.cycles - r.report.cycles) / r.report.cycles <= UNIT_MAX_CYCLE_ERROR
+
+
+@pytest.mark.xfail(strict=True, reason="the model of a long requantizing STORE on a batch of 2")
+def test_a_long_requantizing_store_on_a_batch_of_two_is_modeled_within_bounds():
+    """A depthwise conv's 143-row requantizing STOREs on 2x16x16 with the unit (diagonal
+    blocks, no depthwise mode): the RTL takes 6,481 cycles, the model 6,327 (-2.4%). Known and
+    left: the unit tier's programs (shorter STOREs) are within 0.5%."""
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    cfg = preset("2x16x16").replace(requant_lanes=8)
+    rng = np.random.default_rng(8)
+    op = DepthwiseConv2d(1, 40, 13, 11, 3, 1, 1)
+    p = compile_operator(
+        cfg,
+        op,
+        Epilogue(bias=True, multiplier="float32"),
+        weight=rng.integers(-127, 128, op.weight_shape).astype(np.int8),
+        bias=rng.integers(-3000, 3000, op.c).astype(np.int32),
+        multiplier=(rng.uniform(1, 2, op.c) * 2.0**-9).astype(np.float32),
+    ).program
+    inputs = pack_inputs(p, random_inputs(p, rng))
+    r = RtlDevice(cfg).run_many([(p, inputs)])[0]
+    s = get_device("sim").run(p, inputs)
+    assert abs(s.report.cycles - r.report.cycles) / r.report.cycles <= UNIT_MAX_CYCLE_ERROR
 
 
 @pytest.fixture(scope="module", params=CONFIGS)

@@ -1,7 +1,8 @@
 """Seeded random programs for differential tests (simulator vs RTL): every opcode, LOAD
 padding, 2-D strides, micro-op loops, GEMM resets, immediate and tensor ALU ops, several
 STOREs (on a config with the requantization unit, half of them requantizing, with parameter
-sets in each bank, one for the transfer or one per row). Dependence flags come from the token
+sets in each bank, one for the transfer or one per row), and on a config with the depthwise
+mode DEPTHWISEs over small planes of either stride. Dependence flags come from the token
 pass, and every program passes the static verifier, so any difference between two devices is a
 bug in one of them."""
 
@@ -14,7 +15,7 @@ from tilecraft.compiler.analysis.verify import verify
 from tilecraft.compiler.operator.builder import ProgramBuilder
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa import Alu, AluOp, Depthwise, Finish, Gemm, Load, MemId, Store, Uop
 from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
 from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.buffers import Role
@@ -80,7 +81,10 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     # INP padding values from a stream of their own (the rest draws as it always did)
     pad_values = rng.spawn(1)[0].integers(-128, 128, length).tolist()
     requant = _requant_parameters(cfg, pb, insns, rng.spawn(1)[0]) if cfg.requant_lanes else None
+    windows = rng.spawn(1)[0] if cfg.depthwise_window else None  # a stream of their own too
     for _ in range(length):
+        if windows is not None and windows.random() < 0.3:
+            insns.append(_depthwise(cfg, windows, half))
         kind = rng.choice(["inp", "wgt", "acc", "gemm", "reset", "alu", "alu", "store"])
         if kind in ("inp", "wgt", "acc"):
             mem = {"inp": MemId.INP, "wgt": MemId.WGT, "acc": MemId.ACC}[kind]
@@ -154,6 +158,24 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
             out_next += (y - 1) * stride + x
     insns.append(Finish())
     return pb.build(insert_tokens(cfg, insns, uops, region))
+
+
+def _depthwise(cfg: HwConfig, rng, half: int) -> Depthwise:
+    """A DEPTHWISE over a plane within the loaded INP rows, its outputs in one bank."""
+    k = cfg.depthwise_window
+    rows = k + int(rng.integers(0, 3))
+    cols = k + int(rng.integers(0, max(ROWS // rows - k, 0) + 1))
+    sy, sx = (int(s) for s in rng.integers(1, 3, 2))
+    outputs = ((rows - k) // sy + 1) * ((cols - k) // sx + 1)
+    return Depthwise(
+        acc_base=int(rng.integers(0, ROWS - outputs + 1)) + int(rng.choice([0, half])),
+        inp_base=int(rng.integers(0, ROWS - rows * cols + 1)),
+        wgt_base=int(rng.integers(0, ROWS - cfg.depthwise_passes + 1)),
+        in_rows=rows,
+        in_cols=cols,
+        stride_y=sy,
+        stride_x=sx,
+    )
 
 
 def _requant_fields(sets_at: int, first: int, per_row: bool) -> dict:
