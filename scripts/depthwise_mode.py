@@ -1,6 +1,9 @@
 """What the GEMM core's depthwise mode (docs/DEPTHWISE.md, option A) buys on the cycle model:
 MobileNetV2 (the mobilenet-v2 suite's network, image and calibration) on the PYNQ-Z1 preset's
-twin with the requantization unit, without and with the mode for 3x3 windows, in one run.
+twin with the requantization unit, without and with the mode for 3x3 windows, in one run; and
+with the mode's window as line buffers would fill it instead (one plane row a cycle, where the
+mode reads each column's K rows in turn: `hw/timing.py` `depthwise_steps`), a what-if the cycle
+model is patched for, to show what line buffers would buy.
 
 Per config: the network's modeled and accelerator ms, bit-exactness against the integer
 reference, the simulator's ratio, the DRAM bytes of its layers and the floor they set at the
@@ -14,8 +17,11 @@ figures for the hardware the compiler would target.
 import argparse
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import tilecraft.compiler.operator.tile_work as tile_work
+import tilecraft.hw.timing as timing
 from tilecraft.benchmarks import mobilenet_v2
 from tilecraft.boards import resolve_config
 from tilecraft.compiler.frontend import import_model
@@ -51,19 +57,45 @@ def _summary(result: dict, cfg, names: set[str]) -> dict:
     }
 
 
+def _line_buffer_steps(window: int, passes: int, row) -> int:
+    """A window fed by line buffers: one plane row a cycle, an output's passes past the first
+    holding the stream."""
+    rows, cols = timing.depthwise_outputs(window, row)
+    return row["in_rows"] * row["in_cols"] + (passes - 1) * rows * cols
+
+
+@contextmanager
+def _line_buffers():
+    saved = timing.depthwise_steps
+    timing.depthwise_steps = tile_work.depthwise_steps = _line_buffer_steps
+    try:
+        yield
+    finally:
+        timing.depthwise_steps = tile_work.depthwise_steps = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", default=DEFAULT_JSON, help="write the figures here")
     args = parser.parse_args()
     unit = resolve_config(mobilenet_v2.PRESET).with_requant_unit()
     names = _depthwise_layers()
+    mode = unit.with_depthwise_mode(3)
     out = {}
-    for name, cfg in (("unit", unit), ("unit_and_depthwise_mode", unit.with_depthwise_mode(3))):
+    for name, cfg, what_if in (
+        ("unit", unit, None),
+        ("unit_and_depthwise_mode", mode, None),
+        ("unit_and_line_buffer_window", mode, _line_buffers),
+    ):
         start = time.perf_counter()
-        out[name] = _summary(mobilenet_v2.run(cfg), cfg, names)
+        if what_if is None:
+            out[name] = _summary(mobilenet_v2.run(cfg), cfg, names)
+        else:
+            with what_if():
+                out[name] = _summary(mobilenet_v2.run(cfg), cfg, names)
         s = out[name]
         print(
-            f"{cfg.tag}: {s['modeled_latency_ms']:.2f} ms (accelerator "
+            f"{name} ({cfg.tag}): {s['modeled_latency_ms']:.2f} ms (accelerator "
             f"{s['accelerator_ms']:.2f}), depthwise {s['depthwise_cycles']:,} cycles, DRAM "
             f"floor {s['dram_floor_ms']:.2f} ms, bit-exact {s['bit_exact_vs_reference']} "
             f"({time.perf_counter() - start:.0f} s)",
