@@ -17,7 +17,7 @@ from tilecraft.sim import semantics
 def _insns(cfg, rng, count=3):
     k = cfg.depthwise_window
     out, acc = [], 0
-    for n in range(count):
+    for _ in range(count):
         rows, cols = k + int(rng.integers(0, 5)), k + int(rng.integers(0, 6))
         sy, sx = (int(s) for s in rng.integers(1, 3, 2))
         oh, ow = (rows - k) // sy + 1, (cols - k) // sx + 1
