@@ -38,6 +38,7 @@ from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.isa import BUFFER_NAMES, AluOp, IsaSpec, MemId, clip_bounds
 from tilecraft.hw.isa.formats import DW_STRIDES
 from tilecraft.hw.isa.requant import PARAM_ROWS, SIGNIFICAND_BITS, unpack_clip, unpack_scale
+from tilecraft.hw.timing import depthwise_outputs
 from tilecraft.ops.requant import ScaleFields, requantize
 from tilecraft.sim.machine import Machine
 
@@ -208,7 +209,7 @@ def depthwise(m: Machine, r) -> Footprint:
             f"DEPTHWISE plane {rows}x{cols} with stride ({sy}, {sx}): the plane must be at least "
             f"the {k}x{k} window and each stride one of {DW_STRIDES}"
         )
-    oh, ow = (rows - k) // sy + 1, (cols - k) // sx + 1
+    oh, ow = depthwise_outputs(k, r)
     inp, acc, wgt = int(r["inp_base"]), int(r["acc_base"]), int(r["wgt_base"])
     passes = cfg.depthwise_passes
     rows = (oh - 1) * sy + k  # the plane's rows its windows read (a row past them is not)

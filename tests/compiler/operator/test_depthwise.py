@@ -81,8 +81,9 @@ def test_a_config_without_square_blocks_is_refused_by_name():
         compile_operator(preset("default"), DepthwiseConv2d(1, 16, 6, 6, 3, 1, 1), fold=True)
 
 
-def test_the_verifier_catches_a_block_read_from_the_wrong_channels():
-    cfg = preset("default")
+def _block_1_read_from_block_0(cfg):
+    """A 32-channel 6x6 depthwise program whose first window of channel block 1 is loaded
+    from block 0's plane."""
     program = compile_operator(cfg, DepthwiseConv2d(1, 32, 6, 6, 3, 1, 1), EPILOGUES[0]).program
     spec = isa_for(cfg)
     table = decode(spec, program.insns)
@@ -90,8 +91,12 @@ def test_the_verifier_catches_a_block_read_from_the_wrong_channels():
     first = program.buffer("input").offset // cfg.elem_bytes("inp")
     loads = (table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)
     k = int(np.flatnonzero(loads & (table["dram_base"] >= first + plane))[0])
-    table[k]["dram_base"] -= plane  # the first window of channel block 1 read from block 0
-    bad = dataclasses.replace(program, insns=encode(spec, table))
+    table[k]["dram_base"] -= plane
+    return dataclasses.replace(program, insns=encode(spec, table))
+
+
+def test_the_verifier_catches_a_block_read_from_the_wrong_channels():
+    bad = _block_1_read_from_block_0(preset("default"))
     with pytest.raises(
         ProgramError,
         match="multiplies input channel block 0 with weights for input channel block 1",
@@ -150,16 +155,7 @@ def test_the_mode_with_the_unit_runs_a_layer_in_fewer_cycles(stride):
 
 
 def test_the_verifier_catches_a_depthwise_over_the_wrong_rows():
-    cfg = preset("default").with_depthwise_mode(3)
-    program = compile_operator(cfg, DepthwiseConv2d(1, 32, 6, 6, 3, 1, 1), EPILOGUES[0]).program
-    spec = isa_for(cfg)
-    table = decode(spec, program.insns)
-    plane = 6 * 6
-    first = program.buffer("input").offset // cfg.elem_bytes("inp")
-    loads = (table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)
-    k = int(np.flatnonzero(loads & (table["dram_base"] >= first + plane))[0])
-    table[k]["dram_base"] -= plane  # channel block 1's window read from block 0
-    bad = dataclasses.replace(program, insns=encode(spec, table))
+    bad = _block_1_read_from_block_0(preset("default").with_depthwise_mode(3))
     with pytest.raises(
         ProgramError,
         match="runs DEPTHWISE with channel block 1's weights over input channel block 0",
