@@ -467,7 +467,11 @@ def _dse(r: dict) -> str:
                      value(p.get("latency_ms"), 1), cell("lut"), cell("ff"), cell("dsp"),
                      cell("bram36"), ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
     head = "config (* joint front; o: joint front without the unit)"
-    return _table([head, "ResNet-18 accelerator ms", "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
+    ms = f"{MODEL_TITLES.get(r.get('model'), 'ResNet-18')} accelerator ms"
+    return _table([head, ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
+
+
+MODEL_TITLES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2", "digits": "digits"}
 
 
 def _gpu_fallback(r: dict) -> str:
@@ -534,9 +538,17 @@ RENDER: dict[str, Callable[[dict], str]] = {
     "timing": _timing,
     "dse": _dse,  # the PYNQ-Z1's xc7z020
     "dse-xczu7ev": _dse,  # the ZCU104's, where the unit's cost is a smaller share
+    "dse-mobilenet-v2": _dse,  # the xc7z020's points on MobileNetV2: what the depthwise mode buys
     "gpu-fallback": _gpu_fallback,
 }
 
+
+# the recorded sweeps by (part, model): `tilecraft dse --record` keeps each under its suite
+DSE_SUITES = {
+    ("xc7z020", "resnet18"): "dse",
+    ("xczu7ev", "resnet18"): "dse-xczu7ev",
+    ("xc7z020", "mobilenet_v2"): "dse-mobilenet-v2",
+}
 
 # the other suites' results a suite's block shows beside its own (under its result's "related")
 RELATED = {"cpu-fallback": ("resnet18",)}
@@ -547,8 +559,8 @@ def block(suite: str, folder: Path | None = None) -> str:
     suites it is set beside, `RELATED`)."""
     entry = results.load(suite, folder)
     if entry is None:
-        part = suite[len("dse-") :] if suite.startswith("dse-") else "xc7z020"
-        how = f"tilecraft dse --part {part} --record" if suite.startswith("dse") else (
+        sweeps = {s: f"--part {p} --model {m}" for (p, m), s in DSE_SUITES.items()}
+        how = f"tilecraft dse {sweeps[suite]} --record" if suite in sweeps else (
             f"tilecraft bench {suite} --record")  # fmt: skip
         return f"_No recorded result: `{how}` makes one._\n"
     result = entry["result"]

@@ -9,7 +9,8 @@ def cmd_dse(args) -> int:
 
     if args.workers is not None and args.workers < 0:
         raise SystemExit(f"--workers must be 0 or more, not {args.workers}")
-    suite = recorded_suite(args.part) if args.record else None  # refused before the sweep
+    # refused before the sweep
+    suite = recorded_suite(args.part, args.model) if args.record else None
     result = run_sweep(
         args.part,
         model=args.model,
@@ -31,16 +32,19 @@ def cmd_dse(args) -> int:
     return 0 if any(p["error"] is None for p in result["points"]) else 1
 
 
-def recorded_suite(part: str) -> str:
-    """Where `--record` keeps a sweep on `part`: `dse` for the PYNQ-Z1's xc7z020, `dse-PART`
-    for another part (benchmarks/results/SUITE.json, the benchmarks README's block of it)."""
-    from tilecraft.benchmarks.tables import RENDER
+def recorded_suite(part: str, model: str = "resnet18") -> str:
+    """Where `--record` keeps a sweep of `model` on `part` (benchmarks/results/SUITE.json, the
+    benchmarks README's block of it): ResNet-18's as `dse` on the PYNQ-Z1's xc7z020 and
+    `dse-PART` on another part; another model's as `dse-MODEL` on the xc7z020."""
+    from tilecraft.benchmarks.tables import DSE_SUITES
     from tilecraft.errors import TilecraftError
 
-    suite = "dse" if part == "xc7z020" else f"dse-{part}"
-    if suite not in RENDER:
-        parts = ", ".join(["xc7z020"] + [k[4:] for k in RENDER if k.startswith("dse-")])
-        raise TilecraftError(f"--record keeps sweeps on {parts}, not {part}: drop --record")
+    suite = DSE_SUITES.get((part, model))
+    if suite is None:
+        kept = ", ".join(f"{m} on {p}" for p, m in DSE_SUITES)
+        raise TilecraftError(
+            f"--record keeps sweeps of {kept}, not {model} on {part}: drop --record"
+        )
     return suite
 
 

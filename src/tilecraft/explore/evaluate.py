@@ -90,7 +90,8 @@ def evaluate(
     workdir: str,
     trials: int = 0,
 ) -> dict:
-    """A point as a dict: name, config tag and digest, the unit's lanes, latency (heuristic
+    """A point as a dict: name, config tag and digest, the unit's lanes, the depthwise mode's
+    window (0 without it), latency (heuristic
     schedules, or tuned with `trials`), resources (`synthesized`: False when they came from the
     cache), or `error`."""
     from tilecraft.boards.flows.resources import synthesize
@@ -101,6 +102,7 @@ def evaluate(
         "config": cfg.tag,
         "digest": cfg.digest,
         "requant_lanes": cfg.requant_lanes,
+        "depthwise_window": cfg.depthwise_window,
         "error": None,
     }
     try:

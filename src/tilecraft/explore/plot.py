@@ -1,5 +1,5 @@
 """The sweep's fronts drawn: latency against each resource's share of the part, with and without
-the requantization unit."""
+the requantization unit (and the depthwise mode)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def plot_fronts(result: dict, path: str) -> None:
         for p in good:
             x, y = 100 * p["fractions"][r], p["latency_ms"]
             colour = "tab:red" if p["name"] in on else "tab:gray"
-            marker = "^" if p.get("requant_lanes") else "o"
+            marker = "s" if p.get("depthwise_window") else "^" if p.get("requant_lanes") else "o"
             ax.scatter(x, y, c=colour, marker=marker, zorder=3)
             ax.annotate(p["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         for names, style in ((on, "-"), (set(plain_fronts.get(r, [])), "--")):
@@ -40,7 +40,8 @@ def plot_fronts(result: dict, path: str) -> None:
     schedules = f"schedules tuned, {trials} trials a layer" if trials else "heuristic schedules"
     fig.suptitle(
         f"Design space on the {result['part']} ({schedules}): red = Pareto front, dashed = "
-        f"front without the requantization unit (triangles: with it)"
+        f"front without the requantization unit (triangles: with it; squares: with it and the "
+        f"depthwise mode)"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)

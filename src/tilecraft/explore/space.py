@@ -1,19 +1,26 @@
 """The configs a sweep visits: the sweep presets, each also with its scratchpads halved and
 doubled and with a 128-bit AXI port, and each of those without and with the requantization unit
-(`+requant`: `HwConfig.with_requant_unit`, lanes at the bus's pace). Ordered smallest array
-first, so `limit` keeps the cheap ones. A variant the RTL cannot build is left out: the STORE
-stage writes whole OUT elements, so an OUT element must be a whole number of AXI beats (1x8x8's
-8-byte element and a 16-byte bus do not go together), and its ISA must exist (larger
-scratchpads widen the index fields past 128-bit instructions)."""
+(`+requant`: `HwConfig.with_requant_unit`, lanes at the bus's pace); each preset as it is also
+with the unit and the GEMM core's depthwise mode for 3x3 windows (`+requant+dw3`:
+`HwConfig.with_depthwise_mode`), beside the same without the mode, so the two rows show what
+the mode costs and buys. Ordered smallest array first, so `limit` keeps the cheap ones.
+
+A variant the RTL cannot build is left out: the STORE stage writes whole OUT elements, so an
+OUT element must be a whole number of AXI beats (1x8x8's 8-byte element and a 16-byte bus do
+not go together); its ISA must exist (larger scratchpads widen the index fields past 128-bit
+instructions); and the depthwise mode needs square blocks and an output's array passes no more
+than the window's reads a column (`hw/rtl/depthwise.py`: not 1x8x8 on a packed core)."""
 
 from __future__ import annotations
 
 from tilecraft.errors import ConfigError
 from tilecraft.hw.config import HwConfig, preset, preset_names
 from tilecraft.hw.isa import isa_for
+from tilecraft.hw.rtl.depthwise import array_passes
 
 BUFFERS = ("log_inp_buff", "log_wgt_buff", "log_acc_buff")
 VARIANTS = ("", "half-buffers", "double-buffers", "axi128")
+DEPTHWISE_WINDOW = 3  # MobileNets' depthwise kernels
 
 
 def variant(cfg: HwConfig, kind: str) -> HwConfig:
@@ -41,12 +48,28 @@ def sweep_configs(limit: int | None = None) -> list[tuple[str, HwConfig]]:
             if cfg.elem_bytes("out") % cfg.axi_bytes:
                 continue
             name = f"{base}+{kind}" if kind else base
-            for unit in (False, True):
-                point = cfg.with_requant_unit() if unit else cfg
+            unit = cfg.with_requant_unit()
+            named = [(name, cfg), (f"{name}+requant", unit)]
+            mode = None if kind else _with_depthwise(unit)
+            if mode is not None:
+                named.append((f"{name}+requant+dw{DEPTHWISE_WINDOW}", mode))
+            for point_name, point in named:
                 if point.digest not in seen:
                     seen.add(point.digest)
-                    points.append((f"{name}+requant" if unit else name, point))
+                    points.append((point_name, point))
     return points[:limit] if limit else points
+
+
+def _with_depthwise(cfg: HwConfig) -> HwConfig | None:
+    """`cfg` with the depthwise mode, or None where the config cannot have it (blocks not
+    square) or the RTL's Xilinx build (its multipliers packed where
+    `HwConfig.packs_multipliers`) cannot run an output's passes under its reads."""
+    try:
+        point = cfg.with_depthwise_mode(DEPTHWISE_WINDOW)
+    except ConfigError:
+        return None
+    fits = array_passes(point, point.packs_multipliers) <= DEPTHWISE_WINDOW
+    return point if fits else None
 
 
 def _macs(cfg: HwConfig) -> int:
