@@ -141,3 +141,26 @@ def test_a_paced_write_holds_the_data_bus_for_the_reads_accepted_after_it():
     assert paced[True]["load"][0] == last + 1 + GAP
     assert paced[False]["load"][0] == first + 16 + GAP
     assert paced[True]["load"][0] > paced[False]["load"][0]
+
+
+def test_a_full_dram_queue_lets_a_waiting_read_take_each_slot_as_it_frees():
+    """axi_dram.v holds `dram_queue` bursts accepted and not yet served: a STORE of 40 bursts
+    fills it, and a LOAD presented meanwhile takes each slot the queue frees before the
+    STORE's last 8, so its data comes after the 32 queued writes and the STORE ends after it."""
+    assert T.dram_queue == 32
+    per = 16 + GAP  # a 16-beat burst and its gap
+    later = 40  # the LOAD is presented after the 40 writes would all be up, a cycle each
+
+    def run(timing):
+        port = DramPort(timing)
+        port.request("store", STORE_CLIENT, [(16, 1)] * 40, at=0)
+        port.request("load", LOAD_CLIENT, [(16, 1)] * 5, at=later)
+        return {k: (first, free) for k, first, free in _drain(port)}
+
+    queued = run(T)
+    assert later + G < L + 16  # but the queue is full until the first write's last beat
+    assert queued["load"][0] == L + 32 * per  # the 33rd write waits for the slot, and loses it
+    assert queued["store"] == (L, L + 45 * per)
+    unbounded = run(dataclasses.replace(T, dram_queue=64))  # the writes' 40 accepted first
+    assert unbounded["store"] == (L, L + 40 * per)
+    assert unbounded["load"][0] == L + 40 * per

@@ -43,6 +43,8 @@ class Timing:
     alu_mul_groups: int = 1  # MUL: lane groups the shared multipliers take in turn
     alu_mul_tail: int = 3  # MUL: from the last lane group's pick to its products
     burst_gap: int = 1  # idle data-bus cycles between DRAM bursts
+    dram_queue: int = 32  # bursts the DRAM holds accepted and not yet served (axi_dram.v's
+    # QUEUE): past them an address waits for a burst's last beat, and a waiting read wins
     read_buffer: int = 32  # beats a read client holds ahead of a consumer slower than the
     # data bus (its FIFO, hw/rtl/dma.py ReadClient): past them, R waits for the consumer
     read_grant: int = 1  # a read transfer's first burst waits for the arbiter's registered

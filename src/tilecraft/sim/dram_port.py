@@ -11,7 +11,10 @@
   they wait for a gap between read bursts.
 - The DRAM (`sim/rtl/axi_dram.v`) serves bursts in acceptance order: a burst's first beat comes
   `dram_latency` cycles after its acceptance, and no sooner than `burst_gap` idle cycles after
-  the previous burst's last beat.
+  the previous burst's last beat. It holds `Timing.dram_queue` bursts accepted and not yet
+  served: past them the next address (a read first, as above) is accepted the cycle after the
+  oldest one's last beat. So a long STORE that fills the queue lets a LOAD behind it take each
+  slot as it frees, and waits for the LOAD's bursts before its own last ones.
 - A write whose data comes later than the DRAM would take it (a requantizing STORE's unit,
   `requant_pace.py`) holds the data bus until its last beat. Where its pace is known as a
   burst is accepted (`pace`: the engine's, once the unit has its bank), the burst's last beat
@@ -69,6 +72,8 @@ class DramPort:
         self.owner: _Transfer | None = None  # the read transfer owning AR
         self.writes: deque[_Transfer] = deque()
         self.last_accept = -1  # one address per cycle
+        # the last beats of the latest `dram_queue` bursts accepted, in order (served in order)
+        self.queued: deque[int] = deque(maxlen=timing.dram_queue)
         self.read_end = -2  # the last read transfer's last acceptance (the pick follows it)
         self.data_free = 0  # earliest first beat of the next burst
         # a write's pace, asked as its first burst is accepted: key -> its `burst_ends`, or
@@ -85,8 +90,16 @@ class DramPort:
         tr = _Transfer(key, client, bursts, at, drain=drain)
         (self.writes if client == STORE_CLIENT else self.waiting).append(tr)
 
+    def _soonest(self) -> int:
+        """The first cycle an address can be accepted: one a cycle, while the queue has room
+        (a burst leaves it the cycle after its last beat)."""
+        q = self.queued
+        if len(q) == q.maxlen:
+            return max(self.last_accept + 1, q[0] + 1)
+        return self.last_accept + 1
+
     def _next_read(self) -> tuple[int, _Transfer] | None:
-        soonest = self.last_accept + 1
+        soonest = self._soonest()
         if self.owner:
             return max(self.owner.at, soonest), self.owner
         best = None
@@ -104,7 +117,7 @@ class DramPort:
         if read:
             times.append(read[0])
         if self.writes:
-            times.append(max(self.writes[0].at, self.last_accept + 1))
+            times.append(max(self.writes[0].at, self._soonest()))
         return min(times) if times else None
 
     def advance(self, limit: float) -> Done | None:
@@ -117,11 +130,12 @@ class DramPort:
                 lat, gap = self.timing.dram_latency, self.timing.burst_gap
                 bursts, n = tr.bursts, len(tr.bursts)
                 while True:
-                    c = max(tr.at, self.last_accept + 1)
+                    c = max(tr.at, self._soonest())
                     if c >= limit:
                         return None
                     first = max(c + lat, self.data_free)
                     self.data_free = first + bursts[tr.sent][0] + gap
+                    self.queued.append(self.data_free - gap - 1)
                     self.last_accept = c
                     if tr.sent == 0:
                         tr.first = first
@@ -142,7 +156,7 @@ class DramPort:
     def step(self) -> Done | None:
         """Accept the next burst; a transfer whose last burst this was is returned."""
         read = self._next_read()
-        write_at = max(self.writes[0].at, self.last_accept + 1) if self.writes else None
+        write_at = max(self.writes[0].at, self._soonest()) if self.writes else None
         if read and (write_at is None or read[0] <= write_at):  # reads first in a cycle
             c, tr = read
             if tr is not self.owner:
@@ -162,6 +176,7 @@ class DramPort:
             if tr.pace is not None:
                 last = tr.pace.send(first)
         self.data_free = last + 1 + self.timing.burst_gap
+        self.queued.append(last)
         self.last_accept = c
         if tr.sent == 0:
             tr.first = first
