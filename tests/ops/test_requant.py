@@ -14,6 +14,7 @@ from tilecraft.errors import ScheduleError
 from tilecraft.ops.requant import (
     MAX_EXPONENT,
     MIN_EXPONENT,
+    _bit_length,
     float32_requantize,
     fma32,
     requantize,
@@ -66,6 +67,16 @@ def _near_ties(rng, scale, count):
     signs = rng.choice([-1, 1], count)
     v = np.concatenate([ties, signs * halfway])
     return np.clip(v, -(2**31), 2**31 - 1)
+
+
+def test_the_leading_one_is_found_exactly_where_float64_rounds_up():
+    """The datapath's leading-one detector (float64's exponent, corrected where the conversion
+    rounds up to a power of two: 2**k - 1 past 53 bits) against Python's int.bit_length."""
+    k = np.arange(1, 62, dtype=np.int64)
+    edges = [np.array([0, 1, 2, 3]), 1 << k, (1 << k) - 1, (1 << k) + 1, (1 << k) - (k >> 1)]
+    rng = np.random.default_rng(0)
+    x = np.concatenate([*edges, rng.integers(0, 1 << 62, 10_000), rng.integers(0, 1 << 24, 1000)])
+    assert np.array_equal(_bit_length(x), [int(v).bit_length() for v in x])
 
 
 def test_integer_datapath_on_ties_and_float32_conversion_boundaries():

@@ -160,15 +160,11 @@ def _round_shift(x: np.ndarray, d: np.ndarray) -> np.ndarray:
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
-    """The position of x's leading one plus one (0 for 0), by a priority search of shifts as
-    the hardware's leading-one detector finds it (x < 2**63)."""
-    n = np.zeros_like(x)
-    y = x.copy()
-    for step in (32, 16, 8, 4, 2, 1):
-        high = (y >> step) != 0
-        n = n + np.where(high, step, 0)
-        y = np.where(high, y >> step, y)
-    return n + (y != 0)
+    """The position of x's leading one plus one (0 for 0; 0 <= x < 2**62), as the hardware's
+    leading-one detector finds it: float64's exponent of x, less one where the conversion
+    rounded x up to the next power of two."""
+    n = np.frexp(x.astype(np.float64))[1].astype(np.int64)
+    return n - ((x > 0) & (x < np.left_shift(1, np.maximum(n - 1, 0))))
 
 
 def _per_channel(values: np.ndarray, ndim: int, channel_axis: int) -> np.ndarray:

@@ -71,9 +71,9 @@ class DramPort:
         self.waiting: list[_Transfer] = []  # read transfers not yet owning AR
         self.owner: _Transfer | None = None  # the read transfer owning AR
         self.writes: deque[_Transfer] = deque()
-        self.last_accept = -1  # one address per cycle
         # the last beats of the latest `dram_queue` bursts accepted, in order (served in order)
         self.queued: deque[int] = deque(maxlen=timing.dram_queue)
+        self.soonest = 0  # the next address's first cycle: one a cycle (`_accepted`)
         self.read_end = -2  # the last read transfer's last acceptance (the pick follows it)
         self.data_free = 0  # earliest first beat of the next burst
         # a write's pace, asked as its first burst is accepted: key -> its `burst_ends`, or
@@ -90,16 +90,15 @@ class DramPort:
         tr = _Transfer(key, client, bursts, at, drain=drain)
         (self.writes if client == STORE_CLIENT else self.waiting).append(tr)
 
-    def _soonest(self) -> int:
-        """The first cycle an address can be accepted: one a cycle, while the queue has room
-        (a burst leaves it the cycle after its last beat)."""
+    def _accepted(self, c: int, last: int) -> None:
+        """A burst accepted at cycle c, its last beat at `last`: the next address comes a cycle
+        later, and once the queue is full, the cycle after its oldest burst's last beat."""
         q = self.queued
-        if len(q) == q.maxlen:
-            return max(self.last_accept + 1, q[0] + 1)
-        return self.last_accept + 1
+        q.append(last)
+        self.soonest = max(c + 1, q[0] + 1) if len(q) == q.maxlen else c + 1
 
     def _next_read(self) -> tuple[int, _Transfer] | None:
-        soonest = self._soonest()
+        soonest = self.soonest
         if self.owner:
             return max(self.owner.at, soonest), self.owner
         best = None
@@ -117,7 +116,7 @@ class DramPort:
         if read:
             times.append(read[0])
         if self.writes:
-            times.append(max(self.writes[0].at, self._soonest()))
+            times.append(max(self.writes[0].at, self.soonest))
         return min(times) if times else None
 
     def advance(self, limit: float) -> Done | None:
@@ -130,13 +129,12 @@ class DramPort:
                 lat, gap = self.timing.dram_latency, self.timing.burst_gap
                 bursts, n = tr.bursts, len(tr.bursts)
                 while True:
-                    c = max(tr.at, self._soonest())
+                    c = max(tr.at, self.soonest)
                     if c >= limit:
                         return None
                     first = max(c + lat, self.data_free)
                     self.data_free = first + bursts[tr.sent][0] + gap
-                    self.queued.append(self.data_free - gap - 1)
-                    self.last_accept = c
+                    self._accepted(c, self.data_free - gap - 1)
                     if tr.sent == 0:
                         tr.first = first
                     tr.sent += 1
@@ -156,7 +154,7 @@ class DramPort:
     def step(self) -> Done | None:
         """Accept the next burst; a transfer whose last burst this was is returned."""
         read = self._next_read()
-        write_at = max(self.writes[0].at, self._soonest()) if self.writes else None
+        write_at = max(self.writes[0].at, self.soonest) if self.writes else None
         if read and (write_at is None or read[0] <= write_at):  # reads first in a cycle
             c, tr = read
             if tr is not self.owner:
@@ -176,8 +174,7 @@ class DramPort:
             if tr.pace is not None:
                 last = tr.pace.send(first)
         self.data_free = last + 1 + self.timing.burst_gap
-        self.queued.append(last)
-        self.last_accept = c
+        self._accepted(c, last)
         if tr.sent == 0:
             tr.first = first
         tr.sent += 1
