@@ -42,6 +42,11 @@ def burst_ends(
         if j >= ahead and written[j - ahead] + 1 > read:
             read = written[j - ahead] + 1
         ready = read + latency + 1  # its first beat, from the FIFO
+        if left >= beats:  # no burst starts within the element: its beats back to back
+            t = (t + 1 if t + 1 > ready else ready) + beats - 1
+            left -= beats
+            written[j] = t
+            continue
         for b in range(beats):
             beat = t + 1 if b or t + 1 > ready else ready
             if left == 0:  # a burst's first beat
