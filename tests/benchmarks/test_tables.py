@@ -128,3 +128,11 @@ def test_the_dse_table_marks_both_fronts_and_says_why_a_point_failed():
     text = tables.RENDER["dse"](result)
     assert "| o a | 12.5 |" in text and "| * a+requant | 10.0 |" in text
     assert "| b+requant | failed (ScheduleError): needs 9 rows, has 8 |" in text
+    # a MobileNetV2 sweep of the same points on the same part: its latency beside ResNet-18's
+    other = {"part": "xc7z020", "model": "mobilenet_v2", "points": [{**point, "name": "a"}]}
+    other["points"][0]["latency_ms"] = 30.25
+    result.update(part="xc7z020", model="resnet18", related={"dse-mobilenet-v2": other})
+    text = tables.RENDER["dse"](result)
+    assert "| ResNet-18 accelerator ms | MobileNetV2 accelerator ms | LUT |" in text
+    assert "| o a | 12.5 | 30.2 | 100 (50%) |" in text and "| * a+requant | 10.0 | — |" in text
+    assert tables.RELATED["dse"] == ("dse-mobilenet-v2",)

@@ -448,27 +448,34 @@ def _timing(r: dict) -> str:
 
 
 def _dse(r: dict) -> str:
+    """The sweep's points and fronts; with a sweep of another model on the same points beside
+    it (`RELATED`), that model's latency as a column of its own, by point name."""
     front = set(r.get("fronts", {}).get("joint", []))
     plain = set(r.get("fronts_without_unit", {}).get("joint", []))
+    others = [x for x in r.get("related", {}).values() if x.get("part") == r.get("part")]
+    extra = {o.get("model"): {p["name"]: p for p in o["points"]} for o in others}
     rows = []
     for p in r["points"]:
         mark = ("* " if p["name"] in front else "") + ("o " if p["name"] in plain else "")
         if p.get("error"):  # its kind and its last clause, the reason (the JSON has it all)
             kind, _, text = p["error"].partition(": ")
             why = f"failed ({kind}): {text.rpartition(': ')[2]}"
-            rows.append([mark + p["name"], why[:120], "", "", "", "", ""])
+            rows.append([mark + p["name"], why[:120], *[""] * (5 + len(extra))])
             continue
         f = p.get("fractions", {})
 
         def cell(k, p=p, f=f):
             return f"{value(p.get(k), 1)} ({f.get(k, 0):.0%})"
 
-        rows.append([mark + p["name"],
-                     value(p.get("latency_ms"), 1), cell("lut"), cell("ff"), cell("dsp"),
-                     cell("bram36"), ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
+        theirs = [value(points.get(p["name"], {}).get("latency_ms"), 1)
+                  for points in extra.values()]  # fmt: skip
+        rows.append([mark + p["name"], value(p.get("latency_ms"), 1), *theirs,
+                     cell("lut"), cell("ff"), cell("dsp"), cell("bram36"),
+                     ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
     head = "config (* joint front; o: joint front without the unit)"
-    ms = f"{MODEL_TITLES.get(r.get('model'), 'ResNet-18')} accelerator ms"
-    return _table([head, ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
+    models = [r.get("model"), *extra]
+    ms = [f"{MODEL_TITLES.get(m, m or 'ResNet-18')} accelerator ms" for m in models]
+    return _table([head, *ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
 
 
 MODEL_TITLES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2", "digits": "digits"}
@@ -551,7 +558,7 @@ DSE_SUITES = {
 }
 
 # the other suites' results a suite's block shows beside its own (under its result's "related")
-RELATED = {"cpu-fallback": ("resnet18",)}
+RELATED = {"cpu-fallback": ("resnet18",), "dse": ("dse-mobilenet-v2",)}
 
 
 def block(suite: str, folder: Path | None = None) -> str:
