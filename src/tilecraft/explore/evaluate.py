@@ -91,9 +91,8 @@ def evaluate(
     trials: int = 0,
 ) -> dict:
     """A point as a dict: name, config tag and digest, the unit's lanes, the depthwise mode's
-    window (0 without it), latency (heuristic
-    schedules, or tuned with `trials`), resources (`synthesized`: False when they came from the
-    cache), or `error`."""
+    window (0 without it), latency (heuristic schedules, or tuned with `trials`), resources
+    (`synthesized`: False when they came from the cache), or `error`."""
     from tilecraft.boards.flows.resources import synthesize
 
     cfg = HwConfig.from_dict(config)
