@@ -160,9 +160,9 @@ def _round_shift(x: np.ndarray, d: np.ndarray) -> np.ndarray:
 
 
 def _bit_length(x: np.ndarray) -> np.ndarray:
-    """The position of x's leading one plus one (0 for 0; 0 <= x < 2**62), as the hardware's
-    leading-one detector finds it: float64's exponent of x, less one where the conversion
-    rounded x up to the next power of two."""
+    """The position of x's leading one plus one (0 for 0; 0 <= x < 2**62): what the unit's
+    leading-one detector finds (hw/rtl/requant.py `_leading_one`), worked out here from
+    float64's exponent of x, less one where the conversion rounded x up to a power of two."""
     n = np.frexp(x.astype(np.float64))[1].astype(np.int64)
     return n - ((x > 0) & (x < np.left_shift(1, np.maximum(n - 1, 0))))
 
