@@ -65,6 +65,8 @@ def test_dse_prints_the_front_and_writes_json_and_a_plot(tmp_path, capsys, monke
             "accelerator_cycles": 1,
             "latency_ms": 1e4 / (cfg.block_in * cfg.block_out),
             "compile_seconds": 0.0,
+            "host_layers": [],
+            "host_macs": 0,
         },
     )
     out, png = tmp_path / "dse.json", tmp_path / "dse.png"

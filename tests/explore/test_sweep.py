@@ -78,7 +78,8 @@ def _fakes(monkeypatch, calls):
 
     def latency(cfg, model, **tuning):  # the unit: 20% faster, for 1,000 LUTs (Synth)
         n = cfg.batch * cfg.block_in * cfg.block_out * (1.25 if cfg.requant_lanes else 1)
-        return {"accelerator_cycles": 10**7 // n, "latency_ms": 10**4 / n, "compile_seconds": 0}
+        return {"accelerator_cycles": 10**7 // n, "latency_ms": 10**4 / n, "compile_seconds": 0,
+                "host_layers": [], "host_macs": 0}  # fmt: skip
 
     import tilecraft.boards.flows.resources as resources
 
@@ -111,6 +112,39 @@ def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
     monkeypatch.setattr(rtl, "source_digest", lambda: "another design")
     changed = sweep.run_sweep("xc7z020", limit=2, workers=0, cache=cache, workdir=tmp_path)
     assert changed["synthesized"] == 2  # a changed RTL is synthesized again
+
+
+def test_a_point_that_leaves_more_layers_on_the_host_is_off_the_fronts(tmp_path, monkeypatch):
+    """Its latency is its accelerator's alone: 1x16x8 leaves MobileNetV2's depthwise convs and
+    the pools to the host (blocks not square), and would look faster than it is."""
+    from tilecraft.benchmarks.tables import _dse
+    from tilecraft.cli.dse import format_table
+
+    _fakes(monkeypatch, [])
+    fake = evaluation.network_latency
+
+    def latency(cfg, model, **tuning):
+        out = fake(cfg, model, **tuning)
+        if cfg.block_in != cfg.block_out:  # faster than any: its host work is not counted
+            out |= {"latency_ms": 0.1, "host_layers": ["pool", "dw"], "host_macs": 9}
+        return out
+
+    monkeypatch.setattr(evaluation, "network_latency", latency)
+    r = sweep.run_sweep("xc7z020", limit=8, workers=0, cache=tmp_path / "c.json", workdir=tmp_path)
+    off = {p["name"] for p in r["points"] if not p["compared"]}
+    wide = {p["name"] for p in r["points"] if p["name"].startswith("1x16x8")}
+    assert off == wide and len(wide) == 4 and r["host_layers_compared"] == []
+    on = {n for names in (*r["fronts"].values(), *r["fronts_without_unit"].values()) for n in names}
+    assert on and not on & off  # the fastest points, yet on no front
+    assert "1x16x8" not in r["fronts"]["joint"] and "1x8x8" in r["fronts"]["lut"]
+    text = format_table(r).splitlines()
+    row = next(x for x in text if x.split()[0] == "1x16x8")
+    assert row.endswith("off the fronts: 2 layers on the host") and "none on the host" in text[0]
+    assert "0.1 (not compared: 2 layers on the host)" in _dse(r | {"related": {}})
+    # where every point leaves the same layers there, all are compared
+    assert sweep.compared_host_layers([{"host_layers": ["b", "a"]}] * 2) == ["a", "b"]
+    few = [{"host_layers": ["a", "b"]}, {"host_layers": ["c"]}]
+    assert sweep.compared_host_layers(few) == ["c"] and sweep.compared_host_layers([]) == []
 
 
 def test_a_failing_point_is_reported_not_raised(tmp_path, monkeypatch):
@@ -191,6 +225,14 @@ def test_a_point_with_tuned_schedules_tunes_each_layer_once(tmp_path):
     assert again["accelerator_cycles"] == tuned["accelerator_cycles"]
     plain = evaluation.network_latency(cfg, "digits")
     assert plain["schedules"] == "heuristic" and plain["accelerator_cycles"] > 0
+    assert plain["host_layers"] == [] and plain["host_macs"] == 0
+
+
+def test_a_point_names_the_layers_its_config_leaves_on_the_host():
+    """1x16x8 cannot widen its rows through the GEMM (BLOCK_IN != BLOCK_OUT): the digits CNN's
+    pools run on the host there, and its accelerator cycles leave them out."""
+    wide = evaluation.network_latency(preset("1x16x8"), "digits")
+    assert wide["host_layers"] == ["pool", "gap"] and wide["host_macs"] == 0
 
 
 def test_a_point_with_the_unit_compiles_its_epilogues_onto_it():

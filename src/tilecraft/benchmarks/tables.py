@@ -467,15 +467,24 @@ def _dse(r: dict) -> str:
         def cell(k, p=p, f=f):
             return f"{value(p.get(k), 1)} ({f.get(k, 0):.0%})"
 
-        theirs = [value(points.get(p["name"], {}).get("latency_ms"), 1)
-                  for points in extra.values()]  # fmt: skip
-        rows.append([mark + p["name"], value(p.get("latency_ms"), 1), *theirs,
+        theirs = [_dse_latency(points.get(p["name"], {})) for points in extra.values()]
+        rows.append([mark + p["name"], _dse_latency(p), *theirs,
                      cell("lut"), cell("ff"), cell("dsp"), cell("bram36"),
                      ", ".join(p.get("fits", [])) or "none"])  # fmt: skip
     head = "config (* joint front; o: joint front without the unit)"
     models = [r.get("model"), *extra]
     ms = [f"{MODEL_TITLES.get(m, m or 'ResNet-18')} accelerator ms" for m in models]
     return _table([head, *ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
+
+
+def _dse_latency(p: dict) -> str:
+    """A point's latency, and the layers it leaves on the host where it leaves more than the
+    sweep's fronts compare (their time is not in it: `explore.sweep.compared_host_layers`)."""
+    ms = value(p.get("latency_ms"), 1)
+    if p.get("compared", True):
+        return ms
+    host = p.get("host_layers", [])
+    return f"{ms} (not compared: {len(host)} layers on the host)"
 
 
 MODEL_TITLES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2", "digits": "digits"}

@@ -57,7 +57,9 @@ def format_table(r: dict) -> str:
         f"design space on {r['part']} ({r['family']} synthesis), {r['model']} ({schedules}): "
         f"{len(r['points'])} configs in {r['seconds']:.0f} s, {r['synthesized']} synthesized "
         f"(the rest from the cache); * = on the joint Pareto front, o = on it without the "
-        f"requantization unit (+requant)",
+        f"requantization unit (+requant); a point that leaves more layers on the host than "
+        f"the fronts' ({_host(r['host_layers_compared'])}) is off them: its latency leaves "
+        f"their time out",
         f"   {'config':32s} {'latency':>9s} {'LUT':>14s} {'DSP':>11s} {'BRAM36':>12s}  fits",
     ]
     for p in r["points"]:
@@ -70,8 +72,13 @@ def format_table(r: dict) -> str:
             f"{star} {p['name']:32s} {p['latency_ms']:7.1f} ms {p['lut']:>7,} ({f['lut']:4.0%}) "
             f"{p['dsp']:>4} ({f['dsp']:4.0%}) {p['bram36']:>5} ({f['bram36']:4.0%})  "
             f"{', '.join(p['fits']) or 'none'}"
+            + ("" if p["compared"] else f"; off the fronts: {_host(p['host_layers'])}")
         )
     return "\n".join(lines)
+
+
+def _host(layers: list[str]) -> str:
+    return f"{len(layers)} layers on the host" if layers else "none on the host"
 
 
 def add_parsers(sub, count) -> None:

@@ -22,12 +22,15 @@ def network_latency(
 ) -> dict:
     """Accelerator cycles and milliseconds of `model` (a zoo model, or "digits", the trained
     digits CNN) compiled for `cfg` (one random calibration sample: the zoo's weights are random
-    too). The compiler's heuristic schedules,
+    too), and the layers the config leaves on the host (`host_layers`, their `host_macs`):
+    their time is not in the figure, so points with different host layers do not run the same
+    work. The compiler's heuristic schedules,
     or with `trials`, each distinct layer's schedule tuned on the cycle model (`trials`
     measurements each, XGBoost cost model) into `records_dir/<tag>-<digest>.jsonl`, which a
     later sweep resumes from."""
     from tilecraft.compiler.frontend import import_model
     from tilecraft.compiler.graph.network import build_model
+    from tilecraft.compiler.partition import Place, partition
     from tilecraft.compiler.quant.calibrate import calibrate, random_calibration
     from tilecraft.compiler.quant.quantize import quantize
     from tilecraft.models.digits import ONNX_PATH
@@ -56,9 +59,12 @@ def network_latency(
     compiled = build_model(cfg, net, records=records, jobs=1)  # the sweep is the parallel part
     steps = [s for s in compiled.steps if isinstance(s, AcceleratorStep)]
     cycles = sum(model_report(compiled.programs[s.program]).cycles for s in steps)
+    host = [p for p in partition(graph, cfg) if p.place is Place.HOST]
     return out | {
         "accelerator_cycles": cycles,
         "latency_ms": cycles / (cfg.clock_mhz * 1e3),
+        "host_layers": [p.node for p in host],
+        "host_macs": sum(p.macs for p in host),
         "compile_seconds": time.perf_counter() - start,
     }
 
@@ -91,7 +97,8 @@ def evaluate(
     trials: int = 0,
 ) -> dict:
     """A point as a dict: name, config tag and digest, the unit's lanes, the depthwise mode's
-    window (0 without it), latency (heuristic schedules, or tuned with `trials`), resources
+    window (0 without it), latency (heuristic schedules, or tuned with `trials`) and the layers
+    left on the host (`network_latency`), resources
     (`synthesized`: False when they came from the cache), or `error`."""
     from tilecraft.boards.flows.resources import synthesize
 

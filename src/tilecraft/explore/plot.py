@@ -23,7 +23,8 @@ def plot_fronts(result: dict, path: str) -> None:
             x, y = 100 * p["fractions"][r], p["latency_ms"]
             colour = "tab:red" if p["name"] in on else "tab:gray"
             marker = "s" if p.get("depthwise_window") else "^" if p.get("requant_lanes") else "o"
-            ax.scatter(x, y, c=colour, marker=marker, zorder=3)
+            face = colour if p.get("compared", True) else "none"  # leaves more on the host
+            ax.scatter(x, y, facecolors=face, edgecolors=colour, marker=marker, zorder=3)
             ax.annotate(p["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         for names, style in ((on, "-"), (set(plain_fronts.get(r, [])), "--")):
             line = sorted(
@@ -41,7 +42,8 @@ def plot_fronts(result: dict, path: str) -> None:
     fig.suptitle(
         f"Design space on the {result['part']} ({schedules}): red = Pareto front, dashed = "
         f"front without the requantization unit (triangles: with it; squares: with it and the "
-        f"depthwise mode)"
+        f"depthwise mode; hollow: not compared, more layers left on the host)",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)

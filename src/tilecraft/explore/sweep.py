@@ -60,6 +60,15 @@ def fits(point: dict, part: str) -> list[str]:
     return out
 
 
+def compared_host_layers(points: list[dict]) -> list[str]:
+    """The host layers of the points the fronts compare: the fewest any point leaves there
+    (the same set, so the same work: a point's latency is its accelerator's alone). A point
+    that leaves more on the host (a depthwise conv or a pool where the blocks are not square)
+    would look faster than it is."""
+    sets = sorted({tuple(sorted(p["host_layers"])) for p in points}, key=lambda s: (len(s), s))
+    return list(sets[0]) if sets else []
+
+
 def run_sweep(
     part: str,
     *,
@@ -71,8 +80,9 @@ def run_sweep(
     workdir: str | Path = "build/dse",
     trials: int = 0,
 ) -> dict:
-    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts (of every point,
-    and of those without the requantization unit: what the unit moves) and seconds.
+    """Evaluate the sweep's configs for `part`; returns the points, fits, fronts (of the points
+    that run the same work, `compared_host_layers`, and of those of them without the
+    requantization unit: what the unit moves) and seconds.
     With `trials`, each config's layers are tuned first (`evaluate.network_latency`; their
     records kept under `workdir`/records, so a stopped sweep resumes)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
@@ -97,10 +107,13 @@ def run_sweep(
     order = {name: i for i, (name, _) in enumerate(configs)}
     points.sort(key=lambda p: order[p["name"]])
     good = [p for p in points if p["error"] is None]
-    plain = [p for p in good if not p["requant_lanes"]]
+    host = compared_host_layers(good)
     for p in good:
         p["fits"] = fits(p, part)
         p["fractions"] = {k: p[k] / PARTS[part][k] for k in ("lut", "ff", "dsp", "bram36")}
+        p["compared"] = sorted(p["host_layers"]) == host
+    compared = [p for p in good if p["compared"]]
+    plain = [p for p in compared if not p["requant_lanes"]]
     return {
         "suite": "dse",
         "part": part,
@@ -111,7 +124,8 @@ def run_sweep(
         "scheduler": scheduler,
         "seconds": time.perf_counter() - start,
         "points": points,
-        "fronts": fronts(good) if good else {},
+        "host_layers_compared": host,
+        "fronts": fronts(compared) if compared else {},
         "fronts_without_unit": fronts(plain) if plain else {},
         "synthesized": sum(bool(p.get("synthesized")) for p in good),
     }
