@@ -109,6 +109,7 @@ def _programs(cfg):
 
 
 UNIT_CONFIGS = ["1x8x8", "default", "2x16x16"]  # each with an 8-lane requantization unit
+DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
 UNIT_RANDOM = 16
 UNIT_PACE = 4
 UNIT_MAX_CYCLE_ERROR = 0.005  # the issue's bound for programs that use the unit
@@ -160,11 +161,20 @@ def _unit_programs(cfg):
 def unit_runs(request):
     from tilecraft.sim.rtl.device import RtlDevice
 
-    cfg = preset(request.param).replace(requant_lanes=8)
+    cfg = _unit_config(request.param)
     jobs = _unit_programs(cfg)
     rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i in jobs])
     sim = [get_device("sim").run(p, i) for _, p, i in jobs]
     return jobs, rtl, sim
+
+
+def _unit_config(name: str):
+    """`name` with the unit; where the depthwise tier runs too, with its mode as well, so that
+    one Verilator model (minutes to build) serves both tiers: the mode is built into fetch,
+    the compute stage and the GEMM unit, the unit into the store stage, which is the same
+    with or without the mode. 1x8x8 (no mode there) builds the unit alone."""
+    cfg = preset(name).replace(requant_lanes=8)
+    return cfg.with_depthwise_mode(3) if name in DEPTHWISE_CONFIGS else cfg
 
 
 def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
@@ -179,7 +189,6 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
         assert error <= UNIT_MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
 
 
-DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
 DEPTHWISE_RANDOM = 12
 
 
@@ -212,7 +221,7 @@ def _depthwise_programs(cfg):
 def depthwise_runs(request):
     from tilecraft.sim.rtl.device import RtlDevice
 
-    cfg = preset(request.param).replace(requant_lanes=8).with_depthwise_mode(3)
+    cfg = _unit_config(request.param)
     jobs = _depthwise_programs(cfg)
     rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i in jobs])
     sim = [get_device("sim").run(p, i) for _, p, i in jobs]
