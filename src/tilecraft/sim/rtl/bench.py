@@ -3,8 +3,8 @@ files) on tb_top, one after another in one simulator process, and writes their r
 
 Per job: reset, load the DRAM image, program the registers over AXI4-Lite, START, wait for the
 interrupt (one GPI timer as the timeout: no Python runs per clock cycle), read the cycle count
-and status, dump the DRAM. Jobs come from the JSON file in $TILECRAFT_RTL_JOBS; results go to
-$TILECRAFT_RTL_RESULTS.
+and status, dump the program's DRAM. Jobs come from the JSON file in $TILECRAFT_RTL_JOBS;
+results go to $TILECRAFT_RTL_RESULTS.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ async def run_jobs(dut):
         for name in ("load", "dump"):
             getattr(dut, name).value = 0
         dut.job.value = job["job"]
+        dut.dump_beats.value = job["dump_beats"]
         dut.base.value = job["base"]
         dut.latency.value = job["latency"]
         dut.stall_pct.value = job.get("stall_pct", 0)

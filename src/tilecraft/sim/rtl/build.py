@@ -61,6 +61,7 @@ def bench_verilog(cfg: HwConfig) -> str:
         "input wire load",
         "input wire dump",
         "input wire [15:0] job",
+        "input wire [31:0] dump_beats",
         "input wire [63:0] base",
         "input wire [15:0] latency",
         "input wire [7:0] stall_pct",
@@ -93,7 +94,7 @@ module {BENCH_TOP} (
     axi_dram #(.DATA_BITS({cfg.axi_data_bits}), .WORDS({words}), .GAP(1)) dram (
         .clk(aclk), .rst(!aresetn), .base(base), .latency(latency), .stall_pct(stall_pct),
         .seed(seed),
-        .load(load), .dump(dump), .job(job),
+        .load(load), .dump(dump), .job(job), .dump_beats(dump_beats),
         {("," + chr(10) + "        ").join(dram_conns)}
     );
 endmodule

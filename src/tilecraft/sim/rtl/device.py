@@ -118,6 +118,7 @@ class RtlDevice:
                         "insn_offset": program.insn_offset,
                         "insn_count": len(program.insns),
                         "dram_size": program.dram_size,
+                        "dump_beats": -(-program.dram_size // cfg.axi_bytes),
                         "max_cycles": self.max_cycles,
                         "stall_pct": self.stall_pct,
                         "latency": cfg.dram_latency if self.latency is None else self.latency,

@@ -14,7 +14,7 @@ Commands, one JSON object per line; each gets one JSON line back:
     {"op": "write", "offset": o, "value": v}         -> {}
     {"op": "load", "base": b, "job": j}              -> {}   (DRAM_IN.j.hex at physical b)
     {"op": "run", "max_cycles": n}                   -> {"done": bool, "cycles_run": c}
-    {"op": "dump", "job": j}                         -> {}   (DRAM_OUT.j.hex)
+    {"op": "dump", "job": j, "beats": n}             -> {}   (DRAM_OUT.j.hex, its first n beats)
     {"op": "reset"}                                  -> {}   (aresetn low for 4 cycles)
     {"op": "quit"}                                   -> {}   (the test ends)
 """
@@ -69,6 +69,7 @@ async def serve(dut):
     dut.seed.value = 1
     dut.base.value = 0
     dut.job.value = 0
+    dut.dump_beats.value = 0
     await _reset(dut)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["TILECRAFT_RTL_SOCKET"])
@@ -87,7 +88,7 @@ async def serve(dut):
             elif op == "run":
                 reply = await _run(dut, cmd["max_cycles"])
             elif op == "dump":
-                dut.job.value = cmd["job"]
+                dut.job.value, dut.dump_beats.value = cmd["job"], cmd["beats"]
                 await _pulse(dut, "dump")
             elif op == "reset":
                 await _reset(dut)

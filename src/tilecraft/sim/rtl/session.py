@@ -173,7 +173,8 @@ class RtlSession:
 
     def dump(self, nbytes: int) -> np.ndarray:
         """The first `nbytes` of the DRAM model (from the base of the last `load`)."""
-        self._command({"op": "dump", "job": self._jobs})
+        beats = -(-nbytes // self.config.axi_bytes)
+        self._command({"op": "dump", "job": self._jobs, "beats": beats})
         path = self._dir / f"out.{self._jobs}.hex"
         image = read_hex(path, nbytes, self.config.axi_bytes)
         path.unlink()
