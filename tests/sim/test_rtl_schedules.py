@@ -5,9 +5,8 @@ accumulator slots, ragged last tiles; compiler/programs/random_schedules.py), ea
 generated Verilog and on the simulator: outputs bit for bit, cycles within 0.5%.
 
 Both run with the test command: the quick draw (12 schedules a config) and the long sweep (the
-next 60 a config, a few minutes; TILECRAFT_SCHEDULES=200 for the benchmark's size, about a
-quarter of an hour, which the CI budget cannot hold). `tilecraft bench rtl-speed --schedules N`
-measures and records the same figures."""
+next 188 a config, about a minute each: with the quick draw, the 200 that `tilecraft bench
+rtl-speed` measures and records; TILECRAFT_SCHEDULES=N for another size, 0 for none)."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ require_rtl()
 
 CONFIGS = ["default", "1x8x8", "2x16x16"]
 QUICK = 12  # drawn schedules a config in the quick draw
-LONG = int(os.environ.get("TILECRAFT_SCHEDULES", "60") or 0)  # the long sweep's size a config
+LONG = int(os.environ.get("TILECRAFT_SCHEDULES", "188") or 0)  # the long sweep's size a config
 
 
 def _check(sweep: dict, share: float) -> None:
