@@ -109,7 +109,6 @@ def _programs(cfg):
 
 
 UNIT_CONFIGS = ["1x8x8", "default", "2x16x16"]  # each with an 8-lane requantization unit
-DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
 UNIT_RANDOM = 16
 UNIT_PACE = 4
 UNIT_MAX_CYCLE_ERROR = 0.005  # the bound for programs that use the unit
@@ -193,6 +192,7 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
         assert error <= UNIT_MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
 
 
+DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
 DEPTHWISE_RANDOM = 12
 
 

@@ -5,9 +5,9 @@
 // between bursts, one beat per cycle (minus random stalls when STALL_PCT > 0). Contents come
 // from and go to hex files (one beat per line), named by plusargs and a job number, so one
 // simulator process can run many programs: `load` reads "<DRAM_IN>.<job>.hex" (after zeroing),
-// `dump` writes "<DRAM_OUT>.<job>.hex", its first `dump_beats` beats (0: all of them; a whole
-// 32 MB model as hex text took about 1.8 s a program). Byte address a maps to beat
-// (a - BASE) / bytes.
+// `dump` writes "<DRAM_OUT>.<job>.hex", its first `dump_beats` beats (0: all of them, some
+// 4 M lines of hex for the 32 MB model: seconds to write and read back, where a program's
+// own bytes take milliseconds). Byte address a maps to beat (a - BASE) / bytes.
 `timescale 1ns/1ps
 module axi_dram #(
     parameter DATA_BITS = 64,
