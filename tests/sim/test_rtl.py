@@ -100,6 +100,8 @@ def _programs(cfg):
         c = 2 * cfg.block_in
         p = compile_maxpool(cfg, MaxPool2d(1, c, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1), -128))
         jobs.append(("max pool padded with -128", p, pack_inputs(p, random_inputs(p, rng))))
+        p = compile_maxpool(cfg, MaxPool2d(1, c, 29, 29, (3, 3), (2, 2), (1, 1, 1, 1), -128))
+        jobs.append(("max pool, rows then columns", p, pack_inputs(p, random_inputs(p, rng))))
         p = compile_global_avgpool(cfg, GlobalAvgPool2d(1, c, 4, 4, 19660, 15, -128, -20, 2, 15))
         jobs.append(("average pool, zero points", p, pack_inputs(p, random_inputs(p, rng))))
         op = ScaledAdd(1, c, 5, 5, 29205, 21815, 15, 21, 3, 3, 27, -128, -5, (-100, 127))

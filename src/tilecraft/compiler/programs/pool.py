@@ -2,11 +2,14 @@
 
 Per tile of output rows (one batch block, one channel block, `toh` rows, every column): LOAD
 the input rows the windows cover (padded with the op's `pad_value`: -128 stands for ONNX's
--inf), widen them into the accumulator with the GEMM core (an identity weight matrix),
-copy the first tap into the output rows the same way, then one ALU MAX per remaining tap over
-the whole tile (a two-level loop: rows x columns with the stride in the source), and STORE.
-Tiles alternate between the two accumulator banks and two input slots, so the next tile's load
-overlaps this tile's work; `insert_tokens` orders the rest.
+-inf), widen them into the accumulator with the GEMM core (an identity weight matrix), take
+the maxima on the ALU, and STORE. Where windows overlap by one row and one column (kernel =
+stride + 1: ResNet's 3x3 stride 2) the ALU takes rows then columns, each tap two windows share
+read once (`_separable_max`); otherwise the GEMM copies the first tap into the output rows and
+one ALU MAX per remaining tap runs over the whole tile (a two-level loop: rows x columns with
+the stride in the source). Tiles alternate between the two accumulator banks and two input
+slots, and the next tile's GEMMs go among this tile's ALU instructions, so the next tile's
+load and widening overlap this tile's maxima; `insert_tokens` orders the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Finish, Gemm, Load, MemId, Store, Uop, isa_for
 from tilecraft.hw.isa.requant import PARAM_ROWS, pack_clip, pack_scale
+from tilecraft.hw.timing import Timing, busy_cycles
 from tilecraft.ops import Computation, GlobalAvgPool2d, MaxPool2d
 from tilecraft.ops.requant import scale_fields
 from tilecraft.runtime.buffers import Role
@@ -110,7 +114,7 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
     pad = isa_for(cfg).field("y_pad0")
     if max(op.pads) > pad.hi:
         raise ScheduleError(f"maxpool pads {list(op.pads)} exceed the LOAD's {pad.hi}")
-    (kh, kw), (sh, sw) = op.kernel, op.stride
+    kh, (sh, sw) = op.kernel[0], op.stride
     t_pad, l_pad, b_pad, r_pad = op.pads
     width = op.w + l_pad + r_pad
     toh = _tile_rows(cfg, op)
@@ -125,8 +129,9 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         for cb in range(cbs)
         for oh0 in range(0, op.oh, toh)
     ]
-    body: list = []
     x0, y0 = pb.elem(x, "inp"), pb.elem(y, "out")
+    separable = _separable(op) and _separable_pays(cfg, op, toh, width)
+    parts = []  # per tile: its LOAD, its GEMMs, its ALU MAXes, its STORE
     for t, (nb, cb, oh0, rows) in enumerate(tiles):
         slot = t % SLOTS
         inp = slot * (cfg.depth("inp") // SLOTS)
@@ -136,20 +141,18 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
         ih0 = oh0 * sh - t_pad  # first input row of the tile, maybe in the padding
         top, bottom = max(0, -ih0), max(0, ih0 + height - op.h)
         plane = x0 + (nb * cbs + cb) * op.h * op.w
-        body.append(
-            Load(
-                mem=MemId.INP,
-                sram_base=inp,
-                dram_base=plane + max(ih0, 0) * op.w,
-                y_size=height - top - bottom,
-                x_size=op.w,
-                x_stride=op.w,
-                y_pad0=top,
-                y_pad1=bottom,
-                x_pad0=l_pad,
-                x_pad1=r_pad,
-                pad_value=op.pad_value if top + bottom + l_pad + r_pad else 0,
-            ),
+        load = Load(
+            mem=MemId.INP,
+            sram_base=inp,
+            dram_base=plane + max(ih0, 0) * op.w,
+            y_size=height - top - bottom,
+            x_size=op.w,
+            x_stride=op.w,
+            y_pad0=top,
+            y_pad1=bottom,
+            x_pad0=l_pad,
+            x_pad1=r_pad,
+            pad_value=op.pad_value if top + bottom + l_pad + r_pad else 0,
         )
         everything = kernels.loop(
             ("rows", acc_in, inp),
@@ -157,30 +160,142 @@ def compile_maxpool(cfg: HwConfig, op: MaxPool2d, name: str = "maxpool") -> Prog
             outer=(height, width, width, 0),
             inner=(width, 1, 1, 0),
         )
-        body += [Gemm(reset=True, **everything), Gemm(**everything)]
-        first = kernels.loop(
-            ("first", out, inp),
-            [Uop(out, inp, 0)],
-            outer=(rows, op.ow, sh * width, 0),
-            inner=(op.ow, 1, sw, 0),
-        )
-        body += [Gemm(reset=True, **first), Gemm(**first)]
-        taps = [Uop(out, acc_in + i * width + j) for i in range(kh) for j in range(kw)][1:]
-        if taps:
-            fields = kernels.loop(
-                ("taps", out, acc_in),
-                taps,
+        gemms = [Gemm(reset=True, **everything), Gemm(**everything)]
+        if separable:
+            alus = _separable_max(cfg, kernels, op, acc_in, out, rows, width)
+        else:
+            first = kernels.loop(
+                ("first", out, inp),
+                [Uop(out, inp, 0)],
                 outer=(rows, op.ow, sh * width, 0),
                 inner=(op.ow, 1, sw, 0),
             )
-            body.append(Alu(op=AluOp.MAX, **fields))
+            gemms += [Gemm(reset=True, **first), Gemm(**first)]  # the first tap, copied
+            alus = _tap_max(kernels, op, acc_in, out, rows, width)
         dst = y0 + ((nb * cbs + cb) * op.oh + oh0) * op.ow
-        body.append(
-            Store(
-                sram_base=out, dram_base=dst, y_size=1, x_size=rows * op.ow, x_stride=rows * op.ow
-            )
-        )
+        size = rows * op.ow
+        store = Store(sram_base=out, dram_base=dst, y_size=1, x_size=size, x_stride=size)
+        parts.append((load, gemms, alus, store))
+    if separable:
+        body = _pipelined(cfg, parts)
+    else:  # one MAX a tile: the next tile's GEMMs issue as it does
+        body = [insn for load, gemms, alus, store in parts for insn in (load, *gemms, *alus, store)]
     return finish_program(cfg, op, pb, ident, kernels, body)
+
+
+def _pipelined(cfg: HwConfig, parts: list) -> list:
+    """The tiles' instructions in program order, the next tile's GEMMs among this tile's ALU
+    instructions (the two units run side by side on the two accumulator banks, but the compute
+    stage issues in program order: GEMMs after several ALU instructions wait for the last)."""
+    timing = Timing.from_config(cfg)
+    load, gemms, _, _ = parts[0]
+    body = [load, *gemms]
+    for t, (_, _, alus, store) in enumerate(parts):
+        if t + 1 < len(parts):
+            load, gemms, _, _ = parts[t + 1]
+            body += [load, *_in_issue_order(timing, gemms, alus)]
+        else:
+            body += alus
+        body.append(store)
+    return body
+
+
+def _in_issue_order(timing: Timing, gemms: list, alus: list) -> list:
+    """GEMMs and ALU instructions merged, each list in its order, so that an in-order issue
+    keeps both units busy: the next is the one whose unit frees first (a GEMM on a tie)."""
+    out, free, issued, g, a = [], {"gemm": 0, "alu": 0}, 0, 0, 0
+    while g < len(gemms) or a < len(alus):
+        take_gemm = a == len(alus) or (g < len(gemms) and free["gemm"] <= free["alu"])
+        insn = gemms[g] if take_gemm else alus[a]
+        unit = "gemm" if take_gemm else "alu"
+        issued = max(free[unit], issued)  # in order: not before the one before it
+        free[unit] = issued + busy_cycles(timing, insn.row())
+        g, a = g + take_gemm, a + (not take_gemm)
+        out.append(insn)
+    return out
+
+
+def _tap_max(kernels: UopKernels, op: MaxPool2d, acc_in: int, out: int, rows: int, width: int):
+    """One ALU MAX over the tile per tap but the first (which the output rows hold)."""
+    (kh, kw), (sh, sw) = op.kernel, op.stride
+    taps = [Uop(out, acc_in + i * width + j) for i in range(kh) for j in range(kw)][1:]
+    if not taps:
+        return []
+    each = (rows, op.ow, sh * width, 0), (op.ow, 1, sw, 0)
+    return [Alu(op=AluOp.MAX, **kernels.loop(("taps", out, acc_in), taps, *each))]
+
+
+def _separable_pays(cfg: HwConfig, op: MaxPool2d, rows: int, width: int) -> bool:
+    """Whether a full tile's ALU time (each instruction's cycles and its issue) is shorter
+    taken separably than tap by tap: not on small images, where the separable passes' several
+    instructions a tile cost more than the taps they save."""
+    timing = Timing.from_config(cfg)
+    out = ((rows - 1) * op.stride[0] + op.kernel[0]) * width  # after the tile's input rows
+
+    def cycles(alus: list) -> int:
+        return sum(busy_cycles(timing, a.row()) + timing.issue_ii for a in alus)
+
+    separable = _separable_max(cfg, UopKernels(), op, 0, out, rows, width)
+    return cycles(separable) < cycles(_tap_max(UopKernels(), op, 0, out, rows, width))
+
+
+def _separable(op: MaxPool2d) -> bool:
+    """Whether `op`'s windows overlap by one row and one column, each with a row and a column
+    of its own (kernel = stride + 1, stride >= 2: ResNet's 3x3 stride 2), which
+    `_separable_max` takes in fewer ALU cycles than a pass per tap."""
+    return all(k == s + 1 and s >= 2 for k, s in zip(op.kernel, op.stride))
+
+
+def _separable_max(
+    cfg: HwConfig, kernels: UopKernels, op: MaxPool2d, acc_in: int, out: int, rows: int, width: int
+) -> list:
+    """The ALU instructions taking a tile's window maxima (its input rows widened at `acc_in`,
+    `width` apart) into its output rows at `out`, for kernel = stride + 1.
+
+    A window's taps are s+1 rows by s+1 columns, its first row and column the previous window's
+    last. Rows first, in place: each window's max over its rows goes into its anchor row (its
+    second, which no other window reads), every column at once. Then columns, into the output
+    rows (cleared, then the anchor column added): each output takes the max of its anchor row
+    at the window's columns. A row or column that two windows share is one micro-op with two
+    destinations whose source is read once (a repeated source costs the ALU one cycle, not two:
+    `Timing.alu_ii_tensor`), so a shared tap costs three cycles for two windows, not four.
+    Nothing here runs on the GEMM core, which widens the next tile meanwhile. The ALU clears
+    the output rows just before it writes them: a GEMM clearing them ahead would wait for the
+    STORE of this bank's tile before, which DRAM reads slow down.
+    """
+    sh, sw = op.stride
+    row = width  # accumulator rows between two input rows of the tile
+    top = sh * rows  # the tile's last input row (the last window's last)
+    cols = sw * op.ow + 1  # the input columns some window reads
+    anchor = acc_in + row  # window r's anchor row: input row sh * r + 1
+    alus = []
+
+    def alu(key, uops, outer, inner=(1, 0, 0, 0), op=AluOp.MAX, **imm):
+        fields = kernels.loop((key, acc_in, out, rows), uops, outer, inner)
+        alus.append(Alu(op=op, **imm, **fields))
+
+    for r in range(1, rows):  # rows two windows share: into both anchors, read once
+        shared = acc_in + sh * r * row
+        alu(("v2", r), [Uop(shared - (sh - 1) * row, shared)], (cols, 1, 1, 0), (2, sh * row, 0, 0))
+    ends = [Uop(anchor, acc_in), Uop(acc_in + (top - sh + 1) * row, acc_in + top * row)]
+    alu("v1", ends, (cols, 1, 1, 0))  # the first window's first row, the last's last
+    for t in range(2, sh):  # rows of one window besides its anchor (stride 3 and more)
+        alu(("vt", t), [Uop(anchor, acc_in + t * row)], (rows, sh * row, sh * row, 0),
+            (cols, 1, 1, 0))  # fmt: skip
+    outputs = (rows, op.ow, 0, 0), (op.ow, 1, 0, 0)
+    alu("clear", [Uop(out, out)], *outputs, op=AluOp.SHR, use_imm=True, imm=-cfg.acc_bits)
+    each = (rows, op.ow, sh * row, 0), (op.ow, 1, sw, 0)
+    alu(("ht", 1), [Uop(out, anchor + 1)], *each, op=AluOp.ADD)  # the anchor column
+    for t in range(2, sw):  # columns of one window besides its anchor (stride 3 and more)
+        alu(("ht", t), [Uop(out, anchor + t)], *each)
+    for r in range(rows):  # columns two windows share
+        if op.ow > 1:
+            src = anchor + sh * r * row + sw
+            alu(("h2", r), [Uop(out + r * op.ow, src)], (op.ow - 1, 1, sw, 0), (2, 1, 0, 0))
+    last = out + op.ow - 1
+    ends = [Uop(out, anchor), Uop(last, anchor + sw * op.ow)]
+    alu("h1", ends, (rows, op.ow, sh * row, 0))  # the first window's first column, the last's last
+    return alus
 
 
 def compile_global_avgpool(cfg: HwConfig, op: GlobalAvgPool2d, name: str = "gap") -> Program:
