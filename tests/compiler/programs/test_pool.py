@@ -72,6 +72,16 @@ def test_the_separable_max_pool_is_bit_exact(config, op, monkeypatch):
         _run(program, seed)
 
 
+@pytest.mark.parametrize("config", ["1x8x8", "default", "2x16x16"])
+def test_the_rtl_tiers_max_pool_takes_its_rows_then_its_columns(config):
+    """The 29x29 pool tests/sim/test_rtl.py runs on the RTL is one the compiler takes
+    separably (more ALU instructions than STOREs: the per-tap form has one a tile)."""
+    cfg = preset(config)
+    op = MaxPool2d(1, 2 * cfg.block_in, 29, 29, (3, 3), (2, 2), (1, 1, 1, 1), -128)
+    table = compile_maxpool(cfg, op).table()
+    assert (table["opcode"] == Opcode.ALU).sum() > (table["opcode"] == Opcode.STORE).sum()
+
+
 def test_resnets_max_pool_takes_its_rows_then_its_columns():
     """ResNet's max pool: the separable passes beat a MAX per tap (eight passes over every
     output at two ALU cycles each) on the cycle model, and the compiler takes them."""
