@@ -241,8 +241,8 @@ def _separable_pays(cfg: HwConfig, op: MaxPool2d, rows: int, width: int) -> bool
 
 def _separable(op: MaxPool2d) -> bool:
     """Whether `op`'s windows overlap by one row and one column, each with a row and a column
-    of its own (kernel = stride + 1, stride >= 2: ResNet's 3x3 stride 2), which
-    `_separable_max` takes in fewer ALU cycles than a pass per tap."""
+    of its own (kernel = stride + 1, stride >= 2: ResNet's 3x3 stride 2): the windows
+    `_separable_max` can take (whether it pays: `_separable_pays`)."""
     return all(k == s + 1 and s >= 2 for k, s in zip(op.kernel, op.stride))
 
 
