@@ -264,37 +264,36 @@ def _separable_max(
     STORE of this bank's tile before, which DRAM reads slow down.
     """
     sh, sw = op.stride
-    row = width  # accumulator rows between two input rows of the tile
     top = sh * rows  # the tile's last input row (the last window's last)
     cols = sw * op.ow + 1  # the input columns some window reads
-    anchor = acc_in + row  # window r's anchor row: input row sh * r + 1
+    anchor = acc_in + width  # window r's anchor row: input row sh * r + 1
     alus = []
 
-    def alu(key, uops, outer, inner=(1, 0, 0, 0), op=AluOp.MAX, **imm):
+    def alu(key, uops, outer, inner=(1, 0, 0, 0), alu_op=AluOp.MAX, **imm):
         fields = kernels.loop((key, acc_in, out, rows), uops, outer, inner)
-        alus.append(Alu(op=op, **imm, **fields))
+        alus.append(Alu(op=alu_op, **imm, **fields))
 
+    down = sh * width  # accumulator rows from one window's rows to the next's
     for r in range(1, rows):  # rows two windows share: into both anchors, read once
-        shared = acc_in + sh * r * row
-        alu(("v2", r), [Uop(shared - (sh - 1) * row, shared)], (cols, 1, 1, 0), (2, sh * row, 0, 0))
-    ends = [Uop(anchor, acc_in), Uop(acc_in + (top - sh + 1) * row, acc_in + top * row)]
+        shared = acc_in + r * down
+        alu(("v2", r), [Uop(shared - (sh - 1) * width, shared)], (cols, 1, 1, 0), (2, down, 0, 0))
+    ends = [Uop(anchor, acc_in), Uop(acc_in + (top - sh + 1) * width, acc_in + top * width)]
     alu("v1", ends, (cols, 1, 1, 0))  # the first window's first row, the last's last
     for t in range(2, sh):  # rows of one window besides its anchor (stride 3 and more)
-        alu(("vt", t), [Uop(anchor, acc_in + t * row)], (rows, sh * row, sh * row, 0),
-            (cols, 1, 1, 0))  # fmt: skip
+        alu(("vt", t), [Uop(anchor, acc_in + t * width)], (rows, down, down, 0), (cols, 1, 1, 0))
     outputs = (rows, op.ow, 0, 0), (op.ow, 1, 0, 0)
-    alu("clear", [Uop(out, out)], *outputs, op=AluOp.SHR, use_imm=True, imm=-cfg.acc_bits)
-    each = (rows, op.ow, sh * row, 0), (op.ow, 1, sw, 0)
-    alu(("ht", 1), [Uop(out, anchor + 1)], *each, op=AluOp.ADD)  # the anchor column
+    alu("clear", [Uop(out, out)], *outputs, alu_op=AluOp.SHR, use_imm=True, imm=-cfg.acc_bits)
+    each = (rows, op.ow, down, 0), (op.ow, 1, sw, 0)
+    alu(("ht", 1), [Uop(out, anchor + 1)], *each, alu_op=AluOp.ADD)  # the anchor column
     for t in range(2, sw):  # columns of one window besides its anchor (stride 3 and more)
         alu(("ht", t), [Uop(out, anchor + t)], *each)
-    for r in range(rows):  # columns two windows share
-        if op.ow > 1:
-            src = anchor + sh * r * row + sw
+    if op.ow > 1:  # columns two windows share
+        for r in range(rows):
+            src = anchor + r * down + sw
             alu(("h2", r), [Uop(out + r * op.ow, src)], (op.ow - 1, 1, sw, 0), (2, 1, 0, 0))
     last = out + op.ow - 1
     ends = [Uop(out, anchor), Uop(last, anchor + sw * op.ow)]
-    alu("h1", ends, (rows, op.ow, sh * row, 0))  # the first window's first column, the last's last
+    alu("h1", ends, (rows, op.ow, down, 0))  # the first window's first column, the last's last
     return alus
 
 
