@@ -178,6 +178,30 @@ def test_gemm_loop_matches_naive(cfg, loop):
     _check_gemm(cfg, rng, uops, row)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_gemm_micro_ops_sharing_a_dst_match_naive(cfg, seed):
+    """Micro-ops whose weights stay put are summed in one matmul per dst they share: groups of
+    one, of several, and in any order of first appearance give the per-step loop's sums."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 7))
+    heads = rng.integers(0, 3, size=n)
+    uops = [Uop(int(d), int(rng.integers(0, 4)), int(rng.integers(0, 3))) for d in heads]
+    io, ii = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    row = dict(
+        uop_bgn=0,
+        uop_end=n,
+        iter_out=io,
+        iter_in=ii,
+        dst_out=int(rng.integers(0, 3)),
+        dst_in=int(rng.integers(0, 2)),
+        src_out=int(rng.integers(0, 3)),
+        src_in=int(rng.integers(0, 2)),
+        wgt_out=0,
+        wgt_in=0,
+    )
+    _check_gemm(cfg, rng, uops, row)
+
+
 def test_gemm_little_weight_reuse_path(cfg):
     """Every step with its own weight tile takes the batched path; still exact."""
     uops = [Uop(dst=0, src=0, wgt=0), Uop(dst=0, src=1, wgt=1)]
@@ -290,6 +314,33 @@ def test_alu_reads_earlier_micro_op_results(cfg):
     ]
     _, m, _ = run(cfg, insns, {0: acc}, uops=uops, uop_offset=60000)
     assert [int(m.acc[i].flat[0]) for i in range(4)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_alu_steps_in_any_order_match_the_sequential_loop(cfg, seed):
+    """Rows written in increasing order or not, written twice or not, read before or after
+    another step writes them: every step sees the rows as the steps before it left them."""
+    rng = np.random.default_rng(200 + seed)
+    b, bo = cfg.batch, cfg.block_out
+    acc = rng.integers(-1000, 1000, size=(12, b, bo)).astype(np.int32)
+    n, step = int(rng.integers(1, 5)), 1
+    uops = [Uop(dst=int(rng.integers(0, 6)), src=int(rng.integers(0, 11))) for _ in range(n)]
+    if seed % 2:  # every step a row of its own, in increasing order: the binary-search path
+        n = min(n, 3)
+        uops, step = [Uop(dst=2 * u, src=int(rng.integers(0, 11))) for u in range(n)], 2 * n
+    row = dict(
+        uop_bgn=0, uop_end=n, iter_out=2, iter_in=1, dst_out=step, dst_in=0, src_out=1, src_in=0
+    )
+    insns = [
+        Load(mem=MemId.ACC, sram_base=0, dram_base=0, y_size=1, x_size=12, x_stride=12),
+        _uop_load(n),
+        Alu(op=AluOp.ADD, uop_bgn=0, uop_end=n, iter_out=2, dst_out=step, src_out=1),
+    ]
+    _, m, _ = run(cfg, insns, {0: acc}, uops=uops, uop_offset=60000)
+    expected = acc.astype(np.int64).copy()
+    for d, s, _ in naive_loop(row, uops):
+        expected[d] = wrap(expected[d] + expected[s], 32)
+    np.testing.assert_array_equal(m.acc[:12], expected)
 
 
 @pytest.mark.parametrize(

@@ -168,13 +168,18 @@ def gemm(m: Machine, r) -> Footprint:
     inp, wts = m.inp_f, m.wgt_f
     bi = cfg.block_in
     if r["wgt_out"] == 0 and r["wgt_in"] == 0:
-        # Each micro-op uses one weight tile for its whole loop: one matmul per micro-op.
-        grid = dst.reshape(-1, n_uops)[:, 0] - dst[0]
-        unique = np.unique(grid).size == grid.size
-        for u in range(n_uops):
-            d, s = dst[u::n_uops] - lo, src[u::n_uops]
-            prod = (inp[s].reshape(-1, bi) @ wts[wgt[u]].T).reshape((-1,) + m.acc.shape[1:])
-            _accumulate(total, d, prod, unique)
+        # Each micro-op uses one weight tile for its whole loop, and micro-ops with one dst
+        # write the same row at every step: one matmul per dst, over their tiles side by side.
+        steps_dst, steps_src = dst.reshape(-1, n_uops), src.reshape(-1, n_uops)
+        unique = _distinct(steps_dst[:, 0])
+        for us in _same_dst(steps_dst[0]):
+            if us.size == 1:
+                x, w = inp[steps_src[:, us[0]]].reshape(-1, bi), wts[wgt[us[0]]].T
+            else:
+                x = inp[steps_src[:, us]].transpose(0, 2, 1, 3).reshape(-1, us.size * bi)
+                w = wts[wgt[us]].transpose(0, 2, 1).reshape(us.size * bi, -1)
+            prod = (x @ w).reshape((-1,) + m.acc.shape[1:])
+            _accumulate(total, steps_dst[:, us[0]] - lo, prod, unique)
     else:
         order = np.argsort(wgt, kind="stable")
         keys, starts = np.unique(wgt[order], return_index=True)
@@ -241,12 +246,7 @@ def alu(m: Machine, r) -> Footprint:
     use_imm = bool(r["use_imm"])
     if not use_imm:
         _check_index("acc", src, depth, "src")
-    keys, first = np.unique(dst, return_index=True)
-    sequential = keys.size < dst.size
-    if not use_imm and not sequential:
-        first_write = np.full(depth, dst.size, np.int64)
-        first_write[keys] = first
-        sequential = bool((first_write[src] < np.arange(dst.size)).any())
+    sequential = _reads_earlier_writes(dst, None if use_imm else src, depth)
     if sequential:  # micro-ops depend on each other: follow program order exactly
         for p in range(dst.size):
             b = r["imm"] if use_imm else m.acc[src[p]]
@@ -255,6 +255,22 @@ def alu(m: Machine, r) -> Footprint:
         b = r["imm"] if use_imm else m.acc[src]
         m.acc[dst] = alu_lanes(op, m.acc[dst], b, m.spec)
     return Footprint({"acc": dst if use_imm else np.concatenate([dst, src])}, {"acc": dst})
+
+
+def _reads_earlier_writes(dst: np.ndarray, src: np.ndarray | None, depth: int) -> bool:
+    """Whether an ALU instruction's micro-op steps depend on each other: a row written twice,
+    or a step reading (`src`) a row an earlier step wrote."""
+    if (dst[1:] > dst[:-1]).all():  # distinct and sorted, the common case: a binary search
+        if src is None:
+            return False
+        at = np.minimum(np.searchsorted(dst, src), dst.size - 1)
+        return bool(((dst[at] == src) & (at < np.arange(dst.size))).any())
+    keys, first = np.unique(dst, return_index=True)
+    if keys.size < dst.size or src is None:
+        return keys.size < dst.size
+    first_write = np.full(depth, dst.size, np.int64)
+    first_write[keys] = first
+    return bool((first_write[src] < np.arange(dst.size)).any())
 
 
 def alu_lanes(op: AluOp, a, b, spec: IsaSpec):
@@ -280,6 +296,21 @@ def alu_lanes(op: AluOp, a, b, spec: IsaSpec):
         res = np.where(amount >= 0, a >> right, a << np.minimum(left, 63))
         res = np.where(left >= bits, 0, res)
     return res.astype(dtype)
+
+
+def _same_dst(heads: np.ndarray) -> list[np.ndarray]:
+    """The micro-ops grouped by their first step's dst (in order of first appearance)."""
+    if (heads == heads[0]).all():
+        return [np.arange(heads.size)]
+    if _distinct(heads):
+        return [np.array([u]) for u in range(heads.size)]
+    _, first, group = np.unique(heads, return_index=True, return_inverse=True)
+    return [np.flatnonzero(group == g) for g in np.argsort(first)]
+
+
+def _distinct(idx: np.ndarray) -> bool:
+    """Whether no index repeats (strictly increasing, the common case, is checked first)."""
+    return bool((idx[1:] > idx[:-1]).all()) or np.unique(idx).size == idx.size
 
 
 def _accumulate(total: np.ndarray, d: np.ndarray, prod: np.ndarray, unique: bool) -> None:
