@@ -77,23 +77,19 @@ def run_image(
     trace: bool = False,
     check_races: bool = True,
     functional: bool = True,
+    order: list[int] | None = None,
 ) -> tuple[SimReport, Machine]:
     """`simulate`, also returning the final machine state (scratchpads) for inspection.
 
     `functional=False` runs the cycle model only (timing never depends on data): the schedule
     search uses it to measure candidates quickly; outputs and scratchpads are left untouched.
+    `order`, a list, receives the index of each instruction whose semantics ran, in the order
+    they ran: what `replay` takes to run the same instructions again on other data.
     """
     timing = timing or Timing.from_config(config)
-    spec = isa_for(config)
-    end = insn_addr + insn_count * INSN_BYTES
-    if insn_addr < 0 or insn_count < 1 or end > dram.size:
-        raise AccessError(
-            f"instructions at DRAM bytes [{insn_addr}, {end}) are outside the mapped region of "
-            f"{dram.size} bytes (or the count {insn_count} is not positive)"
-        )
-    table = decode(spec, as_words(dram[insn_addr:end]))
-    stages = _validate(table, as_words(dram[insn_addr:end]), config)
-    rows = [dict(zip(table.dtype.names, vals)) for vals in table.tolist()]
+    table, words = _instructions(config, dram, insn_addr, insn_count)
+    stages = _validate(table, words, config)
+    rows = _rows_of(table)
     plan = Plan(config, timing, rows, stages)
     machine = Machine(config, dram)
     races = RaceChecker(config, lambda k: format_row(rows[k])) if check_races else None
@@ -108,10 +104,9 @@ def run_image(
         loads_uops = op == Opcode.LOAD and row["mem"] == MemId.UOP
         run = _EXEC.get(op) if functional or loads_uops else None
         if run is not None:
-            try:
-                footprint = run(machine, row)
-            except ExecutionError as exc:
-                raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
+            footprint = _run(run, machine, k, row)
+            if order is not None and functional:
+                order.append(k)
             if races is not None:
                 races.check(k, stage, start, stop, footprint)
             unit = unit_of(op)
@@ -152,6 +147,45 @@ def run_image(
     cycles = engine.check_finish()
     report = _report(config, table, plan, engine, cycles, counts, events if trace else None)
     return report, machine
+
+
+def replay(config: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int, order) -> Machine:
+    """Run the semantics of the instructions at byte `insn_addr` of `dram` (updated in place)
+    in `order`, as a timed `run_image` of the same instructions recorded it, without the cycle
+    model: the same scratchpads and DRAM that run would give on this data, since neither the
+    order nor any instruction's footprint depends on data (nor do the timed run's report and
+    race check, which hold for this run too)."""
+    table, _ = _instructions(config, dram, insn_addr, insn_count)
+    rows = _rows_of(table)
+    machine = Machine(config, dram)
+    for k in order:
+        row = rows[k]
+        _run(_EXEC[row["opcode"]], machine, k, row)
+    return machine
+
+
+def _instructions(config: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int):
+    """The decoded table of the `insn_count` instructions at byte `insn_addr`, and their words."""
+    end = insn_addr + insn_count * INSN_BYTES
+    if insn_addr < 0 or insn_count < 1 or end > dram.size:
+        raise AccessError(
+            f"instructions at DRAM bytes [{insn_addr}, {end}) are outside the mapped region of "
+            f"{dram.size} bytes (or the count {insn_count} is not positive)"
+        )
+    words = as_words(dram[insn_addr:end])
+    return decode(isa_for(config), words), words
+
+
+def _rows_of(table: np.ndarray) -> list[dict]:
+    return [dict(zip(table.dtype.names, vals)) for vals in table.tolist()]
+
+
+def _run(semantics, machine: Machine, k: int, row: dict):
+    """Instruction k's semantics on `machine`; an ExecutionError names the instruction."""
+    try:
+        return semantics(machine, row)
+    except ExecutionError as exc:
+        raise type(exc)(exc.message, index=k, insn=format_row(row)) from None
 
 
 def _check_overlap(cfg, k: int, j: int, mine, theirs, rows, half) -> None:

@@ -1,0 +1,114 @@
+"""The sim device: a program's first run is timed, a later run of the same program replays the
+order its instructions ran in, on the semantics alone, and gives what a timed run would."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tilecraft.compiler.operator.conv2d import conv2d
+from tilecraft.hw.config import preset
+from tilecraft.hw.timing import Timing
+from tilecraft.ops import Conv2d, Epilogue
+from tilecraft.ops import reference as R
+from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
+from tilecraft.sim import device as sim_device
+from tilecraft.sim.device import TIMED_RUNS_KEPT, SimDevice
+
+OP = Conv2d(1, 20, 9, 8, 24, kernel=3, stride=1, pad=1)
+EP = Epilogue(bias=True, shift=9, residual=True, relu=True)
+
+
+def _program(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    weight = rng.integers(-128, 128, OP.weight_shape, dtype=np.int8)
+    bias = rng.integers(-999, 999, OP.oc, dtype=np.int32)
+    return conv2d(cfg, OP, EP, weight=weight, bias=bias), weight, bias
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """How often the device's `run` timed a program (a timed run records its order; the
+    compiler's cycle measurements, which go through `cycles`, do not) and how often it
+    replayed one."""
+    counts = {"timed": 0, "replayed": 0}
+    timed, replayed = sim_device.run_image, sim_device.replay
+
+    def run_image(*args, **kwargs):
+        counts["timed"] += "order" in kwargs
+        return timed(*args, **kwargs)
+
+    def replay(*args, **kwargs):
+        counts["replayed"] += 1
+        return replayed(*args, **kwargs)
+
+    monkeypatch.setattr(sim_device, "run_image", run_image)
+    monkeypatch.setattr(sim_device, "replay", replay)
+    return counts
+
+
+@pytest.mark.parametrize("config", ["default", "1x8x8", "2x16x16"])
+def test_a_second_run_replays_and_gives_the_timed_runs_outputs_and_report(config, calls):
+    cfg = preset(config)
+    program, weight, bias = _program(cfg)
+    device = SimDevice()
+    first, second = (random_inputs(program, np.random.default_rng(s)) for s in (1, 2))
+    a = device.run(program, pack_inputs(program, first))
+    b = device.run(program, pack_inputs(program, second))
+    assert calls == {"timed": 1, "replayed": 1}
+    timed = SimDevice().run(program, pack_inputs(program, second))  # a fresh device times it
+    for name, value in timed.outputs.items():
+        np.testing.assert_array_equal(b.outputs[name], value)
+    out = unpack_outputs(program, b.outputs)["output"]
+    want = R.conv2d(OP, EP, second["input"], weight, residual=second["residual"], bias=bias)
+    np.testing.assert_array_equal(out, want)
+    assert not all(np.array_equal(a.outputs[k], b.outputs[k]) for k in a.outputs)
+    assert b.report == a.report == timed.report
+    assert b.report is not a.report  # each run its own report
+
+
+def test_a_traced_run_is_timed_and_keeps_its_trace(calls):
+    program, *_ = _program(preset("default"))
+    device = SimDevice()
+    inputs = pack_inputs(program, random_inputs(program, np.random.default_rng(3)))
+    device.run(program, inputs)
+    traced = device.run(program, inputs, trace=True)
+    assert calls == {"timed": 2, "replayed": 0}
+    assert traced.report.trace is not None
+    again = device.run(program, inputs)
+    assert calls == {"timed": 2, "replayed": 1} and again.report.trace is None
+
+
+def test_replays_are_per_program_config_and_timing(calls):
+    cfg = preset("default")
+    one, _, _ = _program(cfg, seed=0)
+    two, _, _ = _program(cfg, seed=1)  # other weights: another digest
+    assert one.digest != two.digest
+    device = SimDevice()
+    for program in (one, two, one, two):
+        device.run(program, pack_inputs(program, random_inputs(program, np.random.default_rng(4))))
+    assert calls == {"timed": 2, "replayed": 2}
+    timing = Timing.from_config(cfg)
+    slower = dataclasses.replace(timing, gemm_depth=timing.gemm_depth + 40)
+    inputs = pack_inputs(one, random_inputs(one, np.random.default_rng(5)))
+    before = device.run(one, inputs).report.cycles
+    device.timing = slower  # the device's timing changed: its replays do not hold
+    assert device.run(one, inputs).report.cycles > before
+    assert calls == {"timed": 3, "replayed": 3}
+
+
+def test_the_device_keeps_the_latest_programs_timed_runs(calls):
+    cfg = preset("1x8x8")
+    programs = [_program(cfg, seed=s)[0] for s in range(TIMED_RUNS_KEPT + 1)]
+    device = SimDevice()
+
+    def run(program):
+        device.run(program, pack_inputs(program, random_inputs(program, np.random.default_rng(6))))
+
+    for program in programs:
+        run(program)
+    assert calls["timed"] == TIMED_RUNS_KEPT + 1
+    run(programs[-1])  # kept: replayed
+    assert calls == {"timed": TIMED_RUNS_KEPT + 1, "replayed": 1}
+    run(programs[0])  # the oldest was dropped: timed again
+    assert calls == {"timed": TIMED_RUNS_KEPT + 2, "replayed": 1}
