@@ -11,6 +11,7 @@ from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
 from tilecraft.hw.isa.requant import pack_clip
 from tilecraft.hw.timing import Timing
 from tilecraft.ops.requant import float32_requantize
+from tilecraft.sim.machine import Machine
 
 from harness import naive_alu, naive_loop, requant_rows, run, wrap
 
@@ -143,10 +144,14 @@ LOOPS = [
 ]
 
 
-def _check_gemm(cfg, rng, uops, row):
-    """Run one GEMM over random tiles and compare with the naive per-step loop."""
+def _check_gemm(cfg, rng, uops, row, extreme=False):
+    """Run one GEMM over random tiles and compare with the naive per-step loop; `extreme`:
+    operands near 127, so the sums grow with every product."""
     assert cfg.uop_bytes == 4  # _uop_load addresses 4-byte micro-ops
     insns, data, (inp, wgt, acc) = _setup_gemm(cfg, rng)
+    if extreme:
+        inp[...] = np.where(rng.random(inp.shape) < 0.9, 127, 125)
+        wgt[...] = np.where(rng.random(wgt.shape) < 0.9, 127, -128)
     program = [_uop_load(len(uops)), *insns, Gemm(pop_prev=True, **row)]
     _, m, _ = run(cfg, program, data, uops=uops, uop_offset=60000)
     expected = acc.astype(np.int64).copy()
@@ -200,6 +205,17 @@ def test_gemm_micro_ops_sharing_a_dst_match_naive(cfg, seed):
         wgt_in=0,
     )
     _check_gemm(cfg, rng, uops, row)
+
+
+def test_gemm_many_micro_ops_into_one_dst_stay_exact(cfg):
+    """Past `exact_uops` micro-ops summed in one matmul, a float32 sum of int8 products would
+    round: large products of one sign over eight times that many still give the exact sums."""
+    n = 8 * Machine(cfg, np.zeros(1, np.uint8)).exact_uops
+    rng = np.random.default_rng(11)
+    uops = [Uop(dst=0, src=int(rng.integers(0, 4)), wgt=int(rng.integers(0, 3))) for _ in range(n)]
+    row = dict(uop_bgn=0, uop_end=n, iter_out=2, iter_in=1, dst_out=1, dst_in=0, src_out=1)
+    row.update(src_in=0, wgt_out=0, wgt_in=0)
+    _check_gemm(cfg, rng, uops, row, extreme=True)
 
 
 def test_gemm_little_weight_reuse_path(cfg):

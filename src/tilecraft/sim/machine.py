@@ -27,6 +27,13 @@ def exact_float(cfg: HwConfig) -> np.dtype:
     raise AssertionError(f"no exact float for {bits}-bit dot products")  # configs forbid it
 
 
+def exact_uops(cfg: HwConfig) -> int:
+    """How many micro-ops' dot products one sum in `exact_float` holds exactly: every partial
+    sum of that many products stays within the float's significand."""
+    product = cfg.inp_bits + cfg.wgt_bits - 1
+    return 1 << (np.finfo(exact_float(cfg)).nmant + 1 - product - cfg.log_block_in)
+
+
 class Machine:
     """DRAM bytes plus scratchpads shaped (depth, rows, lanes) in their element dtypes."""
 
@@ -48,6 +55,7 @@ class Machine:
         self.uop_wgt = np.zeros(c.depth("uop"), np.int64)
         # Float mirrors of inp/wgt so GEMM runs on BLAS; exact (see exact_float).
         self.fdtype = exact_float(c)
+        self.exact_uops = exact_uops(c)  # micro-ops a GEMM may sum in one matmul
         self.inp_f = np.zeros(self.inp.shape, self.fdtype)
         self.wgt_f = np.zeros(self.wgt.shape, self.fdtype)
         self.out_dtype = int_dtype(c.out_bits)

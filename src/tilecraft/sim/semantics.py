@@ -172,7 +172,7 @@ def gemm(m: Machine, r) -> Footprint:
         # write the same row at every step: one matmul per dst, over their tiles side by side.
         steps_dst, steps_src = dst.reshape(-1, n_uops), src.reshape(-1, n_uops)
         unique = _distinct(steps_dst[:, 0])
-        for us in _same_dst(steps_dst[0]):
+        for us in _same_dst(steps_dst[0], m.exact_uops):
             if us.size == 1:
                 x, w = inp[steps_src[:, us[0]]].reshape(-1, bi), wts[wgt[us[0]]].T
             else:
@@ -298,14 +298,17 @@ def alu_lanes(op: AluOp, a, b, spec: IsaSpec):
     return res.astype(dtype)
 
 
-def _same_dst(heads: np.ndarray) -> list[np.ndarray]:
-    """The micro-ops grouped by their first step's dst (in order of first appearance)."""
+def _same_dst(heads: np.ndarray, most: int) -> list[np.ndarray]:
+    """The micro-ops grouped by their first step's dst, at most `most` in a group (what one
+    matmul sums exactly: `machine.exact_uops`)."""
     if (heads == heads[0]).all():
-        return [np.arange(heads.size)]
-    if _distinct(heads):
+        groups = [np.arange(heads.size)]
+    elif _distinct(heads):
         return [np.array([u]) for u in range(heads.size)]
-    _, first, group = np.unique(heads, return_index=True, return_inverse=True)
-    return [np.flatnonzero(group == g) for g in np.argsort(first)]
+    else:
+        _, group = np.unique(heads, return_inverse=True)
+        groups = [np.flatnonzero(group == g) for g in range(group.max() + 1)]
+    return [g[a : a + most] for g in groups for a in range(0, g.size, most)]
 
 
 def _distinct(idx: np.ndarray) -> bool:
