@@ -56,6 +56,7 @@ class Machine:
         # Float mirrors of inp/wgt so GEMM runs on BLAS; exact (see exact_float).
         self.fdtype = exact_float(c)
         self.exact_uops = exact_uops(c)  # micro-ops a GEMM may sum in one matmul
+        self.loop_plans: dict = {}  # GEMM/ALU loops' rows while the micro-ops stay (semantics)
         self.inp_f = np.zeros(self.inp.shape, self.fdtype)
         self.wgt_f = np.zeros(self.wgt.shape, self.fdtype)
         self.out_dtype = int_dtype(c.out_bits)

@@ -30,6 +30,7 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -72,10 +73,14 @@ def load(m: Machine, r) -> Footprint:
         .view(sram.dtype.newbyteorder("<"))
         .reshape((r["y_size"], r["x_size"]) + sram.shape[1:])
     )
-    pad = int(r["pad_value"]) if mem == MemId.INP else 0  # other memories pad with zeros
-    block = np.full((height, width) + sram.shape[1:], pad, sram.dtype)
-    block[r["y_pad0"] : r["y_pad0"] + r["y_size"], r["x_pad0"] : r["x_pad0"] + r["x_size"]] = data
-    sram[base : base + count] = block.reshape((count,) + sram.shape[1:])
+    if count == r["x_size"] * r["y_size"]:  # no padding
+        sram[base : base + count] = data.reshape((count,) + sram.shape[1:])
+    else:
+        pad = int(r["pad_value"]) if mem == MemId.INP else 0  # other memories pad with zeros
+        block = np.full((height, width) + sram.shape[1:], pad, sram.dtype)
+        y0, x0 = r["y_pad0"], r["x_pad0"]
+        block[y0 : y0 + r["y_size"], x0 : x0 + r["x_size"]] = data
+        sram[base : base + count] = block.reshape((count,) + sram.shape[1:])
     if mem == MemId.UOP:
         _decode_uops(m, base, count)
     elif mem == MemId.INP:
@@ -155,47 +160,71 @@ def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, 
 
 
 def gemm(m: Machine, r) -> Footprint:
+    plan = _plan(m, r, _gemm_plan)
+    if plan.reset:
+        m.acc[plan.footprint.writes["acc"]] = 0
+        return plan.footprint
+    lo, hi = plan.rows
+    total = np.zeros((hi - lo,) + m.acc.shape[1:], np.float64)
+    inp, wts, bi = m.inp_f, m.wgt_f, m.config.block_in
+    for src, wgt, d, unique in plan.matmuls:
+        if wgt.size == 1:
+            x, w = inp[src].reshape(-1, bi), wts[wgt[0]].T
+        else:
+            x = inp[src].transpose(0, 2, 1, 3).reshape(-1, wgt.size * bi)
+            w = wts[wgt].transpose(0, 2, 1).reshape(wgt.size * bi, -1)
+        _accumulate(total, d, (x @ w).reshape((-1,) + m.acc.shape[1:]), unique)
+    if plan.batched is not None:
+        src, wgt, d = plan.batched
+        np.add.at(total, d, np.matmul(inp[src], wts[wgt].transpose(0, 2, 1)))
+    acc = m.acc[lo:hi]
+    acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
+    return plan.footprint
+
+
+@dataclass(frozen=True)
+class _GemmPlan:
+    """How a GEMM's loop goes, worked out from its fields and the micro-ops alone (never the
+    data): its footprint, the accumulator rows [lo, hi) it adds to, and its products as
+    matmuls, each (src rows, weight tiles, dst rows - lo, whether those dst rows are distinct);
+    `batched`, where nearly every step has its own weight tile: (src, wgt, dst - lo) per step."""
+
+    reset: bool
+    footprint: Footprint
+    rows: tuple[int, int] = (0, 0)
+    matmuls: tuple = ()
+    batched: tuple | None = None
+
+
+def _gemm_plan(m: Machine, r) -> _GemmPlan:
     dst, src, wgt, n_uops = _loop_indices(m, r, with_wgt=True)
     cfg = m.config
     _check_index("acc", dst, cfg.depth("acc"), "dst")
     if r["reset"]:
-        m.acc[dst] = 0
-        return Footprint({}, {"acc": dst})
+        return _GemmPlan(True, Footprint({}, {"acc": dst}))
     _check_index("inp", src, cfg.depth("inp"), "src")
     _check_index("wgt", wgt, cfg.depth("wgt"), "wgt")
     lo, hi = int(dst.min()), int(dst.max()) + 1
-    total = np.zeros((hi - lo,) + m.acc.shape[1:], np.float64)
-    inp, wts = m.inp_f, m.wgt_f
-    bi = cfg.block_in
+    footprint = Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
+    matmuls = []
     if r["wgt_out"] == 0 and r["wgt_in"] == 0:
         # Each micro-op uses one weight tile for its whole loop, and micro-ops with one dst
         # write the same row at every step: one matmul per dst, over their tiles side by side.
         steps_dst, steps_src = dst.reshape(-1, n_uops), src.reshape(-1, n_uops)
         unique = _distinct(steps_dst[:, 0])
         for us in _same_dst(steps_dst[0], m.exact_uops):
-            if us.size == 1:
-                x, w = inp[steps_src[:, us[0]]].reshape(-1, bi), wts[wgt[us[0]]].T
-            else:
-                x = inp[steps_src[:, us]].transpose(0, 2, 1, 3).reshape(-1, us.size * bi)
-                w = wts[wgt[us]].transpose(0, 2, 1).reshape(us.size * bi, -1)
-            prod = (x @ w).reshape((-1,) + m.acc.shape[1:])
-            _accumulate(total, steps_dst[:, us[0]] - lo, prod, unique)
-    else:
-        order = np.argsort(wgt, kind="stable")
-        keys, starts = np.unique(wgt[order], return_index=True)
-        if keys.size * 4 > dst.size:  # little weight reuse: one batched matmul
-            prod = np.matmul(inp[src], wts[wgt].transpose(0, 2, 1))
-            np.add.at(total, dst - lo, prod)
-        else:
-            ends = np.append(starts[1:], dst.size)
-            for key, a, b in zip(keys, starts, ends):
-                sel = order[a:b]
-                d = dst[sel] - lo
-                prod = (inp[src[sel]].reshape(-1, bi) @ wts[key].T).reshape((-1,) + m.acc.shape[1:])
-                _accumulate(total, d, prod, np.bincount(d).max() == 1)
-    acc = m.acc[lo:hi]
-    acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
-    return Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
+            cols = steps_src[:, us[0]] if us.size == 1 else steps_src[:, us]
+            matmuls.append((cols, wgt[us], steps_dst[:, us[0]] - lo, unique))
+        return _GemmPlan(False, footprint, (lo, hi), tuple(matmuls))
+    order = np.argsort(wgt, kind="stable")
+    keys, starts = np.unique(wgt[order], return_index=True)
+    if keys.size * 4 > dst.size:  # little weight reuse: one batched matmul
+        return _GemmPlan(False, footprint, (lo, hi), batched=(src, wgt, dst - lo))
+    for key, a, b in zip(keys, starts, np.append(starts[1:], dst.size)):
+        sel = order[a:b]
+        d = dst[sel] - lo
+        matmuls.append((src[sel], np.array([key]), d, np.bincount(d).max() == 1))
+    return _GemmPlan(False, footprint, (lo, hi), tuple(matmuls))
 
 
 def depthwise(m: Machine, r) -> Footprint:
@@ -236,25 +265,49 @@ def depthwise(m: Machine, r) -> Footprint:
 
 
 def alu(m: Machine, r) -> Footprint:
-    dst, src, _, _ = _loop_indices(m, r, with_wgt=False)
-    depth = m.config.depth("acc")
-    _check_index("acc", dst, depth, "dst")
     try:
         op = AluOp(r["alu_op"])
     except ValueError:
         raise IllegalInstructionError(f"unknown ALU op {r['alu_op']}") from None
-    use_imm = bool(r["use_imm"])
-    if not use_imm:
-        _check_index("acc", src, depth, "src")
-    sequential = _reads_earlier_writes(dst, None if use_imm else src, depth)
+    dst, src, sequential, footprint = _plan(m, r, _alu_plan)
     if sequential:  # micro-ops depend on each other: follow program order exactly
         for p in range(dst.size):
-            b = r["imm"] if use_imm else m.acc[src[p]]
+            b = r["imm"] if src is None else m.acc[src[p]]
             m.acc[dst[p]] = alu_lanes(op, m.acc[dst[p]], b, m.spec)
     else:
-        b = r["imm"] if use_imm else m.acc[src]
+        b = r["imm"] if src is None else m.acc[src]
         m.acc[dst] = alu_lanes(op, m.acc[dst], b, m.spec)
-    return Footprint({"acc": dst if use_imm else np.concatenate([dst, src])}, {"acc": dst})
+    return footprint
+
+
+def _alu_plan(m: Machine, r) -> tuple:
+    """An ALU loop's rows, from its fields and the micro-ops: dst, src (None with an immediate),
+    whether its steps depend on each other, and its footprint."""
+    dst, src, _, _ = _loop_indices(m, r, with_wgt=False)
+    depth = m.config.depth("acc")
+    _check_index("acc", dst, depth, "dst")
+    if r["use_imm"]:
+        src = None
+    else:
+        _check_index("acc", src, depth, "src")
+    reads = dst if src is None else np.concatenate([dst, src])
+    return dst, src, _reads_earlier_writes(dst, src, depth), Footprint({"acc": reads}, {"acc": dst})
+
+
+_LOOP = itemgetter(
+    *("uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "dst_in", "src_out", "src_in"),
+    *("wgt_out", "wgt_in", "reset", "use_imm"),
+)
+
+
+def _plan(m: Machine, r, make):
+    """`make(m, r)`, kept on the machine by the loop's fields until micro-ops are loaded again:
+    a loop's rows do not depend on data, and a layer's tiles repeat a few loops."""
+    key = (make, _LOOP(r))
+    plan = m.loop_plans.get(key)
+    if plan is None:
+        plan = m.loop_plans[key] = make(m, r)
+    return plan
 
 
 def _reads_earlier_writes(dst: np.ndarray, src: np.ndarray | None, depth: int) -> bool:
@@ -345,6 +398,7 @@ def _loop_indices(m: Machine, r, with_wgt: bool):
 
 
 def _decode_uops(m: Machine, base: int, count: int) -> None:
+    m.loop_plans.clear()  # each plan was worked out from the micro-ops before
     raw = m.uop_words[base : base + count].astype(np.uint64)
     for f in m.spec.uop:
         col = {"dst": m.uop_dst, "src": m.uop_src, "wgt": m.uop_wgt}[f.name]
