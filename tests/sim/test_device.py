@@ -13,7 +13,7 @@ from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.ops import reference as R
 from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
 from tilecraft.sim import device as sim_device
-from tilecraft.sim.device import TIMED_RUNS_KEPT, SimDevice
+from tilecraft.sim.device import SimDevice
 
 OP = Conv2d(1, 20, 9, 8, 24, kernel=3, stride=1, pad=1)
 EP = Epilogue(bias=True, shift=9, residual=True, relu=True)
@@ -97,18 +97,20 @@ def test_replays_are_per_program_config_and_timing(calls):
     assert calls == {"timed": 3, "replayed": 3}
 
 
-def test_the_device_keeps_the_latest_programs_timed_runs(calls):
+def test_the_device_keeps_the_latest_programs_runs_within_its_budget(calls, monkeypatch):
     cfg = preset("1x8x8")
-    programs = [_program(cfg, seed=s)[0] for s in range(TIMED_RUNS_KEPT + 1)]
+    one, two, three = (_program(cfg, seed=s)[0] for s in range(3))
     device = SimDevice()
 
-    def run(program):
-        device.run(program, pack_inputs(program, random_inputs(program, np.random.default_rng(6))))
+    def run(*programs):
+        for p in programs:
+            device.run(p, pack_inputs(p, random_inputs(p, np.random.default_rng(6))))
 
-    for program in programs:
-        run(program)
-    assert calls["timed"] == TIMED_RUNS_KEPT + 1
-    run(programs[-1])  # kept: replayed
-    assert calls == {"timed": TIMED_RUNS_KEPT + 1, "replayed": 1}
-    run(programs[0])  # the oldest was dropped: timed again
-    assert calls == {"timed": TIMED_RUNS_KEPT + 2, "replayed": 1}
+    monkeypatch.setattr(sim_device, "REPLAY_STEPS_KEPT", 1)  # the latest program's alone
+    run(one, two, two)
+    assert calls == {"timed": 2, "replayed": 1}
+    run(one)  # dropped for two: timed again
+    assert calls == {"timed": 3, "replayed": 1}
+    monkeypatch.setattr(sim_device, "REPLAY_STEPS_KEPT", 10**6)
+    run(two, three, one, two, three)
+    assert calls == {"timed": 5, "replayed": 4}

@@ -14,7 +14,7 @@ from tilecraft.runtime.program import Program
 from tilecraft.sim.report import SimReport
 from tilecraft.sim.simulator import replay, run_image
 
-TIMED_RUNS_KEPT = 16  # programs whose timed run a device keeps for replays
+REPLAY_STEPS_KEPT = 100_000  # instructions (decoded, about 1 kB each) a device keeps to replay
 
 
 class SimDevice:
@@ -25,7 +25,9 @@ class SimDevice:
     Neither its cycles nor the order its instructions ran in depend on data, so a later run of
     the same program (by digest) on this device replays that order on the semantics alone and
     reports the first run's figures: the same outputs on the new data, without the cycle model
-    (a dataset through the simulator pays for the model once). A traced run is always timed."""
+    (a dataset through the simulator pays for the model once). A traced run is always timed.
+    The device keeps the latest programs' runs up to `REPLAY_STEPS_KEPT` instructions (and
+    the latest program's whatever its size)."""
 
     name = "sim"
 
@@ -38,7 +40,7 @@ class SimDevice:
         self.config = config
         self.timing = timing
         self.check_races = check_races
-        self._timed: OrderedDict[tuple, tuple[tuple[int, ...], SimReport]] = OrderedDict()
+        self._timed: OrderedDict[tuple, tuple[list, SimReport]] = OrderedDict()
 
     def run(
         self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False
@@ -50,10 +52,10 @@ class SimDevice:
         timed = None if trace else self._timed.get(key)
         if timed is not None:
             self._timed.move_to_end(key)
-            order, report = timed[0], dataclasses.replace(timed[1])
-            replay(config, dram, program.insn_offset, len(program.insns), order)
+            report = dataclasses.replace(timed[1])
+            replay(config, dram, timed[0])
         else:
-            ran: list[int] = []
+            ran: list[tuple[int, dict]] = []
             report, _ = run_image(
                 config,
                 dram,
@@ -64,8 +66,10 @@ class SimDevice:
                 check_races=self.check_races,
                 order=ran,
             )
-            self._timed[key] = (tuple(ran), dataclasses.replace(report, trace=None))
-            if len(self._timed) > TIMED_RUNS_KEPT:
+            self._timed[key] = (ran, dataclasses.replace(report, trace=None))
+            while len(self._timed) > 1 and (
+                sum(len(steps) for steps, _ in self._timed.values()) > REPLAY_STEPS_KEPT
+            ):
                 self._timed.popitem(last=False)
         outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
         return RunResult(outputs, report)

@@ -77,14 +77,14 @@ def run_image(
     trace: bool = False,
     check_races: bool = True,
     functional: bool = True,
-    order: list[int] | None = None,
+    order: list[tuple[int, dict]] | None = None,
 ) -> tuple[SimReport, Machine]:
     """`simulate`, also returning the final machine state (scratchpads) for inspection.
 
     `functional=False` runs the cycle model only (timing never depends on data): the schedule
     search uses it to measure candidates quickly; outputs and scratchpads are left untouched.
-    `order`, a list, receives the index of each instruction whose semantics ran, in the order
-    they ran: what `replay` takes to run the same instructions again on other data.
+    `order`, a list, receives each instruction whose semantics ran, as (index, decoded row), in
+    the order they ran: what `replay` takes to run the same instructions again on other data.
     """
     timing = timing or Timing.from_config(config)
     table, words = _instructions(config, dram, insn_addr, insn_count)
@@ -106,7 +106,7 @@ def run_image(
         if run is not None:
             footprint = _run(run, machine, k, row)
             if order is not None and functional:
-                order.append(k)
+                order.append((k, row))
             if races is not None:
                 races.check(k, stage, start, stop, footprint)
             unit = unit_of(op)
@@ -149,17 +149,14 @@ def run_image(
     return report, machine
 
 
-def replay(config: HwConfig, dram: np.ndarray, insn_addr: int, insn_count: int, order) -> Machine:
-    """Run the semantics of the instructions at byte `insn_addr` of `dram` (updated in place)
-    in `order`, as a timed `run_image` of the same instructions recorded it, without the cycle
+def replay(config: HwConfig, dram: np.ndarray, order) -> Machine:
+    """Run the semantics of a timed `run_image`'s instructions in the `order` it recorded, on
+    `dram` (the same program's image with other data; updated in place), without the cycle
     model: the same scratchpads and DRAM that run would give on this data, since neither the
     order nor any instruction's footprint depends on data (nor do the timed run's report and
     race check, which hold for this run too)."""
-    table, _ = _instructions(config, dram, insn_addr, insn_count)
-    rows = _rows_of(table)
     machine = Machine(config, dram)
-    for k in order:
-        row = rows[k]
+    for k, row in order:
         _run(_EXEC[row["opcode"]], machine, k, row)
     return machine
 
