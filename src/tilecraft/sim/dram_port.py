@@ -128,13 +128,16 @@ class DramPort:
             if tr is not None and not self.writes:
                 lat, gap = self.timing.dram_latency, self.timing.burst_gap
                 bursts, n = tr.bursts, len(tr.bursts)
+                q, full = self.queued, self.queued.maxlen
                 while True:
-                    c = max(tr.at, self.soonest)
+                    c = tr.at if tr.at > self.soonest else self.soonest
                     if c >= limit:
                         return None
-                    first = max(c + lat, self.data_free)
-                    self.data_free = first + bursts[tr.sent][0] + gap
-                    self._accepted(c, self.data_free - gap - 1)
+                    first = c + lat if c + lat > self.data_free else self.data_free
+                    last = first + bursts[tr.sent][0] - 1
+                    self.data_free = last + 1 + gap
+                    q.append(last)  # `_accepted`, inline: the hot loop
+                    self.soonest = c + 1 if len(q) < full or q[0] < c else q[0] + 1
                     if tr.sent == 0:
                         tr.first = first
                     tr.sent += 1
@@ -193,6 +196,8 @@ class DramPort:
         """A read transfer's last burst is in: where its consumer is slower than the data bus,
         R carries its last beat only once the consumer has taken all but `read_buffer` of
         them, and the next burst's data follows that."""
+        if not tr.drain:  # one a cycle: as fast as the data
+            return
         beats = sum(b for b, _ in tr.bursts)
         over = beats - self.timing.read_buffer
         if tr.drain <= beats or over <= 0:

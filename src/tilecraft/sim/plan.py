@@ -74,7 +74,9 @@ class Plan:
                 self.post.append(trail * timing.pad_ii)
                 box, tail = (0, 0)
                 if op == Opcode.LOAD and bursts:
-                    box, tail = write_bounds(timing, row, eb, bursts)
+                    box, tail = _load_write_bounds(
+                        timing, eb, *(int(row[f]) for f in _LOAD_BOX), row["dram_base"] * eb % 4096
+                    )
                 self.box.append(box)
                 self.writes.append(tail)
                 narrow = eb < timing.axi_bytes and op == Opcode.LOAD
@@ -101,6 +103,20 @@ def requant_shape(cfg: HwConfig, timing: Timing, row) -> tuple[int, int, int, in
     passes = -(-cfg.batch * cfg.block_out // cfg.requant_lanes)
     beats = -(-cfg.elem_bytes("out") // timing.axi_bytes)
     return n, row["x_size"] if row["param_per_row"] else n, passes, beats
+
+
+_LOAD_BOX = ("x_size", "y_size", "x_stride", "x_pad0", "x_pad1", "y_pad0", "y_pad1")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _load_write_bounds(timing: Timing, eb: int, *box_and_page: int) -> tuple[int, int]:
+    """`write_bounds` of a LOAD by what it depends on: its box (`_LOAD_BOX`) and its DRAM
+    address's place in a 4 KiB page (the bursts' cut). A layer's loads repeat a few shapes."""
+    row = dict(zip(_LOAD_BOX, box_and_page))
+    bursts = timing.bursts(
+        box_and_page[-1], row["y_size"], row["x_size"] * eb, row["x_stride"] * eb
+    )
+    return write_bounds(timing, row, eb, bursts)
 
 
 def write_bounds(timing: Timing, row, eb: int, bursts: list[tuple[int, int]]) -> tuple[int, int]:
