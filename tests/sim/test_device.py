@@ -7,13 +7,16 @@ import numpy as np
 import pytest
 
 from tilecraft.compiler.operator.conv2d import conv2d
+from tilecraft.errors import AccessError
 from tilecraft.hw.config import preset
+from tilecraft.hw.isa import Opcode
 from tilecraft.hw.timing import Timing
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.ops import reference as R
 from tilecraft.runtime.layout import pack_inputs, random_inputs, unpack_outputs
 from tilecraft.sim import device as sim_device
 from tilecraft.sim.device import SimDevice
+from tilecraft.sim.simulator import replay, run_image
 
 OP = Conv2d(1, 20, 9, 8, 24, kernel=3, stride=1, pad=1)
 EP = Epilogue(bias=True, shift=9, residual=True, relu=True)
@@ -114,3 +117,17 @@ def test_the_device_keeps_the_latest_programs_runs_within_its_budget(calls, monk
     monkeypatch.setattr(sim_device, "REPLAY_STEPS_KEPT", 10**6)
     run(two, three, one, two, three)
     assert calls == {"timed": 5, "replayed": 4}
+
+
+def test_a_replayed_instruction_that_fails_is_named_as_in_a_timed_run():
+    cfg = preset("default")
+    program, *_ = _program(cfg)
+    inputs = pack_inputs(program, random_inputs(program, np.random.default_rng(7)))
+    order: list = []
+    run_image(cfg, program.dram_image(inputs), program.insn_offset, len(program.insns), order=order)
+    assert [k for k, _ in order] != sorted(k for k, _ in order)  # the stages interleave
+    k = next(k for k, row in order if row["opcode"] == Opcode.GEMM and not row["reset"])
+    bad = [(j, dict(row, uop_end=cfg.depth("uop") + 1) if j == k else row) for j, row in order]
+    with pytest.raises(AccessError, match="micro-op range") as caught:
+        replay(cfg, program.dram_image(inputs), bad)
+    assert caught.value.index == k and caught.value.insn.startswith("GEMM")
