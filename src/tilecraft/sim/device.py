@@ -40,7 +40,7 @@ class SimDevice:
         self.config = config
         self.timing = timing
         self.check_races = check_races
-        self._timed: OrderedDict[tuple, tuple[list, SimReport]] = OrderedDict()
+        self._timed: OrderedDict[tuple, tuple[list, SimReport, list]] = OrderedDict()
 
     def run(
         self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False
@@ -53,10 +53,10 @@ class SimDevice:
         if timed is not None:
             self._timed.move_to_end(key)
             report = dataclasses.replace(timed[1])
-            replay(config, dram, timed[0])
+            replay(config, dram, timed[0], timed[2])
         else:
             ran: list[tuple[int, dict]] = []
-            report, _ = run_image(
+            report, machine = run_image(
                 config,
                 dram,
                 program.insn_offset,
@@ -66,9 +66,9 @@ class SimDevice:
                 check_races=self.check_races,
                 order=ran,
             )
-            self._timed[key] = (ran, dataclasses.replace(report, trace=None))
+            self._timed[key] = (ran, dataclasses.replace(report, trace=None), machine.plans)
             while len(self._timed) > 1 and (
-                sum(len(steps) for steps, _ in self._timed.values()) > REPLAY_STEPS_KEPT
+                sum(len(steps) for steps, *_ in self._timed.values()) > REPLAY_STEPS_KEPT
             ):
                 self._timed.popitem(last=False)
         outputs = {b.name: program.read(dram, b.name) for b in program.outputs}

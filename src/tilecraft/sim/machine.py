@@ -37,7 +37,7 @@ def exact_uops(cfg: HwConfig) -> int:
 class Machine:
     """DRAM bytes plus scratchpads shaped (depth, rows, lanes) in their element dtypes."""
 
-    def __init__(self, config: HwConfig, dram: np.ndarray):
+    def __init__(self, config: HwConfig, dram: np.ndarray, plans: list | None = None):
         if dram.dtype != np.uint8 or dram.ndim != 1:
             raise TypeError("dram must be a 1-D uint8 array")
         c = config
@@ -56,10 +56,33 @@ class Machine:
         # Float mirrors of inp/wgt so GEMM runs on BLAS; exact (see exact_float).
         self.fdtype = exact_float(c)
         self.exact_uops = exact_uops(c)  # micro-ops a GEMM may sum in one matmul
-        self.loop_plans: dict = {}  # GEMM/ALU loops' rows while the micro-ops stay (semantics)
+        # GEMM/ALU loops' plans (semantics), one dict per span between micro-op loads; `plans`,
+        # another run's of the same program, kept while its micro-op loads match (`uops_loaded`)
+        self.plans: list = [] if plans is None else plans
+        self._epoch, self._plans_hold = 0, True
+        if not self.plans:
+            self.plans.append((None, None, {}))
+        self.loop_plans: dict = self.plans[0][2]
         self.inp_f = np.zeros(self.inp.shape, self.fdtype)
         self.wgt_f = np.zeros(self.wgt.shape, self.fdtype)
         self.out_dtype = int_dtype(c.out_bits)
+
+    def uops_loaded(self, base: int, count: int) -> None:
+        """Micro-ops `base`.. were loaded: the loop plans made before no longer hold. The next
+        span's plans from the run `plans` came from are taken while every micro-op load so far
+        loaded the same words there."""
+        self._epoch += 1
+        words = self.uop_words[base : base + count]
+        plans = self.plans
+        if self._plans_hold and self._epoch < len(plans):
+            at, kept, loop_plans = plans[self._epoch]
+            if at == base and np.array_equal(kept, words):
+                self.loop_plans = loop_plans
+                return
+        self._plans_hold = False
+        self.loop_plans = {}
+        del plans[self._epoch :]
+        plans.append((base, words.copy(), self.loop_plans))
 
     def sram(self, mem_name: str) -> np.ndarray:
         return {"inp": self.inp, "wgt": self.wgt, "acc": self.acc, "uop": self.uop_words}[mem_name]

@@ -164,34 +164,31 @@ def gemm(m: Machine, r) -> Footprint:
     if plan.reset:
         m.acc[plan.footprint.writes["acc"]] = 0
         return plan.footprint
-    lo, hi = plan.rows
-    total = np.zeros((hi - lo,) + m.acc.shape[1:], np.float64)
     inp, wts, bi = m.inp_f, m.wgt_f, m.config.block_in
-    for src, wgt, d, unique in plan.matmuls:
+    shape = m.acc.shape[1:]
+    for src, wgt, rows, unique in plan.matmuls:
         if wgt.size == 1:
             x, w = inp[src].reshape(-1, bi), wts[wgt[0]].T
         else:
             x = inp[src].transpose(0, 2, 1, 3).reshape(-1, wgt.size * bi)
             w = wts[wgt].transpose(0, 2, 1).reshape(wgt.size * bi, -1)
-        _accumulate(total, d, (x @ w).reshape((-1,) + m.acc.shape[1:]), unique)
+        _accumulate(m.acc, rows, (x @ w).reshape((-1,) + shape), unique)
     if plan.batched is not None:
-        src, wgt, d = plan.batched
-        np.add.at(total, d, np.matmul(inp[src], wts[wgt].transpose(0, 2, 1)))
-    acc = m.acc[lo:hi]
-    acc[...] = (acc.astype(np.int64) + total.astype(np.int64)).astype(acc.dtype)
+        src, wgt, rows = plan.batched
+        _accumulate(m.acc, rows, np.matmul(inp[src], wts[wgt].transpose(0, 2, 1)), False)
     return plan.footprint
 
 
 @dataclass(frozen=True)
 class _GemmPlan:
     """How a GEMM's loop goes, worked out from its fields and the micro-ops alone (never the
-    data): its footprint, the accumulator rows [lo, hi) it adds to, and its products as
-    matmuls, each (src rows, weight tiles, dst rows - lo, whether those dst rows are distinct);
-    `batched`, where nearly every step has its own weight tile: (src, wgt, dst - lo) per step."""
+    data): its footprint and its products as matmuls, each (src rows, weight tiles, the
+    accumulator rows it adds to, whether those are distinct: a slice where they are one
+    ascending range); `batched`, where nearly every step has its own weight tile: (src, wgt,
+    accumulator rows) per step."""
 
     reset: bool
     footprint: Footprint
-    rows: tuple[int, int] = (0, 0)
     matmuls: tuple = ()
     batched: tuple | None = None
 
@@ -204,7 +201,6 @@ def _gemm_plan(m: Machine, r) -> _GemmPlan:
         return _GemmPlan(True, Footprint({}, {"acc": dst}))
     _check_index("inp", src, cfg.depth("inp"), "src")
     _check_index("wgt", wgt, cfg.depth("wgt"), "wgt")
-    lo, hi = int(dst.min()), int(dst.max()) + 1
     footprint = Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
     matmuls = []
     if r["wgt_out"] == 0 and r["wgt_in"] == 0:
@@ -214,17 +210,29 @@ def _gemm_plan(m: Machine, r) -> _GemmPlan:
         unique = _distinct(steps_dst[:, 0])
         for us in _same_dst(steps_dst[0], m.exact_uops):
             cols = steps_src[:, us[0]] if us.size == 1 else steps_src[:, us]
-            matmuls.append((cols, wgt[us], steps_dst[:, us[0]] - lo, unique))
-        return _GemmPlan(False, footprint, (lo, hi), tuple(matmuls))
+            matmuls.append((cols, wgt[us], _as_slice(steps_dst[:, us[0]]), unique))
+        return _GemmPlan(False, footprint, tuple(matmuls))
     order = np.argsort(wgt, kind="stable")
     keys, starts = np.unique(wgt[order], return_index=True)
     if keys.size * 4 > dst.size:  # little weight reuse: one batched matmul
-        return _GemmPlan(False, footprint, (lo, hi), batched=(src, wgt, dst - lo))
+        return _GemmPlan(False, footprint, batched=(src, wgt, dst))
     for key, a, b in zip(keys, starts, np.append(starts[1:], dst.size)):
         sel = order[a:b]
-        d = dst[sel] - lo
-        matmuls.append((src[sel], np.array([key]), d, np.bincount(d).max() == 1))
-    return _GemmPlan(False, footprint, (lo, hi), tuple(matmuls))
+        d = dst[sel]
+        matmuls.append((src[sel], np.array([key]), _as_slice(d), _distinct(np.sort(d))))
+    return _GemmPlan(False, footprint, tuple(matmuls))
+
+
+def _as_rows(rows) -> np.ndarray:
+    """Rows given as a slice (`_as_slice`), as an array again."""
+    return np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+
+
+def _as_slice(rows: np.ndarray):
+    """`rows` as a slice where they are one ascending range (a view, not a gather)."""
+    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and _distinct(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
 
 
 def depthwise(m: Machine, r) -> Footprint:
@@ -265,24 +273,45 @@ def depthwise(m: Machine, r) -> Footprint:
 
 
 def alu(m: Machine, r) -> Footprint:
-    try:
-        op = AluOp(r["alu_op"])
-    except ValueError:
-        raise IllegalInstructionError(f"unknown ALU op {r['alu_op']}") from None
+    op = _ALU_OPS.get(r["alu_op"])
+    if op is None:
+        raise IllegalInstructionError(f"unknown ALU op {r['alu_op']}")
     dst, src, sequential, footprint = _plan(m, r, _alu_plan)
     if sequential:  # micro-ops depend on each other: follow program order exactly
+        dst, src = footprint.writes["acc"], None if src is None else _as_rows(src)
         for p in range(dst.size):
             b = r["imm"] if src is None else m.acc[src[p]]
             m.acc[dst[p]] = alu_lanes(op, m.acc[dst[p]], b, m.spec)
+        return footprint
+    b = r["imm"] if src is None else m.acc[src]
+    if m.acc.dtype == np.int32 and m.config.acc_bits == 32 and op != AluOp.SHR:
+        m.acc[dst] = _lanes32(op, m.acc[dst], b)
     else:
-        b = r["imm"] if src is None else m.acc[src]
         m.acc[dst] = alu_lanes(op, m.acc[dst], b, m.spec)
     return footprint
 
 
+_ALU_OPS = {op.value: op for op in AluOp}
+
+
+def _lanes32(op: AluOp, a: np.ndarray, b):
+    """`alu_lanes` on int32 rows for every op but SHR: int32 arithmetic wraps as the lanes do."""
+    if op == AluOp.ADD:
+        return a + b
+    if op == AluOp.MUL:
+        return a * b
+    if op == AluOp.MIN:
+        return np.minimum(a, b)
+    if op == AluOp.MAX:
+        return np.maximum(a, b)
+    lo, hi = clip_bounds(b)  # CLIP
+    return np.minimum(np.maximum(a, lo), hi)
+
+
 def _alu_plan(m: Machine, r) -> tuple:
-    """An ALU loop's rows, from its fields and the micro-ops: dst, src (None with an immediate),
-    whether its steps depend on each other, and its footprint."""
+    """An ALU loop's rows, from its fields and the micro-ops: dst and src (None with an
+    immediate; each a slice where it is one ascending range), whether its steps depend on each
+    other, and its footprint."""
     dst, src, _, _ = _loop_indices(m, r, with_wgt=False)
     depth = m.config.depth("acc")
     _check_index("acc", dst, depth, "dst")
@@ -291,7 +320,9 @@ def _alu_plan(m: Machine, r) -> tuple:
     else:
         _check_index("acc", src, depth, "src")
     reads = dst if src is None else np.concatenate([dst, src])
-    return dst, src, _reads_earlier_writes(dst, src, depth), Footprint({"acc": reads}, {"acc": dst})
+    sequential = _reads_earlier_writes(dst, src, depth)
+    footprint = Footprint({"acc": reads}, {"acc": dst})
+    return _as_slice(dst), None if src is None else _as_slice(src), sequential, footprint
 
 
 _LOOP = itemgetter(
@@ -369,11 +400,15 @@ def _distinct(idx: np.ndarray) -> bool:
     return bool((idx[1:] > idx[:-1]).all()) or np.unique(idx).size == idx.size
 
 
-def _accumulate(total: np.ndarray, d: np.ndarray, prod: np.ndarray, unique: bool) -> None:
+def _accumulate(acc: np.ndarray, rows, prod: np.ndarray, unique: bool) -> None:
+    """Add exact integer products (floats) into accumulator `rows`, wrapping at its width."""
     if unique:
-        total[d] += prod
-    else:
-        np.add.at(total, d, prod)
+        acc[rows] = (acc[rows] + prod.astype(np.int64)).astype(acc.dtype)
+    else:  # rows repeat: each row's products summed first
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        part = np.zeros((uniq.size,) + acc.shape[1:], np.int64)
+        np.add.at(part, inverse.reshape(-1), prod.astype(np.int64))
+        acc[uniq] = (acc[uniq] + part).astype(acc.dtype)
 
 
 def _loop_indices(m: Machine, r, with_wgt: bool):
@@ -398,11 +433,11 @@ def _loop_indices(m: Machine, r, with_wgt: bool):
 
 
 def _decode_uops(m: Machine, base: int, count: int) -> None:
-    m.loop_plans.clear()  # each plan was worked out from the micro-ops before
     raw = m.uop_words[base : base + count].astype(np.uint64)
     for f in m.spec.uop:
         col = {"dst": m.uop_dst, "src": m.uop_src, "wgt": m.uop_wgt}[f.name]
         col[base : base + count] = (raw >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)
+    m.uops_loaded(base, count)  # the plans worked out from the micro-ops before are stale
 
 
 def _check_sram(name: str, base: int, count: int, depth: int) -> None:

@@ -149,13 +149,14 @@ def run_image(
     return report, machine
 
 
-def replay(config: HwConfig, dram: np.ndarray, order) -> Machine:
+def replay(config: HwConfig, dram: np.ndarray, order, plans: list | None = None) -> Machine:
     """Run the semantics of a timed `run_image`'s instructions in the `order` it recorded, on
     `dram` (the same program's image with other data; updated in place), without the cycle
     model: the same scratchpads and DRAM that run would give on this data, since neither the
     order nor any instruction's footprint depends on data (nor do the timed run's report and
-    race check, which hold for this run too)."""
-    machine = Machine(config, dram)
+    race check, which hold for this run too). `plans`: the loop plans of an earlier run of
+    the same instructions (`Machine.plans`), taken again where its micro-ops were the same."""
+    machine = Machine(config, dram, plans)
     for k, row in order:
         _run(_EXEC[row["opcode"]], machine, k, row)
     return machine
