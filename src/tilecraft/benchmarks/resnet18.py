@@ -7,9 +7,10 @@ accelerator time, host time (measured on this machine, warm: the input's quantiz
 packing, the output's unpacking and dequantization, and any host step), the MAC share on the
 accelerator, per-layer cycles, utilization and SQNR against float, the activation arena,
 compile seconds, and the simulator's speed as a ratio to numpy int32 GEMMs with the same MACs:
-the image's second run, the semantics alone (the device replays its first run's order), and
-the first run, cycle model included. The same run compiles the network for the config's twin
-with the requantization unit (`with_unit`), so one record shows what the unit buys.
+the image run again, the semantics alone (the device replays its first run's order; three
+runs in turn with the GEMMs, the fastest of each), and the first run, cycle model included.
+The same run compiles the network for the config's twin with the requantization unit
+(`with_unit`), so one record shows what the unit buys.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tilecraft.runtime.model import AcceleratorStep
 from tilecraft.sim.simulator import model_report
 
 PRESET = "pynq-z1"
+REPEATS = 3  # the simulator's replay and the numpy GEMMs, in turns: the fastest of each
 TITLES = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}
 
 
@@ -51,26 +53,27 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
     }
     device = get_device("sim")
     result = run_model(model, x, device, keep=True)  # timed: the cycle model runs too
-    replayed = run_model(model, x, device, keep=True)  # the semantics alone (`SimDevice`)
     reference = run_model(model, x)
+    timed_sim_seconds = _accelerator_seconds(result)
+    # then the semantics alone (the device replays) against numpy, in turns, each the fastest
+    rng = np.random.default_rng(seed)
+    gemm_layers = [p for name, p in comp.layer_programs.items() if macs[name]]
+    replays, sim_seconds, numpy_seconds = [], float("inf"), float("inf")
+    for _ in range(REPEATS):
+        replays.append(run_model(model, x, device))
+        sim_seconds = min(sim_seconds, _accelerator_seconds(replays[-1]))
+        numpy_seconds = min(numpy_seconds, sum(_numpy_gemm_seconds(p, rng) for p in gemm_layers))
     bit_exact = all(
         np.array_equal(run.outputs[k], reference.outputs[k])
-        for run in (result, replayed)
+        for run in (result, *replays)
         for k in model.outputs
     )
     sqnr = {e.node: e.sqnr_db for e in error_report(graph, model, [x])}
     block = cfg.batch * cfg.block_in * cfg.block_out
-    timed_sim_seconds, sim_seconds = (
-        sum(r.seconds - r.pack_seconds for r in run.steps if r.place == "accelerator")
-        for run in (result, replayed)
-    )
-    rng = np.random.default_rng(seed)
-    numpy_seconds, layers = 0.0, []
+    layers = []
     for name, program in comp.layer_programs.items():  # each layer alone, on the cycle model
         report = model_report(program)
         ideal = macs[name] / block
-        if macs[name]:
-            numpy_seconds += _numpy_gemm_seconds(program, rng)
         layers.append(
             {
                 "name": name,
@@ -138,6 +141,11 @@ def _with_unit(graph, cfg: HwConfig, data, x: dict) -> dict | None:
             np.array_equal(result.outputs[k], reference.outputs[k]) for k in model.outputs
         ),
     }
+
+
+def _accelerator_seconds(run) -> float:
+    """A run's seconds on the accelerator's steps, their packing excluded."""
+    return sum(r.seconds - r.pack_seconds for r in run.steps if r.place == "accelerator")
 
 
 def _numpy_gemm_seconds(program, rng) -> float:
