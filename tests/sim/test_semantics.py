@@ -141,6 +141,7 @@ LOOPS = [
     (3, 4, 2, 0, 3, 1, 0, 0),  # reduction: the inner loop hits the same dst
     (2, 3, 1, 2, 2, 1, 1, 2),  # weights move with the loop
     (4, 2, 0, 0, 1, 1, 2, 1),  # everything accumulates into the micro-ops' dst
+    (2, 2, 1, 2, 2, 1, 0, 0),  # the steps' dst rows one range, not in order (0, 2, 1, 3)
 ]
 
 
@@ -330,6 +331,29 @@ def test_alu_reads_earlier_micro_op_results(cfg):
     ]
     _, m, _ = run(cfg, insns, {0: acc}, uops=uops, uop_offset=60000)
     assert [int(m.acc[i].flat[0]) for i in range(4)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("use_imm", [True, False])
+def test_alu_rows_of_one_range_out_of_order(cfg, use_imm):
+    """Steps writing rows that make one range, but not in order (2, 4, 3, 5), each get their
+    own operand: no step may be paired with its neighbour's row."""
+    b, bo = cfg.batch, cfg.block_out
+    acc = np.arange(12 * b * bo, dtype=np.int32).reshape(12, b, bo) * 3 + 5
+    uops = [Uop(dst=d, src=s) for d, s in ((2, 8), (4, 9), (3, 10), (5, 11))]
+    insns = [
+        Load(mem=MemId.ACC, sram_base=0, dram_base=0, y_size=1, x_size=12, x_stride=12),
+        _uop_load(4),
+        Alu(op=AluOp.SHR, use_imm=use_imm, imm=1, uop_bgn=0, uop_end=4),
+        Alu(op=AluOp.ADD, use_imm=use_imm, imm=7, uop_bgn=0, uop_end=4),
+    ]
+    _, m, _ = run(cfg, insns, {0: acc}, uops=uops, uop_offset=60000)
+    expected = acc.astype(np.int64).copy()
+    for name, imm in (("SHR", 1), ("ADD", 7)):
+        for u in uops:
+            for idx in np.ndindex(acc.shape[1:]):
+                operand = imm if use_imm else int(expected[u.src][idx])
+                expected[u.dst][idx] = naive_alu(name, int(expected[u.dst][idx]), operand, 32)
+    np.testing.assert_array_equal(m.acc[:12], expected)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -230,8 +230,9 @@ def _as_rows(rows) -> np.ndarray:
 
 def _as_slice(rows: np.ndarray):
     """`rows` as a slice where they are one ascending range (a view, not a gather)."""
-    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and _distinct(rows):
-        return slice(int(rows[0]), int(rows[-1]) + 1)
+    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size:
+        if (rows[1:] > rows[:-1]).all():  # each the one after the last, in order
+            return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
 
 
