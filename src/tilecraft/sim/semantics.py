@@ -230,9 +230,9 @@ def _as_rows(rows) -> np.ndarray:
 
 def _as_slice(rows: np.ndarray):
     """`rows` as a slice where they are one ascending range (a view, not a gather)."""
-    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size:
-        if (rows[1:] > rows[:-1]).all():  # each the one after the last, in order
-            return slice(int(rows[0]), int(rows[-1]) + 1)
+    span = int(rows[-1]) - int(rows[0]) + 1 if rows.size else 0
+    if span == rows.size and span and (rows[1:] > rows[:-1]).all():  # one by one, in order
+        return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
 
 
