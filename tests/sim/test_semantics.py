@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop
+from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Store, Uop, decode, encode, isa_for
+from tilecraft.sim import semantics
 from tilecraft.sim.machine import Machine
 
 from harness import naive_alu, naive_loop, run, wrap
@@ -72,6 +73,49 @@ def test_load_2d_strided_with_padding(cfg, kind, pads):
     got = m.sram(kind)[3 : 3 + n]
     np.testing.assert_array_equal(got, expected.reshape((n,) + src.shape[1:]))
     assert not m.sram(kind)[:3].any() and not m.sram(kind)[3 + n :].any()
+
+
+def _decoded(cfg, insn) -> dict:
+    table = decode(isa_for(cfg), encode(isa_for(cfg), [insn]))
+    return dict(zip(table.dtype.names, table.tolist()[0]))
+
+
+@pytest.mark.parametrize("stride", [1, 3, 5])  # rows that overlap, abut, leave gaps
+@pytest.mark.parametrize("kind", ["inp", "acc"])
+def test_load_rows_up_to_the_end_of_dram(cfg, kind, stride):
+    """A LOAD whose last row ends at DRAM's last byte (no stride's worth of bytes after it)
+    reads each row as the per-row loop does, whether its rows overlap or not."""
+    rng = np.random.default_rng(stride)
+    ys, xs, lead = 3, 3, 7
+    elems = _elems(cfg, kind, (ys - 1) * stride + xs, rng)
+    eb = cfg.elem_bytes(kind)
+    dram = np.zeros(lead * eb + elems.nbytes, np.uint8)
+    dram[lead * eb :] = elems.view(np.uint8).reshape(-1)
+    m = Machine(cfg, dram)
+    mem = {"inp": MemId.INP, "acc": MemId.ACC}[kind]
+    load = Load(mem=mem, sram_base=2, dram_base=lead, y_size=ys, x_size=xs, x_stride=stride)
+    semantics.load(m, _decoded(cfg, load))
+    expected = np.concatenate([elems[k * stride : k * stride + xs] for k in range(ys)])
+    np.testing.assert_array_equal(m.sram(kind)[2 : 2 + ys * xs], expected)
+    assert not m.sram(kind)[:2].any() and not m.sram(kind)[2 + ys * xs :].any()
+
+
+@pytest.mark.parametrize("stride", [3, 5])
+def test_store_rows_up_to_the_end_of_dram(cfg, stride):
+    """A STORE whose last row ends at DRAM's last byte writes each row and leaves the bytes
+    between rows as they were."""
+    ys, xs, eb = 3, 3, cfg.elem_bytes("out")
+    acc = np.arange(ys * xs * cfg.batch * cfg.block_out, dtype=np.int32) % 251 - 125
+    dram = np.full(((ys - 1) * stride + xs) * eb, 0x5A, np.uint8)
+    m = Machine(cfg, dram)
+    m.acc[4 : 4 + ys * xs] = acc.reshape((ys * xs,) + m.acc.shape[1:])
+    store = Store(sram_base=4, dram_base=0, y_size=ys, x_size=xs, x_stride=stride)
+    semantics.store(m, _decoded(cfg, store))
+    rows = acc.astype(np.int8).view(np.uint8).reshape(ys, xs * eb)
+    expected = np.full_like(dram, 0x5A)
+    for k in range(ys):
+        expected[k * stride * eb : (k * stride + xs) * eb] = rows[k]
+    np.testing.assert_array_equal(dram, expected)
 
 
 def test_sync_only_load_moves_nothing(cfg):
@@ -313,6 +357,26 @@ def test_alu_ops_match_naive(cfg, op, use_imm):
             operand = imm if use_imm else int(expected[s][idx])
             expected[d][idx] = naive_alu(op.name, int(expected[d][idx]), operand, 32)
     np.testing.assert_array_equal(m.acc[:16], expected)
+
+
+@pytest.mark.parametrize("amount", [0, 1, 5, 31, 32, 63, -3])
+def test_shr_by_an_immediate_matches_naive(cfg, amount):
+    """SHR by an immediate: right shifts within the lane (0..31), and the low bits' wrap (32
+    reads as -32, 63 as -1: left shifts)."""
+    rng = np.random.default_rng(amount + 64)
+    acc = rng.choice(ALU_VALUES, size=(8, cfg.batch, cfg.block_out)).astype(np.int32)
+    insns = [
+        Load(mem=MemId.ACC, sram_base=0, dram_base=0, y_size=1, x_size=8, x_stride=8),
+        _uop_load(2),
+        Alu(op=AluOp.SHR, use_imm=True, imm=amount, uop_bgn=0, uop_end=2, iter_out=3, dst_out=2),
+    ]
+    uops = [Uop(dst=0, src=0), Uop(dst=1, src=0)]
+    _, m, _ = run(cfg, insns, {0: acc}, uops=uops, uop_offset=60000)
+    expected = acc.astype(np.int64).copy()
+    for d in range(6):
+        for idx in np.ndindex(acc.shape[1:]):
+            expected[d][idx] = naive_alu("SHR", int(expected[d][idx]), amount, 32)
+    np.testing.assert_array_equal(m.acc[:8], expected)
 
 
 def test_alu_reads_earlier_micro_op_results(cfg):

@@ -67,20 +67,16 @@ def load(m: Machine, r) -> Footprint:
     base, count = r["sram_base"], width * height
     _check_sram(name, base, count, cfg.depth(name))
     sram = m.sram(name)
-    raw = _dram_rows(m, r["dram_base"] * eb, r["y_size"], r["x_size"] * eb, r["x_stride"] * eb)
-    data = (
-        raw.reshape(-1)
-        .view(sram.dtype.newbyteorder("<"))
-        .reshape((r["y_size"], r["x_size"]) + sram.shape[1:])
-    )
-    if count == r["x_size"] * r["y_size"]:  # no padding
-        sram[base : base + count] = data.reshape((count,) + sram.shape[1:])
+    y, x = r["y_size"], r["x_size"]
+    raw = _dram_rows(m, r["dram_base"] * eb, y, x * eb, r["x_stride"] * eb)
+    data = raw.view(sram.dtype.newbyteorder("<")).reshape((y, x) + sram.shape[1:])
+    if count == x * y:  # no padding
+        sram[base : base + count].reshape(data.shape)[...] = data
     else:
-        pad = int(r["pad_value"]) if mem == MemId.INP else 0  # other memories pad with zeros
-        block = np.full((height, width) + sram.shape[1:], pad, sram.dtype)
+        block = sram[base : base + count].reshape((height, width) + sram.shape[1:])
+        block[...] = int(r["pad_value"]) if mem == MemId.INP else 0  # others pad with zeros
         y0, x0 = r["y_pad0"], r["x_pad0"]
-        block[y0 : y0 + r["y_size"], x0 : x0 + r["x_size"]] = data
-        sram[base : base + count] = block.reshape((count,) + sram.shape[1:])
+        block[y0 : y0 + y, x0 : x0 + x] = data
     if mem == MemId.UOP:
         _decode_uops(m, base, count)
     elif mem == MemId.INP:
@@ -113,7 +109,9 @@ def store(m: Machine, r) -> Footprint:
     rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
     start, stride = r["dram_base"] * eb, r["x_stride"] * eb
     _check_dram(m, start, y, x * eb, stride)
-    if r["x_stride"] >= x:
+    if stride >= x * eb and start + y * stride <= m.dram.size:
+        m.dram[start : start + y * stride].reshape(y, stride)[:, : x * eb] = rows
+    elif r["x_stride"] >= x:  # the last row's stride runs past DRAM's end
         as_strided(m.dram[start:], shape=(y, x * eb), strides=(stride, 1))[...] = rows
     else:  # overlapping rows: later rows win
         for k in range(y):
@@ -161,8 +159,8 @@ def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, 
 
 def gemm(m: Machine, r) -> Footprint:
     plan = _plan(m, r, _gemm_plan)
-    if plan.reset:
-        m.acc[plan.footprint.writes["acc"]] = 0
+    if plan.reset is not None:
+        m.acc[plan.reset] = 0
         return plan.footprint
     inp, wts, bi = m.inp_f, m.wgt_f, m.config.block_in
     shape = m.acc.shape[1:]
@@ -183,11 +181,11 @@ def gemm(m: Machine, r) -> Footprint:
 class _GemmPlan:
     """How a GEMM's loop goes, worked out from its fields and the micro-ops alone (never the
     data): its footprint and its products as matmuls, each (src rows, weight tiles, the
-    accumulator rows it adds to, whether those are distinct: a slice where they are one
-    ascending range); `batched`, where nearly every step has its own weight tile: (src, wgt,
-    accumulator rows) per step."""
+    accumulator rows it adds to, whether those are distinct; rows are a slice where they are
+    one ascending range); `batched`, where nearly every step has its own weight tile: (src,
+    wgt, accumulator rows) per step. A reset's plan has only the rows it zeroes (`reset`)."""
 
-    reset: bool
+    reset: np.ndarray | slice | None
     footprint: Footprint
     matmuls: tuple = ()
     batched: tuple | None = None
@@ -198,7 +196,7 @@ def _gemm_plan(m: Machine, r) -> _GemmPlan:
     cfg = m.config
     _check_index("acc", dst, cfg.depth("acc"), "dst")
     if r["reset"]:
-        return _GemmPlan(True, Footprint({}, {"acc": dst}))
+        return _GemmPlan(_as_slice(dst), Footprint({}, {"acc": dst}))
     _check_index("inp", src, cfg.depth("inp"), "src")
     _check_index("wgt", wgt, cfg.depth("wgt"), "wgt")
     footprint = Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
@@ -209,18 +207,18 @@ def _gemm_plan(m: Machine, r) -> _GemmPlan:
         steps_dst, steps_src = dst.reshape(-1, n_uops), src.reshape(-1, n_uops)
         unique = _distinct(steps_dst[:, 0])
         for us in _same_dst(steps_dst[0], m.exact_uops):
-            cols = steps_src[:, us[0]] if us.size == 1 else steps_src[:, us]
+            cols = _as_slice(steps_src[:, us[0]]) if us.size == 1 else steps_src[:, us]
             matmuls.append((cols, wgt[us], _as_slice(steps_dst[:, us[0]]), unique))
-        return _GemmPlan(False, footprint, tuple(matmuls))
+        return _GemmPlan(None, footprint, tuple(matmuls))
     order = np.argsort(wgt, kind="stable")
     keys, starts = np.unique(wgt[order], return_index=True)
     if keys.size * 4 > dst.size:  # little weight reuse: one batched matmul
-        return _GemmPlan(False, footprint, batched=(src, wgt, dst))
+        return _GemmPlan(None, footprint, batched=(src, wgt, dst))
     for key, a, b in zip(keys, starts, np.append(starts[1:], dst.size)):
         sel = order[a:b]
         d = dst[sel]
         matmuls.append((src[sel], np.array([key]), _as_slice(d), _distinct(np.sort(d))))
-    return _GemmPlan(False, footprint, tuple(matmuls))
+    return _GemmPlan(None, footprint, tuple(matmuls))
 
 
 def _as_rows(rows) -> np.ndarray:
@@ -287,6 +285,8 @@ def alu(m: Machine, r) -> Footprint:
     b = r["imm"] if src is None else m.acc[src]
     if m.acc.dtype == np.int32 and m.config.acc_bits == 32 and op != AluOp.SHR:
         m.acc[dst] = _lanes32(op, m.acc[dst], b)
+    elif src is None and op == AluOp.SHR and 0 <= m.spec.shr_amount(b) < m.config.acc_bits:
+        m.acc[dst] >>= m.spec.shr_amount(b)  # an arithmetic right shift within the lane
     else:
         m.acc[dst] = alu_lanes(op, m.acc[dst], b, m.spec)
     return footprint
@@ -403,7 +403,11 @@ def _distinct(idx: np.ndarray) -> bool:
 
 def _accumulate(acc: np.ndarray, rows, prod: np.ndarray, unique: bool) -> None:
     """Add exact integer products (floats) into accumulator `rows`, wrapping at its width."""
-    if unique:
+    if unique and acc.dtype == np.int32 and prod.dtype == np.float32:
+        # float32 products are exact below 2**24 (machine.exact_uops): int32 holds them, and
+        # int32 addition wraps as the 32-bit lanes do
+        acc[rows] += prod.astype(np.int32)
+    elif unique:
         acc[rows] = (acc[rows] + prod.astype(np.int64)).astype(acc.dtype)
     else:  # rows repeat: each row's products summed first
         uniq, inverse = np.unique(rows, return_inverse=True)
@@ -466,7 +470,11 @@ def _check_dram(m: Machine, start: int, rows: int, row_bytes: int, stride: int) 
 
 
 def _dram_rows(m: Machine, start: int, rows: int, row_bytes: int, stride: int) -> np.ndarray:
+    """DRAM's `rows` rows of `row_bytes` bytes, `stride` bytes apart from byte `start`: a view
+    where the rows do not overlap and the last one's stride stays within DRAM, else a copy."""
     _check_dram(m, start, rows, row_bytes, stride)
     if rows == 0:
         return np.zeros((0, row_bytes), np.uint8)
+    if stride >= row_bytes and start + rows * stride <= m.dram.size:
+        return m.dram[start : start + rows * stride].reshape(rows, stride)[:, :row_bytes]
     return as_strided(m.dram[start:], shape=(rows, row_bytes), strides=(stride, 1)).copy()
