@@ -103,6 +103,7 @@ def test_dse_records_each_part_under_its_own_suite(capsys, monkeypatch):
 
     assert recorded_suite("xc7z020") == "dse" and recorded_suite("xczu7ev") == "dse-xczu7ev"
     assert recorded_suite("xc7z020", "mobilenet_v2") == "dse-mobilenet-v2"
+    assert recorded_suite("xczu7ev", "mobilenet_v2") == "dse-xczu7ev-mobilenet-v2"
 
     def never(*args, **kwargs):
         raise AssertionError("the sweep ran before --record was refused")
@@ -110,10 +111,12 @@ def test_dse_records_each_part_under_its_own_suite(capsys, monkeypatch):
     monkeypatch.setattr(sweep, "run_sweep", never)
     assert main(["dse", "--part", "xczu3eg", "--record"]) == 1
     err = capsys.readouterr().err
-    kept = "resnet18 on xc7z020, resnet18 on xczu7ev, mobilenet_v2 on xc7z020"
+    kept = (
+        "resnet18 on xc7z020, resnet18 on xczu7ev, mobilenet_v2 on xc7z020, mobilenet_v2 on xczu7ev"
+    )
     assert f"--record keeps sweeps of {kept}, not resnet18 on xczu3eg: drop --record" in err
-    assert main(["dse", "--part", "xczu7ev", "--model", "mobilenet_v2", "--record"]) == 1
-    assert "not mobilenet_v2 on xczu7ev: drop --record" in capsys.readouterr().err
+    assert main(["dse", "--part", "xczu3eg", "--model", "mobilenet_v2", "--record"]) == 1
+    assert "not mobilenet_v2 on xczu3eg: drop --record" in capsys.readouterr().err
 
 
 def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):

@@ -556,6 +556,7 @@ RENDER: dict[str, Callable[[dict], str]] = {
     "dse": _dse,  # the PYNQ-Z1's xc7z020
     "dse-xczu7ev": _dse,  # the ZCU104's, where the unit's cost is a smaller share
     "dse-mobilenet-v2": _dse,  # the xc7z020's points on MobileNetV2: what the depthwise mode buys
+    "dse-xczu7ev-mobilenet-v2": _dse,  # the same on the ZCU104's part, the 128-bit port's too
     "gpu-fallback": _gpu_fallback,
 }
 
@@ -565,6 +566,7 @@ DSE_SUITES = {
     ("xc7z020", "resnet18"): "dse",
     ("xczu7ev", "resnet18"): "dse-xczu7ev",
     ("xc7z020", "mobilenet_v2"): "dse-mobilenet-v2",
+    ("xczu7ev", "mobilenet_v2"): "dse-xczu7ev-mobilenet-v2",
 }
 
 # the other suites' results a suite's block shows beside its own (under its result's "related")

@@ -35,7 +35,8 @@ def cmd_dse(args) -> int:
 def recorded_suite(part: str, model: str = "resnet18") -> str:
     """Where `--record` keeps a sweep of `model` on `part` (benchmarks/results/SUITE.json, the
     benchmarks README's block of it): ResNet-18's as `dse` on the PYNQ-Z1's xc7z020 and
-    `dse-PART` on another part; another model's as `dse-MODEL` on the xc7z020."""
+    `dse-PART` on another part; another model's as `dse-MODEL` on the xc7z020 and
+    `dse-PART-MODEL` on another part (`benchmarks.tables.DSE_SUITES`)."""
     from tilecraft.benchmarks.tables import DSE_SUITES
     from tilecraft.errors import TilecraftError
 

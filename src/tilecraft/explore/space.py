@@ -1,9 +1,10 @@
 """The configs a sweep visits: the sweep presets, each also with its scratchpads halved and
 doubled and with a 128-bit AXI port, and each of those without and with the requantization unit
-(`+requant`: `HwConfig.with_requant_unit`, lanes at the bus's pace); each preset as it is also
-with the unit and the GEMM core's depthwise mode for 3x3 windows (`+requant+dw3`:
-`HwConfig.with_depthwise_mode`), beside the same without the mode, so the two rows show what
-the mode costs and buys. Ordered smallest array first, so `limit` keeps the cheap ones.
+(`+requant`: `HwConfig.with_requant_unit`, lanes at the bus's pace); each preset as it is and
+with the 128-bit port also with the unit and the GEMM core's depthwise mode for 3x3 windows
+(`+requant+dw3`: `HwConfig.with_depthwise_mode`), beside the same without the mode, so the two
+rows show what the mode costs and buys on either bus (its layers wait on the DRAM: the wider
+port is where it buys more). Ordered smallest array first, so `limit` keeps the cheap ones.
 
 A variant the RTL cannot build is left out: the STORE stage writes whole OUT elements, so an
 OUT element must be a whole number of AXI beats (1x8x8's 8-byte element and a 16-byte bus do
@@ -50,7 +51,7 @@ def sweep_configs(limit: int | None = None) -> list[tuple[str, HwConfig]]:
             name = f"{base}+{kind}" if kind else base
             unit = cfg.with_requant_unit()
             named = [(name, cfg), (f"{name}+requant", unit)]
-            mode = None if kind else _with_depthwise(unit)
+            mode = _with_depthwise(unit) if kind in ("", "axi128") else None
             if mode is not None:
                 named.append((f"{name}+requant+dw{DEPTHWISE_WINDOW}", mode))
             for point_name, point in named:
