@@ -540,6 +540,14 @@ def _tuner(r: dict) -> str:
     return figures + "\n\n" + layers
 
 
+# the recorded sweeps by (part, model): `tilecraft dse --record` keeps each under its suite
+DSE_SUITES = {
+    ("xc7z020", "resnet18"): "dse",  # the PYNQ-Z1's part
+    ("xczu7ev", "resnet18"): "dse-xczu7ev",  # the ZCU104's: the unit costs a smaller share
+    ("xc7z020", "mobilenet_v2"): "dse-mobilenet-v2",  # what the depthwise mode buys
+    ("xczu7ev", "mobilenet_v2"): "dse-xczu7ev-mobilenet-v2",  # the same, the 128-bit port's too
+}
+
 RENDER: dict[str, Callable[[dict], str]] = {
     "resnet18-layers": _resnet18_layers,
     "resnet18": _network("≤ 74"),
@@ -553,21 +561,10 @@ RENDER: dict[str, Callable[[dict], str]] = {
     "cpu-fallback": _cpu_fallback,
     "tuner": _tuner,
     "timing": _timing,
-    "dse": _dse,  # the PYNQ-Z1's xc7z020
-    "dse-xczu7ev": _dse,  # the ZCU104's, where the unit's cost is a smaller share
-    "dse-mobilenet-v2": _dse,  # the xc7z020's points on MobileNetV2: what the depthwise mode buys
-    "dse-xczu7ev-mobilenet-v2": _dse,  # the same on the ZCU104's part, the 128-bit port's too
+    **dict.fromkeys(DSE_SUITES.values(), _dse),
     "gpu-fallback": _gpu_fallback,
 }
 
-
-# the recorded sweeps by (part, model): `tilecraft dse --record` keeps each under its suite
-DSE_SUITES = {
-    ("xc7z020", "resnet18"): "dse",
-    ("xczu7ev", "resnet18"): "dse-xczu7ev",
-    ("xc7z020", "mobilenet_v2"): "dse-mobilenet-v2",
-    ("xczu7ev", "mobilenet_v2"): "dse-xczu7ev-mobilenet-v2",
-}
 
 # the other suites' results a suite's block shows beside its own (under its result's "related")
 RELATED = {"cpu-fallback": ("resnet18",), "dse": ("dse-mobilenet-v2",)}
