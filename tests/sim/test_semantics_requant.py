@@ -17,21 +17,24 @@ from tilecraft.ops.requant import float32_requantize
 from harness import requant_rows, run
 
 
-def _store_program(cfg, rows: int, out_off: int, param_base: int, **store):
+def _store_program(cfg, rows: int, out_off: int, param_base: int, y_size=1, loaded=None, **store):
+    """Load `loaded` accumulator rows (the data's and three parameter rows past them), then a
+    requantizing STORE of `y_size` rows of `rows` elements each to byte `out_off`."""
+    loaded = rows * y_size + 3 if loaded is None else loaded
     insns = [
         Load(
             mem=MemId.ACC,
             sram_base=0,
             dram_base=0,
             y_size=1,
-            x_size=rows + 3,
-            x_stride=rows + 3,
+            x_size=loaded,
+            x_stride=loaded,
             push_next=True,
         ),  # fmt: skip
         Store(
             sram_base=0,
             dram_base=out_off // cfg.elem_bytes("out"),
-            y_size=1,
+            y_size=y_size,
             x_size=rows,
             x_stride=rows,
             pop_prev=True,
@@ -134,32 +137,9 @@ def test_a_requantizing_store_with_parameters_per_row():
     acc = rng.integers(-(2**20), 2**20, (blocks * pix, 1, 16)).astype(np.int32)
     params = np.concatenate([p for p, _ in sets])
     data = np.concatenate([acc, params])
-    insns = [
-        Load(
-            mem=MemId.ACC,
-            sram_base=0,
-            dram_base=0,
-            y_size=1,
-            x_size=len(data),
-            x_stride=len(data),
-            push_next=True,
-        ),  # fmt: skip
-        Store(
-            sram_base=0,
-            dram_base=out_off // 16,
-            y_size=blocks,
-            x_size=pix,
-            x_stride=pix,
-            pop_prev=True,
-            push_prev=True,
-            requant=True,
-            param_base=blocks * pix,
-            param_per_row=True,
-        ),  # fmt: skip
-        Load(
-            mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_next=True
-        ),
-    ]
+    insns = _store_program(
+        cfg, pix, out_off, blocks * pix, y_size=blocks, loaded=len(data), param_per_row=True
+    )
     _, _, dram = run(cfg, insns, {0: data})
     out = dram[out_off : out_off + blocks * pix * 16].view(np.int8).reshape(blocks, pix, 1, 16)
     for k, (_, (bias, scale, zero, lo, hi)) in enumerate(sets):
