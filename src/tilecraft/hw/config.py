@@ -46,6 +46,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "cmd_queue_depth": (1, 4096),
     "requant_lanes": (0, 64),
     "depthwise_window": (0, 7),
+    "store_to_inp": (0, 1),
 }
 
 # Fields that change what a program means or whether it deadlocks. The rest (clock, bus width,
@@ -65,10 +66,15 @@ ARCH_FIELDS = (
     "cmd_queue_depth",
     "requant_lanes",
     "depthwise_window",
+    "store_to_inp",
 )
 # Optional units, by field and the value that means absent: a config without the unit leaves
 # the field out of its dict, digests and tag, so every config made before the unit keeps them.
-ABSENT = {"requant_lanes": 0, "depthwise_window": 0}
+ABSENT = {"requant_lanes": 0, "depthwise_window": 0, "store_to_inp": 0}
+
+# Knobs the simulator and the compiler have but the RTL does not build yet: `check_rtl` refuses
+# a config with one where Verilog would be generated (the RTL would ignore it: silently wrong).
+RTL_UNBUILT = {"store_to_inp": "STORE's path into INP"}
 
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
 SCRATCHPADS = ("uop", "inp", "wgt", "acc")  # the on-chip memories
@@ -110,6 +116,9 @@ class HwConfig:
     # the GEMM core's depthwise mode (the DEPTHWISE instruction): 0 absent, else the side of
     # the square window it gathers per channel (3: 3x3 depthwise convs); needs square blocks
     depthwise_window: int = 0
+    # a requantizing STORE may write its rows into INP instead of DRAM (STORE's `to_inp`): 0
+    # absent, 1 present; needs the unit and square blocks (an OUT row is then an INP row)
+    store_to_inp: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -148,6 +157,12 @@ class HwConfig:
             raise ConfigError(
                 f"depthwise_window = {window} needs BLOCK_IN == BLOCK_OUT (lane c of an input "
                 f"row is output channel c), not {self.block_in} and {self.block_out}"
+            )
+        if self.store_to_inp and not (lanes and self.block_in == self.block_out):
+            raise ConfigError(
+                "store_to_inp = 1 needs the requantization unit (requant_lanes > 0) and "
+                "BLOCK_IN == BLOCK_OUT (a STORE's OUT row is then an INP row), not "
+                f"requant_lanes = {lanes}, {self.block_in} and {self.block_out}"
             )
         if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
             raise ConfigError(
@@ -274,6 +289,7 @@ class HwConfig:
             f"_{self.log_uop_buff}_{self.log_inp_buff}_{self.log_wgt_buff}_{self.log_acc_buff}"
             + (f"_rq{self.requant_lanes}" if self.requant_lanes else "")
             + (f"_dw{self.depthwise_window}" if self.depthwise_window else "")
+            + ("_si" if self.store_to_inp else "")
         )
 
     @property
@@ -325,6 +341,10 @@ class HwConfig:
     def with_depthwise_mode(self, window: int = 3) -> HwConfig:
         """This config with the GEMM core's depthwise mode for `window` x `window` kernels."""
         return self.replace(depthwise_window=window)
+
+    def with_store_to_inp(self) -> HwConfig:
+        """This config with STORE's path into INP (the unit's rows kept on chip)."""
+        return self.replace(store_to_inp=1)
 
     @property
     def packs_multipliers(self) -> bool:
@@ -442,3 +462,16 @@ def resolve(spec: str | HwConfig | None) -> HwConfig:
     if spec.endswith((".toml", ".json")):
         return HwConfig.load(spec)
     return preset(spec)
+
+
+def check_rtl(cfg: HwConfig) -> None:
+    """ConfigError where `cfg` has a knob the RTL does not build yet (`RTL_UNBUILT`), naming it:
+    every path to Verilog (the rtl tier's build, synthesis, the routes, the bitstreams) calls
+    this first."""
+    unbuilt = [f"{knob} ({what})" for knob, what in RTL_UNBUILT.items() if getattr(cfg, knob)]
+    if unbuilt:
+        raise ConfigError(
+            f"config {cfg.tag} has {', '.join(unbuilt)}, which the RTL does not build yet: the "
+            f"simulator runs it (`--device sim`); for RTL, Verilog or a bitstream use the config "
+            f"without it ({', '.join(k for k in RTL_UNBUILT if getattr(cfg, k))} = 0)"
+        )

@@ -24,7 +24,9 @@ later, or once no GEMM/ALU instruction whose first micro-op is in the bank runs;
 compute stage may still issue into the bank (in a cycle where both could go, it goes first),
 after it nothing issues into the bank until `Timing.hold_release` cycles after the STORE's end.
 The STORE ends once the DRAM has taken the beats its unit gives from the grant on
-(`requant_pace.py`).
+(`requant_pace.py`). One into INP (`to_inp`) ends once its unit's last row is written into INP
+(`last_inp_write`); INP has one write port, so such a STORE starts only while no INP LOAD is in
+flight, and an INP LOAD only while no STORE into INP is.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tilecraft.hw.timing import Timing
 from tilecraft.sim.dram_port import COMPUTE_CLIENT, LOAD_CLIENT, STORE_CLIENT, Done, DramPort
 from tilecraft.sim.fetch import FETCH_KEY, Fetch
 from tilecraft.sim.plan import Plan
-from tilecraft.sim.requant_pace import burst_ends, last_beat
+from tilecraft.sim.requant_pace import burst_ends, last_beat, last_inp_write
 
 FETCH = 3  # actor id of the fetch unit, after the three stages
 PORT = 4  # actor id of the DRAM port
@@ -98,6 +100,8 @@ class Engine:
         # release
         self.store_hold: _Hold | None = None
         self.bank_free = [0, 0]
+        # INP's write port: the last INP LOAD's and STORE into INP's ends (`_inp_port`)
+        self.inp_free = {Stage.LOAD: 0, Stage.STORE: 0}
         self.unit_free = dict.fromkeys(Unit, 0)
         self.unit_last: dict[Unit, int | None] = dict.fromkeys(Unit)
         self.after_barrier = False  # the compute stage's last instruction was a LOAD/FINISH
@@ -187,7 +191,19 @@ class Engine:
             t, _ = self._unit_ready(k, t)
             if t is None:
                 return None
+        elif self.plan.inp_writer[k]:
+            return self._inp_port(a, t)
         return t
+
+    def _inp_port(self, a: Stage, t: int) -> int | None:
+        """When INP LOAD or STORE into INP k of stage a may start at or after t: once the
+        other stage's INP writer is done (None while it is in flight)."""
+        other = Stage.STORE if a == Stage.LOAD else Stage.LOAD
+        flight = self.in_flight[other]
+        if flight is not None and self.plan.inp_writer[flight[0]]:
+            return None
+        free = self.inp_free[other]
+        return free if free > t else t
 
     def _store_bank(self, k: int) -> int:
         return self.cfg.acc_bank(int(self.plan.rows[k]["sram_base"]))
@@ -271,6 +287,10 @@ class Engine:
         if self.plan.unit_shape[k] is not None:
             self.store_hold = _Hold(self._store_bank(k), k, t + self.timing.hold_grant)
         bursts = self.plan.bursts[k]
+        if not bursts and self.plan.unit_shape[k] is not None:  # a STORE into INP: no DRAM
+            self.store_hold.port_end = t + self.plan.busy[k]
+            self.in_flight[s] = (k, t)
+            return
         if bursts:  # it ends once its data has passed the DRAM port
             lead = self.plan.lead[k]
             self.port.request(k, PORT_CLIENT[s], bursts, t + lead, drain=self.plan.drain[k])
@@ -339,6 +359,8 @@ class Engine:
         timing, k, done = self.timing, hold.k, hold.done
         reads = self._reads_from(t, hold)
         shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
+        if not bursts:  # into INP
+            return max(hold.port_end, last_inp_write(timing, shape, reads) + timing.store_tail)
         last = last_beat(timing, shape, bursts, reads, done.firsts)
         free = last + 1 + timing.burst_gap
         self.port.data_free = max(self.port.data_free, free)
@@ -347,6 +369,8 @@ class Engine:
     def _complete(self, s: Stage, k: int, t: int, end: int, overlaps: int | None) -> None:
         """Instruction k of stage s ran from t to end: execute it, free its unit, push."""
         self.start[k], self.end[k] = t, end
+        if self.plan.inp_writer[k]:
+            self.inp_free[s] = end
         if self.store_hold is not None and self.store_hold.k == k:  # the bank is free again
             self.bank_free[self.store_hold.bank] = end + self.timing.hold_release
             self.store_hold = None
@@ -439,7 +463,8 @@ class Engine:
         )
 
     def check_finish(self) -> int:
-        """Cycle at which `done` rises; every STORE (the only DRAM writer) must be done by then."""
+        """Cycle at which `done` rises; every STORE to DRAM (the only DRAM writer) must be done
+        by then."""
         compute = self.queues[Stage.COMPUTE]
         if not compute or self.plan.rows[compute[-1]]["opcode"] != Opcode.FINISH:
             raise ExecutionError(
@@ -449,7 +474,7 @@ class Engine:
         k = compute[-1]
         done = max(self.end[i] for i in compute)
         stores = self.queues[Stage.STORE]
-        late = [i for i in stores if self.end[i] > done]
+        late = [i for i in stores if self.end[i] > done and not self.plan.inp_writer[i]]
         if late:
             i = late[0]
             raise ExecutionError(

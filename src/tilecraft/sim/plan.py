@@ -16,6 +16,7 @@ from tilecraft.hw.isa import (
     POP_QUEUES,
     PUSH_QUEUES,
     STAGE_OF,
+    MemId,
     Opcode,
     Stage,
     Unit,
@@ -40,9 +41,12 @@ class Plan:
         self.box: list[int] = []  # LOAD: cycles from its start to its last write, at the least
         self.bursts: list[list[tuple[int, int]]] = []  # AXI bursts (beats, presentation delay)
         self.lead: list[int] = []  # LOAD/STORE: from its start to its first burst's request
-        # a requantizing STORE: its shape as its unit paces it (`requant_shape`); None for the rest
+        # a requantizing STORE: its shape as its unit paces it (`requant_shape`); None for the
+        # rest. One into INP (`to_inp`) has no bursts: its unit's rows go into INP's write port
         self.unit_shape: list[tuple[int, int, int, int] | None] = []
         self.dram_bytes: list[int] = []
+        # an INP LOAD or a STORE into INP: they take turns on INP's write port (sim/engine.py)
+        self.inp_writer: list[bool] = []
         for k, row in enumerate(rows):
             s = STAGE_OF[self.stage[k]]
             pops = tuple(q for f, q in POP_QUEUES[s].items() if q is not None and row[f])
@@ -50,13 +54,26 @@ class Plan:
             self.pops.append(pops)
             self.pushes.append(pushes)
             op = row["opcode"]
+            self.inp_writer.append(
+                bool(row["to_inp"])
+                if op == Opcode.STORE
+                else op == Opcode.LOAD and row["mem"] == MemId.INP and row["x_size"] != 0
+            )
             self.unit.append(unit_of(op) if s == Stage.COMPUTE else None)
             if row["opcode"] in (Opcode.LOAD, Opcode.STORE):
                 runs, _, _, nbytes = dma_shape(cfg, row)
                 name = "out" if op == Opcode.STORE else BUFFER_NAMES[row["mem"]]
                 eb = cfg.elem_bytes(name)
-                bursts = timing.bursts(
-                    row["dram_base"] * eb, row["y_size"], row["x_size"] * eb, row["x_stride"] * eb
+                to_inp = op == Opcode.STORE and row["to_inp"]  # no DRAM: the unit's rows into INP
+                bursts = (
+                    []
+                    if to_inp
+                    else timing.bursts(
+                        row["dram_base"] * eb,
+                        row["y_size"],
+                        row["x_size"] * eb,
+                        row["x_stride"] * eb,
+                    )
                 )
                 lat = timing.dram_latency if bursts else 0
                 overhead = timing.dma_overhead if bursts else timing.barrier_overhead
@@ -64,7 +81,7 @@ class Plan:
                     overhead += timing.dma_plan  # STORE skips the plan when y_size is 0 too
                 lead = timing.dma_overhead + timing.dma_plan
                 self.lead.append(lead)
-                requant = op == Opcode.STORE and row["requant"] and bursts
+                requant = op == Opcode.STORE and row["requant"] and (bursts or to_inp and nbytes)
                 self.unit_shape.append(requant_shape(cfg, timing, row) if requant else None)
                 lead, trail, _ = pad_split(row) if bursts else (0, 0, 0)
                 # the loader writes its padded box in order, one element a cycle, each data
@@ -82,7 +99,7 @@ class Plan:
                 narrow = eb < timing.axi_bytes and op == Opcode.LOAD
                 self.drain.append(row["x_size"] * row["y_size"] if narrow and bursts else 0)
                 self.bursts.append(bursts)
-                self.dram_bytes.append(nbytes)
+                self.dram_bytes.append(0 if to_inp else nbytes)
             else:
                 self.busy.append(busy_cycles(timing, row))
                 self.post.append(0)

@@ -3,7 +3,9 @@
 A correct program orders every cross-stage use of a scratchpad with tokens. When one is missing
 the hardware races, and the simulator would otherwise just pick an order silently: instead it
 raises `HazardError` naming both instructions. Tracked: INP/WGT (written by load, read by
-compute) and ACC (written by compute, read by store as OUT).
+compute; INP also written by a STORE into INP) and ACC (written by compute, read by store as
+OUT). Two writers of INP never overlap in time (they take turns on its write port, see
+sim/engine.py); which goes first is the verifier's `waw` rule's to check.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage
 from tilecraft.sim.semantics import Footprint
 
-_WRITER = {"inp": Stage.LOAD, "wgt": Stage.LOAD, "acc": Stage.COMPUTE}
+_WRITER = {"inp": (Stage.LOAD, Stage.STORE), "wgt": (Stage.LOAD,), "acc": (Stage.COMPUTE,)}
 _READER = {"inp": Stage.COMPUTE, "wgt": Stage.COMPUTE, "acc": Stage.STORE}
 
 
@@ -35,7 +37,7 @@ class RaceChecker:
                 self.read_end[buf][idx] = np.maximum(self.read_end[buf][idx], end)
                 self.reader[buf][idx] = k
         for buf, rows in fp.writes.items():
-            if _WRITER.get(buf) == stage:
+            if stage in _WRITER.get(buf, ()):
                 idx = _index(rows)
                 self._conflict(k, start, buf, idx, self.read_end, self.reader, "being read")
                 self.write_end[buf][idx] = end

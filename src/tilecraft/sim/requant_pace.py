@@ -74,3 +74,14 @@ def last_beat(
     for first in firsts:
         last = ends.send(first)
     return last
+
+
+def last_inp_write(timing: Timing, shape: tuple[int, int, int, int], reads_from: int) -> int:
+    """The cycle a requantizing STORE into INP (`to_inp`) writes its last row: the unit reads
+    as it does for DRAM (each set's three parameter rows, then a row every `passes` cycles, a
+    set after the first `requant_set_gap` later), and each row goes into INP's write port
+    `requant_latency` + 1 cycles after its read, one a cycle, which never holds the unit."""
+    n, per_set, passes, _ = shape
+    sets = -(-n // per_set)
+    last_read = reads_from + 3 - passes + n * passes + (sets - 1) * timing.requant_set_gap
+    return last_read + timing.requant_latency + 1

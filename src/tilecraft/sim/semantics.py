@@ -17,6 +17,8 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
   accumulator rows param_base.. (hw/isa/requant.py: bias, scale, zero point and clip; lane c of
   the first batch row holds channel c's); its data rows and parameter rows lie in one bank (the
   unit reads them through that bank's read port, sim/engine.py);
+- a STORE with `to_inp` (configs with `store_to_inp`; with `requant` only) writes its
+  requantized rows into INP rows dram_base + y * x_stride + x instead of DRAM;
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
 - a LOAD pads with zeros, an INP LOAD with `pad_value` in every lane (other memories ignore it);
 - GEMM and ALU run their loop in the order i (outer), j (inner), micro-op; an ALU instruction
@@ -106,6 +108,8 @@ def store(m: Machine, r) -> Footprint:
             )
         values, params = _requantized(m, values, r["param_base"], per_row, banks.pop())
         reads = {"acc": np.concatenate([np.arange(base, base + count), params])}
+    if r["to_inp"]:
+        return Footprint(reads, {"inp": _store_inp(m, r, values)})
     rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
     start, stride = r["dram_base"] * eb, r["x_stride"] * eb
     _check_dram(m, start, y, x * eb, stride)
@@ -117,6 +121,27 @@ def store(m: Machine, r) -> Footprint:
         for k in range(y):
             m.dram[start + k * stride : start + k * stride + x * eb] = rows[k]
     return Footprint(reads, {})
+
+
+def _store_inp(m: Machine, r, values: np.ndarray) -> np.ndarray:
+    """A STORE's requantized rows into INP (`to_inp`): row y's elements to INP rows
+    dram_base + y * x_stride + x (later rows win where they overlap); the rows written."""
+    cfg = m.config
+    if not r["requant"]:
+        raise IllegalInstructionError(
+            "STORE into INP without requant: only the requantization unit's rows go into INP"
+        )
+    if not cfg.store_to_inp:
+        raise IllegalInstructionError(
+            f"STORE into INP on config {cfg.tag}, which has no path from STORE into INP "
+            f"(store_to_inp = 0)"
+        )
+    y, x = r["y_size"], r["x_size"]
+    rows = (r["dram_base"] + r["x_stride"] * np.arange(y)[:, None] + np.arange(x)).ravel()
+    _check_index("inp", rows, cfg.depth("inp"), "STORE into INP")
+    m.inp[rows] = values.astype(m.inp.dtype).reshape(m.inp[rows].shape)
+    m.inp_f[rows] = m.inp[rows]
+    return rows
 
 
 def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, bank: int):

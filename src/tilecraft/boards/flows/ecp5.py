@@ -22,7 +22,7 @@ from tilecraft.boards.flows.sta import EndpointSummary, summarize_file
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
 from tilecraft.files import write_atomic
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.hw.rtl.dsp import ECP5_DSP
 from tilecraft.progress import status
 
@@ -237,6 +237,7 @@ def timing(
     _check_seed(seed)
     if device not in DEVICES:
         raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
+    check_rtl(cfg)
     from tilecraft.hw.rtl.top import verilog
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively

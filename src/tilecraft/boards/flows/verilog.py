@@ -9,7 +9,7 @@ from pathlib import Path
 from tilecraft.errors import PathError
 from tilecraft.files import write_atomic
 from tilecraft.hw import regs
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, check_rtl
 
 TOP = regs.MODULE
 
@@ -17,6 +17,7 @@ TOP = regs.MODULE
 def export_verilog(cfg: HwConfig, folder: str | Path) -> list[Path]:
     """Write `tilecraft_top.v`, `registers.json` and `config.toml` into `folder` (made if
     missing); returns their paths."""
+    check_rtl(cfg)
     from tilecraft.hw.rtl.top import verilog
 
     folder = Path(folder)

@@ -155,6 +155,15 @@ def _store(cfg, r, depth, a: Access) -> None:
             )
             return
         a.reads["acc"] = np.concatenate([a.reads["acc"], params])
+    if r["to_inp"]:  # its rows into INP rows from dram_base, x_stride apart (no DRAM)
+        rows = (r["dram_base"] + r["x_stride"] * np.arange(y)[:, None] + np.arange(x)).ravel()
+        if rows.max() >= depth["inp"]:
+            a.problems.append(
+                f"writes inp rows up to {int(rows.max())} beyond its {depth['inp']} rows"
+            )
+            return
+        a.writes["inp"] = np.unique(rows)
+        return
     a.dram_writes.extend(_dram_rows(r, cfg.elem_bytes("out")))
 
 

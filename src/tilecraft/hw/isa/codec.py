@@ -138,7 +138,11 @@ def _get(words: np.ndarray, f: Field) -> np.ndarray:
     return v
 
 
-UNIT_FIELDS = dict.fromkeys(("requant", "param_base", "param_per_row"), "requant_lanes")
+UNIT_FIELDS = {
+    **dict.fromkeys(("requant", "param_base", "param_per_row"), "requant_lanes"),
+    "to_inp": "store_to_inp",
+}
+UNIT_NAMES = {"requant_lanes": "requantization unit", "store_to_inp": "path from STORE into INP"}
 
 
 def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -> None:
@@ -150,15 +154,15 @@ def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -
         used = table[name][idx] != 0
         if used.any():
             k = int(idx[np.argmax(used)])
-            if spec.config.requant_lanes:
+            if getattr(spec.config, knob):
                 raise EncodingError(
                     f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
                     f"{int(table[name][k])}: only a STORE has that field"
                 )
             raise EncodingError(
                 f"instruction {k} ({Opcode(int(table['opcode'][k])).name}) sets {name} = "
-                f"{int(table[name][k])}, but config {spec.config.tag} has no requantization "
-                f"unit: a program that needs it runs on a config with {knob} > 0"
+                f"{int(table[name][k])}, but config {spec.config.tag} has no "
+                f"{UNIT_NAMES[knob]}: a program that needs it runs on a config with {knob} > 0"
             )
 
 

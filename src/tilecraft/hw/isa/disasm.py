@@ -16,8 +16,9 @@ def format_row(row) -> str:
     tail = f"  | {' '.join(flags)}" if flags else ""
     if op in (Opcode.LOAD, Opcode.STORE):
         mem = _name(MemId, get("mem"))
+        to = "inp" if op == Opcode.STORE and get("to_inp") else "dram"  # `to_inp`: an INP row
         text = (
-            f"{Opcode(op).name:6s} {mem:3s} sram={get('sram_base')} dram={get('dram_base')} "
+            f"{Opcode(op).name:6s} {mem:3s} sram={get('sram_base')} {to}={get('dram_base')} "
             f"y={get('y_size')} x={get('x_size')} stride={get('x_stride')}"
         )
         pads = [int(get(k)) for k in ("y_pad0", "y_pad1", "x_pad0", "x_pad1")]

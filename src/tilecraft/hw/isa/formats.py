@@ -141,6 +141,8 @@ class IsaSpec:
                 ("param_base", self.acc_idx_bits, False),
                 ("param_per_row", 1, False),
             ]
+            if c.store_to_inp:  # the unit's rows into INP rows from dram_base (an INP index)
+                requant.append(("to_inp", 1, False))
             store_fmt = _pack("STORE", INSN_BITS, header + store + requant)
         self.formats: dict[Opcode, Format] = {
             Opcode.LOAD: mem_fmt,

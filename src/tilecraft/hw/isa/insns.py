@@ -50,6 +50,7 @@ FIELD_NAMES = (
     "requant",
     "param_base",
     "param_per_row",
+    "to_inp",
     "acc_base",
     "inp_base",
     "wgt_base",
@@ -120,7 +121,9 @@ class Store(_Insn):
     `param_base + 1` (the scale's fields) and `param_base + 2` (zero point and clip bounds),
     one lane per output channel (sim/semantics.py `store`); with `param_per_row`, row y of the
     transfer has its own three, from `param_base + 3 * y` (a transfer whose rows are channel
-    blocks)."""
+    blocks). With `to_inp` (configs with `store_to_inp`; a requantizing STORE only) the rows
+    go into INP instead: row y's x_size elements to inp[dram_base + y * x_stride + x], with
+    `dram_base` and `x_stride` counting INP rows (on square blocks an OUT row is an INP row)."""
 
     sram_base: int
     dram_base: int
@@ -131,6 +134,7 @@ class Store(_Insn):
     requant: bool = False
     param_base: int = 0
     param_per_row: bool = False
+    to_inp: bool = False
     opcode = Opcode.STORE
 
 
@@ -274,6 +278,7 @@ def row_insn(row) -> _Insn:
             mem=_enum(MemId, get("mem")),
             requant=bool(get("requant")),
             param_per_row=bool(get("param_per_row")),
+            to_inp=bool(get("to_inp")),
             **{k: int(get(k)) for k in keys},
             **flags,
         )

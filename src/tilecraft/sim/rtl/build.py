@@ -14,7 +14,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from tilecraft.errors import DeviceError
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.progress import task
 
 HERE = Path(__file__).resolve().parent
@@ -146,6 +146,7 @@ def build(
     """A cocotb runner holding cfg's simulation model, and its directory; builds the model the
     first time (Verilator: minutes; Icarus: seconds, but it simulates some 100x slower), later
     calls only check that it is up to date."""
+    check_rtl(cfg)
     if simulator not in SIMULATORS:
         raise DeviceError(f"unknown RTL simulator {simulator!r}: use one of {SIMULATORS}")
     if simulator == "icarus" and shutil.which("iverilog") is None:
