@@ -120,3 +120,60 @@ def test_programs_of_one_footprint_share_a_plan_and_keep_their_immediates(monkey
     assert [(type(i), i.pop_prev, i.pop_next, i.push_prev, i.push_next) for i in shifted] == strip
     assert [i.imm for i in shifted if isinstance(i, Alu)] == [9]
     assert [i.imm for i in cleared if isinstance(i, Alu)] == [0]
+
+
+@pytest.mark.parametrize("store_first", [True, False])
+def test_the_load_and_store_stages_order_their_inp_writes_through_a_compute_no_op(store_first):
+    """A STORE into INP and an INP LOAD on the same rows (`HwConfig.store_to_inp`): the two
+    stages have no queue between them, so a compute no-op takes the earlier one's token and
+    hands it on; the program verifies, and the later write in program order is what a GEMM
+    then reads (an identity weight block copies the rows out)."""
+    from tilecraft.hw.isa.requant import pack_clip, pack_scale
+    from tilecraft.ops.requant import float32_requantize, scale_fields
+
+    cfg = preset("default").replace(requant_lanes=8).with_store_to_inp()
+    b, n, rows = cfg.block_out, 4, 100
+    rng = np.random.default_rng(3)
+    data = rng.integers(-5000, 5000, (n, 1, b))
+    scale = np.full(b, 0.01, np.float32)
+    f = scale_fields(scale)
+    clip = np.full(b, pack_clip(0, -128, 127))
+    params = np.stack([np.zeros(b), pack_scale(f.significand, f.exponent), clip])
+    acc_rows = np.concatenate([data, params[:, None, :]]).astype(np.int32)
+    x = rng.integers(-128, 128, (n, 1, b)).astype(np.int8)
+    pb = ProgramBuilder(cfg, "two-writers")
+    acc = pb.buffer("acc", Role.CONSTANT, acc_rows.shape, np.int32, data=acc_rows)
+    xin = pb.buffer("x", Role.CONSTANT, x.shape, np.int8, data=x)
+    eye = pb.buffer("eye", Role.CONSTANT, (1, b, b), np.int8, data=np.eye(b, dtype=np.int8)[None])
+    out = pb.buffer("out", Role.OUTPUT, (n, 1, b), np.int8)
+    dst = cfg.acc_bank_rows + 8
+    uops = [Uop(dst, 0, 0), Uop(dst, rows, 0)]
+    region = pb.place_uops(uops)
+
+    def dma(mem, sram, buf, count):
+        at = pb.elem(buf, "acc" if mem == MemId.ACC else mem.name.lower())
+        return Load(mem=mem, sram_base=sram, dram_base=at, y_size=1, x_size=count, x_stride=count)
+
+    into_inp = Store(
+        sram_base=0, dram_base=rows, y_size=1, x_size=n, x_stride=n, requant=True, param_base=n,
+        to_inp=True,
+    )  # fmt: skip
+    writes = [into_inp, dma(MemId.INP, rows, xin, n)]
+    insns = [
+        pb.load_uops(),
+        dma(MemId.ACC, 0, acc, n + 3),
+        dma(MemId.WGT, 0, eye, 1),
+        *(writes if store_first else writes[::-1]),
+        Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=n, dst_out=1),
+        Gemm(uop_bgn=1, uop_end=2, iter_out=n, dst_out=1, src_out=1),
+        Store(sram_base=dst, dram_base=pb.elem(out, "out"), y_size=1, x_size=n, x_stride=n),
+        Finish(),
+    ]
+    program = pb.build(insert_tokens(cfg, insns, uops, region))
+    lines = [format_row(r) for r in program.table()]
+    relay = ("pop_next", "push_prev") if store_first else ("pop_prev", "push_next")
+    assert any("sync only" in line and all(f in line for f in relay) for line in lines), lines
+    verify(program)
+    got = get_device("sim").run(program, {}).outputs["out"]
+    unit = float32_requantize(data, scale, 0, -128, 127, channel_axis=2)
+    np.testing.assert_array_equal(got, x if store_first else unit)

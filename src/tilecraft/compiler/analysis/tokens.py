@@ -8,7 +8,9 @@ latest such instruction: that one pushes a token toward it and it pops the token
 through the third stage), so only the edges that add ordering are inserted. The compute
 stage's two units finish out of order: when an instruction needs a GEMM and a younger ALU
 instruction (or the reverse) that may have overlapped, no single token vouches for both, and
-a compute no-op (a LOAD of nothing, which waits for both units) goes in to push it. Edges in
+a compute no-op (a LOAD of nothing, which waits for both units) goes in to push it; one also
+relays a token between the load and store stages, which have no queue between them (both write
+INP where a STORE goes into INP, `HwConfig.store_to_inp`). Edges in
 one direction have increasing producers and consumers, so tokens pair up in FIFO order exactly
 as the hardware queues pair them. FINISH waits for the last STORE (the last DRAM write).
 """
@@ -213,13 +215,18 @@ def _plan(cfg: HwConfig, table: np.ndarray, uops: np.ndarray, uop_region: int) -
             missing = [w for w in need[other] if not covers(clock, *w)]
             if not missing:
                 continue  # already ordered, directly or through the third stage
-            if queue_between(other, s) is None:
-                raise ScheduleError(
-                    f"instruction {k} ({s.name.lower()}) depends on the {other.name.lower()} "
-                    f"stage, which has no token queue to it"
-                )
             p = global_of[other][max(x for _, x in missing)]
-            if not all(covers(np.maximum(clock, done_of[p]), *w) for w in missing):
+            if queue_between(other, s) is None:
+                # the load and store stages (both write INP where a STORE goes into INP) have
+                # no queue between them: a compute no-op hands the order on, taking the token
+                # itself unless the compute stage already waited for a later instruction there
+                # (tokens pair in FIFO order: its pop may not reach behind an earlier one's)
+                nop = completion.start(Stage.COMPUTE, int(Opcode.LOAD), None)[2]
+                ordered = all(covers(nop, *w) for w in missing)
+                emit(None, Stage.COMPUTE, int(Opcode.LOAD), None, [] if ordered else [p])
+                p = len(out) - 1
+                started = None
+            elif not all(covers(np.maximum(clock, done_of[p]), *w) for w in missing):
                 # two compute instructions, the older maybe still running: s is not the
                 # compute stage, so the no-op changes nothing it inherits
                 emit(None, Stage.COMPUTE, int(Opcode.LOAD), None, [])
