@@ -42,6 +42,29 @@ def test_random_programs_on_the_unit_requantize_from_their_own_bank(name):
     assert stores >= 8 and 0 < per_row < stores
 
 
+def test_random_programs_with_the_path_into_inp_store_there_and_draw_the_rest_as_before():
+    """With `store_to_inp`, some requantizing STOREs write INP rows the GEMMs may read; the
+    programs verify and run on the simulator (its race check included); and every other
+    instruction is drawn as on the config without the path (its own random stream)."""
+    plain = preset("default").replace(requant_lanes=8)
+    cfg = plain.with_store_to_inp()
+    into = 0
+    for seed in range(8):
+        program, inputs = random_program(cfg, seed)
+        verify(program)
+        table = program.table()
+        into += int(((table["opcode"] == Opcode.STORE) & (table["to_inp"] != 0)).sum())
+        get_device("sim").run(program, inputs)
+    assert into >= 4
+    fields = ["opcode", "uop_bgn", "uop_end", "iter_out", "iter_in", "dst_out", "src_out", "imm"]
+    for seed in range(4):
+        before, after = (random_program(c, seed)[0].table() for c in (plain, cfg))
+        units = [
+            t[np.isin(t["opcode"], (Opcode.GEMM, Opcode.ALU))][fields] for t in (before, after)
+        ]
+        assert np.array_equal(*units), seed
+
+
 @pytest.mark.parametrize("name", ["1x8x8", "default"])
 def test_pace_programs_store_long_runs_of_parameter_sets(name):
     """The pace programs' STOREs all requantize, most with three sets or more (the random

@@ -1,8 +1,9 @@
 """Seeded random programs for differential tests (simulator vs RTL): every opcode, LOAD
 padding, 2-D strides, micro-op loops, GEMM resets, immediate and tensor ALU ops, several
 STOREs (on a config with the requantization unit, half of them requantizing, with parameter
-sets in each bank, one for the transfer or one per row), and on a config with the depthwise
-mode DEPTHWISEs over small planes of either stride. Dependence flags come from the token
+sets in each bank, one for the transfer or one per row; with `store_to_inp`, half of those
+into INP rows the GEMMs read), and on a config with the depthwise mode DEPTHWISEs over small
+planes of either stride. Dependence flags come from the token
 pass, and every program passes the static verifier, so any difference between two devices is a
 bug in one of them."""
 
@@ -82,6 +83,7 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     pad_values = rng.spawn(1)[0].integers(-128, 128, length).tolist()
     requant = _requant_parameters(cfg, pb, insns, rng.spawn(1)[0]) if cfg.requant_lanes else None
     windows = rng.spawn(1)[0] if cfg.depthwise_window else None  # a stream of their own too
+    into_inp = rng.spawn(1)[0] if cfg.store_to_inp else None  # and STOREs into INP
     for _ in range(length):
         if windows is not None and windows.random() < 0.3:
             insns.append(_depthwise(cfg, windows, half))
@@ -154,8 +156,23 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                 first = int(requant.integers(0, PARAM_SETS - sets + 1))
                 bank = base - base % half
                 fields = _requant_fields(bank + PARAM_AT, first, per_row)
+            span = (y - 1) * stride + x
+            if fields and into_inp is not None and into_inp.random() < 0.5:  # rows GEMMs read
+                at = int(into_inp.integers(0, ROWS - span + 1))
+                insns.append(
+                    Store(
+                        sram_base=base,
+                        dram_base=at,
+                        y_size=y,
+                        x_size=x,
+                        x_stride=stride,
+                        to_inp=True,
+                        **fields,
+                    )
+                )
+                continue
             insns.append(_store(pb, out, out_next, base, y, x, stride, fields))
-            out_next += (y - 1) * stride + x
+            out_next += span
     insns.append(Finish())
     return pb.build(insert_tokens(cfg, insns, uops, region))
 
