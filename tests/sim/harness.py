@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecraft.hw.config import HwConfig
-from tilecraft.hw.isa import Finish, encode, encode_uops, isa_for
+from tilecraft.hw.isa import Finish, Load, MemId, Store, encode, encode_uops, isa_for
 from tilecraft.hw.isa.requant import pack_clip, pack_scale
 from tilecraft.ops.requant import scale_fields
 from tilecraft.sim.simulator import run_image
@@ -102,3 +102,23 @@ def requant_rows(cfg, rng, rows: int):
     acc[rows + 1] = pack_scale(fields.significand, fields.exponent)
     acc[rows + 2] = pack_clip(zero, lo, hi)
     return acc.astype(np.int32), (bias, scale, zero, lo, hi)
+
+
+def requant_store(cfg, rows: int, dram_base: int, param_base: int, y_size=1, loaded=None, **store):
+    """Load `loaded` accumulator rows from DRAM byte 0 (the data's and three parameter rows past
+    them), then a requantizing STORE of `y_size` rows of `rows` elements each to `dram_base`
+    (DRAM elements, or INP rows with `to_inp`), then a compute no-op that waits for it."""
+    loaded = rows * y_size + 3 if loaded is None else loaded
+    idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    store = {"x_stride": rows, **store}
+    return [
+        Load(
+            mem=MemId.ACC, sram_base=0, dram_base=0, y_size=1, x_size=loaded, x_stride=loaded,
+            push_next=True,
+        ),
+        Store(
+            sram_base=0, dram_base=dram_base, y_size=y_size, x_size=rows, pop_prev=True,
+            push_prev=True, requant=True, param_base=param_base, **store,
+        ),
+        Load(mem=MemId.UOP, **idle, pop_next=True),
+    ]  # fmt: skip

@@ -9,45 +9,18 @@ import pytest
 
 from tilecraft.errors import AccessError, IllegalInstructionError
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Load, MemId, Store
+from tilecraft.hw.isa import Load, Store
 from tilecraft.hw.isa.requant import pack_clip
 from tilecraft.hw.timing import Timing
 from tilecraft.ops.requant import float32_requantize
 
-from harness import requant_rows, run
+from harness import requant_rows, requant_store, run
 
 
 def _store_program(cfg, rows: int, out_off: int, param_base: int, y_size=1, loaded=None, **store):
-    """Load `loaded` accumulator rows (the data's and three parameter rows past them), then a
-    requantizing STORE of `y_size` rows of `rows` elements each to byte `out_off`."""
-    loaded = rows * y_size + 3 if loaded is None else loaded
-    insns = [
-        Load(
-            mem=MemId.ACC,
-            sram_base=0,
-            dram_base=0,
-            y_size=1,
-            x_size=loaded,
-            x_stride=loaded,
-            push_next=True,
-        ),  # fmt: skip
-        Store(
-            sram_base=0,
-            dram_base=out_off // cfg.elem_bytes("out"),
-            y_size=y_size,
-            x_size=rows,
-            x_stride=rows,
-            pop_prev=True,
-            push_prev=True,
-            requant=True,
-            param_base=param_base,
-            **store,
-        ),  # fmt: skip
-        Load(
-            mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_next=True
-        ),
-    ]
-    return insns
+    """`requant_store` to DRAM byte `out_off`."""
+    dram = out_off // cfg.elem_bytes("out")
+    return requant_store(cfg, rows, dram, param_base, y_size, loaded, **store)
 
 
 @pytest.mark.parametrize("name, lanes", [("default", 8), ("1x8x8", 8), ("2x16x16", 16)])

@@ -24,7 +24,7 @@ from tilecraft.ops.requant import float32_requantize
 from tilecraft.runtime import get_device
 from tilecraft.runtime.buffers import Role
 
-from harness import requant_rows, run
+from harness import requant_rows, requant_store, run
 
 OUT_OFF = 40960  # where a STORE to DRAM writes (nothing is there before)
 
@@ -35,35 +35,12 @@ def _cfg(name="default"):
 
 def _inp_store(cfg, rows: int, inp_base: int, y_size: int = 1, x_stride=None, **flags):
     """Load the data rows and a parameter set, then STORE `y_size` rows of `rows` elements
-    into INP from `inp_base`, `x_stride` apart."""
-    loaded = rows * y_size + 3
-    return [
-        Load(
-            mem=MemId.ACC,
-            sram_base=0,
-            dram_base=0,
-            y_size=1,
-            x_size=loaded,
-            x_stride=loaded,
-            push_next=True,
-        ),  # fmt: skip
-        Store(
-            sram_base=0,
-            dram_base=inp_base,
-            y_size=y_size,
-            x_size=rows,
-            x_stride=rows if x_stride is None else x_stride,
-            requant=True,
-            param_base=rows * y_size,
-            to_inp=True,
-            pop_prev=True,
-            push_prev=True,
-            **flags,
-        ),  # fmt: skip
-        Load(
-            mem=MemId.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_next=True
-        ),  # the compute stage waits for the rows (what a GEMM reading them would pop)
-    ]
+    into INP from `inp_base`, `x_stride` apart; the compute stage waits for the rows (what a
+    GEMM reading them would pop)."""
+    stride = rows if x_stride is None else x_stride
+    return requant_store(
+        cfg, rows, inp_base, rows * y_size, y_size, x_stride=stride, to_inp=True, **flags
+    )
 
 
 @pytest.mark.parametrize("name", ["default", "2x16x16"])
