@@ -48,6 +48,10 @@ class Block:
     def out_size(self) -> int:
         return (self.size - 1) // self.stride + 1
 
+    def channel_blocks(self, b: int) -> tuple[int, int, int]:
+        """Blocks of `b` channels: in (padded), expanded, out (padded)."""
+        return -(-self.cin // b), self.expand // b, -(-self.cout // b)
+
 
 @dataclass(frozen=True)
 class Band:
@@ -88,7 +92,7 @@ def build(
         raise ScheduleError(f"{band} does not fit {block} on {cfg.tag}")
     rng = np.random.default_rng(seed)
     h, s, ho = block.size, block.stride, block.out_size
-    cb, eb, ob = -(-block.cin // b), block.expand // b, -(-block.cout // b)
+    cb, eb, ob = block.channel_blocks(b)
     x = rng.integers(-128, 128, (h, h, block.cin)).astype(np.int8)
     w1 = rng.integers(-128, 128, (block.expand, block.cin)).astype(np.int8)
     wd = rng.integers(-128, 128, (block.expand, 3, 3)).astype(np.int8)
@@ -264,7 +268,7 @@ def _layout(cfg: HwConfig, block: Block, rows: int, each: bool, twice: bool):
     """(INP rows of an input band, of the projection's inputs), or None where the band's
     buffers do not fit INP, an accumulator bank or a loop's count."""
     b, h, s, ho = cfg.block_out, block.size, block.stride, block.out_size
-    cb, eb, ob = -(-block.cin // b), block.expand // b, -(-block.cout // b)
+    cb, eb, ob = block.channel_blocks(b)
     r_in = (rows - 1) * s + 3
     xband = cb * r_in * h
     din = (2 if each else eb) * rows * ho
@@ -277,15 +281,15 @@ def _layout(cfg: HwConfig, block: Block, rows: int, each: bool, twice: bool):
 
 def _weights_once(cfg: HwConfig, block: Block) -> bool:
     b = cfg.block_out
-    group = -(-block.cin // b) + 1 + -(-block.cout // b)
-    return block.expand // b * group <= cfg.depth("wgt")
+    cb, eb, ob = block.channel_blocks(b)
+    return eb * (cb + 1 + ob) <= cfg.depth("wgt")
 
 
 def _weight_groups(block: Block, b: int, w1, wd, w3) -> np.ndarray:
     """Per expanded channel block, one group of weight elements: its expand's (one an input
     channel block), its depthwise taps (row c: channel c's 9), its projection's (one an output
     channel block)."""
-    cb, eb, ob = -(-block.cin // b), block.expand // b, -(-block.cout // b)
+    cb, eb, ob = block.channel_blocks(b)
     w1p = np.zeros((block.expand, cb * b), np.int8)
     w1p[:, : block.cin] = w1
     taps = np.zeros((eb, 1, b, b), np.int8)
