@@ -69,7 +69,11 @@ def test_a_padded_max_pool_over_signed_values_runs_on_the_accelerator_padding_wi
     pools = [p for p in partition(graph) if p.op == "MaxPool"]
     assert [p.reason for p in pools] == [Reason.POOL_ALU, Reason.POOL_ALU]
     comp = compile_network(
-        graph, preset("default"), random_calibration(graph, 2, seed=0), chain=False
+        graph,
+        preset("default"),
+        random_calibration(graph, 2, seed=0),
+        chain=False,
+        pools_on_accumulators=False,
     )  # each layer alone: the pool's input is kept
     x = {"input": np.random.default_rng(1).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
     run = run_model(comp.model, x, get_device("sim"), keep=True)

@@ -57,6 +57,8 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
     timed_sim_seconds = _accelerator_seconds(result)
     # then the semantics alone (the device replays) against numpy, in turns, each the fastest
     rng = np.random.default_rng(seed)
+    for name, parts in comp.merged.items():  # a conv and its pool, compiled as one layer
+        macs[name] = sum(macs[part] for part in parts)
     gemm_layers = [p for name, p in comp.layer_programs.items() if macs[name]]
     replays, sim_seconds, numpy_seconds = [], float("inf"), float("inf")
     for _ in range(REPEATS):
@@ -82,7 +84,7 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
                 "ideal_cycles": ideal,
                 "utilization": ideal / report.cycles if macs[name] else None,
                 "dram_bytes": sum(report.dram_bytes.values()),
-                "sqnr_db": sqnr.get(name),
+                "sqnr_db": sqnr.get(comp.merged.get(name, (name,))[-1]),
             }
         )
     cycles = result.accelerator_cycles

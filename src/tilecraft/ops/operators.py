@@ -5,7 +5,7 @@ accumulators is `ops.epilogue`'s (and imported from here too)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -466,13 +466,15 @@ class ScaledAdd(_Planes):
 
 @dataclass(frozen=True)
 class Computation:
-    """What a program computes: the operator, its epilogue (for conv2d and dense), and the
-    per-tensor multiplier when it is compiled in as an immediate. The reference recomputes a
-    program's outputs from this and its inputs and constants."""
+    """What a program computes: the operator, its epilogue (for conv2d and dense), the
+    per-tensor multiplier when it is compiled in as an immediate, and a max pool of a conv2d's
+    output taken in the same program (`pool`: the program's output is the pool's). The
+    reference recomputes a program's outputs from this and its inputs and constants."""
 
     op: Conv2d | DepthwiseConv2d | Dense | Gemm | MaxPool2d | GlobalAvgPool2d | ScaledAdd
     epilogue: Epilogue | None = None
     multiplier: int | None = None
+    pool: MaxPool2d | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.op, (Gemm, MaxPool2d, GlobalAvgPool2d, ScaledAdd)) != (
@@ -489,10 +491,37 @@ class Computation:
                 f"multiplier epilogue, not {self.multiplier!r}"
             )
 
+        if self.pool is not None:
+            if not isinstance(self.op, Conv2d) or self.epilogue.residual:
+                raise ScheduleError(
+                    "a max pool in the same program follows a conv2d without a residual add, "
+                    f"not {self.op.describe()}"
+                    + (" with a residual" if isinstance(self.op, Conv2d) else "")
+                )
+            if self.pool.input_shape != self.op.output_shape:
+                raise ScheduleError(
+                    f"the max pool's input {self.pool.input_shape} is not the conv2d's output "
+                    f"{self.op.output_shape}"
+                )
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        """The shape of the program's output tensor (the pool's, where there is one)."""
+        return (self.pool or self.op).output_shape
+
+    def stages(self) -> tuple[Computation, ...]:
+        """The computation as separate kernels compute it: a conv2d and its max pool as two,
+        the pool's input the conv's output; anything else as itself."""
+        if self.pool is None:
+            return (self,)
+        return (replace(self, pool=None), Computation(self.pool))
+
     def describe(self) -> str:
         text = self.op.describe()
         if self.epilogue is not None:
             text += f", epilogue {self.epilogue.describe()}"
         if self.multiplier is not None:
             text += f" (multiplier {self.multiplier})"
+        if self.pool is not None:
+            text += f", then {self.pool.describe()}"
         return text

@@ -254,6 +254,8 @@ def outputs(comp: Computation, tensors: dict[str, np.ndarray]) -> dict[str, np.n
         if needed and params[name] is None:
             raise ScheduleError(f"the epilogue [{ep.describe()}] needs tensor {name!r}")
     x, w = tensors["input"], tensors["weight"]
+    if isinstance(op, Conv2d) and comp.pool is not None:
+        return {"output": maxpool2d(comp.pool, conv2d(op, ep, x, w, **params))}
     if isinstance(op, Conv2d):
         return {"output": conv2d(op, ep, x, w, **params)}
     if isinstance(op, DepthwiseConv2d):

@@ -174,6 +174,41 @@ class LibraryCompute:
         return found
 
 
+class StagedCompute:
+    """A `ComputeKernels` backend that runs a computation of several stages (a conv2d and its
+    max pool: `Computation.stages`) stage by stage on `inner`, each taking the one before's
+    result as its input."""
+
+    def __init__(self, inner: ComputeKernels):
+        self.inner = inner
+        if hasattr(inner, "bind"):
+            self.bind = self._bind
+        if hasattr(inner, "prepare"):
+            self.prepare = self._prepare
+
+    def outputs(self, comp, tensors):
+        result = None
+        for k, stage in enumerate(comp.stages()):
+            given = tensors if k == 0 else {"input": result}
+            result = self.inner.outputs(stage, given)[RESULT[type(stage.op)]]
+        return {RESULT[type(comp.op)]: result}
+
+    def _bind(self, comp, fixed: dict) -> tuple:
+        first, *rest = comp.stages()
+        given, call = self.inner.bind(first, fixed)
+        for stage in rest:
+            _, then = self.inner.bind(stage, {})
+            call = _then(call, then)
+        return given, call
+
+    def _prepare(self, computations) -> None:
+        self.inner.prepare([s for c in computations for s in c.stages()])
+
+
+def _then(first, then):
+    return lambda *args: then(first(*args))
+
+
 @dataclass
 class CpuReport:
     seconds: float
@@ -186,7 +221,7 @@ class CpuDevice:
     `run_layers` for the graph executor (logical tensors)."""
 
     def __init__(self, compute: ComputeKernels, name: str = "cpu"):
-        self.compute = compute
+        self.compute = StagedCompute(compute)
         self.name = name  # "gpu" for the same device on GPU kernels
         # each program's constants unpacked once (ResNet-18's weights: 11 MB, ~10 ms a run),
         # by the program's id while it lives (weakly held: a dropped program frees them)

@@ -68,9 +68,16 @@ def test_a_pool_too_large_for_the_scratchpads_runs_on_the_host():
         pads=[1, 1, 1, 1],
     )  # 3 rows of 402: more than an input slot
     graph = import_model(b.model("input", (1, 3, 20, 400), y, (1, 16, 10, 200)))
-    comp = compile_network(graph, preset("default"), random_calibration(graph, 1), measure=1)
+    data = random_calibration(graph, 1)
+    comp = compile_network(graph, preset("default"), data, measure=1, pools_on_accumulators=False)
     assert any(isinstance(layer, PoolLayer) for layer in comp.network.layers)
     assert any(isinstance(s, HostStep) and s.op.kind == "maxpool" for s in comp.model.steps)
+    # taken on the conv's accumulators instead, in tiles of the columns: on the accelerator
+    fused = compile_network(graph, preset("default"), data, measure=1)
+    assert not any(isinstance(s, HostStep) and s.op.kind == "maxpool" for s in fused.model.steps)
+    x = {"input": np.random.default_rng(3).standard_normal((1, 3, 20, 400)).astype(np.float32)}
+    ours = run_model(fused.model, x, get_device("sim")).outputs[y]
+    np.testing.assert_array_equal(ours, run_model(comp.model, x).outputs[y])
 
 
 def test_chained_identities_and_a_row_bias():

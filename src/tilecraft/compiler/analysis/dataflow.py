@@ -13,6 +13,11 @@ each tap once, with weights of the output's channel block; taps on padding hold 
 nothing. Products with other weights (the residual's selector matrices) are not the layer's
 taps and are left to the other rules.
 
+Under a max pool taken on the accumulators (`Computation.pool`), an ALU instruction with a
+tensor operand combines rows: its destination then holds the convolution outputs both held
+(each a complete accumulator, checked as a STORE's is, when it is first combined), and each
+pooled output stored must hold exactly its window's outputs inside the image.
+
 The rule needs what the program computes (`Program.computation`) and the layouts the compiler
 stores its tensors in; programs without them (random programs, the example GEMM) skip it.
 """
@@ -33,6 +38,7 @@ from tilecraft.runtime.program import Program
 
 NONE, PAD, OTHER = -1, -2, -3  # what a row holds besides an element of the layer's tensor
 NO_TAP = -9  # an accumulator row's tap that has received no product
+EMPTY = np.iinfo(np.int64).max  # a combined row's unused member slot (sorts last)
 
 
 def dataflow_problem(program: Program, table: np.ndarray, uops: np.ndarray):
@@ -55,7 +61,7 @@ def _mapped(program: Program) -> MappedConv | None:
     if isinstance(c.op, Conv2d):
         layout = program.buffer("weight").layout
         folded = isinstance(layout, Weight) and layout.folded
-        return map_conv2d(program.config, c.op, c.epilogue, folded)
+        return map_conv2d(program.config, c.op, c.epilogue, folded, c.pool)
     return None
 
 
@@ -75,6 +81,9 @@ class _Flow:
         self.taps = low.icb * kh * kw
         self.acc = np.full((cfg.depth("acc"), self.taps), NO_TAP, np.int64)
         self.acc_block = np.full(cfg.depth("acc"), NONE, np.int64)  # output channel block
+        # under a pool: the convolution outputs (`_position` ids) a combined row holds
+        self.window = low.pool.kernel[0] * low.pool.kernel[1] if low.pool else 0
+        self.members = np.full((cfg.depth("acc"), self.window), EMPTY, np.int64)
 
     def run(self):
         names = self.table.dtype.names
@@ -89,7 +98,7 @@ class _Flow:
             elif op == Opcode.DEPTHWISE:
                 problem = self._depthwise(r)
             elif op == Opcode.ALU:
-                self._alu(r)
+                problem = self._alu(r)
             elif op == Opcode.STORE:
                 problem = self._store(r)
             if problem:
@@ -134,13 +143,108 @@ class _Flow:
     def _restart(self, rows: np.ndarray) -> None:
         self.acc[rows] = NO_TAP
         self.acc_block[rows] = NONE
+        self.members[rows] = EMPTY
 
-    def _alu(self, r) -> None:
+    def _alu(self, r) -> str | None:
         op, imm = int(r["alu_op"]), int(r["imm"])
         clears = op == AluOp.MUL and imm == 0
         clears |= op == AluOp.SHR and self.spec.shr_amount(imm) <= -self.cfg.acc_bits
         if int(r["use_imm"]) and clears:
             self._restart(self._loop(r, 0, "dst_out", "dst_in"))
+        elif self.window and not int(r["use_imm"]):
+            return self._combine(self._loop(r, 0, "dst_out", "dst_in"),
+                                 self._loop(r, 1, "src_out", "src_in"))  # fmt: skip
+        return None
+
+    # ---- under a pool: rows combined --------------------------------------------------------
+    def _combine(self, dst: np.ndarray, src: np.ndarray) -> str | None:
+        """An ALU tensor op under a pool, micro-op by micro-op in order: the destination holds
+        what it and the source held (a parameter row holds nothing)."""
+        for rows in (dst, src):
+            problem = self._settle(np.unique(rows))
+            if problem:
+                return problem
+        blocks_d, blocks_s = self.acc_block[dst], self.acc_block[src]
+        clash = (blocks_d != NONE) & (blocks_s != NONE) & (blocks_d != blocks_s)
+        if clash.any():
+            at = int(np.flatnonzero(clash)[0])
+            return (
+                f"combines acc row {int(src[at])} (output channel block {int(blocks_s[at])}) into "
+                f"acc row {int(dst[at])} (output channel block {int(blocks_d[at])})"
+            )
+        if np.unique(dst).size == dst.size and not np.isin(dst, src).any():
+            return self._merge(dst, src)  # every micro-op independent of the others: at once
+        for d, s_ in zip(dst.tolist(), src.tolist()):  # in order: a row may be a later source
+            problem = self._merge(np.array([d]), np.array([s_]))
+            if problem:
+                return problem
+        return None
+
+    def _merge(self, dst: np.ndarray, src: np.ndarray) -> str | None:
+        both = np.sort(np.concatenate([self.members[dst], self.members[src]], axis=1), axis=1)
+        both[:, 1:][both[:, 1:] == both[:, :-1]] = EMPTY  # each output once
+        both = np.sort(both, axis=1)
+        count = (both != EMPTY).sum(axis=1)
+        if (count > self.window).any():
+            at = int(np.argmax(count))
+            return (
+                f"combines {int(count[at])} convolution outputs into acc row {int(dst[at])}: "
+                f"more than a window's {self.window}"
+            )
+        self.members[dst] = both[:, : self.window]
+        self.acc_block[dst] = np.where(
+            self.acc_block[dst] == NONE, self.acc_block[src], self.acc_block[dst]
+        )
+        return None
+
+    def _settle(self, rows: np.ndarray) -> str | None:
+        """Rows about to be combined that still hold taps: each must be one convolution output,
+        complete; from now on it holds that output's id among its members."""
+        raw = (self.acc[rows] != NO_TAP).any(axis=1)
+        rows = rows[raw]
+        if not rows.size:
+            return None
+        held = self.acc[rows]
+        element = held >= 0
+        if not element.any(axis=1).all():
+            at = int(rows[np.argmin(element.any(axis=1))])
+            return f"combines acc row {at}, which holds no product with the layer's input"
+        low = self.low
+        (kh, kw), (sh, sw), (ph, pw) = low.kernel, low.stride, low.pad
+        t = np.argmax(element, axis=1)
+        ib, ki, kj = np.unravel_index(t, (low.icb, kh, kw))
+        nb, _, ih, iw = self.tensor["inp"].coords(held[np.arange(rows.size), t])
+        oh, ow = (ih + ph - ki) // sh, (iw + pw - kj) // sw
+        ob = self.acc_block[rows]
+        problem = self._check_outputs(rows, nb, ob, oh, ow, "combines")
+        if problem:
+            return problem
+        self.acc[rows] = NO_TAP
+        self.members[rows] = EMPTY
+        self.members[rows, 0] = ((nb * low.ocb + ob) * low.oh + oh) * low.ow + ow
+        return None
+
+    def _pooled_store(self, rows, nb, ob, py, px) -> str | None:
+        """Each pooled output's row must hold its window's convolution outputs, no other."""
+        pool, low = self.low.pool, self.low
+        (kh, kw), (sh, sw), (pt, pl, _, _) = pool.kernel, pool.stride, pool.pads
+        i, j = np.unravel_index(np.arange(self.window), (kh, kw))
+        y = py[:, None] * sh - pt + i[None, :]
+        x = px[:, None] * sw - pl + j[None, :]
+        inside = (y >= 0) & (y < low.oh) & (x >= 0) & (x < low.ow)
+        ids = ((nb[:, None] * low.ocb + ob[:, None]) * low.oh + y) * low.ow + x
+        need = np.sort(np.where(inside, ids, EMPTY), axis=1)
+        wrong = (self.members[rows] != need).any(axis=1)
+        if not wrong.any():
+            return None
+        k = int(np.argmax(wrong))
+        held = self.members[rows[k]]
+        return (
+            f"stores pooled output (batch block {int(nb[k])}, channel block {int(ob[k])}, row "
+            f"{int(py[k])}, column {int(px[k])}) from acc row {int(rows[k])}, which holds "
+            f"convolution outputs {held[held != EMPTY].tolist()}, not its window's "
+            f"{need[k][need[k] != EMPTY].tolist()}"
+        )
 
     def _gemm(self, r) -> str | None:
         acc = self._loop(r, 0, "dst_out", "dst_in")
@@ -250,6 +354,13 @@ class _Flow:
                 f"stores acc row {int(rows[at])}, accumulated with weights of output channel "
                 f"block {int(blocks[at])}, as output channel block {int(ob[at])}"
             )
+        if self.window:
+            return self._pooled_store(rows, nb, ob, oh, ow)
+        return self._check_outputs(rows, nb, ob, oh, ow, "stores")
+
+    def _check_outputs(self, rows, nb, ob, oh, ow, verb: str) -> str | None:
+        """Each acc row must hold every tap of its convolution output (nb, ob, oh, ow): the input
+        element the convolution reads there, padding on padding."""
         low = self.low
         (kh, kw), (sh, sw), (ph, pw) = low.kernel, low.stride, low.pad
         ib, ki, kj = np.unravel_index(np.arange(self.taps), (low.icb, kh, kw))
@@ -270,17 +381,17 @@ class _Flow:
         )
         tap = f"tap (input channel block {int(ib[t])}, kernel {int(ki[t])},{int(kj[t])})"
         if not inside[i, t]:
-            return f"stores {where}: its {tap} lies in the padding but holds an input element"
+            return f"{verb} {where}: its {tap} lies in the padding but holds an input element"
         if held[i, t] == NO_TAP:
-            return f"stores {where} without its {tap}"
+            return f"{verb} {where} without its {tap}"
         if held[i, t] == PAD:
             return (
-                f"stores {where}: its {tap} multiplied padding, not input row {int(ih[i, t])} "
+                f"{verb} {where}: its {tap} multiplied padding, not input row {int(ih[i, t])} "
                 f"column {int(iw[i, t])}"
             )
         got = self.tensor["inp"].coords(np.array([held[i, t]]))
         return (
-            f"stores {where}: its {tap} multiplied input row {int(got[2][0])} column "
+            f"{verb} {where}: its {tap} multiplied input row {int(got[2][0])} column "
             f"{int(got[3][0])} (a row left from another tile?), not row {int(ih[i, t])} column "
             f"{int(iw[i, t])}"
         )

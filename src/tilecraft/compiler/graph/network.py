@@ -8,7 +8,7 @@ blocked layout and placed in a liveness arena (`arena`); the host passes tensors
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from tilecraft.compiler.analysis.verify import verify
@@ -17,7 +17,7 @@ from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs, compatible
 from tilecraft.compiler.operator.conv2d import compile_operator
-from tilecraft.compiler.operator.pipeline import MEASURED
+from tilecraft.compiler.operator.pipeline import MEASURED, check_pool
 from tilecraft.compiler.programs.eltwise import compile_scaled_add
 from tilecraft.compiler.programs.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
@@ -56,6 +56,7 @@ class NetworkCompilation:
     seconds: dict[str, float]  # import, calibrate, quantize, compile
     layer_programs: dict[str, Program]  # each accelerator layer's own program, by layer name
     moved: dict[str, str]  # layers the partition placed on the accelerator, run on the host
+    merged: dict[str, tuple[str, ...]]  # layers compiled as one (a conv and its max pool)
 
 
 ON_ACCELERATOR = (AccelLayer, PoolLayer, AddLayer)
@@ -122,6 +123,55 @@ def _host_depthwise(layer: AccelLayer) -> HostLayer:
     return HostLayer(layer.name, host, (layer.input,), layer.output, consts)
 
 
+def _pools_on_accumulators(cfg: HwConfig, net: QuantizedNetwork, merged: dict) -> list:
+    """The layers with each max pool that alone reads a conv's output taken in the conv's
+    program, on its accumulators (`compile_operator`'s `pool`): one layer, named for both
+    (recorded in `merged`), whose output is the pool's. Where the conv's epilogue cannot be
+    shown never to decrease (`check_pool`), the two stay apart."""
+    readers: dict[str, int] = {}
+    for layer in net.layers:
+        for t in _reads(layer):
+            readers[t] = readers.get(t, 0) + 1
+    out: list = []
+    for layer in net.layers:
+        conv = out[-1] if out else None
+        if (
+            isinstance(layer, PoolLayer)
+            and isinstance(layer.op, MaxPool2d)
+            and isinstance(conv, AccelLayer)
+            and isinstance(conv.op, Conv2d)
+            and conv.pool is None
+            and conv.output == layer.input
+            and readers[conv.output] == 1
+            and conv.output not in net.outputs
+            and _pool_fits(cfg, conv, layer.op)
+        ):
+            name = f"{conv.name}+{layer.name}"
+            merged[name] = (conv.name, layer.name)
+            out[-1] = replace(conv, name=name, output=layer.output, pool=layer.op)
+        else:
+            out.append(layer)
+    return out
+
+
+def _pool_fits(cfg: HwConfig, conv: AccelLayer, pool: MaxPool2d) -> bool:
+    try:
+        check_pool(cfg, conv.op, conv.epilogue, pool, **_parameters(conv))
+    except ScheduleError:
+        return False
+    return True
+
+
+def _parameters(layer: AccelLayer) -> dict:
+    """The layer's parameters as `compile_operator` takes them."""
+    return {
+        "weight": layer.weight,
+        "bias": layer.bias,
+        "multiplier": layer.multiplier,
+        **layer.vectors,
+    }
+
+
 def _runs(layers: list) -> list[list]:
     """The layers as maximal runs of consecutive accelerator layers, and host layers alone."""
     runs: list[list] = []
@@ -157,6 +207,8 @@ def build_model(
     jobs: int | None = None,
     moved: dict | None = None,
     timer=None,
+    merged: dict | None = None,
+    pools_on_accumulators: bool = True,
 ) -> CompiledModel:
     """Compile every accelerator layer of `net` and order the steps. With `chain`, each run of
     consecutive accelerator layers becomes one program whose activations stay in DRAM in the
@@ -166,17 +218,21 @@ def build_model(
     `jobs`, the worker processes the layers are compiled on (None: one per core, `jobs.py`);
     `moved`, if given, receives each layer the partition placed on the accelerator that runs
     on the host, with the reason; `timer`, what schedule candidates are measured with
-    (`compile_operator`'s: the cycle model unless given)."""
+    (`compile_operator`'s: the cycle model unless given); `merged`, if given, receives the
+    layers compiled as one (`_pools_on_accumulators`, unless `pools_on_accumulators` is
+    False): the network's layer names, by the compiled layer's."""
     steps, programs, host_constants = [], [], {}
     moved = {} if moved is None else moved
+    merged = {} if merged is None else merged
+    together = _pools_on_accumulators(cfg, net, merged) if pools_on_accumulators else net.layers
     pools = {
         layer.name: _pool_program(cfg, layer, moved)
-        for layer in net.layers
+        for layer in together
         if isinstance(layer, FIXED)
     }
     layers = [
         _host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None else layer
-        for layer in net.layers
+        for layer in together
     ]
     if cfg.block_in != cfg.block_out:  # a network quantized without the config (the tuner's)
         layers = [
@@ -335,15 +391,14 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
     against the integer reference). A schedule the records hold for the layer's shape is taken
     as chosen."""
     key = _schedule_key(layer) + (fold,)
-    if records is not None and key not in chosen and isinstance(layer.op, (Conv2d, Dense)):
+    tuned = isinstance(layer.op, (Conv2d, Dense)) and layer.pool is None
+    if records is not None and key not in chosen and tuned:
         best = best_schedule(records, Task(cfg, layer.op, layer.epilogue, fold))
         if best is not None:
             chosen[key] = best
     params = {
-        "weight": layer.weight,
-        "bias": layer.bias,
-        "multiplier": layer.multiplier,
-        **layer.vectors,
+        **_parameters(layer),
+        "pool": layer.pool,
         "name": layer.name,
         "fold": fold,
         "measure": measure,
@@ -367,6 +422,7 @@ def _schedule_key(layer: AccelLayer) -> tuple:
     ep = layer.epilogue
     return (
         layer.op,
+        layer.pool,
         ep.bias,
         ep.multiplier,
         ep.residual,
@@ -390,11 +446,12 @@ def compile_network(
     records=None,
     jobs: int | None = None,
     timer=None,
+    pools_on_accumulators: bool = True,
 ) -> NetworkCompilation:
     """ONNX (a path or ModelProto, or an imported Graph) -> a compiled int8 model on `cfg`;
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
-    see `quantize` (default: for a model that brings its own scales); `jobs`, `timer`: see
-    `build_model`."""
+    see `quantize` (default: for a model that brings its own scales); `jobs`, `timer`,
+    `pools_on_accumulators`: see `build_model`."""
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)
@@ -412,6 +469,7 @@ def compile_network(
     start = time.perf_counter()
     layer_programs: dict[str, Program] = {}
     moved: dict[str, str] = {}
+    merged: dict[str, tuple[str, ...]] = {}
     model = build_model(
         cfg,
         net,
@@ -423,6 +481,8 @@ def compile_network(
         layer_programs=layer_programs,
         records=records,
         jobs=jobs,
+        merged=merged,
+        pools_on_accumulators=pools_on_accumulators,
     )
     seconds["compile"] = time.perf_counter() - start
-    return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs, moved)
+    return NetworkCompilation(model, graph, net, ranges, seconds, layer_programs, moved, merged)

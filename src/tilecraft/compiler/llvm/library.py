@@ -119,7 +119,7 @@ def build_model_library(model, target: Target, folder: str | Path, name: str) ->
     from tilecraft.compiler.llvm.host import host_entries
     from tilecraft.runtime.model import HostStep
 
-    comps = model.computations()
+    comps = [stage for c in model.computations() for stage in c.stages()]
     hosts = [
         (s.op, [model.tensor(i).shape for i in s.inputs])
         for s in model.steps

@@ -20,12 +20,13 @@ import math
 from dataclasses import dataclass, replace
 
 from tilecraft.compiler.mapping.clip import clip_passes
+from tilecraft.compiler.mapping.pool_windows import problems
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
 from tilecraft.hw.isa.formats import DW_STRIDES
 from tilecraft.hw.isa.requant import PARAM_ROWS
-from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d, Epilogue, Multiplier
+from tilecraft.ops import Conv2d, Dense, DepthwiseConv2d, Epilogue, MaxPool2d, Multiplier
 from tilecraft.runtime.layout import (
     Activation,
     Channels,
@@ -66,6 +67,7 @@ class MappedConv:
     ow: int
     round_row: bool  # the rounding constant 2**(shift-1) does not fit an ALU immediate
     windowed: bool = False  # a depthwise layer on the GEMM core's depthwise mode
+    pool: MaxPool2d | None = None  # a max pool taken on the accumulators before the epilogue
 
     @property
     def wgt_taps(self) -> int:
@@ -134,7 +136,7 @@ class MappedConv:
         src = self.source
         if isinstance(src, Dense):
             return Rows(src.output_shape, Lanes.OUT)
-        return Activation(src.output_shape, Lanes.OUT)
+        return Activation((self.pool or src).output_shape, Lanes.OUT)
 
     @property
     def residual_layout(self) -> Layout:
@@ -179,14 +181,15 @@ class MappedConv:
         """Bytes of the operator's tensors as the user holds them (int8 activations and
         weights, int32 per-channel parameters): what its program's DRAM must hold at least."""
         src = self.source
-        activations = [src.input_shape, src.weight_shape, src.output_shape]
+        activations = [src.input_shape, src.weight_shape, (self.pool or src).output_shape]
         activations += [src.output_shape] if self.epilogue.residual else []
         params = 4 * src.channels * len(self.param_vectors())
         return sum(math.prod(shape) for shape in activations) + params
 
     def describe(self) -> str:
         text = self.source.describe()
-        return text + (" (taps folded into channels)" if self.folded else "")
+        text += " (taps folded into channels)" if self.folded else ""
+        return text + (f", then {self.pool.describe()}" if self.pool else "")
 
 
 def alu_passes(low: MappedConv) -> tuple[int, int]:
@@ -234,9 +237,19 @@ def rounding_needs_a_row(cfg: HwConfig, shift: int) -> bool:
 
 
 def map_conv2d(
-    cfg: HwConfig, op: Conv2d, epilogue: Epilogue, fold: bool | None = None
+    cfg: HwConfig,
+    op: Conv2d,
+    epilogue: Epilogue,
+    fold: bool | None = None,
+    pool: MaxPool2d | None = None,
 ) -> MappedConv:
-    """Map `op` onto `cfg`'s blocks; `fold=None` folds taps when that fills more lanes."""
+    """Map `op` onto `cfg`'s blocks; `fold=None` folds taps when that fills more lanes. With
+    `pool`, the max pool of its output is taken on its accumulators (operator.pool_epilogue)."""
+    if pool is not None:
+        why = problems(op, epilogue, pool)
+        if why:
+            raise ScheduleError(f"{pool.describe()} after {op.describe()}: " + "; ".join(why))
+        return replace(map_conv2d(cfg, op, epilogue, fold), pool=pool)
     bi = cfg.block_in
     kk = op.kernel[0] * op.kernel[1]
     direct = op.ic / (_ceil(op.ic, bi) * bi)

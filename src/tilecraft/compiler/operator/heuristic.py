@@ -52,8 +52,10 @@ class _TileCosts:
 
 
 def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _TileCosts:
-    ocs, ohs, ows = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
-    pix = s.tile_oh * s.tile_ow
+    ocs, (ohs, ows) = _ceil(low.ocb, s.tile_oc), _spatial(low, s)
+    rows, cols = S.tile_shape(low, s)  # the convolution rows and columns a tile computes
+    out_rows, out_cols = S.pooled(low, s) if low.pool else (rows, cols)  # what it stores
+    pix = out_rows * out_cols
     # a LOAD/STORE's own time besides its beats: decode and plan, then the DRAM's latency (the
     # load stage runs one transfer at a time, so nothing hides it)
     fixed = t.dma_overhead + t.dma_plan + t.dram_latency + 1
@@ -61,19 +63,19 @@ def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _
     if work.zero_on_gemm:
         work = TileWork(work.step, work.gemm + work.zero, work.alu - work.zero, work.zero)
     eb_i, eb_w, eb_o = (cfg.elem_bytes(b) for b in ("inp", "wgt", "out"))
-    wr, wc = S.window(low, s.tile_oh, s.tile_ow)
+    wr, wc = S.window(low, rows, cols)
     row_stride = low.stride[0] * low.w if low.row_skip else low.w
-    merged = low.pad[0] == 0 and s.tile_oh == low.oh and merged_blocks(low, wr, 0, row_stride)
+    merged = low.pad[0] == 0 and rows == low.oh and merged_blocks(low, wr, 0, row_stride)
     # bus cycles (beats, and the DRAM's gap after each burst) of one transfer of each kind
     whole_rows = wc == low.w and not low.row_skip
     inp_bus = t.transfer(*((1, wr * wc * eb_i) if whole_rows else (wr, wc * eb_i)))
     wgt_bus = t.transfer(s.tile_oc, s.tile_ic * low.wgt_taps * eb_w)
-    whole = s.tile_ow == low.ow
+    whole = out_cols == (low.pool or low).ow
     out_bus = t.transfer(
-        *((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * s.tile_oh, s.tile_ow * eb_o))
+        *((s.tile_oc, pix * eb_o) if whole else (s.tile_oc * out_rows, out_cols * eb_o))
     )
     inp_loads = (1 if merged else s.tile_ic) * fixed + s.tile_ic * (
-        inp_bus + (wr * wc - s.tile_oh * s.tile_ow) // 4
+        inp_bus + (wr * wc - rows * cols) // 4
     )
     stores = 1 if whole else s.tile_oc
     return _TileCosts(
@@ -89,13 +91,22 @@ def _tile_costs(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> _
     )
 
 
+def _spatial(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
+    """Tiles down the rows and across the columns: bands of pooled ones under a max pool."""
+    if low.pool:
+        tp, tq = S.pooled(low, s)
+        return _ceil(low.pool.oh, tp), _ceil(low.pool.ow, tq)
+    return _ceil(low.oh, s.tile_oh), _ceil(low.ow, s.tile_ow)
+
+
 def slot_misses(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
     """(input windows, weight tiles) the lowering loads: its slot caches (`lowering.SlotCache`,
     least recently used, `s.slots` slots) keep a window or weight tile that the next tiles use
     again. The tiles go (batch, then output channels, then rows and columns, or the spatial
     tiles outside the channels), each through `steps` reduction steps, so the keys cycle: a
     cycle no longer than the slots misses once, a longer one misses every time."""
-    ocs, spatial = _ceil(low.ocb, s.tile_oc), _ceil(low.oh, s.tile_oh) * _ceil(low.ow, s.tile_ow)
+    ocs, (ohs, ows) = _ceil(low.ocb, s.tile_oc), _spatial(low, s)
+    spatial = ohs * ows
     steps = _ceil(low.icb, s.tile_ic)
     every = low.nbb * ocs * spatial * steps
     if s.order == LoopOrder.OC_OUTER:  # per batch block: each channel tile's spatial tiles

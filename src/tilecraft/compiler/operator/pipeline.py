@@ -25,9 +25,18 @@ from tilecraft.compiler.operator.builder import MAX_INSNS
 from tilecraft.compiler.operator.heuristic import Ranked, rank
 from tilecraft.compiler.operator.lowering import lower_conv
 from tilecraft.compiler.operator.params import check_params
+from tilecraft.compiler.operator.pool_epilogue import accumulator_range, check_monotone
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
-from tilecraft.ops import Computation, Conv2d, ConvSchedule, Dense, DepthwiseConv2d, Epilogue
+from tilecraft.ops import (
+    Computation,
+    Conv2d,
+    ConvSchedule,
+    Dense,
+    DepthwiseConv2d,
+    Epilogue,
+    MaxPool2d,
+)
 from tilecraft.runtime.device import Timer, cycle_model
 from tilecraft.runtime.program import MAX_DRAM_BYTES, Program
 
@@ -40,7 +49,9 @@ from tilecraft.runtime.program import MAX_DRAM_BYTES, Program
 # `_spread_steps`): the estimate leaves out that the
 # compute stage issues in order behind the residual's GEMM and the passes after it (the digits
 # CNN's conv3 on a batch of 360, 1 x 5,000 instructions: 228 K and 231 K estimated, 315 K and
-# 271 K measured). With the estimate counting the loads the slot caches save and the stalls
+# 271 K measured); a max pool on the accumulators likewise (ResNet-18's conv_2 and its pool on
+# the PYNQ-Z1: 511 K estimated for both of its best tilings, one reduction step a tile measured
+# 837 K, two steps 551 K). With the estimate counting the loads the slot caches save and the stalls
 # where a resident operand changes, 1,000 instructions lose 0.02% of ResNet-18's cycles and
 # 0.11% of MobileNetV2's against 2,000, and compile 13% sooner.
 MEASURED = 6
@@ -123,10 +134,12 @@ def plan_operator(
     fold: bool | None = None,
     measure: int = MEASURED,
     max_insns: int = MAX_INSNS,
+    pool: MaxPool2d | None = None,
 ) -> Plan:
-    """Map `op`, check `schedule` or rank the legal space, and refuse a layer too large for any
-    program (more than `max_insns` instructions with every schedule, or tensors beyond the
-    32-bit DRAM window) before its weights are made or anything is built."""
+    """Map `op` (with `pool`, a conv2d whose output's max pool is taken on its accumulators),
+    check `schedule` or rank the legal space, and refuse a layer too large for any program
+    (more than `max_insns` instructions with every schedule, or tensors beyond the 32-bit DRAM
+    window) before its weights are made or anything is built."""
     for what, value in (("max_insns", max_insns), ("measure", measure)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ScheduleError(f"{what} must be a positive whole number; got {value!r}")
@@ -142,7 +155,11 @@ def plan_operator(
                 raise ScheduleError("a depthwise layer's taps are not folded")
             low = map_depthwise(cfg, op, epilogue)
         else:
-            low = map_conv2d(cfg, op, epilogue, fold)
+            low = map_conv2d(cfg, op, epilogue, fold, pool)
+        if pool is not None and low.pool is None:
+            raise ScheduleError(
+                f"a max pool is taken on a conv2d's accumulators, not a {op.kind}'s"
+            )
     tensors = low.tensor_bytes()
     if tensors > MAX_DRAM_BYTES:
         raise ScheduleError(
@@ -187,6 +204,7 @@ def compile_operator(
     max_insns: int = MAX_INSNS,
     check: bool = True,
     timer: Timer | None = None,
+    pool: MaxPool2d | None = None,
 ) -> Compilation:
     """Compile a conv2d or dense layer. Parameters given as arrays become constants of the
     program; those left None become named inputs. Without `schedule`, the heuristic ranks the
@@ -194,23 +212,38 @@ def compile_operator(
     model: at most `measure` (>= 1), at least MEASURE_AT_LEAST_RESIDUAL for an epilogue that adds
     a residual, and no more once they total MEASURE_BUDGET instructions (one alone is not
     timed, on `timer`: the cycle model unless given). A layer too large for any program is
-    refused up front (`plan_operator`). With `check` False the program is not verified here:
-    for a caller that verifies the program it builds from this one (a network's chain)."""
+    refused up front (`plan_operator`). With `pool` (a conv2d's), the program also takes that
+    max pool of the output on the accumulators (operator.pool_epilogue), refused unless the
+    weights and epilogue parameters are constants under which the epilogue never decreases.
+    With `check` False the program is not verified here: for a caller that verifies the
+    program it builds from this one (a network's chain)."""
     epilogue = epilogue or Epilogue()
     plan = plan_operator(
-        cfg, op, epilogue, schedule=schedule, fold=fold, measure=measure, max_insns=max_insns
+        cfg,
+        op,
+        epilogue,
+        schedule=schedule,
+        fold=fold,
+        measure=measure,
+        max_insns=max_insns,
+        pool=pool,
     )
     clock = _Clock()
     clock.seconds.update(plan.seconds)
     low, ranked, wanted = plan.mapped, plan.ranked, plan.wanted
     with clock("map"):
         params = check_params(cfg, low, weight, bias, multiplier, acc_lo, acc_hi, multiplier2)
-    computation = Computation(low.source, epilogue, params.tensor_multiplier)
+        if pool is not None:
+            _check_monotone(epilogue, params)
+    computation = Computation(low.source, epilogue, params.tensor_multiplier, pool)
     name = name or op.kind
     built: list[tuple[Ranked, Program]] = []
     tilings = set()
-    at_least = MEASURE_AT_LEAST_RESIDUAL if epilogue.residual else 1
-    if epilogue.residual and schedule is None:
+    # a residual's GEMM, or a pool's maxima, after the epilogue's passes: the in-order compute
+    # stage holds the next tile's GEMMs behind them, which the estimate does not see
+    interleaved = epilogue.residual or pool is not None
+    at_least = MEASURE_AT_LEAST_RESIDUAL if interleaved else 1
+    if interleaved and schedule is None:
         ranked = _spread_steps(low, ranked, at_least)
     for r in ranked:
         if len(built) == wanted or (
@@ -251,6 +284,27 @@ def compile_operator(
     return Compilation(program, low, candidates, notes, MappingProxyType(clock.seconds))
 
 
+def _check_monotone(epilogue: Epilogue, params) -> None:
+    """Refuse a max pool on the accumulators unless the weights are constants under which
+    the epilogue (with `params`) never decreases (`pool_epilogue.check_monotone`)."""
+    if params.weight is None:
+        raise ScheduleError(
+            "a max pool on the accumulators needs the weights as a constant, to prove the "
+            "epilogue never decreases; they were left as an input"
+        )
+    lo, hi = accumulator_range(params.weight)
+    check_monotone(epilogue, lo, hi, params)
+
+
+def check_pool(
+    cfg: HwConfig, op: Conv2d, epilogue: Epilogue, pool: MaxPool2d, *, fold=None, **params
+) -> None:
+    """Raise a ScheduleError saying why `compile_operator` would refuse `pool` on `op`'s
+    accumulators (with these parameters: `compile_operator`'s), before anything is built."""
+    low = map_conv2d(cfg, op, epilogue, fold, pool)
+    _check_monotone(epilogue, check_params(cfg, low, **params))
+
+
 def _spread_steps(low: MappedConv, ranked: tuple[Ranked, ...], n: int) -> tuple[Ranked, ...]:
     """The ranking with the best of each of up to `n` reduction-step counts first. Where the
     epilogue adds a residual, the in-order compute stage holds the next tile's GEMMs behind the
@@ -285,5 +339,6 @@ def single_buffered(compilation: Compilation, **params) -> Program:
         schedule=s,
         fold=low.folded,
         name=compilation.program.name,
+        pool=low.pool,
         **params,
     ).program

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from tilecraft.compiler.mapping.blocks import MappedConv, alu_passes
+from tilecraft.compiler.mapping.pool_windows import Band, axes, band_rows, bands
 from tilecraft.compiler.operator.tensorize import kernel_size, window
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
@@ -75,12 +76,47 @@ def ranges(total: int, step: int) -> list[tuple[int, int]]:
     return [(a, min(step, total - a)) for a in range(0, total, step)]
 
 
+def pool_bands(low: MappedConv, s: ConvSchedule) -> tuple[tuple[Band, ...], tuple[Band, ...]]:
+    """Under a max pool on the accumulators, the bands of pooled rows and of pooled columns
+    the tiles take (`tile_oh` and `tile_ow` count the convolution rows and columns a band
+    adds: the pool's stride a pooled row or column)."""
+    rows, cols = axes(low.pool)
+    return bands(rows, pooled(low, s)[0]), bands(cols, pooled(low, s)[1])
+
+
+def pooled(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
+    """The pooled rows and columns of a tile under a max pool; (0, 0) without one."""
+    if not low.pool:
+        return 0, 0
+    (sh, sw) = low.pool.stride
+    return max(1, s.tile_oh // sh), max(1, s.tile_ow // sw)
+
+
+def tile_shape(low: MappedConv, s: ConvSchedule) -> tuple[int, int]:
+    """The most convolution rows and columns a tile computes: `tile_oh` x `tile_ow`, or under
+    a pool its bands' (a band computes the rows it does not share with the band before)."""
+    if not low.pool:
+        return s.tile_oh, s.tile_ow
+    rows, cols = axes(low.pool)
+    return band_rows(rows, pooled(low, s)[0]), band_rows(cols, pooled(low, s)[1])
+
+
+def carry_rows(low: MappedConv, s: ConvSchedule) -> int:
+    """Accumulator rows a pool keeps between tiles: each column band's last row and, in two
+    places, the window-row maxima at a tile's last column, per channel block of a tile."""
+    return s.tile_oc * (low.ow + 2 * pooled(low, s)[0]) if low.pool else 0
+
+
 def tiles(low: MappedConv, s: ConvSchedule) -> Iterator[Tile]:
     ocs, ohs, ows = (
         ranges(low.ocb, s.tile_oc),
         ranges(low.oh, s.tile_oh),
         ranges(low.ow, s.tile_ow),
     )
+    if low.pool:  # the bands' convolution rows and columns
+        row_bands, col_bands = pool_bands(low, s)
+        ohs = [(b.lo, b.rows) for b in row_bands]
+        ows = [(b.lo, b.rows) for b in col_bands]
     for nb in range(low.nbb):
         if s.order == LoopOrder.OC_OUTER:
             for (oc0, toc), (oh0, toh), (ow0, tow) in itertools.product(ocs, ohs, ows):
@@ -91,8 +127,10 @@ def tiles(low: MappedConv, s: ConvSchedule) -> Iterator[Tile]:
 
 
 def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
-    wr, wc = window(low, s.tile_oh, s.tile_ow)
+    rows, cols = tile_shape(low, s)
+    wr, wc = window(low, rows, cols)
     res_blocks = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
+    tp, tq = pooled(low, s)  # under a pool, the pooled rows after the tile's
     return Budget(
         slots=s.slots,
         acc_slots=s.acc_tiles,
@@ -100,8 +138,8 @@ def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
         inp_residual=res_blocks * s.tile_oh * s.tile_ow,
         wgt_tile=s.tile_oc * s.tile_ic * low.wgt_taps,
         wgt_reserved=low.select_rows(cfg),
-        acc_tile=s.tile_oc * s.tile_oh * s.tile_ow,
-        acc_reserved=low.param_rows(),
+        acc_tile=s.tile_oc * (rows * cols + tp * tq),
+        acc_reserved=low.param_rows() + carry_rows(low, s),
         one_bank=low.epilogue.on_unit,
     )
 
@@ -112,11 +150,22 @@ def violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     for name, value, top in (
         ("tile_oc", s.tile_oc, 1 if low.grouped else low.ocb),  # depthwise: a block a tile
         ("tile_ic", s.tile_ic, low.icb),
-        ("tile_oh", s.tile_oh, low.oh),
-        ("tile_ow", s.tile_ow, low.ow),
+        ("tile_oh", s.tile_oh, max(low.oh, _sizes(low, "tile_oh")[-1])),
+        ("tile_ow", s.tile_ow, max(low.ow, _sizes(low, "tile_ow")[-1])),
     ):
         if not 1 <= value <= top:
             out.append(f"{name} = {value!r} must be in 1..{top}")
+    for name, stride in zip(("tile_oh", "tile_ow"), low.pool.stride if low.pool else ()):
+        if getattr(s, name) not in _sizes(low, name):
+            out.append(
+                f"{name} = {getattr(s, name)} must be the pool's stride {stride} times a "
+                f"divisor of its outputs: one of {_sizes(low, name)}"
+            )
+    if low.pool and s.order != LoopOrder.OC_OUTER and s.tile_oc < low.ocb:
+        out.append(
+            "under a max pool a channel tile's bands go one after another (each hands rows "
+            f"on to the next): loop order {LoopOrder.OC_OUTER.value}, not {s.order.value}"
+        )
     if out:
         return out
     return _tile_violations(cfg, low, s) + _layer_violations(cfg, low)
@@ -133,7 +182,8 @@ def _tile_violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[st
                 f"{buf} scratchpad: needs {need} rows ({_explain(buf, b)}), has {have} "
                 f"(exceeds by {need - have})"
             )
-    uops, have = kernel_size(low, s.tile_oc, s.tile_ic, s.tile_oh, s.tile_ow), cfg.depth("uop")
+    rows, cols = tile_shape(low, s)
+    uops, have = kernel_size(low, s.tile_oc, s.tile_ic, rows, cols), cfg.depth("uop")
     # at least one kernel per accumulator slot in use (the exact count is known at emission)
     tiles = low.nbb * -(-low.ocb // s.tile_oc) * -(-low.oh // s.tile_oh) * -(-low.ow // s.tile_ow)
     kernels = min(b.acc_slots, tiles)
@@ -142,7 +192,7 @@ def _tile_violations(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[st
             f"micro-op buffer: needs at least {kernels} GEMM kernel(s) of {uops} micro-ops = "
             f"{uops * kernels}, has {have} (exceeds by {uops * kernels - have})"
         )
-    pix = s.tile_oh * s.tile_ow
+    pix = b.acc_tile // s.tile_oc  # the zeroing's loop: the tile's rows (and pooled rows)
     it = spec.field("iter_out")
     if pix > it.hi:
         out.append(
@@ -181,6 +231,7 @@ def instruction_bound(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> int:
     per_step = s.tile_ic + 2  # a LOAD per input block, the weights, the GEMM
     residual = low.residual_blocks(s.tile_oc, cfg) if low.epilogue.residual else 0
     per_tile = 8 + residual + 1 + s.tile_oc  # zeroing, epilogue passes, residual, stores
+    per_tile += 2 * sum(low.pool.kernel) + 4 if low.pool else 0  # the window maxima, carries
     # the last tile's epilogue goes one channel block at a time (its passes once per block),
     # and the first step's GEMM one input block at a time (lowering.py)
     passes = 0 if low.epilogue.residual else sum(alu_passes(low)) - 1  # zeroing left out
@@ -211,6 +262,9 @@ def candidate_sizes(cfg: HwConfig, low: MappedConv) -> list[list[int]]:
         [d for d in divisors(low.oh) if d <= acc],
         [d for d in divisors(low.ow) if d <= acc],
     ]
+    if low.pool:  # bands of whole pooled rows and columns
+        lists[2] = [d for d in _sizes(low, "tile_oh") if d <= acc]
+        lists[3] = [d for d in _sizes(low, "tile_ow") if d <= acc]
     while math.prod(len(x) for x in lists) > MAX_SPACE:
         k = max(range(4), key=lambda i: len(lists[i]))
         lists[k] = _thin(lists[k], len(lists[k]) - 1)
@@ -245,8 +299,9 @@ def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterat
                 continue
             single = oc == low.ocb or (oh == low.oh and ow == low.ow)
             for order in LoopOrder:
-                if order == LoopOrder.SPATIAL_OUTER and single:
+                if order == LoopOrder.SPATIAL_OUTER and (single or low.pool):
                     continue  # one loop has a single trip: the orders are the same program
+                    # (under a pool: a channel tile's bands in turn, `violations`)
                 for acc in fit:
                     yield ConvSchedule(oc, ic, oh, ow, order, db, acc)
 
@@ -254,14 +309,9 @@ def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterat
 def shaping_limits(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
     """Why each tile is not larger: the limit that growing it to the next size would break."""
     notes = []
-    for name, top in (
-        ("tile_oc", low.ocb),
-        ("tile_ic", low.icb),
-        ("tile_oh", low.oh),
-        ("tile_ow", low.ow),
-    ):
+    for name in ("tile_oc", "tile_ic", "tile_oh", "tile_ow"):
         value = getattr(s, name)
-        bigger = [v for v in _sizes(top) if v > value]
+        bigger = [v for v in _sizes(low, name) if v > value]
         if not bigger:
             notes.append(f"{name}={value} covers the whole dimension")
             continue
@@ -280,9 +330,15 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def _sizes(n: int) -> list[int]:
-    """Tile sizes tried for a dimension of n: its divisors (ragged edges only via the user)."""
-    return divisors(n)
+def _sizes(low: MappedConv, name: str) -> list[int]:
+    """Tile sizes tried for a dimension: its divisors (ragged edges only via the user); under a
+    max pool, bands of a divisor of the pooled rows (columns), the pool's stride a row."""
+    if low.pool and name == "tile_oh":
+        return [low.pool.stride[0] * d for d in divisors(low.pool.oh)]
+    if low.pool and name == "tile_ow":
+        return [low.pool.stride[1] * d for d in divisors(low.pool.ow)]
+    top = {"tile_oc": low.ocb, "tile_ic": low.icb, "tile_oh": low.oh, "tile_ow": low.ow}[name]
+    return divisors(top)
 
 
 def _explain(buf: str, b: Budget) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecraft.compiler.mapping.blocks import MappedConv, alu_passes
+from tilecraft.compiler.operator.schedule import pooled, tile_shape
 from tilecraft.compiler.operator.tensorize import window
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.timing import Timing, depthwise_steps
@@ -41,7 +42,8 @@ class TileWork:
 def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> TileWork:
     kh, kw = low.kernel
     steps = _ceil(low.icb, s.tile_ic)
-    pix = s.tile_oh * s.tile_ow
+    rows, cols = tile_shape(low, s)
+    pix = rows * cols
     acc = s.tile_oc * pix
     imm, tensor = alu_passes(low)
     ep = low.epilogue
@@ -51,15 +53,24 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     mul_extra = multiplies * (t.alu_mul_groups + t.alu_mul_tail)
     step = acc * s.tile_ic * kh * kw + t.insn_overhead + t.gemm_depth
     if low.windowed:  # the depthwise mode reads the window's rows of each column in turn
-        wr, wc = window(low, s.tile_oh, s.tile_ow)
+        wr, wc = window(low, s.tile_oh, s.tile_ow)  # (no pool after a depthwise layer)
         row = {"in_rows": wr, "in_cols": wc, "stride_y": low.stride[0], "stride_x": low.stride[1]}
         step = depthwise_steps(t.dw_window, t.dw_passes, row)
         step += t.insn_overhead + t.dw_passes + t.dw_depth
     gemm = steps * step
-    zero = 0 if low.windowed else acc * t.alu_ii_imm + 6
+    zero_rows, maxima = acc, 0
+    if low.pool:  # the window maxima (ALU tensor ops), then the epilogue on the pooled rows
+        (tp, tq), (ph, pw) = pooled(low, s), low.pool.kernel
+        out = s.tile_oc * tp * tq
+        vertical = (ph - 1) * tp * cols * s.tile_oc  # into each window's anchor row
+        handed = 2 * s.tile_oc * (cols + tp)  # the row and column handed on, onto zeros
+        maxima = (vertical + pw * out + handed) * t.alu_ii_tensor + (ph + pw + 4) * 6
+        zero_rows, acc = acc + out, out
+    zero = 0 if low.windowed else zero_rows * t.alu_ii_imm + 6
     # a tensor pass reads its per-channel row once per channel block (alu_repeats)
     tensor_pass = acc * t.alu_ii_imm + s.tile_oc * (t.alu_ii_tensor - t.alu_ii_imm)
     alu = acc * (imm * t.alu_ii_imm + mul_extra) + tensor * tensor_pass + (imm + tensor) * 6
+    alu += maxima + (zero_rows - acc) * t.alu_ii_imm  # (the zeroing pass: every row)
     if low.epilogue.residual:
         gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
     return TileWork(step, gemm, alu, zero)

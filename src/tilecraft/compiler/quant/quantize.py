@@ -63,6 +63,7 @@ class AccelLayer:
     residual: str | None
     output: str
     vectors: dict[str, np.ndarray] = field(default_factory=dict)  # acc_lo, acc_hi, multiplier2
+    pool: MaxPool2d | None = None  # a conv's max pool, taken on its accumulators (graph)
 
 
 @dataclass(frozen=True)
@@ -218,8 +219,7 @@ def _model_weights(graph: Graph, name: str, w: np.ndarray, axis: int):
 
 
 def _clip(bounds, s_y: float, zero: int = 0) -> tuple[int, int]:
-    """Float clip bounds (a fused ReLU/Clip) as stored int8 values at scale s_y, zero point
-    `zero`."""
+    """Float clip bounds (a fused ReLU/Clip) as stored int8 at scale s_y, zero point `zero`."""
     if bounds is None:
         return (-128, 127)
     lo, hi = (

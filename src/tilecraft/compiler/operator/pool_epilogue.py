@@ -1,0 +1,201 @@
+"""A max pool taken on a convolution's accumulators, in the convolution's program: the window
+maxima of each tile's int32 accumulators on the ALU, then the epilogue and the narrowing STORE
+on the pooled rows alone (a quarter of them for a 3x3 stride-2 pool).
+
+Why it is exact: the maximum commutes with any function that never decreases, max(f(a), f(b))
+== f(max(a, b)), and an epilogue without a residual is such a function of the accumulator
+where none of its steps wraps and its multipliers are not negative: a clamp, an add, a product
+by m >= 0, a floor or rounding shift, a clip, and onnxruntime's float32 requantization by a
+scale >= 0 each keep order. `check_monotone` proves it for one layer, channel by channel, over
+every accumulator its int8 inputs can make (its weights' extremes), in 64-bit arithmetic; a
+layer it cannot prove is compiled as two programs as before.
+
+Tiles (`bands`): the pool's windows in bands of output rows, each band the convolution's rows
+its windows read (those two bands share computed again: one row per band for a 3x3 stride-2
+pool), every column and `tile_oc` channel blocks; the pooled rows follow the tile's
+accumulators in its slot. Windows are taken rows first then columns (`window_max`), each
+window through its anchor tap (the first one inside the image, which every window has): the
+anchor row takes the maximum of the window's rows, every column at once, then each pooled row
+the maximum of its anchor row's columns. A window's taps that fall in the padding are left out,
+as -inf padding (`pad_value` -128 on int8) would be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecraft.compiler.mapping.pool_windows import Band, axes
+from tilecraft.compiler.operator.kernels import ONCE, UopKernels
+from tilecraft.errors import ScheduleError
+from tilecraft.hw.config import HwConfig
+from tilecraft.hw.isa import Alu, AluOp, Uop
+from tilecraft.ops import Epilogue, MaxPool2d, Multiplier
+
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def accumulator_range(weight: np.ndarray, pad_value: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel, the least and greatest accumulator an int8 input (and padding) can
+    make with `weight` (OIHW int8), clamped to int32 (where it wraps, every value may occur)."""
+    w = np.asarray(weight, np.int64).reshape(len(weight), -1)
+    lo = np.minimum(w * 127, w * -128).sum(axis=1)
+    hi = np.maximum(w * 127, w * -128).sum(axis=1)
+    if not -128 <= pad_value <= 127:  # the padding is an int8 too: inside the same range
+        raise ScheduleError(f"pad value {pad_value} is not an int8")
+    return np.maximum(lo, INT32[0]), np.minimum(hi, INT32[1])
+
+
+def check_monotone(ep: Epilogue, lo: np.ndarray, hi: np.ndarray, params) -> None:
+    """Raise a `ScheduleError` unless `ep` (with `params`: a ConvParams) never decreases over
+    accumulators in [lo, hi] (per channel): no step wraps on the range's ends, no multiplier or
+    scale is negative. Each step keeps order on its own, so the ends bound every value between."""
+
+    def need(name, value):
+        if value is None:
+            raise ScheduleError(
+                f"a max pool on the accumulators needs the epilogue's {name} as a constant, to "
+                f"prove the epilogue never decreases; it was left as an input"
+            )
+        return np.asarray(value)
+
+    def fits(what: str, a, b) -> None:
+        if np.any(a < INT32[0]) or np.any(b > INT32[1]):
+            raise ScheduleError(
+                f"the epilogue's {what} may wrap around int32 on these weights, so it may "
+                f"decrease: the max pool is not taken on the accumulators"
+            )
+
+    def not_negative(what: str, value) -> np.ndarray:
+        value = np.asarray(value)
+        if np.any(~(value >= 0)):  # NaN included
+            raise ScheduleError(
+                f"the epilogue's {what} has a negative value, so it reverses order: the max "
+                f"pool is not taken on the accumulators"
+            )
+        return value
+
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    if ep.acc_bounds:
+        lo = np.clip(lo, need("acc_lo", params.acc_lo), need("acc_hi", params.acc_hi))
+        hi = np.clip(hi, params.acc_lo, params.acc_hi)
+    if ep.bias:
+        b = need("bias", params.bias).astype(np.int64)
+        lo, hi = lo + b, hi + b
+        fits("bias add", lo, hi)
+    if ep.on_unit:
+        not_negative("scale", need("scale", params.multiplier))
+        return  # float32(x) * scale, rounded, offset, clipped: each keeps order
+    if ep.multiplier == Multiplier.TENSOR:
+        m = np.int64(not_negative("multiplier", params.tensor_multiplier))
+        lo, hi = lo * m, hi * m
+        fits("multiply", lo, hi)
+    elif ep.multiplier == Multiplier.CHANNEL:
+        m = not_negative("multiplier", need("multiplier", params.multiplier)).astype(np.int64)
+        lo, hi = lo * m, hi * m
+        fits("multiply", lo, hi)
+    if ep.pre_shift:
+        m2 = not_negative("multiplier2", need("multiplier2", params.multiplier2))
+        lo, hi = (lo >> ep.pre_shift) * m2.astype(np.int64), (hi >> ep.pre_shift) * m2
+        fits("second multiply", lo, hi)
+    if ep.shift:
+        lo, hi = lo + (1 << (ep.shift - 1)), hi + (1 << (ep.shift - 1))
+        fits("rounding", lo, hi)
+        lo, hi = lo >> ep.shift, hi >> ep.shift
+    lo, hi = lo + ep.offset, hi + ep.offset
+    fits("zero point's add", lo, hi)
+    if not ep.final_clip and (np.any(lo < -128) or np.any(hi > 127)):
+        raise ScheduleError(
+            "the epilogue narrows to int8 without a clip and its values may leave int8 on these "
+            "weights (the narrowing wraps): the max pool is not taken on the accumulators"
+        )
+
+
+@dataclass(frozen=True)
+class PoolTile:
+    """A tile's share of the pool and where it works in the accumulator: its bands of pooled
+    rows and columns (`rows`, `cols`), its `blocks` channel blocks of convolution accumulators
+    at `acc` (each block's rows after the one before's, a row `cols.rows` wide), the pooled
+    rows it writes at `out` (the same, `cols.count` wide; they hold zeros), and the rows handed
+    between tiles: the convolution row above the band (`row_in`, a block's after the one
+    before's; read where `rows.carried`) and the window-row maxima at the column left of the
+    tile (`col_in`, one per pooled row a block; read where `cols.carried`), and where this
+    tile hands its last row down and its last column's maxima right (None: no tile takes
+    them)."""
+
+    rows: Band
+    cols: Band
+    blocks: int
+    acc: int
+    out: int
+    row_in: int
+    col_in: int
+    row_out: int | None
+    col_out: int | None
+
+
+def window_max(
+    cfg: HwConfig, kernels: UopKernels, pool: MaxPool2d, t: PoolTile
+) -> tuple[list[Alu], list[Alu]]:
+    """The ALU instructions taking a tile's window maxima (`PoolTile`): rows first, each
+    window's anchor row taking the max of its other rows in place, every column of the tile,
+    then each pooled row from its anchor row's columns, the anchor column first (onto the
+    zeros); and, apart, those copying the row and the column maxima the next tiles are handed
+    onto zeros. A copy reads this tile's bank and writes the taker's, where the GEMM core
+    works (it waits for the step there: the later the better), and must not be the last ALU
+    instruction before the GEMM core turns to this tile's bank (verify's unit-overlap rule):
+    the caller places them."""
+    ya, xa = axes(pool)
+    ra, ca = ya.anchor, xa.anchor
+    width, rows, cols = t.cols.rows, t.rows, t.cols
+    block = rows.rows * width  # a block's accumulators
+    pooled = rows.count * cols.count
+    alus = []
+
+    def alu(op: AluOp, dst: int, src: int, steps: tuple[int, int], outer, inner, **imm) -> None:
+        uops = [Uop(dst + b * steps[0], src + b * steps[1]) for b in range(t.blocks)]
+        key = ("pool", op, tuple(uops), outer, inner, tuple(imm.items()))
+        alus.append(Alu(op=op, **imm, **kernels.loop(key, uops, outer, inner)))
+
+    def row(window: int, tap: int) -> int:  # the first accumulator of a convolution row
+        return t.acc + (ya.at(window, tap) - rows.lo) * width
+
+    def col(window: int, tap: int) -> int:  # the column within the tile
+        return xa.at(window, tap) - cols.lo
+
+    down, across = ya.stride * width, (width, 1, 1, 0)
+    for tap in range(ya.kernel):  # rows, into each window's anchor row
+        first, count = ya.inside(tap, rows.first, rows.count)
+        if tap == ra or not count:
+            continue
+        if ya.at(first, tap) < rows.lo:  # the row above the band: handed down
+            alu(AluOp.MAX, row(first, ra), t.row_in, (block, width), across, ONCE)
+            first, count = first + 1, count - 1
+        if count:
+            alu(AluOp.MAX, row(first, ra), row(first, tap), (block, block),
+                (count, down, down, 0), across)  # fmt: skip
+    anchors = row(rows.first, ra)
+    for tap in [ca] + [k for k in range(xa.kernel) if k != ca]:  # columns, into pooled rows
+        first, count = xa.inside(tap, cols.first, cols.count)
+        if not count:
+            continue
+        op = AluOp.ADD if tap == ca else AluOp.MAX
+        if xa.at(first, tap) < cols.lo:  # the column left of the tile: handed right
+            alu(op, t.out, t.col_in, (pooled, rows.count),
+                (rows.count, cols.count, 1, 0), ONCE)  # fmt: skip
+            first, count = first + 1, count - 1
+        if count:
+            alu(op, t.out + first - cols.first, anchors + col(first, tap), (pooled, block),
+                (rows.count, cols.count, down, 0), (count, 1, xa.stride, 0))  # fmt: skip
+    maxima, alus = alus, []
+    clear = {"use_imm": True, "imm": -cfg.acc_bits}
+    if t.row_out is not None:  # the band's last row (no window's anchor), for the band below
+        at = t.row_out
+        alu(AluOp.SHR, at, at, (width, width), across, ONCE, **clear)
+        alu(AluOp.ADD, at, t.acc + (rows.rows - 1) * width, (width, block), across, ONCE)
+    if t.col_out is not None:  # the anchor rows' last column, for the tile to the right
+        at, each = t.col_out, (rows.count, 1, down, 0)
+        alu(AluOp.SHR, at, at, (rows.count, rows.count), each, ONCE, **clear)
+        alu(AluOp.ADD, at, anchors + width - 1, (rows.count, block), each, ONCE)
+    return maxima, alus
