@@ -8,7 +8,7 @@ blocked layout and placed in a liveness arena (`arena`); the host passes tensors
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from tilecraft.compiler.analysis.verify import verify
@@ -16,8 +16,9 @@ from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.frontend.ir import Graph
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
 from tilecraft.compiler.graph.chain import Part, chain_programs, compatible
+from tilecraft.compiler.graph.pooled import keep_faster, merge_pools
 from tilecraft.compiler.operator.conv2d import compile_operator
-from tilecraft.compiler.operator.pipeline import MEASURED, check_pool
+from tilecraft.compiler.operator.pipeline import MEASURED
 from tilecraft.compiler.programs.eltwise import compile_scaled_add
 from tilecraft.compiler.programs.pool import compile_global_avgpool, compile_maxpool
 from tilecraft.compiler.quant.calibrate import Ranges, calibrate, model_ranges
@@ -37,6 +38,7 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.jobs import map_jobs
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
+from tilecraft.runtime.device import cycle_model
 from tilecraft.runtime.model import (
     AcceleratorStep,
     Binding,
@@ -123,45 +125,6 @@ def _host_depthwise(layer: AccelLayer) -> HostLayer:
     return HostLayer(layer.name, host, (layer.input,), layer.output, consts)
 
 
-def _pools_on_accumulators(cfg: HwConfig, net: QuantizedNetwork, merged: dict) -> list:
-    """The layers with each max pool that alone reads a conv's output taken in the conv's
-    program, on its accumulators (`compile_operator`'s `pool`): one layer, named for both
-    (recorded in `merged`), whose output is the pool's. Where the conv's epilogue cannot be
-    shown never to decrease (`check_pool`), the two stay apart."""
-    readers: dict[str, int] = {}
-    for layer in net.layers:
-        for t in _reads(layer):
-            readers[t] = readers.get(t, 0) + 1
-    out: list = []
-    for layer in net.layers:
-        conv = out[-1] if out else None
-        if (
-            isinstance(layer, PoolLayer)
-            and isinstance(layer.op, MaxPool2d)
-            and isinstance(conv, AccelLayer)
-            and isinstance(conv.op, Conv2d)
-            and conv.pool is None
-            and conv.output == layer.input
-            and readers[conv.output] == 1
-            and conv.output not in net.outputs
-            and _pool_fits(cfg, conv, layer.op)
-        ):
-            name = f"{conv.name}+{layer.name}"
-            merged[name] = (conv.name, layer.name)
-            out[-1] = replace(conv, name=name, output=layer.output, pool=layer.op)
-        else:
-            out.append(layer)
-    return out
-
-
-def _pool_fits(cfg: HwConfig, conv: AccelLayer, pool: MaxPool2d) -> bool:
-    try:
-        check_pool(cfg, conv.op, conv.epilogue, pool, **_parameters(conv))
-    except ScheduleError:
-        return False
-    return True
-
-
 def _parameters(layer: AccelLayer) -> dict:
     """The layer's parameters as `compile_operator` takes them."""
     return {
@@ -224,7 +187,11 @@ def build_model(
     steps, programs, host_constants = [], [], {}
     moved = {} if moved is None else moved
     merged = {} if merged is None else merged
-    together = _pools_on_accumulators(cfg, net, merged) if pools_on_accumulators else net.layers
+    together, pairs = (
+        merge_pools(cfg, net, merged, _parameters, _reads)
+        if pools_on_accumulators
+        else (list(net.layers), {})
+    )
     pools = {
         layer.name: _pool_program(cfg, layer, moved)
         for layer in together
@@ -241,17 +208,27 @@ def build_model(
             else layer
             for layer in layers
         ]
-    reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
-    runs = _runs(layers)
-    programs_of = _compile_layers(
+    programs_of, cycles_of = _compile_layers(
         cfg,
-        runs,
+        _runs(layers),
         measure,
         records=records,
         jobs=jobs,
         timer=timer,
         description=f"compiling {net.name}",
+        alternatives={name: conv for name, (conv, _) in pairs.items()},
     )
+    if pairs:  # each conv and its pool as one layer only where that is faster
+        layers = keep_faster(
+            pairs, layers, programs_of, cycles_of, pools, partial(_pool_program, cfg), moved,
+            merged, timer,
+        )  # fmt: skip
+        layers = [
+            _host_pool(layer) if isinstance(layer, FIXED) and pools[layer.name] is None else layer
+            for layer in layers
+        ]
+    reads = {t for layer in layers for t in getattr(layer, "inputs", ())} | set(net.outputs)
+    runs = _runs(layers)
     for k, run in enumerate(runs):
         if not isinstance(run[0], ON_ACCELERATOR):
             layer = run[0]
@@ -356,10 +333,16 @@ def _compile_layers(
     jobs: int | None,
     description: str,
     timer=None,
-) -> dict[str, Program]:
-    """Each conv/dense layer's program, by name, verified. Layers of one shape (operator and
-    epilogue shape, `_schedule_key`) are one job: the first searches the schedule, the others
-    take it. The jobs run side by side (`jobs.map_jobs`), the largest layers first."""
+    alternatives: dict | None = None,
+) -> tuple[dict[str, Program | None], dict[str, int | None]]:
+    """Each conv/dense layer's program, by name, verified, and its cycles where the compile
+    measured them. Layers of one shape (operator and epilogue shape, `_schedule_key`) are one
+    job: the first searches the schedule, the others take it. The jobs run side by side
+    (`jobs.map_jobs`), the largest layers first. `alternatives`: by a layer's name, another
+    layer compiled beside it, fed the same way (a conv merged with its pool, alone), both
+    timed where the compile did not (in the jobs, side by side); a layer with a pool that
+    cannot be compiled is None."""
+    alternatives = alternatives or {}
     groups: dict[tuple, list[tuple[AccelLayer, bool | None]]] = {}
     for run in runs:
         if not isinstance(run[0], ON_ACCELERATOR):
@@ -368,28 +351,41 @@ def _compile_layers(
         for layer in run:
             if not isinstance(layer, FIXED):
                 fold = None if layer.input not in made else False  # fed by the host: may fold
-                groups.setdefault(_schedule_key(layer) + (fold,), []).append((layer, fold))
+                for each in (layer, alternatives.get(layer.name)):
+                    if each is not None:
+                        groups.setdefault(_schedule_key(each) + (fold,), []).append((each, fold))
     work = sorted(groups.values(), key=lambda g: -g[0][0].op.macs)
-    compile_group = partial(_compile_group, cfg, measure=measure, records=records, timer=timer)
-    return {
-        layer.name: program
-        for group, programs in zip(work, map_jobs(compile_group, work, jobs, description))
-        for (layer, _), program in zip(group, programs)
-    }
+    timed = frozenset(alternatives) | {conv.name for conv in alternatives.values()}
+    compile_group = partial(
+        _compile_group, cfg, measure=measure, records=records, timer=timer, timed=timed
+    )
+    done = [
+        (layer.name, result)
+        for group, results in zip(work, map_jobs(compile_group, work, jobs, description))
+        for (layer, _), result in zip(group, results)
+    ]
+    return {n: program for n, (program, _) in done}, {n: cycles for n, (_, cycles) in done}
 
 
 def _compile_group(
-    cfg: HwConfig, group: list, *, measure: int, records, timer=None
-) -> list[Program]:
+    cfg: HwConfig, group: list, *, measure: int, records, timer=None, timed=frozenset()
+) -> list:
     chosen: dict[tuple, ConvSchedule] = {}
-    return [_compile(cfg, layer, chosen, measure, fold, records, timer) for layer, fold in group]
+    out = []
+    for layer, fold in group:
+        program, cycles = _compile(cfg, layer, chosen, measure, fold, records, timer)
+        if cycles is None and program is not None and layer.name in timed:
+            cycles = (timer or cycle_model())(program)
+        out.append((program, cycles))
+    return out
 
 
 def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=None, timer=None):
     """The layer's program, verified by every rule but dataflow (which a network's chain never
     ran: half a layer's verification time; tests/compiler/graph checks the networks bit-exact
-    against the integer reference). A schedule the records hold for the layer's shape is taken
-    as chosen."""
+    against the integer reference), and its cycles where the compile measured them; (None,
+    None) for a conv with a pool that cannot be compiled so (too many instructions). A
+    schedule the records hold for the layer's shape is taken as chosen."""
     key = _schedule_key(layer) + (fold,)
     tuned = isinstance(layer.op, (Conv2d, Dense)) and layer.pool is None
     if records is not None and key not in chosen and tuned:
@@ -406,14 +402,22 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
         "timer": timer,
     }
     try:
-        comp = compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key))
+        try:
+            comp = compile_operator(
+                cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key)
+            )
+        except ScheduleError:
+            if key not in chosen:
+                raise
+            comp = compile_operator(cfg, layer.op, layer.epilogue, **params)
     except ScheduleError:
-        if key not in chosen:
+        if layer.pool is None:
             raise
-        comp = compile_operator(cfg, layer.op, layer.epilogue, **params)
+        return None, None  # compiled apart (`pooled.keep_faster`)
     chosen[key] = comp.schedule
     verify(comp.program, dataflow=False)
-    return comp.program
+    cycles = [c.cycles for c in comp.candidates if c.schedule == comp.schedule]
+    return comp.program, cycles[0] if cycles else None
 
 
 def _schedule_key(layer: AccelLayer) -> tuple:
