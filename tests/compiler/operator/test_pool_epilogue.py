@@ -85,6 +85,27 @@ def test_a_conv_and_its_pool_are_bit_exact_on_every_tiling(config, shape):
         np.testing.assert_array_equal(outputs["output"], R.maxpool2d(pool, conv))
 
 
+@pytest.mark.parametrize("config", ["default", "1x8x8"])
+def test_an_exact_requantization_whose_second_product_wraps(config):
+    """The quantizer's exact requantization of a model with zero points: its second product
+    wraps around int32 (modulo 2**32 the narrowed int8 is still exact), proven so and run."""
+    cfg = preset(config)
+    op, pool, _, params, rng = _case(SHAPES[0], 5)
+    ep = Epilogue(multiplier="channel", acc_bounds=True, pre_shift=10, shift=24, offset=-128)
+    n = op.oc
+    params = {
+        "weight": params["weight"],
+        "multiplier": np.full(n, 1024, np.int32),
+        "multiplier2": rng.integers(3000, 4000, n, dtype=np.int32),  # up to 0.98 * 2**32
+        "acc_lo": np.zeros(n, np.int32),
+        "acc_hi": np.full(n, 1 << 20, np.int32),
+    }
+    for s in _tilings(cfg, op, ep, pool, 2):
+        program = compile_conv2d(cfg, op, ep, pool=pool, schedule=s, **params).program
+        ok, message, *_ = _run(program, rng)
+        assert ok, f"{config} {s.describe()}: {message}"
+
+
 @pytest.mark.parametrize("config", ["default", "2x16x16"])
 @pytest.mark.parametrize("shape", SHAPES[:2])
 def test_on_the_requantization_unit(config, shape):
@@ -142,6 +163,15 @@ def test_the_epilogue_is_proven_never_to_decrease_or_refused():
     with pytest.raises(ScheduleError, match="scale has a negative value"):
         nan = np.float32([1, np.nan])
         check_monotone(unit, lo, hi, _params(bias=np.zeros(2), multiplier=nan))
+    # the quantizer's exact requantization: the second product wraps, then only shifts and
+    # adds reach the narrowing store, whose int8 the exact values stay in: exact, kept
+    exact = Epilogue(multiplier="channel", acc_bounds=True, pre_shift=10, shift=24, offset=-128)
+    m, m2 = np.full(2, 1024), np.full(2, 4000)  # up to 2**30, then 0.98 * 2**32 (wraps)
+    wide = {"acc_lo": np.zeros(2, int), "acc_hi": np.full(2, 1 << 20), "multiplier": m}
+    check_monotone(exact, lo * 100, hi * 100, _params(**wide, multiplier2=m2))
+    with pytest.raises(ScheduleError, match="second multiply may wrap .* only 6 exact bits"):
+        shallow = dataclasses.replace(exact, shift=26, offset=0)
+        check_monotone(shallow, lo * 100, hi * 100, _params(**wide, multiplier2=m2))
     narrow = Epilogue(acc_bounds=True, shift=0)  # narrowed without a clip: must stay in int8
     bounds = {"acc_lo": np.full(2, -128), "acc_hi": np.full(2, 127)}
     check_monotone(narrow, lo, hi, _params(**bounds))

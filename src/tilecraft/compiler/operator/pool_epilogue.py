@@ -49,8 +49,13 @@ def accumulator_range(weight: np.ndarray, pad_value: int = 0) -> tuple[np.ndarra
 
 def check_monotone(ep: Epilogue, lo: np.ndarray, hi: np.ndarray, params) -> None:
     """Raise a `ScheduleError` unless `ep` (with `params`: a ConvParams) never decreases over
-    accumulators in [lo, hi] (per channel): no step wraps on the range's ends, no multiplier or
-    scale is negative. Each step keeps order on its own, so the ends bound every value between."""
+    accumulators in [lo, hi] (per channel). Each step keeps order on its own in exact
+    arithmetic (no multiplier or scale negative), so the exact values at the range's ends bound
+    every value between. The 32-bit steps agree with exact arithmetic where nothing wraps, and
+    also where a product or sum wraps but only adds, products and shifts follow, down to the
+    narrowing store with no clip: modulo 2**32, then 2**(32 - s) after a shift by s, so the
+    narrowed int8 is exact where those bits stay >= 8 and the exact result lies in int8 (the
+    quantizer's exact requantization lets its second product wrap so)."""
 
     def need(name, value):
         if value is None:
@@ -59,13 +64,6 @@ def check_monotone(ep: Epilogue, lo: np.ndarray, hi: np.ndarray, params) -> None
                 f"prove the epilogue never decreases; it was left as an input"
             )
         return np.asarray(value)
-
-    def fits(what: str, a, b) -> None:
-        if np.any(a < INT32[0]) or np.any(b > INT32[1]):
-            raise ScheduleError(
-                f"the epilogue's {what} may wrap around int32 on these weights, so it may "
-                f"decrease: the max pool is not taken on the accumulators"
-            )
 
     def not_negative(what: str, value) -> np.ndarray:
         value = np.asarray(value)
@@ -76,35 +74,54 @@ def check_monotone(ep: Epilogue, lo: np.ndarray, hi: np.ndarray, params) -> None
             )
         return value
 
+    bits = None  # after a wrap: the low bits the 32-bit steps still hold exactly
+    where = ""
+
+    def step(what: str, a, b, shift: int = 0):
+        nonlocal bits, where
+        if bits is None and (np.any(a < INT32[0]) or np.any(b > INT32[1])):
+            bits, where = 32, what
+        if bits is not None:
+            bits -= shift
+        return (a >> shift, b >> shift) if shift else (a, b)
+
+    def wrapped(why: str) -> ScheduleError:
+        return ScheduleError(
+            f"the epilogue's {where} may wrap around int32 on these weights and {why}, so it "
+            f"may decrease: the max pool is not taken on the accumulators"
+        )
+
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if ep.acc_bounds:
-        lo = np.clip(lo, need("acc_lo", params.acc_lo), need("acc_hi", params.acc_hi))
-        hi = np.clip(hi, params.acc_lo, params.acc_hi)
+        bounds = [need(n, v).astype(np.int64) for n, v in (("acc_lo", params.acc_lo),
+                                                            ("acc_hi", params.acc_hi))]  # fmt: skip
+        lo, hi = np.clip(lo, *bounds), np.clip(hi, *bounds)
     if ep.bias:
         b = need("bias", params.bias).astype(np.int64)
-        lo, hi = lo + b, hi + b
-        fits("bias add", lo, hi)
+        lo, hi = step("bias add", lo + b, hi + b)
     if ep.on_unit:
+        if bits is not None:
+            raise wrapped("the requantization unit converts it to float32")
         not_negative("scale", need("scale", params.multiplier))
         return  # float32(x) * scale, rounded, offset, clipped: each keeps order
     if ep.multiplier == Multiplier.TENSOR:
         m = np.int64(not_negative("multiplier", params.tensor_multiplier))
-        lo, hi = lo * m, hi * m
-        fits("multiply", lo, hi)
+        lo, hi = step("multiply", lo * m, hi * m)
     elif ep.multiplier == Multiplier.CHANNEL:
         m = not_negative("multiplier", need("multiplier", params.multiplier)).astype(np.int64)
-        lo, hi = lo * m, hi * m
-        fits("multiply", lo, hi)
+        lo, hi = step("multiply", lo * m, hi * m)
     if ep.pre_shift:
         m2 = not_negative("multiplier2", need("multiplier2", params.multiplier2))
-        lo, hi = (lo >> ep.pre_shift) * m2.astype(np.int64), (hi >> ep.pre_shift) * m2
-        fits("second multiply", lo, hi)
+        lo, hi = step("multiply", lo, hi, ep.pre_shift)
+        lo, hi = step("second multiply", lo * m2.astype(np.int64), hi * m2.astype(np.int64))
     if ep.shift:
-        lo, hi = lo + (1 << (ep.shift - 1)), hi + (1 << (ep.shift - 1))
-        fits("rounding", lo, hi)
-        lo, hi = lo >> ep.shift, hi >> ep.shift
-    lo, hi = lo + ep.offset, hi + ep.offset
-    fits("zero point's add", lo, hi)
+        r = 1 << (ep.shift - 1)
+        lo, hi = step("rounding", lo + r, hi + r, ep.shift)
+    lo, hi = step("zero point's add", lo + ep.offset, hi + ep.offset)
+    if bits is not None and ep.final_clip:
+        raise wrapped("a clip follows")
+    if bits is not None and bits < 8:
+        raise wrapped(f"only {bits} exact bits reach the int8 store")
     if not ep.final_clip and (np.any(lo < -128) or np.any(hi > 127)):
         raise ScheduleError(
             "the epilogue narrows to int8 without a clip and its values may leave int8 on these "
