@@ -44,8 +44,10 @@ def test_the_pair_stays_one_layer_only_where_that_is_faster():
     names, programs, pools, merged = _split(120, 80, 30)
     assert names == ["c", "p", "x"] and programs == {"c": "alone"} and pools == {"p": "pool"}
     assert merged == {}
-    names, *_ = _split(500, 80, 30, pool_on_host=True)  # a host pool costs more than cycles
+    names, *_ = _split(70, 80, 30, pool_on_host=True)  # apart, the host would run the pool
     assert names == ["c+p", "x"]
+    names, programs, pools, _ = _split(90, 80, 30, pool_on_host=True)  # which costs no cycles
+    assert names == ["c", "p", "x"] and pools == {"p": None}
     names, programs, pools, _ = _split(None, 80, 30, fused_fails=True, pool_on_host=True)
     assert names == ["c", "p", "x"] and pools == {"p": None}  # the host then runs the pool
 

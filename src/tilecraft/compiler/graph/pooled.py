@@ -79,20 +79,19 @@ def keep_faster(
 ) -> list:
     """`layers` with each pair split again where its one program (`programs[name]`, None if
     it could not be compiled) takes more cycles than the conv's alone (compiled beside it,
-    `programs[conv.name]`) and the pool's (`pool_program(pool_layer, moved)`; None: the host
-    runs it, and the pair stays one) together; `cycles` holds what the compiles measured,
-    `timer` (the cycle model unless given) measures the rest. Updates `programs`, `pools`
-    (each split pool's program) and `merged`."""
+    `programs[conv.name]`) and the pool's (`pool_program(pool_layer, moved)`; None where the
+    host runs it, counted as no cycles: split, the accelerator's time is what it was) together;
+    `cycles` holds what the compiles measured, `timer` (the cycle model unless given) measures
+    the rest. Updates `programs`, `pools` (each split pool's program) and `merged`."""
     timer = timer or cycle_model()
     out = list(layers)
     for name, (conv, pool) in pairs.items():
         fused, alone = programs.get(name), programs.pop(conv.name)
         apart = pool_program(pool, moved)
         if fused is not None:
-            if apart is None:
-                continue  # the pool alone would run on the host
             one = cycles.get(name) or timer(fused)
-            if one <= (cycles.get(conv.name) or timer(alone)) + timer(apart):
+            two = (cycles.get(conv.name) or timer(alone)) + (timer(apart) if apart else 0)
+            if one <= two:
                 continue
         k = next(i for i, layer in enumerate(out) if getattr(layer, "name", None) == name)
         out[k : k + 1] = [conv, pool]
