@@ -141,6 +141,10 @@ def estimate(
     # reuses: epilogue of tile t-1 (under tile t's GEMMs) -> its store -> zeroing -> GEMMs.
     chain = max(gemm - step, alu - zero) + c.store + zero
     period = max(gemm, alu, chain / (s.acc_slots - 1))
+    if low.pool and c.steps == 1:  # the rows a pool hands on are copied into the next tile's
+        # bank, where its one GEMM runs: the copies wait for it, the epilogue behind them
+        # (ResNet-18's conv_2 and its pool: 511 K estimated, 837 K measured, without this)
+        period = max(period, gemm + alu - zero)
     fill = c.inp_loads + c.wgt_loads + alu + c.store
     # each transfer stage waits, too, while the other's beats hold the DRAM port (ResNet-18's
     # C4, 4 4 28 1 spatial-outer: four 28-row stores a tile, 34.5 K estimated without the

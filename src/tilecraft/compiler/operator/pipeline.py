@@ -49,9 +49,7 @@ from tilecraft.runtime.program import MAX_DRAM_BYTES, Program
 # `_spread_steps`): the estimate leaves out that the
 # compute stage issues in order behind the residual's GEMM and the passes after it (the digits
 # CNN's conv3 on a batch of 360, 1 x 5,000 instructions: 228 K and 231 K estimated, 315 K and
-# 271 K measured); a max pool on the accumulators likewise (ResNet-18's conv_2 and its pool on
-# the PYNQ-Z1: 511 K estimated for both of its best tilings, one reduction step a tile measured
-# 837 K, two steps 551 K). With the estimate counting the loads the slot caches save and the stalls
+# 271 K measured). With the estimate counting the loads the slot caches save and the stalls
 # where a resident operand changes, 1,000 instructions lose 0.02% of ResNet-18's cycles and
 # 0.11% of MobileNetV2's against 2,000, and compile 13% sooner.
 MEASURED = 6
@@ -239,11 +237,8 @@ def compile_operator(
     name = name or op.kind
     built: list[tuple[Ranked, Program]] = []
     tilings = set()
-    # a residual's GEMM, or a pool's maxima, after the epilogue's passes: the in-order compute
-    # stage holds the next tile's GEMMs behind them, which the estimate does not see
-    interleaved = epilogue.residual or pool is not None
-    at_least = MEASURE_AT_LEAST_RESIDUAL if interleaved else 1
-    if interleaved and schedule is None:
+    at_least = MEASURE_AT_LEAST_RESIDUAL if epilogue.residual else 1
+    if epilogue.residual and schedule is None:
         ranked = _spread_steps(low, ranked, at_least)
     for r in ranked:
         if len(built) == wanted or (
