@@ -87,12 +87,13 @@ def keep_faster(
     out = list(layers)
     for name, (conv, pool) in pairs.items():
         fused, alone = programs.get(name), programs.pop(conv.name)
+        one = None if fused is None else cycles.get(name) or timer(fused)
+        two = cycles.get(conv.name) or timer(alone)
+        if one is not None and one <= two:
+            continue  # faster than the conv alone: no need to build the pool's program
         apart = pool_program(pool, moved)
-        if fused is not None:
-            one = cycles.get(name) or timer(fused)
-            two = (cycles.get(conv.name) or timer(alone)) + (timer(apart) if apart else 0)
-            if one <= two:
-                continue
+        if one is not None and one <= two + (timer(apart) if apart else 0):
+            continue
         k = next(i for i, layer in enumerate(out) if getattr(layer, "name", None) == name)
         out[k : k + 1] = [conv, pool]
         programs.pop(name, None)
