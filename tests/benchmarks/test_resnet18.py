@@ -11,8 +11,9 @@ from tilecraft.boards import resolve_config
 def test_resnet18_suite():
     r = resnet18.run(resolve_config(resnet18.PRESET), calibration=1)
     assert r["bit_exact_vs_reference"] and r["accelerator_mac_share"] == 1.0
-    assert r["accelerator_programs"] == 1 and r["chained_layers"] == 23  # the whole network
-    assert len(r["layers"]) == 23 and all(x["cycles"] > x["ideal_cycles"] for x in r["layers"])
+    assert r["accelerator_programs"] == 1 and r["chained_layers"] == 22  # the whole network
+    assert len(r["layers"]) == 22 and all(x["cycles"] > x["ideal_cycles"] for x in r["layers"])
+    assert r["layers"][0]["name"] == "conv_2+maxpool_9"  # the pool on conv1's accumulators
     assert r["modeled_latency_ms"] > r["accelerator_ms"] > 70  # the 16x16 @ 100 MHz floor: ~71
     assert r["arena_peak_bytes"] >= r["arena_lower_bound_bytes"] > 0
     assert r["output_sqnr_db"] > 15
@@ -47,8 +48,9 @@ def test_mobilenet_v2_suite():
 @pytest.mark.slow
 def test_resnet18_quantized_by_onnxruntime_is_one_program():
     """onnxruntime's own QDQ ResNet-18 and MobileNetV2 (int8, and uint8 with zero points):
-    their scales, integers and residual Adds kept, one program each; the first conv's int8
-    output equal to onnxruntime's but for near-halves, ResNet-18's logits within two steps;
+    their scales, integers and residual Adds kept, one program each; the first int8 tensor
+    (ResNet-18's: the first conv's, pooled in its program) equal to onnxruntime's but for
+    near-halves, ResNet-18's logits within two steps;
     the convs onnxruntime itself runs in float32 counted. On the preset with the unit and
     `--requant onnxruntime`, the uint8 models give onnxruntime's logits and every tensor
     (~150 s)."""
@@ -59,7 +61,7 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
     assert len(r["variants"]) == 4
     for name, v in r["variants"].items():
         layers = list(v["layer_equal_fraction"].values())
-        assert v["programs"] == 1 and len(layers) >= 30, name  # every quantized tensor
+        assert v["programs"] == 1 and len(layers) >= 29, name  # every quantized tensor made
         assert layers[0] > 0.999, (name, layers[0])
         assert 0 <= v["float_convs"] <= v["convs"] >= 20, name  # onnxruntime's float32 convs
         if "mobilenet" not in name:
@@ -68,7 +70,7 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
         # the preset's twin with the requantization unit, in the same run
         e, unit = v["onnxruntime_exact"], v["with_unit"]
         assert unit["modeled_latency_ms"] < v["modeled_latency_ms"], name
-        assert e["simulator_matches_reference"] and e["tensors_compared"] >= 30, name
+        assert e["simulator_matches_reference"] and e["tensors_compared"] >= 29, name
         if name.endswith("uint8"):  # onnxruntime's every rounding: its logits, every tensor
             assert e["equal_fraction"] == 1.0 and e["max_steps"] == 0, (name, e)
             assert e["tensors_equal"] == e["tensors_compared"], (name, e)

@@ -4,20 +4,20 @@ on the pooled rows alone (a quarter of them for a 3x3 stride-2 pool).
 
 Why it is exact: the maximum commutes with any function that never decreases, max(f(a), f(b))
 == f(max(a, b)), and an epilogue without a residual is such a function of the accumulator
-where none of its steps wraps and its multipliers are not negative: a clamp, an add, a product
-by m >= 0, a floor or rounding shift, a clip, and onnxruntime's float32 requantization by a
-scale >= 0 each keep order. `check_monotone` proves it for one layer, channel by channel, over
-every accumulator its int8 inputs can make (its weights' extremes), in 64-bit arithmetic; a
-layer it cannot prove is compiled as two programs as before.
+where its multipliers are not negative and its 32-bit steps agree with exact arithmetic: a
+clamp, an add, a product by m >= 0, a floor or rounding shift, a clip, and onnxruntime's
+float32 requantization by a scale >= 0 each keep order. `check_monotone` proves it for one
+layer, channel by channel, over every accumulator its int8 inputs can make (its weights'
+extremes), in 64-bit arithmetic; a layer it cannot prove is compiled as two programs.
 
-Tiles (`bands`): the pool's windows in bands of output rows, each band the convolution's rows
-its windows read (those two bands share computed again: one row per band for a 3x3 stride-2
-pool), every column and `tile_oc` channel blocks; the pooled rows follow the tile's
-accumulators in its slot. Windows are taken rows first then columns (`window_max`), each
-window through its anchor tap (the first one inside the image, which every window has): the
-anchor row takes the maximum of the window's rows, every column at once, then each pooled row
-the maximum of its anchor row's columns. A window's taps that fall in the padding are left out,
-as -inf padding (`pad_value` -128 on int8) would be.
+Tiles (`mapping/pool_windows.py`): a band of pooled rows by a band of pooled columns, which
+computes the convolution rows and columns its windows read that the tiles before did not; the
+one row (or column) neighbouring bands share is handed on, not computed again (`PoolTile`).
+Windows are taken rows first then columns (`window_max`), each through its anchor tap (inside
+the image and its band for every window, and no other window's): the anchor row takes the
+maximum of the window's rows, every column at once, then each pooled row the maximum of its
+anchor row's columns. A window's taps that fall in the padding are left out, as -inf padding
+(`pad_value` -128 on int8) would be.
 """
 
 from __future__ import annotations
@@ -36,14 +36,13 @@ from tilecraft.ops import Epilogue, MaxPool2d, Multiplier
 INT32 = (-(2**31), 2**31 - 1)
 
 
-def accumulator_range(weight: np.ndarray, pad_value: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Per output channel, the least and greatest accumulator an int8 input (and padding) can
-    make with `weight` (OIHW int8), clamped to int32 (where it wraps, every value may occur)."""
+def accumulator_range(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel, the least and greatest accumulator int8 inputs (the padding is an
+    int8 too) can make with `weight` (OIHW int8), clamped to int32 (where the sum wraps, every
+    int32 may occur)."""
     w = np.asarray(weight, np.int64).reshape(len(weight), -1)
     lo = np.minimum(w * 127, w * -128).sum(axis=1)
     hi = np.maximum(w * 127, w * -128).sum(axis=1)
-    if not -128 <= pad_value <= 127:  # the padding is an int8 too: inside the same range
-        raise ScheduleError(f"pad value {pad_value} is not an int8")
     return np.maximum(lo, INT32[0]), np.minimum(hi, INT32[1])
 
 

@@ -36,8 +36,9 @@ class Budget:
     wgt_tile: int
     wgt_reserved: int
     acc_tile: int
-    acc_reserved: int
+    acc_reserved: int  # after each slot's tile: the epilogue's parameters, handed rows
     one_bank: bool = False  # each slot within one bank (the requantization unit reads one)
+    acc_handed: int = 0  # of acc_reserved, the rows a max pool's tiles hand on (`carry_rows`)
 
     def needs(self, cfg: HwConfig) -> dict[str, tuple[int, int]]:
         """buffer -> (rows needed, rows available). Double-buffered accumulator tiles alternate
@@ -140,6 +141,7 @@ def budget(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> Budget:
         wgt_reserved=low.select_rows(cfg),
         acc_tile=s.tile_oc * (rows * cols + tp * tq),
         acc_reserved=low.param_rows() + carry_rows(low, s),
+        acc_handed=carry_rows(low, s),
         one_bank=low.epilogue.on_unit,
     )
 
@@ -348,5 +350,7 @@ def _explain(buf: str, b: Budget) -> str:
     if buf.startswith("wgt"):
         extra = f" + {b.wgt_reserved} residual selectors" if b.wgt_reserved else ""
         return f"{b.slots} x {b.wgt_tile} weight tile{extra}"
-    extra = f" + {b.acc_reserved} epilogue parameters" if b.acc_reserved else ""
+    params = b.acc_reserved - b.acc_handed
+    extra = f" + {params} epilogue parameters" if params else ""
+    extra += f" + {b.acc_handed} rows handed between a pool's tiles" if b.acc_handed else ""
     return f"{b.acc_tile} accumulator tile{extra}"
