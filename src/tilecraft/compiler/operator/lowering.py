@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilecraft.compiler.mapping.blocks import MappedConv, residual_offsets
-from tilecraft.compiler.mapping.pool_windows import Band
 from tilecraft.compiler.operator.builder import ProgramBuilder
 from tilecraft.compiler.operator.epilogue import EpilogueDram, EpilogueEmitter, Slots
 from tilecraft.compiler.operator.kernels import UopKernels
@@ -31,11 +30,10 @@ from tilecraft.compiler.operator.params import (
     MULTIPLIER_RANGE,
     ConvParams,
 )
-from tilecraft.compiler.operator.pool_epilogue import PoolTile, window_max
+from tilecraft.compiler.operator.pool_epilogue import PoolLowering
 from tilecraft.compiler.operator.schedule import (
     Tile,
     budget,
-    pool_bands,
     ranges,
     tiles,
 )
@@ -256,7 +254,7 @@ class _ConvEmitter:
         self.timing = Timing.from_config(cfg)
         self.work = tile_work(cfg, low, s, self.timing)
         self.zero_on_gemm = self.work.zero_on_gemm
-        self.pool_bands = pool_bands(low, s) if low.pool else ((), ())
+        self.pool = PoolLowering(cfg, low, s, self.slots, self.kernels) if low.pool else None
 
     def body(self) -> list:
         """Every instruction after the micro-op load: the epilogue's prologue, then the tiles."""
@@ -347,8 +345,8 @@ class _ConvEmitter:
         core (a reset). Nothing on the depthwise mode: it writes its outputs afresh."""
         if self.low.windowed:
             return
-        if self.low.pool:  # the pooled rows too (after the tile's): the maxima go onto zeros
-            rows = tile.pix + self._pooled(tile).pix
+        if self.pool:  # the pooled rows too (after the tile's): the maxima go onto zeros
+            rows = tile.pix + self.pool.pooled(tile).pix
             tile = Tile(tile.nb, tile.oc0, tile.toc, 0, 1, 0, rows)
         fields = self.epilogue.tile_loop(tile, a, 0, False)
         if self.zero_on_gemm:
@@ -359,59 +357,9 @@ class _ConvEmitter:
     def _finish(self, tile: Tile, a: int, row: int = 0) -> list:
         """The tile's epilogue and its store (its accumulators from slot `a`'s row `row` on);
         with a pool, the window maxima first, then the epilogue and store of the pooled rows."""
-        if self.low.pool:
-            pool, pooled, at = self._pool_tile(tile, a), self._pooled(tile), tile.toc * tile.pix
-            maxima, handed = window_max(self.cfg, self.kernels, self.low.pool, pool)
-            epilogue = self.epilogue.tile(pooled, a, at)
-            if not epilogue:  # (on the unit) the copies late, but not last: `window_max`
-                maxima, epilogue = maxima[:-1], maxima[-1:]
-            return maxima + handed + epilogue + self._store(pooled, a, at)
+        if self.pool:
+            return self.pool.finish(tile, a, self.epilogue.tile, self._store)
         return self.epilogue.tile(tile, a, row) + self._store(tile, a, row)
-
-    def _bands(self, tile: Tile) -> tuple[int, Band, int, Band]:
-        """Under a max pool: the index and band of pooled rows, and of pooled columns, whose
-        convolution rows and columns `tile` computes."""
-        rows, cols = self.pool_bands
-        i = next(k for k, b in enumerate(rows) if b.lo == tile.oh0)
-        j = next(k for k, b in enumerate(cols) if b.lo == tile.ow0)
-        return i, rows[i], j, cols[j]
-
-    def _pooled(self, tile: Tile) -> Tile:
-        """The pooled rows of `tile`'s bands, as a tile of the output."""
-        _, rows, _, cols = self._bands(tile)
-        return Tile(tile.nb, tile.oc0, tile.toc, rows.first, rows.count, cols.first, cols.count)
-
-    def _pool_tile(self, tile: Tile, a: int) -> PoolTile:
-        """Where `tile`'s pool works: its rows in slot `a`, then its pooled rows. What tiles
-        hand on is kept after the parameters in the reserved rows of the bank of the tile that
-        takes it (`budget`), so that an ALU instruction reads no other bank while the GEMM core
-        may work there: each column band's last row, `tile_oc` blocks of it where the band
-        starts, then the window-row maxima at a tile's last column, in two places taken in
-        turn (with one accumulator slot a tile's own is its taker's). The order is oc_outer: a
-        channel tile's row bands in turn, each one's column bands in turn, so the tile to the
-        right is the next, and the one below, a row of column bands later."""
-        i, rows, j, cols = self._bands(tile)
-        row_bands, col_bands = self.pool_bands
-        n, params = len(self.slots.acc), self.slots.params
-
-        def kept(slot: int) -> int:  # the rows handed to the tile in `slot`
-            return params[slot % n % len(params)] + self.low.param_rows()
-
-        below, right = (a + len(col_bands)) % n, (a + 1) % n
-        down = i + 1 < len(row_bands) and row_bands[i + 1].carried
-        across = j + 1 < len(col_bands) and col_bands[j + 1].carried
-        acc, ow = self.slots.acc[a], self.low.ow
-        return PoolTile(
-            rows=rows,
-            cols=cols,
-            blocks=tile.toc,
-            acc=acc,
-            out=acc + tile.toc * tile.pix,
-            row_in=kept(a) + tile.toc * cols.lo,
-            col_in=kept(a) + tile.toc * (ow + j % 2 * rows.count),
-            row_out=kept(below) + tile.toc * cols.lo if down else None,
-            col_out=kept(right) + tile.toc * (ow + (j + 1) % 2 * rows.count) if across else None,
-        )
 
     def _finish_last(self, tile: Tile, a: int) -> list:
         """The last tile's epilogue and store one output-channel block at a time, so the store

@@ -22,16 +22,20 @@ anchor row's columns. A window's taps that fall in the padding are left out, as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from tilecraft.compiler.mapping.blocks import MappedConv
 from tilecraft.compiler.mapping.pool_windows import Band, axes
+from tilecraft.compiler.operator.epilogue import Slots
 from tilecraft.compiler.operator.kernels import ONCE, UopKernels
+from tilecraft.compiler.operator.schedule import Tile, pool_bands
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Uop
-from tilecraft.ops import Epilogue, MaxPool2d, Multiplier
+from tilecraft.ops import ConvSchedule, Epilogue, MaxPool2d, Multiplier
 
 INT32 = (-(2**31), 2**31 - 1)
 
@@ -215,3 +219,69 @@ def window_max(
         alu(AluOp.SHR, at, at, (rows.count, rows.count), each, ONCE, **clear)
         alu(AluOp.ADD, at, anchors + width - 1, (rows.count, block), each, ONCE)
     return maxima, alus
+
+
+class PoolLowering:
+    """The pool's share of a scheduled convolution's lowering (`lowering._ConvEmitter`): which
+    bands a tile takes, where its pool works in the accumulator, and its instructions after its
+    GEMMs."""
+
+    def __init__(
+        self, cfg: HwConfig, low: MappedConv, s: ConvSchedule, slots: Slots, kernels: UopKernels
+    ):
+        self.cfg, self.low, self.slots, self.kernels = cfg, low, slots, kernels
+        self.row_bands, self.col_bands = pool_bands(low, s)
+
+    def bands(self, tile: Tile) -> tuple[int, Band, int, Band]:
+        """The index and band of pooled rows, and of pooled columns, whose convolution rows and
+        columns `tile` computes."""
+        i = next(k for k, b in enumerate(self.row_bands) if b.lo == tile.oh0)
+        j = next(k for k, b in enumerate(self.col_bands) if b.lo == tile.ow0)
+        return i, self.row_bands[i], j, self.col_bands[j]
+
+    def pooled(self, tile: Tile) -> Tile:
+        """The pooled rows of `tile`'s bands, as a tile of the output."""
+        _, rows, _, cols = self.bands(tile)
+        return Tile(tile.nb, tile.oc0, tile.toc, rows.first, rows.count, cols.first, cols.count)
+
+    def finish(self, tile: Tile, a: int, epilogue: Callable, store: Callable) -> list:
+        """The window maxima of `tile` (in slot `a`), the rows handed on, then `epilogue` and
+        `store` (the emitter's, on a tile of the output from a row of the slot) of the pooled
+        rows."""
+        pooled, at = self.pooled(tile), tile.toc * tile.pix
+        maxima, handed = window_max(self.cfg, self.kernels, self.low.pool, self.tile(tile, a))
+        after = epilogue(pooled, a, at)
+        if not after:  # (on the unit) the copies late, but not last: `window_max`
+            maxima, after = maxima[:-1], maxima[-1:]
+        return maxima + handed + after + store(pooled, a, at)
+
+    def tile(self, tile: Tile, a: int) -> PoolTile:
+        """Where `tile`'s pool works: its rows in slot `a`, then its pooled rows. What tiles
+        hand on is kept after the parameters in the reserved rows of the bank of the tile that
+        takes it (`schedule.budget`), so that an ALU instruction reads no other bank while the
+        GEMM core may work there: each column band's last row, `tile_oc` blocks of it where the
+        band starts, then the window-row maxima at a tile's last column, in two places taken in
+        turn (with one accumulator slot a tile's own is its taker's). The order is oc_outer: a
+        channel tile's row bands in turn, each one's column bands in turn, so the tile to the
+        right is the next, and the one below, a row of column bands later."""
+        i, rows, j, cols = self.bands(tile)
+        n, params = len(self.slots.acc), self.slots.params
+
+        def kept(slot: int) -> int:  # the rows handed to the tile in `slot`
+            return params[slot % n % len(params)] + self.low.param_rows()
+
+        below, right = (a + len(self.col_bands)) % n, (a + 1) % n
+        down = i + 1 < len(self.row_bands) and self.row_bands[i + 1].carried
+        across = j + 1 < len(self.col_bands) and self.col_bands[j + 1].carried
+        acc, ow = self.slots.acc[a], self.low.ow
+        return PoolTile(
+            rows=rows,
+            cols=cols,
+            blocks=tile.toc,
+            acc=acc,
+            out=acc + tile.toc * tile.pix,
+            row_in=kept(a) + tile.toc * cols.lo,
+            col_in=kept(a) + tile.toc * (ow + j % 2 * rows.count),
+            row_out=kept(below) + tile.toc * cols.lo if down else None,
+            col_out=kept(right) + tile.toc * (ow + (j + 1) % 2 * rows.count) if across else None,
+        )
