@@ -116,13 +116,7 @@ def _host_depthwise(layer: AccelLayer) -> HostLayer:
     host = host_ops.DepthwiseConv(
         op.kernel, op.stride, (ph, pw, ph, pw), layer.epilogue, op.pad_value
     )
-    consts = {
-        "weight": layer.weight,
-        "bias": layer.bias,
-        "multiplier": layer.multiplier,
-        **layer.vectors,
-    }
-    return HostLayer(layer.name, host, (layer.input,), layer.output, consts)
+    return HostLayer(layer.name, host, (layer.input,), layer.output, _parameters(layer))
 
 
 def _parameters(layer: AccelLayer) -> dict:
@@ -402,14 +396,7 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
         "timer": timer,
     }
     try:
-        try:
-            comp = compile_operator(
-                cfg, layer.op, layer.epilogue, **params, schedule=chosen.get(key)
-            )
-        except ScheduleError:
-            if key not in chosen:
-                raise
-            comp = compile_operator(cfg, layer.op, layer.epilogue, **params)
+        comp = _search(cfg, layer, params, chosen.get(key))
     except ScheduleError:
         if layer.pool is None:
             raise
@@ -418,6 +405,17 @@ def _compile(cfg, layer: AccelLayer, chosen: dict, measure: int, fold, records=N
     verify(comp.program, dataflow=False)
     cycles = [c.cycles for c in comp.candidates if c.schedule == comp.schedule]
     return comp.program, cycles[0] if cycles else None
+
+
+def _search(cfg, layer: AccelLayer, params: dict, schedule):
+    """The layer compiled with `schedule` (a same-shaped layer's, or a record's), or, where
+    that does not fit it (or is None), with a schedule searched afresh."""
+    if schedule is not None:
+        try:
+            return compile_operator(cfg, layer.op, layer.epilogue, **params, schedule=schedule)
+        except ScheduleError:
+            pass  # another epilogue's (or record's) schedule that does not fit this one
+    return compile_operator(cfg, layer.op, layer.epilogue, **params)
 
 
 def _schedule_key(layer: AccelLayer) -> tuple:
