@@ -82,13 +82,30 @@ class EpilogueEmitter:
 
     # ---- once, before the first tile ---------------------------------------------------------
     def prologue(self) -> list:
+        """The parameters, loaded (and prepared) once, and copied by the ALU into the other
+        bank where tiles use both: a copy of a few hundred rows takes the ALU two passes of
+        a row a cycle, where loading it again would hold the compute stage for the DRAM (a
+        compute-stage LOAD waits for both units), which at a chain's junction is the path the
+        next layer's first GEMM waits on. The last bank's copy is the one loaded: a copy
+        writes the first tile's bank, so the GEMM core's first instruction, which writes
+        there too, waits for it (the banks' interlock), and nothing runs beside it in the
+        bank it reads."""
+        *others, first = self.slots.params  # the first tile's bank is copied into last
         if self.ep.on_unit:  # a copy in each bank a tile uses: the unit reads a STORE's bank
             rows, addr = self.low.param_rows(), self.dram.requant
-            return [Load(mem=MemId.ACC, sram_base=base, dram_base=addr, y_size=1, x_size=rows,
-                         x_stride=rows) for base in self.slots.params]  # fmt: skip
-        out = []
-        for vec, round_row in zip(self.vectors, self.round_rows):
-            out += self._parameters(vec, round_row)
+            out = [Load(mem=MemId.ACC, sram_base=first, dram_base=addr, y_size=1, x_size=rows,
+                        x_stride=rows)]  # fmt: skip
+        else:
+            out = self._parameters(self.vectors[-1], self.round_rows[-1])
+        rows = self.low.param_rows()
+        others = others if rows else []
+        for base in others:
+            zero = self.kernels.loop(("copy", base, base), [Uop(base, base)], inner=(rows, 1, 1, 0))
+            copy = self.kernels.loop(
+                ("copy", base, first), [Uop(base, first)], inner=(rows, 1, 1, 0)
+            )
+            out.append(Alu(op=AluOp.SHR, use_imm=True, imm=-self.cfg.acc_bits, **zero))
+            out.append(Alu(op=AluOp.ADD, **copy))
         if self.dram.select is not None:
             n = len(self.dram.offsets)
             out.append(
