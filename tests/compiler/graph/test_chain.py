@@ -147,6 +147,13 @@ def _two_layers(first=None, verified_parts=False):
     return chain_programs(parts, {"z"}, verified_parts=verified_parts)[0], parts
 
 
+def _junction(program) -> int:
+    """The row of a two-layer chain's junction pop (the second layer's first instruction)."""
+    t = program.table()
+    empty = (t["opcode"] == Opcode.LOAD) & (t["mem"] == MemId.INP) & (t["x_size"] == 0)
+    return int(np.flatnonzero(empty & (t["pop_next"] != 0))[0])
+
+
 def _with(program, k: int, **changes):
     insns = table_insns(program.table())
     insns[k] = dataclasses.replace(insns[k], **changes)
@@ -161,7 +168,7 @@ def test_a_chain_is_verified_by_its_parts_and_its_junctions():
     program, parts = _two_layers()
     verify_chain(program, parts)
     verify(program)  # the whole-program rules agree
-    j = len(parts[0].program.insns)  # the second part's first instruction
+    j = _junction(program)  # the second part's first instruction
     for k, change in (
         (j, {"pop_next": False}),
         (j - 1, {"push_prev": False}),
@@ -180,13 +187,9 @@ def test_the_chain_is_its_parts_relocated_and_nothing_else():
 
     program, parts = _two_layers()
     table = program.table()
-    j = len(parts[0].program.insns) + 1  # the second layer's body
-    k = j + int(
-        np.flatnonzero(
-            (parts[1].program.table()["opcode"] == Opcode.GEMM)
-            & (parts[1].program.table()["pop_prev"] != 0)
-        )[0]
-    )
+    j = _junction(program) + 1  # the second layer's body
+    gemms = (table["opcode"] == Opcode.GEMM) & (table["pop_prev"] != 0)
+    k = j + int(np.flatnonzero(gemms[j:])[0])
     assert table[k]["opcode"] == Opcode.GEMM and table[k]["pop_prev"]
     with pytest.raises(VerifyError, match=f"instruction {k} is not the layers' relocated") as e:
         verify_chain(_with(program, k, pop_prev=False), parts, verified_parts=True)

@@ -3,12 +3,13 @@ in DRAM in the accelerator's blocked layout (never unpacked on the host).
 
 Each layer's buffers are bound to network tensors by name; a tensor one layer stores and a later
 one loads becomes one buffer, placed in an activation arena by liveness (`arena.plan_arena`), so
-buffers whose lives do not overlap share bytes. Instructions are relocated (only `dram_base` of
-LOAD/STORE moves: each buffer by its new offset, micro-op loads by the concatenated micro-op
-region), and each layer boundary becomes a barrier: the layer's FINISH is replaced by an empty
-compute LOAD that waits for its last STORE and tells the load stage, and the next layer starts
-with an empty load-stage LOAD that waits for that. The verifier's DRAM ordering rule checks the
-result like any program.
+buffers whose lives do not overlap share bytes. Instructions are relocated (`dram_base` of
+LOAD/STORE: each buffer by its new offset, micro-op loads by the concatenated micro-op region;
+and a layer's WGT rows where its weights go ahead), and each layer boundary becomes a barrier:
+the layer's FINISH is replaced by an empty compute LOAD that waits for its last STORE and tells
+the load stage, and the next layer starts with an empty load-stage LOAD that waits for that.
+Only a layer's first weights go ahead of it, loaded while the layer before computes
+(`weights_ahead`). The verifier's DRAM ordering rule checks the result like any program.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ import numpy as np
 from tilecraft.compiler.analysis.tokens import compute_nop, load_nop
 from tilecraft.compiler.analysis.verify import verify, verify_queues
 from tilecraft.compiler.graph.arena import Interval, plan_arena
+from tilecraft.compiler.graph.weights_ahead import (
+    Ahead,
+    check_early,
+    last_load,
+    plan_ahead,
+    shift_table,
+    shift_uops,
+    split_early,
+)
 from tilecraft.errors import ScheduleError, VerifyError
 from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import (
@@ -29,6 +39,7 @@ from tilecraft.hw.isa import (
     Opcode,
     decode,
     encode,
+    encode_uops,
     format_row,
     insn_table,
     isa_for,
@@ -190,9 +201,10 @@ def chain_programs(
     align = max(cfg.elem_bytes(b) for b in BUFFERS)
     top = -(-arena.peak_bytes // align) * align
     where = {b.name: b.offset for b in buffers}
-    uops = np.concatenate([p.program.uops for p in parts])
+    plans = plan_ahead(cfg, [p.program for p in parts])
+    uops = _chain_uops(cfg, parts, plans)
     uop_offset = top
-    table = _chain_table(cfg, parts, where, uop_offset // cfg.uop_bytes)
+    table, _, _ = _chain_table(cfg, parts, where, uop_offset // cfg.uop_bytes, plans)
     words = encode(isa_for(cfg), table)
     insn_offset = -(-(uop_offset + uops.nbytes) // align) * align
     end = insn_offset + len(words) * INSN_BYTES
@@ -212,26 +224,58 @@ def chain_programs(
     return program, arena
 
 
-def _chain_table(cfg: HwConfig, parts: list[Part], where: dict[str, int], uop_base: int):
+def _chain_table(
+    cfg: HwConfig, parts: list[Part], where: dict[str, int], uop_base: int, plans: list[Ahead]
+):
     """The chain's instructions: each part's, relocated (buffers to `where`, micro-ops to
-    their place after `uop_base`), with a junction between parts."""
-    tables, before = [], 0
-    for i, part in enumerate(parts):
-        body = _relocate(cfg, i, part, where, uop_base + before)
+    their place after `uop_base`, WGT rows by its `Ahead.shift`), with a junction between
+    parts, and each part's early weights after the previous part's last load. Also returns,
+    per part, the range of chain rows it occupies (its early loads and junction outside it)
+    and the range of its early loads."""
+    bodies, aheads, before = [], [], 0
+    for i, (part, plan) in enumerate(zip(parts, plans)):
+        body = shift_table(_relocate(cfg, i, part, where, uop_base + before), plan.shift)
         before += len(part.program.uops)
-        if i > 0:  # the load stage waits for the previous layer's last compute instruction
-            tables.append(insn_table([load_nop(pop_next=True)]))
+        ahead = None
+        if plan.early:
+            ahead, body = split_early(body, plan.early)
         if i + 1 < len(parts):  # FINISH becomes a no-op that hands over to the next layer
             last = body[-1]
             if last["opcode"] != Opcode.FINISH:
                 raise ScheduleError(f"layer {part.program.name} does not end with FINISH")
-            body = body[:-1]
             handover = compute_nop(
                 pop_prev=bool(last["pop_prev"]), pop_next=bool(last["pop_next"]), push_prev=True
             )
-            body = np.concatenate([body, insn_table([handover])])
+            body = np.concatenate([body[:-1], insn_table([handover])])
+        bodies.append(body)
+        aheads.append(ahead)
+    tables, spans, early, at = [], [], [None] * len(parts), 0
+    for i, body in enumerate(bodies):
+        if i > 0:  # the load stage waits for the previous layer's last compute instruction
+            tables.append(insn_table([load_nop(pop_next=True)]))
+            at += 1
+        nxt = aheads[i + 1] if i + 1 < len(parts) else None
+        if nxt is not None:  # the next layer's first weights, after this one's last load
+            cut = last_load(body)
+            body = np.concatenate([body[:cut], nxt, body[cut:]])
+            early[i + 1] = range(at + cut, at + cut + len(nxt))
         tables.append(body)
-    return np.concatenate(tables)
+        spans.append(range(at, at + len(body)))
+        at += len(body)
+    return np.concatenate(tables), spans, early
+
+
+def _chain_uops(cfg: HwConfig, parts: list[Part], plans: list[Ahead]) -> np.ndarray:
+    """The chain's micro-ops: each part's, their weight indices moved by its `Ahead.shift`."""
+    spec = isa_for(cfg)
+    return np.concatenate(
+        [
+            encode_uops(spec, shift_uops(p.program.uop_table(), a.shift))
+            if a.shift
+            else p.program.uops
+            for p, a in zip(parts, plans)
+        ]
+    )
 
 
 def verify_chain(program: Program, parts: list[Part], verified_parts: bool = False) -> None:
@@ -241,16 +285,22 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
     token to the next part's first load-stage instruction, so every instruction of a part is
     complete before any of the next starts (the load stage is in order behind that LOAD, the
     compute stage behind the barrier, and each store behind a compute instruction of its own
-    part): no hazard, on a scratchpad or in DRAM, crosses a junction. What the joining adds
-    is checked here: that the program is its parts, relocated, and the junctions, nothing
-    else; relocation (each transfer inside one buffer; no two buffers of a part sharing
-    bytes); token balance and deadlock over the whole program (`verify_queues`)."""
+    part): no hazard, on a scratchpad or in DRAM, crosses a junction, but for the next part's
+    early weights (`weights_ahead`: loads of constants into WGT rows the part they join leaves
+    alone, `check_early`). What the joining adds is checked here: that the program is its
+    parts, relocated (WGT rows moved by their shift), and the junctions, nothing else;
+    relocation (each transfer inside one buffer; no two buffers of a part sharing bytes);
+    the early loads; token balance and deadlock over the whole program (`verify_queues`)."""
     if not verified_parts:
         for part in parts:
             verify(part.program)
     cfg = program.config
     table = program.table()
-    _check_junctions(table, parts)
+    plans = plan_ahead(cfg, [p.program for p in parts])
+    offsets = {b.name: b.offset for b in program.buffers}
+    uop_base = program.uop_offset // cfg.uop_bytes
+    expected, placed, early = _chain_table(cfg, parts, offsets, uop_base, plans)
+    _check_junctions(table, parts, placed)
     where = {b.name: b for b in program.buffers}
     for i, part in enumerate(parts):
         spans = sorted(
@@ -272,10 +322,13 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
                     None,
                     None,
                 )
-    offsets = {b.name: b.offset for b in program.buffers}
-    expected = _chain_table(cfg, parts, offsets, program.uop_offset // cfg.uop_bytes)
-    if not np.array_equal(program.uops, np.concatenate([p.program.uops for p in parts])):
-        raise VerifyError("chain", "the micro-ops are not the layers' in order", None, None)
+    if not np.array_equal(program.uops, _chain_uops(cfg, parts, plans)):
+        raise VerifyError(
+            "chain",
+            "the micro-ops are not the layers' in order (weights moved by their shift)",
+            None,
+            None,
+        )
     if len(table) != len(expected) or not np.array_equal(table, expected):
         k = next(
             k
@@ -289,25 +342,28 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
             k if k < len(table) else None,
             format_row(table[k]) if k < len(table) else None,
         )
+    uop_wgt = program.uop_table()["wgt"]
+    for i, rows in enumerate(early):
+        if rows is not None:
+            name = parts[i - 1].program.name
+            check_early(program, table, rows, placed[i - 1], name, uop_wgt)
     verify_queues(program, table)
 
 
-def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
+def _check_junctions(table: np.ndarray, parts: list[Part], spans: list[range]) -> None:
     """At each junction: the barrier (a compute LOAD of nothing with the part's FINISH's pops,
     pushing to the load stage, nothing else) and the next part's first instruction (a LOAD
     INP of nothing that pops it, nothing else)."""
     flags = ("pop_prev", "pop_next", "push_prev", "push_next")
-    at = 0
-    for i, part in enumerate(parts[:-1]):
-        at += len(part.program.insns) - 1 + (i > 0)  # its body, after the previous hand-over
+    for part, rows in zip(parts[:-1], spans):
         p = part.program
         finish = decode(isa_for(p.config), p.insns[-1:])[0]  # its FINISH alone
         handover = dict(
             pop_prev=finish["pop_prev"], pop_next=finish["pop_next"], push_prev=1, push_next=0
         )
         wants = [
-            (at, MemId.UOP, handover),
-            (at + 1, MemId.INP, dict(pop_prev=0, pop_next=1, push_prev=0, push_next=0)),
+            (rows.stop - 1, MemId.UOP, handover),
+            (rows.stop, MemId.INP, dict(pop_prev=0, pop_next=1, push_prev=0, push_next=0)),
         ]
         for k, mem, want in wants:
             row = table[k]
@@ -328,4 +384,3 @@ def _check_junctions(table: np.ndarray, parts: list[Part]) -> None:
                     k,
                     format_row(row),
                 )
-        at += 1
