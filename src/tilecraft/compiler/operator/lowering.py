@@ -365,8 +365,11 @@ class _ConvEmitter:
         """The last tile's epilogue and store one output-channel block at a time, so the store
         stage writes each block while the ALU works on the next one: nothing comes after this
         tile to hide its epilogue behind (ResNet-18's C7: a 1,593-cycle tail for one 8-block
-        tile). A residual epilogue (its GEMM, its loads) keeps the whole tile."""
-        if self.low.epilogue.residual or self.low.pool or tile.toc == 1:
+        tile). A residual epilogue (its GEMM, its loads) keeps the whole tile, as does one on
+        the requantization unit: the ALU has nothing to do, and one STORE of every block
+        starts once where one a block would pay the unit's latency each."""
+        ep = self.low.epilogue
+        if ep.residual or ep.on_unit or self.low.pool or tile.toc == 1:
             return self._finish(tile, a)
         out = []
         for o in range(tile.toc):
