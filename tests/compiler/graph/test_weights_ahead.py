@@ -18,7 +18,7 @@ from tilecraft.compiler.graph.weights_ahead import (
 from tilecraft.compiler.operator.conv2d import conv2d
 from tilecraft.errors import VerifyError
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Opcode, Stage, stage_of
+from tilecraft.hw.isa import MemId, Stage, stage_of
 from tilecraft.ops import Conv2d, Epilogue
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, unpack_outputs
@@ -75,15 +75,35 @@ def test_weights_a_program_takes_as_inputs_wait_for_the_junction():
     assert plan_ahead(CFG, [p.program for p in parts]) == [Ahead(), Ahead()]
 
 
+def test_a_chain_of_three_moves_each_layers_rows_clear_of_the_one_before():
+    """Three layers of one shape: the second's rows move past the first's, the third's need
+    not move (the first is complete before the second's loads start)."""
+    parts = _layers()
+    weight = np.random.default_rng(3).integers(-128, 128, OP.weight_shape, dtype=np.int8)
+    c = conv2d(CFG, OP, Epilogue(shift=5), weight=weight, name="c")
+    parts = [parts[0], Part(parts[1].program, {"input": "y", "output": "v"})]
+    parts.append(Part(c, {"input": "v", "output": "z"}))
+    plans = plan_ahead(CFG, [p.program for p in parts])
+    assert [p.shift for p in plans] == [0, 18, 0] and all(p.early for p in plans[1:])
+    program, _ = chain_programs(parts, {"z"})
+    verify(program)
+    x = np.random.default_rng(2).integers(-128, 128, (1, 16, 8, 8), dtype=np.int8)
+    want = x
+    for part in parts:
+        want = _run(part.program, {"input": want})["output"]
+    np.testing.assert_array_equal(_run(program, {"a.input": x})["z"], want)
+
+
 @pytest.mark.parametrize(
-    "change, field",
+    "change, why",
     [
-        ({"sram_base": 0}, "rows the first layer uses"),
-        ({"pop_next": 1}, "a flag"),
-        ({"dram_base": None}, "from the output the second layer stores"),
+        ({"sram_base": 0}, "writes WGT rows that layer touches"),
+        ({"pop_next": 1}, "carries a token flag"),
+        ({"dram_base": None}, "reads outside the constant buffers"),
+        ({"mem": int(MemId.INP)}, "is not a LOAD WGT"),
     ],
 )
-def test_a_load_ahead_that_breaks_a_rule_is_refused(change, field):
+def test_a_load_ahead_that_breaks_a_rule_is_refused(change, why):
     parts = _layers()
     program, _ = chain_programs(parts, {"z"})
     placed, early = _placed(program, parts)
@@ -91,9 +111,26 @@ def test_a_load_ahead_that_breaks_a_rule_is_refused(change, field):
     check_early(program, table, early[1], placed[0], "a")
     k = early[1].start
     for name, value in change.items():
-        z = program.buffer("z").offset // CFG.elem_bytes("wgt")
+        z = program.buffer("z").offset // CFG.elem_bytes("wgt")  # the output b stores
         table[name][k] = z if value is None else value
-    assert table[k]["opcode"] == Opcode.LOAD, field
-    with pytest.raises(VerifyError, match="not a flagless load of constant weights") as info:
+    with pytest.raises(VerifyError, match=f"ahead of layer a's junction {why}") as info:
         check_early(program, table, early[1], placed[0], "a")
     assert info.value.rule == "junction" and info.value.index == k
+
+
+def test_a_load_ahead_must_follow_the_layers_last_load_and_lie_in_its_rows():
+    parts = _layers()
+    program, _ = chain_programs(parts, {"z"})
+    placed, early = _placed(program, parts)
+    table = program.table()
+    k = early[1].start
+    last = max(
+        j
+        for j in placed[0]
+        if j < k and stage_of(table[j]["opcode"], table[j]["mem"]) == Stage.LOAD
+    )
+    table[[last, k]] = table[[k, last]]  # the early load swapped with the layer's last load
+    with pytest.raises(VerifyError, match="comes before that layer's last load"):
+        check_early(program, table, range(last, last + 1), placed[0], "a")
+    with pytest.raises(VerifyError, match="are not among that layer's rows"):
+        check_early(program, table, range(placed[0].stop, placed[0].stop + 1), placed[0], "a")

@@ -10,7 +10,7 @@ from tilecraft.compiler.operator.conv2d import conv2d, dense
 from tilecraft.compiler.operator.params import random_scales
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import AluOp, Opcode
+from tilecraft.hw.isa import AluOp, MemId, Opcode
 from tilecraft.ops import Conv2d, ConvSchedule, Epilogue
 from tilecraft.ops import reference as R
 from tilecraft.runtime import get_device
@@ -300,7 +300,11 @@ def test_float32_requantization_on_the_unit_is_bit_exact(config, seed):
     alu = table[table["opcode"] == Opcode.ALU]
     zero = (alu["alu_op"] == AluOp.SHR) & (alu["imm"] == -cfg.acc_bits)
     copies = np.flatnonzero((table["opcode"] == Opcode.ALU) & (table["alu_op"] == AluOp.ADD))
-    assert (zero | (alu["alu_op"] == AluOp.ADD)).all() and len(copies) <= 1
+    assert (zero | (alu["alu_op"] == AluOp.ADD)).all()
+    stores = table[table["opcode"] == Opcode.STORE]
+    banks = {cfg.acc_bank(int(b)) for b in stores["param_base"]}  # the copies the unit reads
+    loads = (table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.ACC)
+    assert loads.sum() == 1 and len(banks) - 1 <= len(copies) <= 1  # one loaded, one copied
     assert all(k < np.flatnonzero(table["opcode"] == Opcode.GEMM)[0] for k in copies)
     stores = table[table["opcode"] == Opcode.STORE]
     assert stores["requant"].all()

@@ -121,18 +121,27 @@ def first_weights(program: Program, table=None) -> tuple[int, ...]:
     table = program.table() if table is None else table
     eb = program.config.elem_bytes("wgt")
     spans = [(b.offset, b.offset + b.nbytes) for b in program.buffers if b.role == Role.CONSTANT]
-    rows = []
+    group = []
     wgt = _is_wgt_load(table)
     for k, row in enumerate(table):
         if stage_of(row["opcode"], row["mem"]) != Stage.LOAD:
             continue
         if row["pop_next"] or row["pop_prev"]:
             break
-        if wgt[k] and _inside(row, eb, spans):
-            rows.append(k)
+        if wgt[k]:
+            group.append(k)
         if row["push_next"] or row["push_prev"]:
             break
-    return tuple(rows)
+    rows = {k: (int(table["sram_base"][k]), int(table["sram_base"][k]) + _load_rows(table[k]))
+            for k in group}  # fmt: skip
+    early = [k for k in group if _inside(table[k], eb, spans)]
+    # one that shares rows with another WGT load of the group stays: moved ahead of it, the
+    # rows would end with the other's data
+    return tuple(k for k in early if not any(j != k and _overlap(rows[j], rows[k]) for j in group))
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
 
 
 def _inside(row, eb: int, spans) -> bool:
@@ -143,9 +152,9 @@ def _inside(row, eb: int, spans) -> bool:
 
 def plan_ahead(cfg: HwConfig, programs: list[Program]) -> list[Ahead]:
     """Per layer of a chain, how its weights load ahead: the least shift (none where it can)
-    that puts its early rows clear of the previous layer's rows with all its own rows inside
-    WGT; layers with no such shift, no constant weights in their first group, or after a
-    layer that touches no WGT row, load as before."""
+    that puts its early rows clear of the previous layer's rows with all its own rows, and
+    every micro-op's weight index, inside WGT; layers with no such shift, no constant weights
+    in their first group, or after a layer that touches no WGT row, load as before."""
     depth = cfg.depth("wgt")
     plans = [Ahead()]
     prev = wgt_span(programs[0]) if programs else None
@@ -157,9 +166,12 @@ def plan_ahead(cfg: HwConfig, programs: list[Program]) -> list[Ahead]:
         if early and span is not None and prev is not None:
             e_lo = min(int(table["sram_base"][k]) for k in early)
             e_hi = max(int(table["sram_base"][k]) + _load_rows(table[k]) for k in early)
+            uops = p.uop_table()["wgt"]  # every micro-op moves (an ALU's weight index too)
+            lo = min(span[0], int(uops.min())) if uops.size else span[0]
+            hi = max(span[1], int(uops.max()) + 1) if uops.size else span[1]
             for shift in sorted({0, prev[1] - e_lo, prev[0] - e_hi}, key=abs):
                 clear = e_hi + shift <= prev[0] or e_lo + shift >= prev[1]
-                if clear and span[0] + shift >= 0 and span[1] + shift <= depth:
+                if clear and lo + shift >= 0 and hi + shift <= depth:
                     chosen = Ahead(shift, early)
                     break
         plans.append(chosen or Ahead())
@@ -218,31 +230,42 @@ def check_early(
     """The early loads at chain rows `early`, inserted among the previous layer's rows
     `before` (its own early loads sit in the layer before it, but its GEMMs read their rows):
     LOAD WGTs with no flags, from constant buffers, into rows none of the previous layer's
-    instructions touch, after every one of its load-stage instructions. `uop_wgt`: the
-    chain's micro-ops' weight indices, where decoded already."""
+    instructions touch, after every one of its load-stage instructions. Which loads went
+    ahead and how far the layer's rows moved is the chain's to state (`verify_chain` compares
+    the program with the chain it rebuilds); this checks that what it stated is safe.
+    `uop_wgt`: the chain's micro-ops' weight indices, where decoded already."""
     eb = program.config.elem_bytes("wgt")
     spans = [(b.offset, b.offset + b.nbytes) for b in program.buffers if b.role == Role.CONSTANT]
+    if not (before.start <= early.start and early.stop <= before.stop):
+        raise VerifyError(
+            "junction",
+            f"loads ahead of layer {name}'s junction at rows {early.start}..{early.stop - 1} "
+            f"are not among that layer's rows {before.start}..{before.stop - 1}",
+            None,
+            None,
+        )
     part = table[before.start : before.stop]  # its micro-op loads are among its rows
     own = np.arange(len(part))
     own = own[(own < early.start - before.start) | (own >= early.stop - before.start)]
     span = wgt_span(program, own, part, uop_wgt) if own.size else None
-    loads = _load_stage(table)
-    after = loads[early.stop : before.stop].any()
+    after = _load_stage(table)[early.stop : before.stop].any()
     for k in early:
         row = table[k]
         lo = int(row["sram_base"])
-        clear = span is None or lo + _load_rows(row) <= span[0] or lo >= span[1]
-        if (
-            not _is_wgt_load(table[k : k + 1])[0]
-            or any(int(row[f]) for f in FLAGS)
-            or not _inside(row, eb, spans)
-            or not clear
-            or after
-        ):
+        why = (
+            "is not a LOAD WGT"
+            if not _is_wgt_load(table[k : k + 1])[0]
+            else "carries a token flag"
+            if any(int(row[f]) for f in FLAGS)
+            else "reads outside the constant buffers"
+            if not _inside(row, eb, spans)
+            else f"writes WGT rows that layer touches ({span[0]}..{span[1] - 1})"
+            if span is not None and lo < span[1] and span[0] < lo + _load_rows(row)
+            else "comes before that layer's last load"
+            if after
+            else None
+        )
+        if why:
             raise VerifyError(
-                "junction",
-                f"a load ahead of layer {name}'s junction is not a flagless load of constant "
-                f"weights into rows that layer leaves alone, after its last load",
-                k,
-                format_row(row),
+                "junction", f"a load ahead of layer {name}'s junction {why}", k, format_row(row)
             )

@@ -21,6 +21,7 @@ from tilecraft.compiler.operator.kernels import UopKernels
 from tilecraft.compiler.operator.schedule import Tile
 from tilecraft.hw.config import ACC_BANKS, HwConfig
 from tilecraft.hw.isa import Alu, AluOp, Gemm, Load, MemId, Uop
+from tilecraft.hw.isa.formats import ITER_BITS
 from tilecraft.hw.isa.requant import PARAM_ROWS
 from tilecraft.ops import Multiplier
 
@@ -90,19 +91,23 @@ class EpilogueEmitter:
         writes the first tile's bank, so the GEMM core's first instruction, which writes
         there too, waits for it (the banks' interlock), and nothing runs beside it in the
         bank it reads."""
-        *others, first = self.slots.params  # the first tile's bank is copied into last
-        if self.ep.on_unit:  # a copy in each bank a tile uses: the unit reads a STORE's bank
-            rows, addr = self.low.param_rows(), self.dram.requant
-            out = [Load(mem=MemId.ACC, sram_base=first, dram_base=addr, y_size=1, x_size=rows,
-                        x_stride=rows)]  # fmt: skip
-        else:
-            out = self._parameters(self.vectors[-1], self.round_rows[-1])
+        *others, loaded = self.slots.params  # the last bank's copy: the others copy it
         rows = self.low.param_rows()
-        others = others if rows else []
+        if not rows or rows >= 1 << ITER_BITS:  # nothing to copy, or more than a loop holds
+            others = []
+        if self.ep.on_unit:  # a copy in each bank a tile uses: the unit reads a STORE's bank
+            addr, banks = self.dram.requant, [loaded] if others else self.slots.params
+            out = [Load(mem=MemId.ACC, sram_base=b, dram_base=addr, y_size=1, x_size=rows,
+                        x_stride=rows) for b in banks]  # fmt: skip
+        else:
+            out = []
+            pairs = list(zip(self.vectors, self.round_rows))
+            for vec, round_row in pairs[-1:] if others else pairs:
+                out += self._parameters(vec, round_row)
         for base in others:
             zero = self.kernels.loop(("copy", base, base), [Uop(base, base)], inner=(rows, 1, 1, 0))
             copy = self.kernels.loop(
-                ("copy", base, first), [Uop(base, first)], inner=(rows, 1, 1, 0)
+                ("copy", base, loaded), [Uop(base, loaded)], inner=(rows, 1, 1, 0)
             )
             out.append(Alu(op=AluOp.SHR, use_imm=True, imm=-self.cfg.acc_bits, **zero))
             out.append(Alu(op=AluOp.ADD, **copy))
