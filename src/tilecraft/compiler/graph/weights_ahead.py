@@ -68,9 +68,9 @@ def _is_wgt_load(table: np.ndarray) -> np.ndarray:
 def wgt_span(program: Program, rows=None, table=None, uop_wgt=None) -> tuple[int, int] | None:
     """[lowest, one past the highest) WGT row a program's instructions touch (those at `rows`
     of its table, or all; `table` and `uop_wgt`, its instruction table and its micro-ops'
-    weight indices where the caller has them decoded): what its
-    LOAD WGTs write, its GEMMs read through the micro-ops in the UOP buffer (which its LOAD
-    UOPs fill) and their loops, its DEPTHWISEs read. None where they touch none."""
+    weight indices where the caller has them decoded): what its LOAD WGTs write, its GEMMs
+    read through the micro-ops in the UOP buffer (which its LOAD UOPs fill) and their loops,
+    its DEPTHWISEs read. None where they touch none."""
     cfg = program.config
     table = program.table() if table is None else table
     keep = np.zeros(len(table), bool)
@@ -97,9 +97,13 @@ def wgt_span(program: Program, rows=None, table=None, uop_wgt=None) -> tuple[int
         edges = [0, *fills.tolist(), len(table)]
         for k, end in zip(edges, edges[1:]):
             r = table[k]
-            if k in fills:
-                at, n = int(r["dram_base"]) - first, int(r["x_size"])
-                sram[int(r["sram_base"]) : int(r["sram_base"]) + n] = words[at : at + n]
+            if k in fills:  # as the LOAD places them (`sim/semantics.load`), pads of 0
+                y0, x0, y, x = (int(r[f]) for f in ("y_pad0", "x_pad0", "y_size", "x_size"))
+                block = np.zeros((y0 + y + int(r["y_pad1"]), x0 + x + int(r["x_pad1"])), np.int64)
+                at, stride = int(r["dram_base"]) - first, int(r["x_stride"])
+                for j in range(y):
+                    block[y0 + j, x0 : x0 + x] = words[at + j * stride : at + j * stride + x]
+                sram[int(r["sram_base"]) : int(r["sram_base"]) + block.size] = block.ravel()
             g = table[k:end][gemm[k:end]]
             if not g.size:
                 continue
