@@ -134,3 +134,17 @@ def test_a_load_ahead_must_follow_the_layers_last_load_and_lie_in_its_rows():
         check_early(program, table, range(last, last + 1), placed[0], "a")
     with pytest.raises(VerifyError, match="are not among that layer's rows"):
         check_early(program, table, range(placed[0].stop, placed[0].stop + 1), placed[0], "a")
+
+
+def test_loading_ahead_shortens_the_junction(monkeypatch):
+    """What it is for: on the cycle model the chain with the second layer's first weights
+    loaded ahead takes fewer cycles than the same chain with none."""
+    import tilecraft.compiler.graph.chain as chain
+    from tilecraft.runtime.device import cycle_model
+
+    parts = _layers()
+    ahead, _ = chain_programs(parts, {"z"})
+    monkeypatch.setattr(chain, "plan_ahead", lambda cfg, programs: [Ahead() for _ in programs])
+    plain, _ = chain_programs(parts, {"z"})
+    timer = cycle_model()
+    assert timer(ahead) < timer(plain)

@@ -149,6 +149,32 @@ def test_overlap_beats_the_same_tiles_single_buffered():
     assert cycles[0] * 1.3 < cycles[1]
 
 
+def test_the_parameters_are_loaded_once_and_copied_into_the_other_bank():
+    """Tiles in both accumulator banks need the epilogue's vectors in each: the ALU copies
+    the loaded ones (a zeroing pass and an ADD), each vector is loaded from DRAM once, and
+    the program stays bit-exact."""
+    cfg = preset("default")
+    op = Conv2d(1, 64, 14, 14, 64, kernel=3, pad=1)
+    ep = Epilogue(bias=True, multiplier="channel", shift=12, relu=True)
+    rng = np.random.default_rng(3)
+    program = conv2d(cfg, op, ep, **params_for(op.oc, ep, rng, op.weight_shape))
+    table = program.table()
+    loads = table[(table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.ACC)]
+    assert sorted(loads["dram_base"]) == sorted(set(loads["dram_base"]))  # each vector once
+    first_gemm = int(np.flatnonzero(table["opcode"] == Opcode.GEMM)[0])
+    head = table[:first_gemm]
+    copies = head[(head["opcode"] == Opcode.ALU) & (head["alu_op"] == AluOp.ADD)]
+    copies = copies[copies["use_imm"] == 0]
+    uops = program.uop_table()
+    banks = {
+        (cfg.acc_bank(int(uops["dst"][c["uop_bgn"]])), cfg.acc_bank(int(uops["src"][c["uop_bgn"]])))
+        for c in copies
+    }
+    assert (0, 1) in banks  # the first tile's bank takes the last bank's loaded copy
+    ok, message, *_ = run_and_check(program, rng)
+    assert ok, message
+
+
 def test_program_round_trips_through_a_file(tmp_path):
     from tilecraft.runtime.program import Program
 
