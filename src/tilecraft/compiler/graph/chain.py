@@ -230,8 +230,9 @@ def _chain_table(
     """The chain's instructions: each part's, relocated (buffers to `where`, micro-ops to
     their place after `uop_base`, WGT rows by its `Ahead.shift`), with a junction between
     parts, and each part's early weights after the previous part's last load. Also returns,
-    per part, the range of chain rows it occupies (its early loads and junction outside it)
-    and the range of its early loads."""
+    per part, the range of chain rows it occupies (the next part's early loads placed in it
+    included; its own early loads and its junction outside it) and the range of its early
+    loads."""
     bodies, aheads, before = [], [], 0
     for i, (part, plan) in enumerate(zip(parts, plans)):
         body = shift_table(_relocate(cfg, i, part, where, uop_base + before), plan.shift)
@@ -249,7 +250,7 @@ def _chain_table(
             body = np.concatenate([body[:-1], insn_table([handover])])
         bodies.append(body)
         aheads.append(ahead)
-    tables, spans, early, at = [], [], [None] * len(parts), 0
+    tables, placed, early, at = [], [], [None] * len(parts), 0
     for i, body in enumerate(bodies):
         if i > 0:  # the load stage waits for the previous layer's last compute instruction
             tables.append(insn_table([load_nop(pop_next=True)]))
@@ -260,9 +261,9 @@ def _chain_table(
             body = np.concatenate([body[:cut], nxt, body[cut:]])
             early[i + 1] = range(at + cut, at + cut + len(nxt))
         tables.append(body)
-        spans.append(range(at, at + len(body)))
+        placed.append(range(at, at + len(body)))
         at += len(body)
-    return np.concatenate(tables), spans, early
+    return np.concatenate(tables), placed, early
 
 
 def _chain_uops(cfg: HwConfig, parts: list[Part], plans: list[Ahead]) -> np.ndarray:
@@ -350,12 +351,12 @@ def verify_chain(program: Program, parts: list[Part], verified_parts: bool = Fal
     verify_queues(program, table)
 
 
-def _check_junctions(table: np.ndarray, parts: list[Part], spans: list[range]) -> None:
+def _check_junctions(table: np.ndarray, parts: list[Part], placed: list[range]) -> None:
     """At each junction: the barrier (a compute LOAD of nothing with the part's FINISH's pops,
     pushing to the load stage, nothing else) and the next part's first instruction (a LOAD
     INP of nothing that pops it, nothing else)."""
     flags = ("pop_prev", "pop_next", "push_prev", "push_next")
-    for part, rows in zip(parts[:-1], spans):
+    for part, rows in zip(parts[:-1], placed):
         p = part.program
         finish = decode(isa_for(p.config), p.insns[-1:])[0]  # its FINISH alone
         handover = dict(
