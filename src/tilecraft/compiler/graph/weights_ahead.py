@@ -44,16 +44,19 @@ class Ahead:
     early: tuple[int, ...] = ()
 
 
-def _load_rows(row) -> int:
-    return (int(row["y_size"]) + int(row["y_pad0"]) + int(row["y_pad1"])) * (
-        int(row["x_size"]) + int(row["x_pad0"]) + int(row["x_pad1"])
-    )
-
-
 def _load_rows_of(rows: np.ndarray) -> np.ndarray:
     return (rows["y_size"] + rows["y_pad0"] + rows["y_pad1"]) * (
         rows["x_size"] + rows["x_pad0"] + rows["x_pad1"]
     )
+
+
+def _load_rows(row) -> int:
+    return int(_load_rows_of(row))
+
+
+def _constant_spans(program: Program) -> list[tuple[int, int]]:
+    """[first, one past the last) DRAM byte of each constant buffer: nothing stores there."""
+    return [(b.offset, b.offset + b.nbytes) for b in program.buffers if b.role == Role.CONSTANT]
 
 
 def _is_wgt_load(table: np.ndarray) -> np.ndarray:
@@ -124,7 +127,7 @@ def first_weights(program: Program, table=None) -> tuple[int, ...]:
     WGT from a constant buffer (`table`: its instruction table, where decoded already)."""
     table = program.table() if table is None else table
     eb = program.config.elem_bytes("wgt")
-    spans = [(b.offset, b.offset + b.nbytes) for b in program.buffers if b.role == Role.CONSTANT]
+    spans = _constant_spans(program)
     group = []
     wgt = _is_wgt_load(table)
     for k, row in enumerate(table):
@@ -239,7 +242,7 @@ def check_early(
     the program with the chain it rebuilds); this checks that what it stated is safe.
     `uop_wgt`: the chain's micro-ops' weight indices, where decoded already."""
     eb = program.config.elem_bytes("wgt")
-    spans = [(b.offset, b.offset + b.nbytes) for b in program.buffers if b.role == Role.CONSTANT]
+    spans = _constant_spans(program)
     if not (before.start <= early.start and early.stop <= before.stop):
         raise VerifyError(
             "junction",
@@ -252,7 +255,7 @@ def check_early(
     own = np.arange(len(part))
     own = own[(own < early.start - before.start) | (own >= early.stop - before.start)]
     span = wgt_span(program, own, part, uop_wgt) if own.size else None
-    after = _load_stage(table)[early.stop : before.stop].any()
+    after = _load_stage(table[early.stop : before.stop]).any()
     for k in early:
         row = table[k]
         lo = int(row["sram_base"])
