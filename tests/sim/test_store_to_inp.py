@@ -228,11 +228,15 @@ def test_what_a_store_into_inp_refuses():
         preset("default").with_store_to_inp()
 
 
-def test_the_rtl_does_not_build_the_path_yet_and_says_so():
-    """Every way to Verilog refuses a config with the knob (the RTL would ignore the field and
-    write the rows to DRAM: silently wrong), naming it; a config without it is untouched."""
+def test_a_knob_the_rtl_lacks_is_refused_on_every_way_to_verilog(monkeypatch):
+    """The RTL builds the path (the rtl tier runs it, tests/sim/test_rtl.py); a knob listed as
+    unbuilt (`RTL_UNBUILT`, what a new unit starts as) is refused by every way to Verilog,
+    naming it, where the RTL would ignore its field: silently wrong."""
     from tilecraft.boards.flows.verilog import export_verilog
+    from tilecraft.hw import config
 
+    check_rtl(_cfg())
+    monkeypatch.setattr(config, "RTL_UNBUILT", {"store_to_inp": "STORE's path into INP"})
     with pytest.raises(ConfigError, match=r"store_to_inp \(STORE's path into INP\)"):
         check_rtl(_cfg())
     with pytest.raises(ConfigError, match="which the RTL does not build yet"):

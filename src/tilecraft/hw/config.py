@@ -74,7 +74,7 @@ ABSENT = {"requant_lanes": 0, "depthwise_window": 0, "store_to_inp": 0}
 
 # Knobs the simulator and the compiler have but the RTL does not build yet: `check_rtl` refuses
 # a config with one where Verilog would be generated (the RTL would ignore it: silently wrong).
-RTL_UNBUILT = {"store_to_inp": "STORE's path into INP"}
+RTL_UNBUILT: dict[str, str] = {}  # (knob: what of it the RTL lacks)
 
 UOP_BYTES_MIN = 4  # a micro-op word is at least 32 bits (see hw.isa)
 SCRATCHPADS = ("uop", "inp", "wgt", "acc")  # the on-chip memories

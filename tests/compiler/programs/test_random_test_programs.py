@@ -8,11 +8,12 @@ from tilecraft.compiler.analysis.verify import verify
 from tilecraft.compiler.programs.random_test_programs import (
     PARAM_AT,
     random_program,
+    inp_turns_program,
     requant_pace_program,
 )
 from tilecraft.errors import TilecraftError
 from tilecraft.hw.config import preset
-from tilecraft.hw.isa import Opcode
+from tilecraft.hw.isa import MemId, Opcode
 from tilecraft.runtime import get_device
 
 
@@ -86,3 +87,30 @@ def test_pace_programs_store_long_runs_of_parameter_sets(name):
     assert long_runs >= 8
     with pytest.raises(TilecraftError, match=f"config {preset(name).tag} has no requant"):
         requant_pace_program(preset(name), 0)
+
+
+@pytest.mark.parametrize("name", ["1x8x8", "default"])
+def test_inp_turns_programs_store_into_inp_beside_inp_loads_and_read_it(name):
+    """Each round's STORE into INP follows an INP LOAD (INP's write port taken in turns) and a
+    GEMM reads what it wrote: eight of each a program, their rows overlapping the LOADs' at
+    times, the GEMM's sums in the output; verified, and run on the simulator."""
+    cfg = preset(name).replace(requant_lanes=8).with_store_to_inp()
+    overlaps = 0
+    for seed in range(4):
+        program, inputs = inp_turns_program(cfg, seed)
+        table = program.table()
+        into = table[(table["opcode"] == Opcode.STORE) & (table["to_inp"] != 0)]
+        loads = table[(table["opcode"] == Opcode.LOAD) & (table["mem"] == MemId.INP)][1:]
+        assert len(into) == 8 and len(loads) == 8 and (into["requant"] != 0).all()
+        for store, load in zip(into, loads):
+            s0 = int(store["dram_base"])
+            s1 = s0 + (int(store["y_size"]) - 1) * int(store["x_stride"]) + int(store["x_size"])
+            height = int(load["y_pad0"] + load["y_size"] + load["y_pad1"])
+            width = int(load["x_pad0"] + load["x_size"] + load["x_pad1"])
+            l0 = int(load["sram_base"])
+            overlaps += s0 < l0 + height * width and l0 < s1
+        out = get_device("sim").run(program, inputs).outputs["out"]
+        assert len(np.unique(out)) > 16  # the sums of what INP held, not one value
+    assert overlaps >= 1
+    with pytest.raises(TilecraftError, match="has no path from STORE into INP"):
+        inp_turns_program(preset(name).replace(requant_lanes=8), 0)

@@ -297,6 +297,73 @@ def requant_pace_program(cfg: HwConfig, seed: int, stores: int = 8) -> tuple[Pro
     return program, {"acc": rng.integers(-(1 << 20), 1 << 20, acc.shape, dtype=np.int32)}
 
 
+def inp_turns_program(cfg: HwConfig, seed: int, rounds: int = 8) -> tuple[Program, dict]:
+    """STOREs into INP (configs with `store_to_inp`) in turns with INP LOADs on INP's one write
+    port, and a GEMM over what they wrote after each: per round, an INP LOAD of 1-8 rows (a
+    row or two, padded at times), a requantizing STORE into INP of 1-4 rows of 1-8 elements
+    (one parameter set, or one a row) from either bank, some behind an ALU pass in their bank,
+    into rows that may overlap the LOAD's, and a GEMM adding INP's first 48 rows into rows of
+    the upper bank; those rows STOREd to DRAM at the end. Verified, with random inputs."""
+    if not cfg.store_to_inp:
+        raise TilecraftError(f"config {cfg.tag} has no path from STORE into INP")
+    rng = np.random.default_rng(seed)
+    pb = ProgramBuilder(cfg, f"inp-turns{seed}")
+    half, data_rows, sets, rows = cfg.acc_bank_rows, 64, 12, 48
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    acc = pb.buffer("acc", Role.INPUT, (data_rows, b, bo), np.int32)
+    inp = pb.buffer("inp", Role.INPUT, (64, b, bi), np.int8)
+    wgt = pb.buffer("wgt", Role.INPUT, (1, bo, bi), np.int8)
+    out = pb.buffer("out", Role.OUTPUT, (rows, b, bo), np.int8)
+    total = half + 2 * data_rows  # the GEMM's rows, past the upper bank's data and parameters
+    uops = [Uop(total, 0, 0)] + [Uop(bank + r, bank + r, 0) for bank in (0, half) for r in range(8)]
+    region = pb.place_uops(uops)
+    insns = [pb.load_uops()]
+    for mem, base, buf, n in ((MemId.ACC, 0, acc, data_rows), (MemId.ACC, half, acc, data_rows),
+                              (MemId.WGT, 0, wgt, 1), (MemId.INP, 0, inp, rows)):  # fmt: skip
+        dram = pb.elem(buf, "acc" if mem == MemId.ACC else "wgt" if mem == MemId.WGT else "inp")
+        insns.append(Load(mem=mem, sram_base=base, dram_base=dram, y_size=1, x_size=n, x_stride=n))
+    _requant_parameters(cfg, pb, insns, rng, sets, at=data_rows)
+    insns.append(Gemm(reset=True, uop_bgn=0, uop_end=1, iter_out=rows, dst_out=1))
+    for _ in range(rounds):
+        x, y = int(rng.integers(1, 9)), int(rng.integers(1, 3))
+        pads = [int(rng.integers(0, 2)) if rng.random() < 0.3 else 0 for _ in range(4)]
+        box = (pads[0] + y + pads[1]) * (pads[2] + x + pads[3])
+        insns.append(
+            Load(mem=MemId.INP, sram_base=int(rng.integers(0, rows - box + 1)),
+                 dram_base=pb.elem(inp, "inp") + int(rng.integers(0, 64 - 2 * x)), y_size=y,
+                 x_size=x, x_stride=x, y_pad0=pads[0], y_pad1=pads[1], x_pad0=pads[2],
+                 x_pad1=pads[3], pad_value=int(rng.integers(-128, 128)))
+        )  # fmt: skip
+        bank = int(rng.choice([0, half]))
+        if rng.random() < 0.4:  # an ALU pass over the bank's first rows: the grant waits
+            first = 1 if bank == 0 else 9
+            insns.append(
+                Alu(op=AluOp.ADD, use_imm=True, imm=int(rng.integers(-99, 99)),
+                    uop_bgn=first, uop_end=first + 8, iter_out=int(rng.integers(1, 4)),
+                    dst_out=8, src_out=8)
+            )  # fmt: skip
+        y, x = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+        stride = x + int(rng.integers(0, 3))
+        per_row = bool(rng.random() < 0.5)
+        first_set = int(rng.integers(0, sets - (y if per_row else 1) + 1))
+        insns.append(
+            Store(sram_base=bank + int(rng.integers(0, data_rows - x * y + 1)),
+                  dram_base=int(rng.integers(0, rows - (y - 1) * stride - x + 1)), y_size=y,
+                  x_size=x, x_stride=stride, to_inp=True,
+                  **_requant_fields(bank + data_rows, first_set, per_row))
+        )  # fmt: skip
+        insns.append(Gemm(uop_bgn=0, uop_end=1, iter_out=rows, dst_out=1, src_out=1))
+    insns += [_store(pb, out, 0, total, 1, rows, rows, {}), Finish()]
+    program = pb.build(insert_tokens(cfg, insns, uops, region))
+    verify(program)
+    inputs = {
+        "acc": rng.integers(-(1 << 20), 1 << 20, acc.shape, dtype=np.int32),
+        "inp": rng.integers(-128, 128, inp.shape, dtype=np.int8),
+        "wgt": rng.integers(-128, 128, wgt.shape, dtype=np.int8),
+    }
+    return program, inputs
+
+
 def out_of_order_program(cfg: HwConfig, seed: int = 0) -> tuple[Program, dict]:
     """A long GEMM over the last 64 rows of the lower accumulator half, then a short ALU pass
     on the upper half's first row (it runs alongside the GEMM and finishes first), then a

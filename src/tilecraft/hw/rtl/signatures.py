@@ -73,6 +73,16 @@ class WritePort(wiring.Signature):
         super().__init__({"addr": Out(addr_bits), "data": Out(data_bits), "en": Out(1)})
 
 
+class InpTurn(wiring.Signature):
+    """One of INP's two writers (the load stage's INP LOADs, the store stage's STOREs into
+    INP, configs with `store_to_inp`) to the other: `busy` while one of its transfers that
+    writes INP runs, `start` in the cycle it takes one (the load stage goes first in a tie,
+    as in the cycle model). The other holds its own until both are low."""
+
+    def __init__(self):
+        super().__init__({"busy": Out(1), "start": Out(1)})
+
+
 SRAM_READ_LATENCY = 3  # a scratchpad read's data is registered twice past the block RAM:
 # the first register can sit beside the block RAM (its clock-to-out is 5.8 ns in nextpnr's
 # ECP5 model), the second takes the route to wherever the data is used

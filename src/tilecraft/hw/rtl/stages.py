@@ -3,7 +3,9 @@
 Load stage: LOAD INP/WGT; pops compute->load tokens, pushes load->compute ones.
 Store stage: STORE from OUT (the narrowed accumulator) to DRAM, 2-D strided; pops
 compute->store tokens, pushes store->compute ones. Its W data follows its AW bursts; it
-finishes when every burst's write response has come back.
+finishes when every burst's write response has come back. With `store_to_inp`, a requantizing
+STORE into INP writes the unit's rows into INP instead (no DRAM), through INP's one write
+port, which the two stages take in turns (`InpTurn`): it finishes with its last row's write.
 
 Each stage names its token streams after the dependence flags that use them (`pop_next`, ...)
 and lists them in `tokens`, so the top level wires the queues from hw.isa's queue table.
@@ -11,7 +13,7 @@ and lists them in `tokens`, so the top level wires the queues from hw.isa's queu
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -33,6 +35,7 @@ from tilecraft.hw.rtl.signatures import (
     SRAM_READ_LATENCY,
     AxiWrite,
     ErrorReport,
+    InpTurn,
     ReadAddress,
     ReadPort,
     RunControl,
@@ -64,14 +67,15 @@ class LoadStage(wiring.Component):
         self.cfg = cfg
         self.dsp = dsp  # where the engine's PLAN products are registered
         spec = isa_for(cfg)
-        super().__init__(
-            {
-                **_stage_members("pop_next", "push_next"),
-                "read": Out(ReadPort(cfg.axi_data_bits)),
-                "inp_write": Out(WritePort(spec.sram_bits, cfg.elem_bytes("inp") * 8)),
-                "wgt_write": Out(WritePort(spec.sram_bits, cfg.elem_bytes("wgt") * 8)),
-            }
-        )
+        members = {
+            **_stage_members("pop_next", "push_next"),
+            "read": Out(ReadPort(cfg.axi_data_bits)),
+            "inp_write": Out(WritePort(spec.sram_bits, cfg.elem_bytes("inp") * 8)),
+            "wgt_write": Out(WritePort(spec.sram_bits, cfg.elem_bytes("wgt") * 8)),
+        }
+        if cfg.store_to_inp:  # INP's write port, in turns with the store stage's STOREs into INP
+            members |= {"inp_turn": Out(InpTurn()), "store_inp": In(InpTurn())}
+        super().__init__(members)
         self.tokens = {"pop_next": self.pop_next, "push_next": self.push_next}
 
     def elaborate(self, platform):
@@ -91,18 +95,27 @@ class LoadStage(wiring.Component):
         head = insn_layout(spec, Opcode.LOAD)(cmd.payload.insn)
         push = Signal()
         index = Signal(INDEX_BITS)
+        ok = cmd.valid & (~head.pop_next | self.pop_next.valid) & ~run.halt & ~error.valid
+        writes_inp = (head.mem == MemId.INP) & (head.x_size != 0)
+        if cfg.store_to_inp:  # an INP LOAD waits while a STORE into INP runs (never starts
+            # in the same cycle: the store stage yields to `start`)
+            turn = self.inp_turn
+            ok = ok & ~(writes_inp & self.store_inp.busy)
+            m.d.comb += turn.start.eq(ok & writes_inp)
+            with m.If(turn.start):
+                m.d.sync += turn.busy.eq(1)
+            with m.Elif(engine.done):
+                m.d.sync += turn.busy.eq(0)
         with m.FSM():
-            with m.State("IDLE"):
-                ok = cmd.valid & (~head.pop_next | self.pop_next.valid) & ~run.halt
-                with m.If(ok & ~error.valid):
-                    m.d.comb += [
-                        cmd.ready.eq(1),
-                        self.pop_next.ready.eq(head.pop_next),
-                        engine.start.eq(1),
-                        engine.insn.eq(head),
-                    ]
-                    m.d.sync += [push.eq(head.push_next), index.eq(cmd.payload.index)]
-                    m.next = "RUN"
+            with m.State("IDLE"), m.If(ok):
+                m.d.comb += [
+                    cmd.ready.eq(1),
+                    self.pop_next.ready.eq(head.pop_next),
+                    engine.start.eq(1),
+                    engine.insn.eq(head),
+                ]
+                m.d.sync += [push.eq(head.push_next), index.eq(cmd.payload.index)]
+                m.next = "RUN"
             with m.State("RUN"), m.If(engine.done):
                 with m.If(engine.error != 0):
                     m.d.sync += [
@@ -141,6 +154,10 @@ class StoreStage(wiring.Component):
             acc_bits = cfg.elem_bytes("acc") * 8
             members["acc"] = Out(ReadAddress(isa_for(cfg).acc_idx_bits, acc_bits))
             members["hold"] = Out(BankHold())
+        if cfg.store_to_inp:  # the unit's rows into INP rows, in turns with the INP LOADs
+            spec = isa_for(cfg)
+            members["inp_write"] = Out(WritePort(spec.sram_bits, cfg.elem_bytes("inp") * 8))
+            members |= {"inp_turn": Out(InpTurn()), "load_inp": In(InpTurn())}
         super().__init__(members)
         self.tokens = {"pop_prev": self.pop_prev, "push_prev": self.push_prev}
 
@@ -234,6 +251,7 @@ class StoreStage(wiring.Component):
             landing = held
         m.d.comb += [elems.w_data.eq(self.out.data), elems.w_en.eq(landing)]
         requant = stream = None
+        into_inp = insn.to_inp if cfg.store_to_inp else C(0)  # no DRAM: the rows into INP
         if cfg.requant_lanes:
             requant = Signal()  # the instruction requantizes (its stream feeds the FIFO)
             m.submodules.requant_unit = stream = RequantStream(cfg, self.dsp)
@@ -241,12 +259,15 @@ class StoreStage(wiring.Component):
             want = Signal()
             bank = Signal()
             m.d.comb += [self.hold.want.eq(want), self.hold.bank.eq(bank)]
-            m.d.comb += stream.room.eq(space)
+            takes, to_elems = space, stream.out_valid  # where the unit's rows go
+            if cfg.store_to_inp:  # INP's port takes a row a cycle: never a hold on the unit
+                takes, to_elems = space | into_inp, to_elems & ~into_inp
+            m.d.comb += stream.room.eq(takes)
             with m.If(requant):
                 m.d.comb += [
                     issue.eq(stream.issued),
                     elems.w_data.eq(stream.out),
-                    elems.w_en.eq(stream.out_valid),
+                    elems.w_en.eq(to_elems),
                 ]
             # an element lands from the unit's stream, or from OUT for a STORE that does not
             # requantize (which counted its reads as pending forever, and so stalled once 26
@@ -275,6 +296,26 @@ class StoreStage(wiring.Component):
             with m.Else():
                 m.d.sync += beat_in_burst.eq(beat_in_burst + 1)
 
+        if cfg.store_to_inp:  # row y's elements to INP rows dram_base + y * x_stride + x
+            port = self.inp_write
+            at, next_row = Signal.like(port.addr), Signal.like(port.addr)
+            x_at, x_last = Signal(32), Signal(32)
+            m.d.comb += [
+                port.addr.eq(at),
+                port.data.eq(stream.out),
+                port.en.eq(stream.out_valid & into_inp),
+            ]
+            with m.If(port.en):
+                m.d.sync += sent.eq(sent + 1)
+                with m.If(x_at == x_last):
+                    m.d.sync += [
+                        x_at.eq(0),
+                        at.eq(next_row),
+                        next_row.eq(next_row + insn.x_stride),
+                    ]
+                with m.Else():
+                    m.d.sync += [x_at.eq(x_at + 1), at.eq(at + 1)]
+
         def fail(code):
             m.d.sync += [error.valid.eq(1), error.index.eq(index), error.code.eq(code)]
 
@@ -289,12 +330,28 @@ class StoreStage(wiring.Component):
             t.stride.eq(insn.x_stride * eb),
             t.span.eq(span_elems * eb),
         ]
+        inp_bad, dest_error = None, regs.ErrorCode.DRAM_RANGE
+        if cfg.store_to_inp:  # only the unit's rows go into INP; their rows within INP's
+            inp_bad = into_inp & ~requant
+            dest_error = Mux(
+                inp_bad,
+                regs.ErrorCode.ILLEGAL_MEMORY,
+                Mux(into_inp, regs.ErrorCode.SRAM_RANGE, regs.ErrorCode.DRAM_RANGE),
+            )
         with m.FSM():
             with m.State("IDLE"):
                 if stream is not None:  # (the bank is held from a STORE's start to its end)
                     m.d.sync += [want.eq(0), requant.eq(0)]
                 ok = cmd.valid & (~head.pop_prev | self.pop_prev.valid) & ~run.halt
-                with m.If(ok & ~error.valid):
+                ok &= ~error.valid
+                if cfg.store_to_inp:  # into INP only while no INP LOAD runs or starts
+                    other, turn = self.load_inp, self.inp_turn
+                    ok &= ~(head.to_inp & (other.busy | other.start))
+                    m.d.sync += turn.busy.eq(0)
+                    m.d.comb += turn.start.eq(ok & head.to_inp)
+                    with m.If(turn.start):
+                        m.d.sync += turn.busy.eq(1)
+                with m.If(ok):
                     m.d.comb += [cmd.ready.eq(1), self.pop_prev.ready.eq(head.pop_prev)]
                     m.d.sync += [
                         insn.eq(head),
@@ -314,9 +371,12 @@ class StoreStage(wiring.Component):
                     with m.If((head.x_size == 0) | (head.y_size == 0)):  # no plan needed
                         m.next = "CHECK"
             with m.State("PLAN"):
+                dram_room = (run.dram_size >> log2_exact(eb)) - base_x
+                if cfg.store_to_inp:  # dram_base and x_stride count INP rows
+                    dram_room = Mux(insn.to_inp, cfg.depth("inp") - base_x, dram_room)
                 m.d.sync += [
                     sram_room.eq(cfg.depth("acc") - insn.sram_base),
-                    room.eq((run.dram_size >> log2_exact(eb)) - base_x),
+                    room.eq(dram_room),
                 ]
                 m.next = "SUMS"
             with m.State("SUMS"):
@@ -350,11 +410,19 @@ class StoreStage(wiring.Component):
                 with m.Elif(sram_over if stream is None else sram_over | param_bad):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
-                with m.Elif(dram_over):
-                    fail(regs.ErrorCode.DRAM_RANGE)
+                # (into INP: its rows past INP's, or not the unit's)
+                with m.Elif(dram_over | inp_bad if cfg.store_to_inp else dram_over):
+                    fail(dest_error)
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.comb += plan.transfer.start.eq(1)
+                    m.d.comb += plan.transfer.start.eq(~into_inp if cfg.store_to_inp else 1)
+                    if cfg.store_to_inp:
+                        m.d.sync += [
+                            at.eq(insn.dram_base),
+                            next_row.eq(insn.dram_base + insn.x_stride),
+                            x_at.eq(0),
+                            x_last.eq(insn.x_size - 1),
+                        ]
                     if stream is not None:
                         m.d.comb += [
                             stream.start.eq(1),
@@ -380,6 +448,8 @@ class StoreStage(wiring.Component):
                         m.next = "IDLE"
                     if stream is not None:  # the bank's read port is free again
                         m.d.sync += [want.eq(0), requant.eq(0)]
+                    if cfg.store_to_inp:  # and INP's write port
+                        m.d.sync += self.inp_turn.busy.eq(0)
             with m.State("PUSH"):
                 m.d.comb += self.push_prev.valid.eq(1)
                 if stream is not None:

@@ -10,7 +10,7 @@ and an `interrupt` line.
 
 from __future__ import annotations
 
-from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal, unsigned
+from amaranth import Cat, ClockDomain, ClockSignal, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -31,6 +31,7 @@ from tilecraft.hw.rtl.signatures import (
     Axi4,
     AxiLite,
     RunControl,
+    WritePort,
     flat_ports,
     read_registers,
 )
@@ -150,8 +151,19 @@ class Accelerator(wiring.Component):
             wiring.connect(m, fifo.r_stream, stages[q.consumer].tokens[q.pop_flag])
 
         # ---- scratchpads the load stage writes and the GEMM unit reads ----------------------
+        inp_write = load.inp_write
+        if cfg.store_to_inp:  # and INP the store stage too, in turns (`InpTurn`): one port
+            wiring.connect(m, load.inp_turn, store.load_inp)
+            wiring.connect(m, store.inp_turn, load.store_inp)
+            inp_write = WritePort(len(load.inp_write.addr), len(load.inp_write.data)).create(
+                path=("inp_write",)
+            )
+            by_store = store.inp_write.en
+            for f in ("addr", "data", "en"):
+                pick = Mux(by_store, getattr(store.inp_write, f), getattr(load.inp_write, f))
+                m.d.comb += getattr(inp_write, f).eq(pick)
         for name, write, read in (
-            ("inp", load.inp_write, compute.inp),
+            ("inp", inp_write, compute.inp),
             ("wgt", load.wgt_write, compute.wgt),
         ):
             mem = Memory(
