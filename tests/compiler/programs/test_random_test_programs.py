@@ -1,5 +1,6 @@
 """The seeded random programs of the differential tests: verified, reproducible, and on a
-config with the requantization unit, requantizing STOREs with their parameters in their bank."""
+config with the requantization unit, requantizing STOREs with their parameters in their bank;
+on one with STORE into INP, STOREs there in turns with INP LOADs."""
 
 import numpy as np
 import pytest
@@ -7,8 +8,8 @@ import pytest
 from tilecraft.compiler.analysis.verify import verify
 from tilecraft.compiler.programs.random_test_programs import (
     PARAM_AT,
-    random_program,
     inp_turns_program,
+    random_program,
     requant_pace_program,
 )
 from tilecraft.errors import TilecraftError
