@@ -113,3 +113,28 @@ def test_the_rtl_digest_follows_its_sources(tmp_path, monkeypatch):
     first = rtl.source_digest()
     (tmp_path / "alu.py").write_text("x = 2\n")
     assert rtl.source_digest() != first and len(first) == 16
+
+
+def test_a_design_is_named_by_its_verilog_and_a_config_by_the_sources_it_is_elaborated_from(
+    tmp_path, monkeypatch
+):
+    """`design_digest` reads the Verilog without Amaranth's source attributes (files, lines):
+    the same cells from edited sources are the same design, a changed cell is another.
+    `elaboration_digest` reads all of tilecraft.hw (a layout in hw/isa changes the Verilog
+    as surely as the RTL does), by code, not text."""
+    import tilecraft.hw.rtl as rtl
+
+    cell = '  (* src = "{}" *)\n  assign y = a & b;\n'
+    same = rtl.design_digest(cell.format("/work/main/src/tilecraft/hw/rtl/alu.py:40"))
+    assert same == rtl.design_digest(cell.format("/elsewhere/hw/rtl/alu.py:52"))
+    assert same != rtl.design_digest(cell.format("alu.py:40").replace("&", "|"))
+    (tmp_path / "rtl").mkdir()
+    (tmp_path / "isa").mkdir()
+    (tmp_path / "rtl" / "alu.py").write_text("x = 1\n")
+    (tmp_path / "isa" / "formats.py").write_text("BITS = 3  # a field's width\n")
+    monkeypatch.setattr(rtl, "HERE", tmp_path / "rtl")
+    first = rtl.elaboration_digest()
+    (tmp_path / "isa" / "formats.py").write_text('"""The layouts."""\nBITS = 3\n')
+    assert rtl.elaboration_digest() == first  # a docstring and a comment: the same code
+    (tmp_path / "isa" / "formats.py").write_text("BITS = 4\n")
+    assert rtl.elaboration_digest() != first and len(first) == 16

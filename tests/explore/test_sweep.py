@@ -89,16 +89,29 @@ def _fakes(monkeypatch, calls):
 
     import tilecraft.boards.flows.resources as resources
 
+    def design(cfg):  # elaborating the Verilog takes seconds: a digest of the config, and of
+        calls.append(f"elaborated {cfg.tag}")  # `variant` (what an edit of the RTL changed)
+        return f"{cfg.digest}{variant[0]}"
+
+    variant = [""]
     monkeypatch.setattr(resources, "synthesize", synthesize)
+    monkeypatch.setattr(resources, "design", design)
     monkeypatch.setattr(evaluation, "network_latency", latency)
+    return variant
 
 
 def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
     calls = []
-    _fakes(monkeypatch, calls)
+    variant = _fakes(monkeypatch, calls)
+
+    def sweep_of(limit):
+        calls.clear()
+        r = sweep.run_sweep("xc7z020", limit=limit, workers=0, cache=cache, workdir=tmp_path)
+        return r, sum(not c.startswith("elaborated") for c in calls), len(calls)
+
     cache = tmp_path / "cache.json"
-    r = sweep.run_sweep("xc7z020", limit=5, workers=0, cache=cache, workdir=tmp_path)
-    assert len(calls) == 5 and r["synthesized"] == 5
+    r, synthesized, _ = sweep_of(5)
+    assert synthesized == 5 and r["synthesized"] == 5
     assert {p["name"] for p in r["points"]} >= {"1x8x8", "1x16x8"}
     small = r["points"][0]
     assert small["fits"] == ["pynq-z1", "pynq-z2"] and small["fractions"]["dsp"] == 32 / 220
@@ -110,14 +123,26 @@ def test_a_sweep_caches_synthesis_and_marks_fits(tmp_path, monkeypatch):
     assert plain["joint"] and not unit & {n for names in plain.values() for n in names}
     assert plain["lut"] == [n for n in r["fronts"]["lut"] if n not in unit]
     assert set(plain["lut"]) == {"1x8x8", "1x8x8+half-buffers", "1x16x8"}
-    again = sweep.run_sweep("xc7z020", limit=6, workers=0, cache=cache, workdir=tmp_path)
-    assert len(calls) == 6 and again["synthesized"] == 1  # only the new config
+    again, synthesized, work = sweep_of(6)
+    assert synthesized == again["synthesized"] == 1 and work == 2  # the new config alone
     assert [p["lut"] for p in again["points"][:5]] == [p["lut"] for p in r["points"]]
+    # sources edited, the designs unchanged: each config elaborated again, none synthesized
     import tilecraft.hw.rtl as rtl
 
-    monkeypatch.setattr(rtl, "source_digest", lambda: "another design")
-    changed = sweep.run_sweep("xc7z020", limit=2, workers=0, cache=cache, workdir=tmp_path)
-    assert changed["synthesized"] == 2  # a changed RTL is synthesized again
+    monkeypatch.setattr(rtl, "elaboration_digest", lambda: "edited sources")
+    edited, synthesized, work = sweep_of(2)
+    assert synthesized == edited["synthesized"] == 0 and work == 2
+    assert [p["lut"] for p in edited["points"]] == [p["lut"] for p in r["points"][:2]]
+    variant[0] = " another design"  # the same sources: the design remembered, not elaborated
+    assert sweep_of(2)[1] == 0
+    monkeypatch.setattr(rtl, "elaboration_digest", lambda: "edited again")
+    changed, synthesized, _ = sweep_of(2)
+    assert synthesized == changed["synthesized"] == 2  # a changed design is synthesized again
+    assert {p["design"] for p in changed["points"]} == {
+        c.digest + " another design" for _, c in sweep_configs(2)
+    }
+    kept = json.loads(cache.read_text())
+    assert len(kept["figures"]) == 8 and len(kept["designs"]) == 6 + 2 + 2
 
 
 def test_a_point_that_leaves_more_layers_on_the_host_is_off_the_fronts(tmp_path, monkeypatch):
@@ -169,9 +194,10 @@ def test_bad_input(tmp_path):
     with pytest.raises(ConfigError, match="unknown part 'xc9z999' for a sweep; known: xc7z010"):
         sweep.run_sweep("xc9z999", cache=tmp_path / "c.json")
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(TilecraftError, match="synthesis cache .* is unreadable"):
-        sweep.SynthCache(bad)
+    for text in ("{not json", '{"figures": []}', "[]"):
+        bad.write_text(text)
+        with pytest.raises(TilecraftError, match="synthesis cache .* is unreadable"):
+            sweep.SynthCache(bad)
 
 
 def _square(name, config, part, model, cached, workdir):

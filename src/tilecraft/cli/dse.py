@@ -98,7 +98,7 @@ def add_parsers(sub, count) -> None:
     p.add_argument(
         "--cache",
         default="build/dse/synthesis-cache.json",
-        help="synthesis figures by config digest (reused across sweeps)",
+        help="synthesis figures by design, the Verilog synthesized (reused across sweeps)",
     )
     p.add_argument(
         "--trials",

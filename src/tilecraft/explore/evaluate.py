@@ -92,15 +92,18 @@ def evaluate(
     config: dict,
     part: str,
     model: str,
-    cached: dict | None,
+    known: dict,
     workdir: str,
     trials: int = 0,
 ) -> dict:
     """A point as a dict: name, config tag and digest, the unit's lanes, the depthwise mode's
     window (0 without it), latency (heuristic schedules, or tuned with `trials`) and the layers
-    left on the host (`network_latency`), resources
-    (`synthesized`: False when they came from the cache), or `error`."""
-    from tilecraft.boards.flows.resources import synthesize
+    left on the host (`network_latency`), its design (`hw.rtl.design_digest`) and resources
+    (`synthesized`: False when they came from the cache), or `error`. `known` is the
+    synthesis cache's word on it (`sweep.SynthCache.known`): its design where the cache
+    remembers it from the same sources (else the config is elaborated to find it), and the
+    part family's figures by design."""
+    from tilecraft.boards.flows import resources
 
     cfg = HwConfig.from_dict(config)
     point = {
@@ -109,14 +112,17 @@ def evaluate(
         "digest": cfg.digest,
         "requant_lanes": cfg.requant_lanes,
         "depthwise_window": cfg.depthwise_window,
+        "design": None,
         "error": None,
     }
     try:
         point.update(
             network_latency(cfg, model, trials=trials, records_dir=Path(workdir) / "records")
         )
+        point["design"] = known["design"] or resources.design(cfg)
+        cached = known["figures"].get(point["design"])
         if cached is None:
-            r = synthesize(cfg, part, workdir=Path(workdir) / f"{cfg.tag}-{cfg.digest}")
+            r = resources.synthesize(cfg, part, workdir=Path(workdir) / f"{cfg.tag}-{cfg.digest}")
             cached = {k: getattr(r, k) for k in FIGURES} | {"synth_seconds": r.seconds}
             point["synthesized"] = True
         else:

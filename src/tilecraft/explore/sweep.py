@@ -1,7 +1,7 @@
 """The sweep: every config's point evaluated as a task on Dask (a LocalCluster by default, or a
-scheduler's workers), synthesis figures cached by config digest, part family and RTL sources
-in a JSON file (a sweep that is stopped and run again synthesizes only what it has not), then
-fits and fronts.
+scheduler's workers), synthesis figures cached by design (the Verilog synthesized) and part
+family in a JSON file (a sweep that is stopped and run again synthesizes only what it has not;
+an edit that leaves a config's Verilog as it was, nothing), then fits and fronts.
 """
 
 from __future__ import annotations
@@ -21,30 +21,46 @@ from tilecraft.progress import track
 
 
 class SynthCache:
-    """Synthesis figures by `digest/family/rtl` (the config, the part's family, the RTL's
-    sources: a changed design is synthesized again), in one JSON file, rewritten atomically
-    per entry."""
+    """Synthesis figures by design and part family (`figures`, keyed `design/family`: the
+    design is `hw.rtl.design_digest` of the Verilog synthesized), and each config's design by
+    the sources it was elaborated from (`designs`, keyed `config digest/sources`:
+    `hw.rtl.elaboration_digest`), so an edit that leaves a config's Verilog as it was costs one
+    elaboration and no synthesis; in one JSON file, rewritten atomically per entry (top-level
+    keys it does not know are kept)."""
 
     def __init__(self, path: str | Path):
-        from tilecraft.hw.rtl import source_digest
+        from tilecraft.hw.rtl import elaboration_digest
 
-        self.rtl = source_digest()
+        self.sources = elaboration_digest()
         self.path = Path(path)
         try:
-            self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
-        except (OSError, ValueError) as exc:
+            self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            for part in ("designs", "figures"):
+                if not isinstance(self.data.setdefault(part, {}), dict):
+                    raise ValueError(f"its {part!r} is not an object")
+        except (OSError, ValueError, AttributeError) as exc:
             raise TilecraftError(
                 f"the synthesis cache {self.path} is unreadable ({exc}): "
                 f"delete it to synthesize again"
             ) from None
 
-    def get(self, digest: str, fam: str) -> dict | None:
-        return self.entries.get(f"{digest}/{fam}/{self.rtl}")
+    def known(self, digest: str, fam: str) -> dict:
+        """What `evaluate` needs of the cache for config `digest` on family `fam`: its design
+        (None where these sources have not elaborated it) and the family's figures by design."""
+        figures = {}
+        for key, figure in self.data["figures"].items():
+            design, _, family_ = key.rpartition("/")
+            if family_ == fam:
+                figures[design] = figure
+        return {"design": self.data["designs"].get(f"{digest}/{self.sources}"), "figures": figures}
 
-    def put(self, digest: str, fam: str, figure: dict) -> None:
-        self.entries[f"{digest}/{fam}/{self.rtl}"] = figure
+    def remember(self, digest: str, design: str, fam: str, figure: dict | None = None) -> None:
+        """Config `digest` elaborates to `design` from these sources; `figure`: its synthesis."""
+        self.data["designs"][f"{digest}/{self.sources}"] = design
+        if figure is not None:
+            self.data["figures"][f"{design}/{fam}"] = figure
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+        write_atomic(self.path, json.dumps(self.data, indent=1, sort_keys=True) + "\n")
 
 
 def fits(point: dict, part: str) -> list[str]:
@@ -96,13 +112,15 @@ def run_sweep(
     configs = sweep_configs(limit)
     work = str(Path(workdir).resolve())
     jobs = [
-        (name, cfg.to_dict(), part, model, store.get(cfg.digest, fam), work, trials)
+        (name, cfg.to_dict(), part, model, store.known(cfg.digest, fam), work, trials)
         for name, cfg in configs
     ]
     points = []
     for point in _evaluate_all(jobs, workers, scheduler):
-        if point["error"] is None and point.get("synthesized"):
-            store.put(point["digest"], fam, {k: point[k] for k in (*FIGURES, "synth_seconds")})
+        if point["error"] is None:
+            keep = (*FIGURES, "synth_seconds")
+            figure = {k: point[k] for k in keep} if point.get("synthesized") else None
+            store.remember(point["digest"], point["design"], fam, figure)
         points.append(point)
     order = {name: i for i, (name, _) in enumerate(configs)}
     points.sort(key=lambda p: order[p["name"]])

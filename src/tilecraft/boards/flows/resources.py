@@ -65,6 +65,16 @@ def count(cells: dict[str, int]) -> dict[str, float]:
     return {"lut": lut, "ff": ff, "dsp": dsp, "bram36": bram, "uram": cells.get("URAM288", 0)}
 
 
+def design(cfg: HwConfig, packed: bool | None = None) -> str:
+    """The digest of the design `synthesize` reads for `cfg` (`hw.rtl.design_digest` of its
+    Verilog; elaborating it takes seconds to a minute)."""
+    check_rtl(cfg)
+    from tilecraft.hw.rtl import design_digest
+    from tilecraft.hw.rtl.top import verilog
+
+    return design_digest(verilog(cfg, "tilecraft_top", packed))
+
+
 def synthesize(
     cfg: HwConfig,
     part: str = "xc7z020",
