@@ -307,7 +307,8 @@ def test_stores_into_inp_are_bit_exact_and_timed_on_the_rtl(into_inp_runs):
 def test_bad_stores_into_inp_raise_the_simulators_error_class():
     """A STORE into INP that does not requantize (only the unit's rows go there), and one whose
     rows run past INP's end: the store stage stops with the simulator's error class, at the
-    same instruction."""
+    same instruction. One whose last row is INP's last, and an empty one followed by an INP
+    LOAD (the port's turn given back without a row written), run to the end as modeled."""
     from tilecraft.compiler.operator.builder import ProgramBuilder
     from tilecraft.hw.isa import Finish, Load, MemId, Store
     from tilecraft.runtime.buffers import Role
@@ -318,7 +319,7 @@ def test_bad_stores_into_inp_raise_the_simulators_error_class():
     cfg = preset(INTO_INP_CONFIGS[0]).replace(requant_lanes=8).with_store_to_inp()
     acc, _ = requant_rows(cfg, np.random.default_rng(2), 8)
 
-    def program(at: int, requant: bool):
+    def program(at: int, requant: bool, x: int = 8, then=()):
         pb = ProgramBuilder(cfg, "bad")
         rows = pb.buffer("acc", Role.CONSTANT, acc.shape, np.int32, data=acc)
         pb.buffer("o", Role.OUTPUT, (4, cfg.batch, cfg.block_out), np.int8)
@@ -339,7 +340,7 @@ def test_bad_stores_into_inp_raise_the_simulators_error_class():
                     sram_base=0,
                     dram_base=at,
                     y_size=1,
-                    x_size=8,
+                    x_size=x,
                     x_stride=8,
                     requant=requant,
                     param_base=8,
@@ -348,6 +349,7 @@ def test_bad_stores_into_inp_raise_the_simulators_error_class():
                     push_prev=True,
                 ),
                 Load(mem=MemId.UOP, **idle, pop_next=True),
+                *then,
                 Finish(),
             ]  # fmt: skip
         )
@@ -363,8 +365,13 @@ def test_bad_stores_into_inp_raise_the_simulators_error_class():
         with pytest.raises(cls) as sim_error:
             get_device("sim").run(p, {})
         assert rtl_error.value.index == sim_error.value.index == 1
-    good = device.run(program(past_the_end - 2, requant=True), {})  # its last row INP's last
-    assert good.report.cycles > 0
+    inp_load = Load(mem=MemId.INP, sram_base=0, dram_base=0, y_size=1, x_size=4, x_stride=4)
+    for p in (
+        program(past_the_end - 2, requant=True),  # its last row INP's last
+        program(100, requant=True, x=0, then=[inp_load]),
+    ):
+        rtl, sim = device.run(p, {}), get_device("sim").run(p, {})
+        assert abs(rtl.report.cycles - sim.report.cycles) <= 8, (rtl.report, sim.report)
 
 
 def test_a_depthwise_conv_on_a_batch_of_two_is_modeled_within_bounds():

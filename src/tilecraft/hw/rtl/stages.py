@@ -13,7 +13,7 @@ and lists them in `tokens`, so the top level wires the queues from hw.isa's queu
 
 from __future__ import annotations
 
-from amaranth import C, Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -251,7 +251,7 @@ class StoreStage(wiring.Component):
             landing = held
         m.d.comb += [elems.w_data.eq(self.out.data), elems.w_en.eq(landing)]
         requant = stream = None
-        into_inp = insn.to_inp if cfg.store_to_inp else C(0)  # no DRAM: the rows into INP
+        into_inp = insn.to_inp if cfg.store_to_inp else None  # no DRAM: the rows into INP
         if cfg.requant_lanes:
             requant = Signal()  # the instruction requantizes (its stream feeds the FIFO)
             m.submodules.requant_unit = stream = RequantStream(cfg, self.dsp)
@@ -407,6 +407,8 @@ class StoreStage(wiring.Component):
                     m.next = "PUSH"
                     with m.If(~push):
                         m.next = "IDLE"
+                    if cfg.store_to_inp:  # (nor into INP: its port is free before the push)
+                        m.d.sync += self.inp_turn.busy.eq(0)
                 with m.Elif(sram_over if stream is None else sram_over | param_bad):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
