@@ -229,9 +229,9 @@ def test_what_a_store_into_inp_refuses():
 
 
 def test_a_knob_the_rtl_lacks_is_refused_on_every_way_to_verilog(monkeypatch):
-    """The RTL builds the path (the rtl tier runs it, tests/sim/test_rtl.py); a knob listed as
-    unbuilt (`RTL_UNBUILT`, what a new unit starts as) is refused by every way to Verilog,
-    naming it, where the RTL would ignore its field: silently wrong."""
+    """The RTL builds the path (the rtl tier runs it: tests/sim/test_rtl_store_to_inp.py); a
+    knob listed as unbuilt (`RTL_UNBUILT`, what a new unit starts as) is refused by every way
+    to Verilog, naming it, where the RTL would ignore its field: silently wrong."""
     from tilecraft.boards.flows.verilog import export_verilog
     from tilecraft.hw import config
 
