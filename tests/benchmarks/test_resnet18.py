@@ -71,6 +71,11 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
         e, unit = v["onnxruntime_exact"], v["with_unit"]
         assert unit["modeled_latency_ms"] < v["modeled_latency_ms"], name
         assert e["simulator_matches_reference"] and e["tensors_compared"] >= 29, name
+        for times in (v, unit, e):  # modeled: the accelerator's time and the host's (the Adds)
+            ms = times.get("accelerator_ms", times.get("modeled_accelerator_ms"))
+            assert times["modeled_latency_ms"] == pytest.approx(
+                ms + times["host_ms_measured_here"]
+            ), name
         if name.endswith("uint8"):  # onnxruntime's every rounding: its logits, every tensor
             assert e["equal_fraction"] == 1.0 and e["max_steps"] == 0, (name, e)
             assert e["tensors_equal"] == e["tensors_compared"], (name, e)

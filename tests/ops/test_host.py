@@ -46,6 +46,31 @@ def test_add_requantizes_both_sides_in_float32_rounding_half_to_even():
         H.Add(1.0, -2.0)
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        H.Add(0.7, 1.3, (0, 127), 1, -2, 3),
+        H.Add(0.013, 2.9, (-128, 127), -5, 7, -1),
+        H.Add(0.7, 1.3, (0, 127), 1, -2, 3, fixed=-41.3),  # onnxruntime's x86 form
+        H.Add(1.9, 0.031, (-100, 90), fixed=11.25),
+    ],
+    ids=str,
+)
+def test_an_add_runs_as_the_table_of_its_formula(op):
+    """The host runs an Add as a look-up in the table of every pair of int8 inputs
+    (`add_table`, built once per operator): each element its formula's (`add`), on whole
+    tensors, broadcast ones and the corners of the int8 range."""
+    a, b = (rng.integers(-128, 128, (1, 64, 20, 20), dtype=np.int8) for _ in range(2))
+    np.testing.assert_array_equal(H.run(op, [a, b], {}), H.add(op, a, b))
+    row = b[:, :, :1, :]
+    np.testing.assert_array_equal(H.run(op, [a, row], {}), H.add(op, a, row))
+    corners = np.array([-128, -127, -1, 0, 1, 126, 127], np.int8)
+    x, y = np.meshgrid(corners, corners)
+    np.testing.assert_array_equal(H.run(op, [x, y], {}), H.add(op, x, y))
+    assert H.add_table(op) is H.add_table(op) and H.add_table(op).shape == (65536,)
+    assert H.add_table(op)[(3 + 128) * 256 + (-7 + 128)] == H.add(op, np.int8(3), np.int8(-7))
+
+
 def test_depthwise_conv_is_one_conv_per_channel():
     c = 4
     x = rng.integers(-128, 128, (1, c, 6, 6), dtype=np.int8)

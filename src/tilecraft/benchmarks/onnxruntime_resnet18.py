@@ -25,7 +25,7 @@ from tilecraft.hw.config import HwConfig
 from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime
 from tilecraft.models.zoo import mobilenet_v2, resnet18
 from tilecraft.runtime import get_device
-from tilecraft.runtime.executor import run_model
+from tilecraft.runtime.executor import run_model, steady_host_seconds
 
 PRESET = "pynq-z1"
 CALIBRATION = 4
@@ -94,11 +94,19 @@ def _reference(model, x: np.ndarray):
     return run_model(model, {"input": x}, None, keep=True)
 
 
-def _run(model, x: np.ndarray, logits: np.ndarray, scale: float) -> tuple:
-    """(the simulator's run, its logits' steps from onnxruntime's)."""
-    run = run_model(model, {"input": x}, get_device("sim"))
+def _run(model, x: np.ndarray, logits: np.ndarray, scale: float, clock_mhz: float) -> tuple:
+    """(the simulator's run, its logits' steps from onnxruntime's, its times: the modeled
+    latency, the accelerator's part at `clock_mhz` and the host's, warm, measured here)."""
+    run = run_model(model, {"input": x}, get_device("sim"), keep=True)
     ours = run.outputs[model.outputs[0]]
-    return run, np.abs(np.rint(ours / scale) - np.rint(logits / scale))
+    accelerator_ms = run.accelerator_cycles / (clock_mhz * 1e3)
+    host_ms = 1e3 * steady_host_seconds(model, run)
+    times = {
+        "modeled_latency_ms": accelerator_ms + host_ms,
+        "accelerator_ms": accelerator_ms,
+        "host_ms_measured_here": host_ms,
+    }
+    return run, np.abs(np.rint(ours / scale) - np.rint(logits / scale)), times
 
 
 def _compare(cfg: HwConfig, unit: HwConfig, path: Path, x: np.ndarray, shift: int) -> dict:
@@ -112,32 +120,35 @@ def _compare(cfg: HwConfig, unit: HwConfig, path: Path, x: np.ndarray, shift: in
     start = time.perf_counter()
     comp = compile_network(graph, cfg, None)
     seconds = time.perf_counter() - start
-    result, steps = _run(comp.model, x, logits, scale)
+    _, steps, times = _run(comp.model, x, logits, scale, cfg.clock_mhz)
     floats, convs = _float_convs(path)
     out = {
         "float_convs": floats,
         "convs": convs,
         "programs": len(comp.model.programs),
-        "modeled_latency_ms": result.accelerator_cycles / (cfg.clock_mhz * 1e3),
+        **times,
         "compile_seconds": seconds,
         "equal_fraction": float((steps == 0).mean()),
         "max_steps": int(steps.max()),
         "layer_equal_fraction": _equal_tensors(_reference(comp.model, x).tensors, theirs, shift),
     }
     if unit is not cfg:
-        on_unit, steps = _run(compile_network(graph, unit, None).model, x, logits, scale)
+        model = compile_network(graph, unit, None).model
+        _, steps, times = _run(model, x, logits, scale, unit.clock_mhz)
         out["with_unit"] = {
-            "modeled_latency_ms": on_unit.accelerator_cycles / (unit.clock_mhz * 1e3),
+            **times,
             "equal_fraction": float((steps == 0).mean()),
             "max_steps": int(steps.max()),
         }
     exact = compile_network(graph, unit, None, exact_requant="onnxruntime").model
-    sim, off = _run(exact, x, logits, scale)
+    sim, off, times = _run(exact, x, logits, scale, unit.clock_mhz)
     reference = _reference(exact, x)  # one run: its tensors, and its output for the simulator's
     equal = _equal_tensors(reference.tensors, theirs, shift)
     out["onnxruntime_exact"] = {
         "programs": len(exact.programs),
-        "modeled_accelerator_ms": sim.accelerator_cycles / (unit.clock_mhz * 1e3),
+        "modeled_latency_ms": times["modeled_latency_ms"],
+        "modeled_accelerator_ms": times["accelerator_ms"],
+        "host_ms_measured_here": times["host_ms_measured_here"],
         "equal_fraction": float((off == 0).mean()),
         "max_steps": int(off.max()),
         "simulator_matches_reference": bool(
@@ -185,9 +196,9 @@ def format_table(r: dict) -> str:
         e, u = v["onnxruntime_exact"], v.get("with_unit", {})
         unit_ms = f"{u['modeled_latency_ms']:.1f}" if u else "-"
         exact.append(
-            f"  {name:<20} {unit_ms:>8} {e['programs']:>9} {e['modeled_accelerator_ms']:>15.1f} "
-            f"{e['equal_fraction']:>13.1%} {e['max_steps']:>10} "
-            f"{e['tensors_equal']:>6} of {e['tensors_compared']}"
+            f"  {name:<20} {unit_ms:>8} {e['programs']:>9} {e['modeled_latency_ms']:>11.1f} "
+            f"{e['modeled_accelerator_ms']:>15.1f} {e['equal_fraction']:>13.1%} "
+            f"{e['max_steps']:>10} {e['tensors_equal']:>6} of {e['tensors_compared']}"
         )
         eq = list(v["layer_equal_fraction"].values())
         spread = f"{eq[0]:.5f}, {float(np.median(eq)):.4f}, {min(eq):.4f}" if eq else "-"
@@ -200,7 +211,7 @@ def format_table(r: dict) -> str:
     lines += [
         f"  on {r['unit_config']} (the requantization unit): modeled ms; then with --requant "
         "onnxruntime (the Adds on the host as QLinearAdd)",
-        f"  {'variant':<20} {'ms':>8} {'programs':>9} {'accelerator ms':>15} "
+        f"  {'variant':<20} {'ms':>8} {'programs':>9} {'modeled ms':>11} {'accelerator ms':>15} "
         f"{'logits equal':>13} {'max steps':>10}  tensors equal",
         *exact,
     ]

@@ -264,17 +264,19 @@ def _onnxruntime_on_unit(r: dict) -> str:
         counted = "tensors_equal" in e
         tensors = f"{e['tensors_equal']} of {e['tensors_compared']}" if counted else "—"
         rows.append([name, value(u.get("modeled_latency_ms", v.get("modeled_latency_ms")), 1),
-                     value(e.get("programs")), value(e.get("modeled_accelerator_ms"), 1),
+                     value(e.get("programs")), value(e.get("modeled_latency_ms"), 1),
+                     value(e.get("modeled_accelerator_ms"), 1),
                      value(e.get("equal_fraction")), value(e.get("max_steps")), tensors,
                      value(e.get("simulator_matches_reference"))])  # fmt: skip
     if not rows:
         return ""
-    head = ["variant", "modeled ms", "programs", "accelerator ms", "logits equal", "max steps",
-            "tensors equal", "simulator = reference"]  # fmt: skip
+    head = ["variant", "modeled ms as compiled", "programs", "modeled ms", "accelerator ms",
+            "logits equal", "max steps", "tensors equal", "simulator = reference"]  # fmt: skip
     return (
         f"\n\nOn {r.get('unit_config', r.get('config'))}, with the requantization unit: "
         "modeled ms as compiled; then the rest with `--requant onnxruntime` (every rounding "
-        "onnxruntime's, the Adds on the host as QLinearAdd):\n\n" + _table(head, rows)
+        "onnxruntime's, the Adds on the host as QLinearAdd; modeled ms = the accelerator's "
+        "and the host's, measured here):\n\n" + _table(head, rows)
     )
 
 
