@@ -153,11 +153,12 @@ def build(
         raise DeviceError("the icarus simulator needs Icarus Verilog's iverilog on PATH")
     from cocotb_tools.runner import get_runner
 
-    # The cache key is the hardware's sources, not its Verilog (generating that takes seconds)
-    hw_dir = HERE.parents[1] / "hw"
-    sources = sorted(hw_dir.rglob("*.py")) + [HERE / "axi_dram.v", Path(__file__)]
-    digest = hashlib.sha256()
-    for f in sources:
+    # The cache key is the hardware's sources (`hw.rtl.elaboration_digest`: all of tilecraft.hw
+    # and Amaranth's version), not its Verilog (generating that takes seconds), and the harness
+    from tilecraft.hw.rtl import elaboration_digest
+
+    digest = hashlib.sha256(elaboration_digest().encode())
+    for f in (HERE / "axi_dram.v", Path(__file__)):
         digest.update(f.read_bytes())
     digest.update(f"{cfg.digest}{packed}{waves}{simulator}".encode())
     # ... and the environment it was built with: the model's Makefile names cocotb's files by
