@@ -356,12 +356,19 @@ def test_a_slow_load_holds_the_dram_data_for_the_transfers_behind_it():
     assert abs(model - rtl) / rtl <= MAX_CYCLE_ERROR / 4, (model, rtl)
 
 
-def test_dram_latency_and_backpressure_do_not_change_results():
-    from tilecraft.compiler.programs.random_test_programs import random_program
+@pytest.mark.parametrize("unit", [False, True], ids=["", "unit"])
+def test_dram_latency_and_backpressure_do_not_change_results(unit):
+    """With the unit, a held W channel fills the store's element queue and stops the unit."""
+    from tilecraft.compiler.programs.random_test_programs import (
+        random_program,
+        requant_pace_program,
+    )
     from tilecraft.sim.rtl.device import RtlDevice
 
-    cfg = preset(CONFIG)
+    cfg = _unit_config(CONFIG) if unit else preset(CONFIG)
     jobs = [random_program(cfg, 100 + s) for s in range(4)]
+    if unit:  # and long STOREs paced by the unit
+        jobs += [requant_pace_program(cfg, 100 + s) for s in range(2)]
     for latency, stall in ((3, 30), (80, 10)):
         results = RtlDevice(cfg, latency=latency, stall_pct=stall, seed=latency).run_many(jobs)
         for k, ((program, inputs), r) in enumerate(zip(jobs, results)):

@@ -40,9 +40,10 @@ def _bank(cfg, rng, sets: int) -> np.ndarray:
     return rows
 
 
-def _stream(cfg, bank: np.ndarray, base: int, total: int, per_set: int):
+def _stream(cfg, bank: np.ndarray, base: int, total: int, per_set: int, room=None):
     """(the cycles the stream puts out a row, the rows as int8), the bank answering each read
-    SRAM_READ_LATENCY cycles after its address."""
+    SRAM_READ_LATENCY cycles after its address; `room` (a bool per cycle, else always) is the
+    store's room for another row."""
     dut = RequantStream(cfg)
     lanes = cfg.batch * cfg.block_out
     words = [
@@ -64,7 +65,9 @@ def _stream(cfg, bank: np.ndarray, base: int, total: int, per_set: int):
         ctx.set(dut.start, 0)
         ctx.set(dut.go, 1)
         addrs = [0] * SRAM_READ_LATENCY
-        for cycle in range(60 + 12 * total):
+        for cycle in range(60 + 12 * total + (0 if room is None else len(room))):
+            if room is not None:
+                ctx.set(dut.room, room[cycle] if cycle < len(room) else 1)
             addrs.append(ctx.get(dut.acc.addr))
             ctx.set(dut.acc.data, words[addrs[-1 - SRAM_READ_LATENCY] % len(words)])
             if ctx.get(dut.out_valid):
@@ -104,6 +107,23 @@ def test_the_stream_keeps_the_modeled_pace(name):
     boundaries = {11, 23}  # the gaps into each set's first row
     assert [g for i, g in enumerate(gaps) if i not in boundaries] == [passes] * 33
     assert [gaps[i] for i in sorted(boundaries)] == [passes + Timing.requant_set_gap] * 2
+
+
+@pytest.mark.parametrize("name", ["1x8x8", "default"])
+def test_a_store_without_room_holds_the_reads_and_loses_no_row(name):
+    """The store's room dropping and coming back at random: the reads stop and go on, the row
+    queue never overflows (its room is a flip-flop worked out a cycle ahead), and every row
+    comes out once, in order, with its set's parameters."""
+    cfg = preset(name).replace(requant_lanes=8)
+    rng = np.random.default_rng(5)
+    bank = _bank(cfg, rng, sets=4)
+    room = [bool(r) for r in rng.random(400) < 0.4]
+    total, per_set, base = 24, 6, 3
+    cycles, got = _stream(cfg, bank, base, total, per_set, room)
+    machine = SimpleNamespace(config=cfg, acc=bank)
+    want, _ = _requantized(machine, bank[base : base + total], PARAMS, per_set, 0)
+    assert len(cycles) == total
+    assert np.array_equal(got, want.reshape(total, -1))
 
 
 def test_the_model_knows_how_far_the_unit_may_run_ahead_of_the_write():

@@ -57,7 +57,7 @@ class GemmCore(wiring.Component):
             "sums_valid": Out(1),
         }
         if cfg.depthwise_window:  # each multiplier row's own inputs, in the depthwise mode
-            members["dw"] = In(1)
+            members["dw"] = In(self.rows)  # the mode's select, a copy per multiplier row
             members["dw_inp"] = In(b * self.rows * bi * cfg.inp_bits)
         super().__init__(members)
 
@@ -86,7 +86,7 @@ class GemmCore(wiring.Component):
             if not c.depthwise_window:
                 return inp(r, i)
             k = (r * self.rows + row) * bi + i
-            return Mux(self.dw, self.dw_inp[k * ib : (k + 1) * ib].as_signed(), inp(r, i))
+            return Mux(self.dw[row], self.dw_inp[k * ib : (k + 1) * ib].as_signed(), inp(r, i))
 
         def wgt(o, i):
             return self.wgt[(o * bi + i) * wb : (o * bi + i + 1) * wb].as_signed()

@@ -94,6 +94,9 @@ class RequantStream(wiring.Component):
         any_left = Signal()  # rows_left != 0
         need_params = Signal()  # params_read != 3
         param_addr = Signal.like(self.param_base)  # param_at + params_read
+        # room in the row queue for one more read: a flip-flop, its compare taken on next
+        # cycle's count (below), so no adder lies between the queue and the read decision
+        space = Signal(init=1)
         with m.If(self.start):
             m.d.sync += [
                 row.eq(self.base),
@@ -110,7 +113,6 @@ class RequantStream(wiring.Component):
             with m.If(need_params):
                 m.d.comb += read_param.eq(drained)
             with m.Else():
-                space = rows.level + in_pipe < ROW_QUEUE
                 m.d.comb += read_data.eq(self.room & space)
         with m.If(read_param):
             m.d.sync += [
@@ -134,8 +136,12 @@ class RequantStream(wiring.Component):
                 ]
             with m.Else():
                 m.d.sync += set_left.eq(set_left - 1)
+        # the address from flip-flops alone: a parameter row's while the set needs one (only
+        # then does read_param fire), else the next data row's; a cycle without a read reads a
+        # row no one takes (the 83.2 MHz route had the store stage's state through the read
+        # decision into the bank's read address, 11.2 ns)
         m.d.comb += [
-            self.acc.addr.eq(Mux(read_param, param_addr, row)),
+            self.acc.addr.eq(Mux(need_params, param_addr, row)),
             self.issued.eq(read_data),
         ]
 
@@ -146,7 +152,8 @@ class RequantStream(wiring.Component):
             m.d.sync += held.eq(kind)
             kind = held
         param_back, data_back, which = kind[0], kind[1], kind[2:]
-        m.d.sync += in_pipe.eq(in_pipe + read_data - data_back)
+        in_pipe_next = in_pipe + read_data - data_back
+        m.d.sync += in_pipe.eq(in_pipe_next)
         data = self.acc.data
         bias = [Signal(signed(ab), name=f"bias{c}") for c in range(cfg.block_out)]
         sig = [Signal(SIGNIFICAND_BITS, name=f"sig{c}") for c in range(cfg.block_out)]
@@ -172,6 +179,8 @@ class RequantStream(wiring.Component):
                             hi[c].eq(word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS]),
                         ]
         m.d.comb += [rows.w_data.eq(data), rows.w_en.eq(data_back)]
+        level_next = rows.level + (rows.w_en & rows.w_rdy) - (rows.r_en & rows.r_rdy)
+        m.d.sync += space.eq(level_next + in_pipe_next < ROW_QUEUE)
 
         # ---- the lanes: a row in `passes` passes of `lanes` ------------------------------
         part = Signal(range(max(passes, 2)))

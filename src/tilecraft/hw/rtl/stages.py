@@ -241,7 +241,10 @@ class StoreStage(wiring.Component):
         # element reads from OUT (SRAM_READ_LATENCY cycles) into a small FIFO
         read = Signal(32)  # elements read so far
         pending = Signal(range(max(elems.depth + 1, 8)))  # reads whose element has not landed
-        space = elems.level + pending < elems.depth
+        if cfg.requant_lanes:  # room for one more: a flip-flop, worked out a cycle ahead (below)
+            space = Signal(init=1)
+        else:
+            space = elems.level + pending < elems.depth
         issue = Signal()
         m.d.comb += [self.out.addr.eq(insn.sram_base + read)]
         landing = issue
@@ -274,19 +277,38 @@ class StoreStage(wiring.Component):
             # were: a max pool's STOREs on a config with the unit never finished)
             landing = Mux(requant, stream.out_valid, landing)
         m.d.sync += pending.eq(pending + issue - landing)
+        # the elements out to W: with the unit, through a ReadyBuffer, so W's handshake ends at
+        # its spare, not in the FIFO's read pointer and level (the 83.2 MHz route of 1x8x8 with
+        # the unit: the burst-length head's valid through WVALID and WREADY into the pointer,
+        # 12.0 ns); `space` then counts the elements in the FIFO, the spare and on their way
+        # (`ahead`), its compare taken on next cycle's count into a flip-flop (the route's
+        # `pending` into the unit's read decision, 10.7 ns). The same cycles as without them.
+        out_valid, out_data, take = elems.r_rdy, elems.r_data, elems.r_en
+        if cfg.requant_lanes:
+            m.submodules.w_head = w_head = ReadyBuffer(eb * 8)
+            m.d.comb += [
+                w_head.i.payload.eq(elems.r_data),
+                w_head.i.valid.eq(elems.r_rdy),
+                elems.r_en.eq(w_head.i.ready),
+            ]
+            out_valid, out_data, take = w_head.o.valid, w_head.o.payload, w_head.o.ready
+            ahead = Signal(range(elems.depth + 2))
+            grow, gone = elems.w_en & elems.w_rdy, take & out_valid
+            ahead_next = ahead + issue + grow - landing - gone
+            m.d.sync += [ahead.eq(ahead_next), space.eq(ahead_next < elems.depth)]
         # W: the beats of each element, LSB first, WLAST on each burst's last beat
         part = Signal(range(k + 1))
         beat_in_burst = Signal(BEATS_BITS, init=1)  # from 1: no subtraction before the compare
         sent = Signal(32)
         m.d.comb += [
-            axi.wdata.eq((elems.r_data >> (part * ab * 8))[: ab * 8]),
-            axi.wvalid.eq(elems.r_rdy & lens_r.valid),
+            axi.wdata.eq((out_data >> (part * ab * 8))[: ab * 8]),
+            axi.wvalid.eq(out_valid & lens_r.valid),
             axi.wlast.eq(beat_in_burst == lens_r.payload),
         ]
         wfire = axi.wvalid & axi.wready
         with m.If(wfire):
             with m.If(part == k - 1):
-                m.d.comb += elems.r_en.eq(1)
+                m.d.comb += take.eq(1)
                 m.d.sync += [part.eq(0), sent.eq(sent + 1)]
             with m.Else():
                 m.d.sync += part.eq(part + 1)

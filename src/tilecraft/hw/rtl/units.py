@@ -149,7 +149,11 @@ class GemmUnit(wiring.Component):
             is_dw = self.insn.opcode == Opcode.DEPTHWISE
             seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields, ~is_dw)
             dw_mode = Signal()  # the running instruction is a DEPTHWISE (its own front end)
-            m.d.sync += dw_mode.eq(Mux(self.start, is_dw, dw_mode))
+            dw_next = Mux(self.start, is_dw, dw_mode)
+            m.d.sync += dw_mode.eq(dw_next)
+            # and a copy of it per multiplier row for the core's operand selects (replicas.py:
+            # one flip-flop into every row's operands was on the 1x8x8 routes' failing paths)
+            dw_rows = replicated(m, dw_next, core.rows, "dw_mode", self.packed)
             reset = insn.reset & ~dw_mode
         else:
             seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields)
@@ -192,6 +196,7 @@ class GemmUnit(wiring.Component):
                 Mux(dw_mode, dw.last, at_i[2]),
             )
             _depthwise_ports(m, cfg, self, core, dw, dw_mode, failed, (src, wgt))
+            m.d.comb += core.dw.eq(Cat(*dw_rows))
         # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
         to_sums = lat + GemmCore.LATENCY
         dsts = _delayed(m, at_i[0], to_sums + 1, "dst")
@@ -271,7 +276,6 @@ def _depthwise_ports(m: Module, cfg: HwConfig, unit, core, dw, dw_mode, failed, 
         dw.inp_data.eq(unit.inp.data),
         unit.inp.addr.eq(Mux(dw_mode, dw.inp_addr, src)),
         unit.wgt.addr.eq(Mux(dw_mode, dw.wgt_addr, wgt)),
-        core.dw.eq(dw_mode),
         core.dw_inp.eq(dw.operands),
     ]
     if not core.packed:
