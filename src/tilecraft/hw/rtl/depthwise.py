@@ -103,11 +103,18 @@ class DepthwiseEngine(wiring.Component):
         m.d.comb += bad_plane.eq(setup & plane_bad)
         oy, x, ky = Signal(idx), Signal(idx), Signal(range(k))
         row_addr, col_addr, rd = Signal(idx), Signal(idx), Signal(idx)
+        # the compares of oy and x with the plane's ends, as flags worked out with each step
+        # (the 1x8x8 route at seed 1 had `oy == out_rows_1` into the sequencer's next state)
+        oy_end, x_end, x_out_end = Signal(), Signal(), Signal()  # oy == out_rows_1, x == ...
+        rows_1_now = Mux(sy2, (rows - k) >> 1, rows - k)
         with m.If(setup):
             m.d.sync += [
-                out_rows_1.eq(Mux(sy2, (rows - k) >> 1, rows - k)),
+                out_rows_1.eq(rows_1_now),
                 in_cols_1.eq(cols - 1),
                 last_x.eq(cols - 1 - odd_x),
+                oy_end.eq(rows_1_now == 0),
+                x_end.eq(cols == 1),
+                x_out_end.eq(cols - 1 - odd_x == 0),
                 row_step.eq(Mux(sy2, cols << 1, cols)),
                 oy.eq(0),
                 x.eq(0),
@@ -125,19 +132,25 @@ class DepthwiseEngine(wiring.Component):
         m.d.comb += [
             self.inp_addr.eq(rd[: len(self.inp_addr)]),
             emit.eq(reading & ~inp_over & ~self.stop & (ky == k - 1) & (x >= k - 1) & on_stride),
-            last_out.eq((oy == out_rows_1) & (x == last_x)),
+            last_out.eq(oy_end & x_out_end),
         ]
         with m.If(reading & (inp_over | self.stop)):
             m.d.sync += reading.eq(0)
         with m.Elif(reading):
             with m.If(ky != k - 1):
                 m.d.sync += [ky.eq(ky + 1), rd.eq(rd + cols)]
-            with m.Elif(x != in_cols_1):
+            with m.Elif(~x_end):
                 m.d.sync += [ky.eq(0), x.eq(x + 1), col_addr.eq(col_addr + 1), rd.eq(col_addr + 1)]
-            with m.Elif(oy != out_rows_1):
+                m.d.sync += [x_end.eq(x + 1 == in_cols_1), x_out_end.eq(x + 1 == last_x)]
+            with m.Elif(~oy_end):
                 nxt = row_addr + row_step
                 m.d.sync += [ky.eq(0), x.eq(0), oy.eq(oy + 1)]
                 m.d.sync += [row_addr.eq(nxt), col_addr.eq(nxt), rd.eq(nxt)]
+                m.d.sync += [
+                    oy_end.eq(oy + 1 == out_rows_1),
+                    x_end.eq(in_cols_1 == 0),
+                    x_out_end.eq(last_x == 0),
+                ]
             with m.Else():
                 m.d.sync += reading.eq(0)
         # ---- the passes of each output, at the index stage from the cycle after its read ----
@@ -148,24 +161,27 @@ class DepthwiseEngine(wiring.Component):
         dst_over = Signal()
         with m.If(setup):
             m.d.sync += out_addr.eq(f.acc_base)
+        # the pass's weight element in a register, stepped with j (the route at seed 4 had j
+        # through the sum wgt_base + group into the weight memory's address, 10.95 ns)
+        wgt_at = Signal.like(self.wgt_addr)
         with m.If(emit):
             m.d.sync += [
                 self.valid.eq(1),
                 j.eq(0),
+                wgt_at.eq(f.wgt_base),
                 self.dst.eq(out_addr[: len(self.dst)]),
                 dst_over.eq(out_addr >= cfg.depth("acc")),
                 out_addr.eq(out_addr + 1),
                 out_last.eq(last_out),
             ]
         with m.Elif(self.valid & (j != passes - 1) & ~self.stop):
-            m.d.sync += j.eq(j + 1)
+            m.d.sync += [j.eq(j + 1), wgt_at.eq(wgt_at + (j[0] if halves > 1 else 1))]
         with m.Else():
             m.d.sync += self.valid.eq(0)
-        group = j // halves if halves > 1 else j
         m.d.comb += [
             self.fresh.eq(j == 0),
             self.last.eq(out_last & (j == passes - 1)),
-            self.wgt_addr.eq(f.wgt_base + group),
+            self.wgt_addr.eq(wgt_at),
         ]
         m.d.comb += self.bad.eq(bad_plane | (inp_over & ~self.stop) | (self.valid & dst_over))
         m.d.comb += self.busy.eq(setup | reading | self.valid)
