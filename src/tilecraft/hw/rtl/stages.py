@@ -240,10 +240,11 @@ class StoreStage(wiring.Component):
             m.d.sync += responses.eq(responses + 1)
         # element reads from OUT (SRAM_READ_LATENCY cycles) into a small FIFO
         read = Signal(32)  # elements read so far
-        pending = Signal(range(max(elems.depth + 1, 8)))  # reads whose element has not landed
+        pending = None  # reads whose element has not landed
         if cfg.requant_lanes:  # room for one more: a flip-flop, worked out a cycle ahead (below)
             space = Signal(init=1)
         else:
+            pending = Signal(range(max(elems.depth + 1, 8)))
             space = elems.level + pending < elems.depth
         issue = Signal()
         m.d.comb += [self.out.addr.eq(insn.sram_base + read)]
@@ -276,7 +277,8 @@ class StoreStage(wiring.Component):
             # requantize (which counted its reads as pending forever, and so stalled once 26
             # were: a max pool's STOREs on a config with the unit never finished)
             landing = Mux(requant, stream.out_valid, landing)
-        m.d.sync += pending.eq(pending + issue - landing)
+        if pending is not None:
+            m.d.sync += pending.eq(pending + issue - landing)
         # the elements out to W: with the unit, through a ReadyBuffer, so W's handshake ends at
         # its spare, not in the FIFO's read pointer and level (the 83.2 MHz route of 1x8x8 with
         # the unit: the burst-length head's valid through WVALID and WREADY into the pointer,
