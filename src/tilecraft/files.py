@@ -49,6 +49,19 @@ def write_json(path: str | Path, data) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
 
 
+def read_json(path: str | Path, what: str = "JSON file"):
+    """The JSON in `path`; a PathError naming the path if it cannot be read or is not JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PathError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PathError(f"{what} {str(path)!r} is not JSON: {exc}") from None
+
+
 def _jsonable(obj):
     if hasattr(obj, "item"):  # numpy scalars
         return obj.item()

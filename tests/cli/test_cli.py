@@ -324,6 +324,27 @@ def test_output_paths_are_checked_before_any_work(tmp_path, capsys, monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
+def test_an_earlier_rtl_speed_result_is_checked_before_any_run(tmp_path, capsys, monkeypatch):
+    from tilecraft.sim.rtl import device
+
+    monkeypatch.setattr(device.RtlDevice, "run", lambda *a, **k: pytest.fail("the RTL ran"))
+    missing = tmp_path / "none.json"
+    assert main(["bench", "rtl-speed", "--random", "2", "--against", str(missing)]) == 1
+    assert f"cannot read earlier result '{missing}'" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{not json")
+    assert (
+        main(["bench", "rtl-speed", "--random", "2", "--against", str(tmp_path / "bad.json")]) == 1
+    )
+    assert "is not JSON" in capsys.readouterr().err
+    (tmp_path / "old.json").write_text('{"suite": "rtl-speed", "config": "x", "rtl_cycles": 5}')
+    assert (
+        main(["bench", "rtl-speed", "--random", "2", "--against", str(tmp_path / "old.json")]) == 1
+    )
+    assert "no recorded runs to compare with" in capsys.readouterr().err
+    assert main(["bench", "sim-speed", "--against", str(tmp_path / "old.json")]) == 1
+    assert "--against is for rtl-speed, not sim-speed" in capsys.readouterr().err
+
+
 def test_resnet18_layers_result_shape():
     from tilecraft.benchmarks import resnet18_layers as bench
 

@@ -500,3 +500,22 @@ def test_rtl_speed_bench_with_random_programs(tmp_path, capsys):
     assert x["programs"] == 4 and x["bit_exact"] == 4 and not x["differ"]
     assert x["max_cycle_error"] <= MAX_CYCLE_ERROR
     assert "4 random/out-of-order programs: 4 bit-exact" in capsys.readouterr().out
+    assert [r["program"] for r in x["runs"]] == [
+        "random0",
+        "random1",
+        "random2",
+        "out-of-order units",
+    ]
+    # the same tree again: every run keeps its cycles and outputs (what a timing cut must show)
+    again = ["bench", "rtl-speed", "--config", CONFIG, "--random", "3", "--against", str(out)]
+    assert main(again) == 0
+    assert "5 of 5 runs in the same cycles, 5 with the same outputs" in capsys.readouterr().out
+    # an earlier result whose run took a cycle more: named, and the bench fails
+    result["random"]["runs"][1]["rtl_cycles"] += 1
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(result))
+    assert main(again[:-1] + [str(moved)]) == 1
+    text = capsys.readouterr().out
+    assert "4 of 5 runs in the same cycles, 5 with the same outputs" in text
+    name, cycles = result["random"]["runs"][1]["program"], result["random"]["runs"][1]["rtl_cycles"]
+    assert f"{name}: {cycles:,} -> {cycles - 1:,} cycles, outputs the same" in text

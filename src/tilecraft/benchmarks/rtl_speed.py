@@ -1,11 +1,16 @@
 """rtl-speed: a fixed conv layer program on the generated Verilog under cocotb + Verilator
 (benchmarks/README.md): simulated cycles per wall-clock second, and the cycle model's error;
 with `random=N`, also N seeded random programs (compiler/programs/random_test_programs.py) and
-the out-of-order-units program, each compared bit for bit and cycle for cycle; with
-`schedules=N`, N random layers under random legal schedules per config
-(compiler/programs/random_schedules.py): the model's error across the schedule space."""
+the out-of-order-units program (and the unit's pace and INP-turn programs on configs with those),
+each compared bit for bit and cycle for cycle, each run recorded (its RTL cycles and a digest of
+its outputs) so that `against`, an earlier run's result, says whether a change to the RTL kept
+every cycle and every output; with `schedules=N`, N random layers under random legal schedules
+per config (compiler/programs/random_schedules.py): the model's error across the schedule
+space."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -32,9 +37,13 @@ def run(
     random: int = 0,
     schedules: int = 0,
     schedule_configs: list[HwConfig] | None = None,
+    against: dict | None = None,
 ) -> dict:
     """`schedules`: drawn schedules per config, on `schedule_configs` (default: the presets
-    default, 1x8x8 and 2x16x16)."""
+    default, 1x8x8 and 2x16x16). `against`: an earlier result of this suite with `random`
+    runs on the same config: every run compared with its own (`compare`)."""
+    if against is not None:  # refused before any run, not after them
+        comparable(against, cfg or HwConfig(), random)
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = cfg or HwConfig()
@@ -52,6 +61,7 @@ def run(
         "config": cfg.tag,
         "workload": LAYER.describe(),
         "rtl_cycles": cycles,
+        "outputs_digest": outputs_digest(rtl.outputs),
         "model_cycles": model.report.cycles,
         "cycle_error": abs(cycles - model.report.cycles) / cycles,
         "sim_seconds": rtl.report.seconds,
@@ -62,6 +72,9 @@ def run(
     if random:
         result["random"] = random_programs(cfg, random)
         result["ok"] = exact and not result["random"]["differ"]
+    if against is not None:
+        result["against"] = compare(against, result)
+        result["ok"] = result["ok"] and result["against"]["same"]
     if schedules:
         configs = schedule_configs or [preset(name) for name in SCHEDULE_CONFIGS]
         result["schedules"] = [drawn_schedules(c, schedules) for c in configs]
@@ -108,22 +121,49 @@ def drawn_schedules(cfg: HwConfig, count: int, first_seed: int = 0) -> dict:
     }
 
 
+def outputs_digest(outputs: dict) -> str:
+    """A digest of a run's outputs (names, shapes, types and bytes): equal digests, equal data."""
+    h = hashlib.sha256()
+    for name in sorted(outputs):
+        value = np.ascontiguousarray(outputs[name])
+        h.update(f"{name}:{value.dtype.str}:{value.shape};".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()[:16]
+
+
 def random_programs(cfg: HwConfig, count: int) -> dict:
-    """Seeds 0..count-1 of the random program generator, plus the out-of-order-units program."""
+    """Seeds 0..count-1 of the random program generator, the out-of-order-units program, and on
+    a config with the requantization unit its pace program (seeds 0..1), with the STORE into
+    INP its INP-turn program (seeds 0..1): the programs whose cycles a change to those parts
+    would move."""
     from tilecraft.compiler.programs.random_test_programs import (
+        inp_turns_program,
         out_of_order_program,
         random_program,
+        requant_pace_program,
     )
     from tilecraft.sim.rtl.device import RtlDevice
 
     seeds = track(range(count), "random programs")
     jobs = [random_program(cfg, s) for s in seeds] + [out_of_order_program(cfg)]
-    errors, differ = [], []
+    if cfg.requant_lanes:
+        jobs += [requant_pace_program(cfg, s) for s in range(2)]
+    if cfg.store_to_inp:
+        jobs += [inp_turns_program(cfg, s) for s in range(2)]
+    errors, differ, runs = [], [], []
     for (program, inputs), rtl in zip(jobs, RtlDevice(cfg).run_many(jobs)):
         model = get_device("sim").run(program, inputs)
         errors.append(abs(rtl.report.cycles - model.report.cycles) / rtl.report.cycles)
         if any(not np.array_equal(rtl.outputs[n], v) for n, v in model.outputs.items()):
             differ.append(program.name)
+        runs.append(
+            {
+                "program": program.name,
+                "rtl_cycles": rtl.report.cycles,
+                "model_cycles": model.report.cycles,
+                "outputs_digest": outputs_digest(rtl.outputs),
+            }
+        )
     worst = int(np.argmax(errors))
     return {
         "programs": len(jobs),
@@ -133,6 +173,64 @@ def random_programs(cfg: HwConfig, count: int) -> dict:
         "worst": jobs[worst][0].name,
         "mean_cycle_error": float(np.mean(errors)),
         "exact_cycles": sum(e == 0 for e in errors),
+        "runs": runs,
+    }
+
+
+def comparable(before: dict, cfg: HwConfig, random: int) -> None:
+    """Refuse an earlier result that a run of `random` programs on `cfg` cannot be compared
+    with, naming what differs."""
+    if (
+        not isinstance(before, dict)
+        or before.get("suite") != "rtl-speed"
+        or "runs" not in before.get("random", {})
+    ):
+        raise TilecraftError(
+            "the earlier result has no recorded runs to compare with: give the JSON of "
+            "`tilecraft bench rtl-speed --random N --json FILE`"
+        )
+    if before["config"] != cfg.tag:
+        raise TilecraftError(
+            f"the earlier result was measured on {before['config']}, this run is on "
+            f"{cfg.tag}: compare runs of one config"
+        )
+    extra = 1 + 2 * bool(cfg.requant_lanes) + 2 * bool(cfg.store_to_inp)
+    if len(before["random"]["runs"]) != random + extra:
+        raise TilecraftError(
+            f"the earlier result ran {len(before['random']['runs']) - extra} random programs, "
+            f"this run {random}: give --random {len(before['random']['runs']) - extra}"
+        )
+
+
+def compare(before: dict, after: dict) -> dict:
+    """`after`'s RTL runs against `before`'s (two results of this suite on one config, the
+    same random programs): the fixed layer's and every random run's cycles and outputs. A
+    change to the RTL that is meant to keep every cycle (a timing cut) keeps `same` true."""
+    old = {"layer": (before["rtl_cycles"], before.get("outputs_digest"))}
+    old |= {r["program"]: (r["rtl_cycles"], r["outputs_digest"]) for r in before["random"]["runs"]}
+    new = {"layer": (after["rtl_cycles"], after["outputs_digest"])}
+    new |= {r["program"]: (r["rtl_cycles"], r["outputs_digest"]) for r in after["random"]["runs"]}
+    if set(old) != set(new):
+        raise TilecraftError(
+            f"the earlier result ran other programs (only there: {sorted(set(old) - set(new))[:4]}"
+            f", only here: {sorted(set(new) - set(old))[:4]})"
+        )
+    changed = [
+        {
+            "program": name,
+            "rtl_cycles_before": old[name][0],
+            "rtl_cycles": new[name][0],
+            "same_outputs": old[name][1] == new[name][1],
+        }
+        for name in new
+        if old[name] != new[name]
+    ]
+    return {
+        "runs": len(new),
+        "same_cycles": sum(old[n][0] == new[n][0] for n in new),
+        "same_outputs": sum(old[n][1] == new[n][1] for n in new),
+        "changed": changed,
+        "same": not changed,
     }
 
 
@@ -152,6 +250,17 @@ def format_table(r: dict) -> str:
             f"cycle error max {x['max_cycle_error']:.2%} ({x['worst']}), "
             f"mean {x['mean_cycle_error']:.3%}, {x['exact_cycles']} exact"
         )
+    if "against" in r:
+        x = r["against"]
+        text += (
+            f"\n  against the earlier run: {x['same_cycles']} of {x['runs']} runs in the same "
+            f"cycles, {x['same_outputs']} with the same outputs"
+        )
+        for c in x["changed"][:8]:
+            text += (
+                f"\n    {c['program']}: {c['rtl_cycles_before']:,} -> {c['rtl_cycles']:,} "
+                f"cycles, outputs {'the same' if c['same_outputs'] else 'DIFFER'}"
+            )
     for x in r.get("schedules", []):
         w = x["worst"]
         text += (

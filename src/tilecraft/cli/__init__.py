@@ -22,6 +22,7 @@ from tilecraft.cli.common import (
     write_trace,
 )
 from tilecraft.errors import TilecraftError
+from tilecraft.files import read_json
 
 OUTPUTS = ("output", "json", "trace", "plot")  # file arguments checked before any work
 
@@ -172,6 +173,8 @@ def cmd_bench(args) -> int:
         raise TilecraftError(f"--plot is for resnet18-layers and rtl-speed, not {args.suite}")
     if args.plot and args.suite == "rtl-speed" and not args.schedules:
         raise TilecraftError("rtl-speed --plot draws the --schedules sweep: give --schedules N")
+    if args.against and args.suite != "rtl-speed":
+        raise TilecraftError(f"--against is for rtl-speed, not {args.suite}")
     options = {
         "resnet18-layers": {
             "check": not args.no_check,
@@ -183,6 +186,7 @@ def cmd_bench(args) -> int:
             "schedules": args.schedules,
             # the sweep runs on the three presets unless a config is named
             "schedule_configs": [resolve_config(args.config)] if args.config else None,
+            "against": read_json(args.against, "earlier result") if args.against else None,
         },
         "tuner": {
             "seeds": args.seeds,
@@ -351,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rtl-speed: also run N random layers under random legal schedules on the RTL and "
         "the cycle model, on each of default, 1x8x8 and 2x16x16 (or on --config's config): "
         "the model's error, max, mean and the share that is exact",
+    )
+    bench.add_argument(
+        "--against",
+        metavar="JSON",
+        help="rtl-speed: an earlier run's --json (the same config and --random N): say whether "
+        "every run kept its RTL cycles and outputs (the check a timing cut needs)",
     )
     bench.add_argument(
         "--records",
