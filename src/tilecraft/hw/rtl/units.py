@@ -68,7 +68,8 @@ def _loop_members(cfg: HwConfig) -> dict:
 def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...], loops=None):
     """The loop sequencer, the latched instruction and the running/failed flags both units
     share; `fields` are the index kinds with strides (the rest loop in place); the sequencer
-    starts where `loops` is set (an instruction without a loop: DEPTHWISE)."""
+    starts where `loops` is set (an instruction without a loop: DEPTHWISE). Also returns
+    `failed`'s next value, for copies of the flag (`replicas.replicated`)."""
     spec = isa_for(unit.cfg)
     m.submodules.seq = seq = LoopSequencer(spec, idx_bits)
     insn = Signal.like(unit.insn)
@@ -77,6 +78,7 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...], loops=N
         m.d.sync += [insn.eq(unit.insn), running.eq(1), failed.eq(0)]
     with m.Elif(unit.error):
         m.d.sync += failed.eq(1)
+    failed_next = Mux(unit.start, 0, unit.error | failed)  # (only where a copy is made)
     m.d.comb += [
         seq.start.eq(unit.start if loops is None else unit.start & loops),
         seq.uop_bgn.eq(unit.insn.uop_bgn),
@@ -89,7 +91,7 @@ def _start_loop(m: Module, unit, idx_bits: int, fields: tuple[str, ...], loops=N
             seq.strides_out[f].eq(unit.insn[f + "_out"]),
             seq.strides_in[f].eq(unit.insn[f + "_in"]),
         ]
-    return seq, insn, running, failed
+    return seq, insn, running, failed, failed_next
 
 
 def _index(base, offset, name: str) -> Signal:
@@ -147,7 +149,9 @@ class GemmUnit(wiring.Component):
         if cfg.depthwise_window:
             dw = DepthwiseEngine(cfg, core.packed, core.rows)
             is_dw = self.insn.opcode == Opcode.DEPTHWISE
-            seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields, ~is_dw)
+            seq, insn, running, failed, failed_next = _start_loop(
+                m, self, self.idx_bits, fields, ~is_dw
+            )
             dw_mode = Signal()  # the running instruction is a DEPTHWISE (its own front end)
             dw_next = Mux(self.start, is_dw, dw_mode)
             m.d.sync += dw_mode.eq(dw_next)
@@ -156,7 +160,7 @@ class GemmUnit(wiring.Component):
             dw_rows = replicated(m, dw_next, core.rows, "dw_mode", self.packed)
             reset = insn.reset & ~dw_mode
         else:
-            seq, insn, running, failed = _start_loop(m, self, self.idx_bits, fields)
+            seq, insn, running, failed, _ = _start_loop(m, self, self.idx_bits, fields)
             reset = insn.reset
         # P0: micro-op read; the word is here at P(lat)
         m.d.comb += [self.uop.addr.eq(seq.u), self.uop.en.eq(1), seq.advance.eq(1)]
@@ -195,7 +199,11 @@ class GemmUnit(wiring.Component):
                 Mux(dw_mode, dw.valid & ~dw.bad, at_i[1]),
                 Mux(dw_mode, dw.last, at_i[2]),
             )
-            _depthwise_ports(m, cfg, self, core, dw, dw_mode, failed, (src, wgt))
+            # the mode's stop from a copy of `failed` of its own (the 1x8x8 route at the default
+            # seed had the one flag, shared with the micro-op path, into its pass counter and
+            # output address, 10.2-10.4 ns)
+            (stop,) = replicated(m, failed_next, 1, "dw_stop", self.packed)
+            _depthwise_ports(m, cfg, self, core, dw, dw_mode, stop, (src, wgt))
             m.d.comb += core.dw.eq(Cat(*dw_rows))
         # the operands reach the core at I+lat, its sums come out core.LATENCY later at "S"
         to_sums = lat + GemmCore.LATENCY
@@ -264,7 +272,7 @@ class GemmUnit(wiring.Component):
         return m
 
 
-def _depthwise_ports(m: Module, cfg: HwConfig, unit, core, dw, dw_mode, failed, at_i) -> None:
+def _depthwise_ports(m: Module, cfg: HwConfig, unit, core, dw, dw_mode, stop, at_i) -> None:
     """The depthwise engine between the GEMM unit's ports and its core: its INP and WGT reads
     in place of the micro-ops' (`at_i`), the window's taps into the core's own inputs, and on
     a packed core the weights of the pair's other lane zeroed for each pass."""
@@ -272,7 +280,7 @@ def _depthwise_ports(m: Module, cfg: HwConfig, unit, core, dw, dw_mode, failed, 
     m.d.comb += [
         dw.start.eq(unit.start & (unit.insn.opcode == Opcode.DEPTHWISE)),
         dw.insn.eq(unit.insn.as_value()),
-        dw.stop.eq(failed),
+        dw.stop.eq(stop),
         dw.inp_data.eq(unit.inp.data),
         unit.inp.addr.eq(Mux(dw_mode, dw.inp_addr, src)),
         unit.wgt.addr.eq(Mux(dw_mode, dw.wgt_addr, wgt)),
@@ -303,7 +311,7 @@ class AluUnit(wiring.Component):
         cfg = self.cfg
         spec = isa_for(cfg)
         lat = SRAM_READ_LATENCY
-        seq, insn, running, failed = _start_loop(m, self, self.idx_bits, ("dst", "src"))
+        seq, insn, running, failed, _ = _start_loop(m, self, self.idx_bits, ("dst", "src"))
         tensor = ~insn.use_imm
         depth = cfg.depth("acc")
         lanes, ab = cfg.batch * cfg.block_out, cfg.acc_bits
