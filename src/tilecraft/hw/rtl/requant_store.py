@@ -155,12 +155,15 @@ class RequantStream(wiring.Component):
         in_pipe_next = in_pipe + read_data - data_back
         m.d.sync += in_pipe.eq(in_pipe_next)
         data = self.acc.data
-        bias = [Signal(signed(ab), name=f"bias{c}") for c in range(cfg.block_out)]
-        sig = [Signal(SIGNIFICAND_BITS, name=f"sig{c}") for c in range(cfg.block_out)]
-        exp = [Signal(signed(EXPONENT_BITS), name=f"exp{c}") for c in range(cfg.block_out)]
-        zero = [Signal(signed(ZERO_BITS), name=f"zero{c}") for c in range(cfg.block_out)]
-        lo = [Signal(signed(BOUND_BITS), name=f"lo{c}") for c in range(cfg.block_out)]
-        hi = [Signal(signed(BOUND_BITS), name=f"hi{c}") for c in range(cfg.block_out)]
+
+        # the parameters (read before any row of their set enters the lanes) without a reset,
+        # as the lanes' data registers (requant.py)
+        def params(shape, name):
+            return [Signal(shape, name=f"{name}{c}", reset_less=True) for c in range(cfg.block_out)]
+
+        bias, sig = params(signed(ab), "bias"), params(SIGNIFICAND_BITS, "sig")
+        exp, zero = params(signed(EXPONENT_BITS), "exp"), params(signed(ZERO_BITS), "zero")
+        lo, hi = params(signed(BOUND_BITS), "lo"), params(signed(BOUND_BITS), "hi")
         with m.If(param_back):
             for c in range(cfg.block_out):  # lane c of the first batch row: channel c's
                 word = data[c * ab : (c + 1) * ab]
@@ -220,7 +223,7 @@ class RequantStream(wiring.Component):
             m.d.comb += [self.out_valid.eq(done), self.out.eq(bytes_)]
         else:
             got = Signal(range(passes))
-            kept = Signal((passes - 1) * lanes * ob)
+            kept = Signal((passes - 1) * lanes * ob, reset_less=True)  # taken with `got` only
             with m.If(done):
                 with m.If(got == passes - 1):
                     m.d.sync += got.eq(0)
