@@ -14,6 +14,8 @@ layout).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -186,16 +188,20 @@ class RequantStream(wiring.Component):
         m.d.sync += space.eq(level_next + in_pipe_next < ROW_QUEUE)
 
         # ---- the lanes: a row in `passes` passes of `lanes` ------------------------------
-        part = Signal(range(max(passes, 2)))
-        m.d.comb += feeding.eq(part != 0)
         feed = Signal()
-        m.d.comb += feed.eq(rows.r_rdy | feeding)
-        with m.If(feed):
-            with m.If(part == passes - 1):
-                m.d.comb += rows.r_en.eq(1)
-                m.d.sync += part.eq(0)
-            with m.Else():
-                m.d.sync += part.eq(part + 1)
+        if passes == 1:  # a row a pass: no pass counter (nor its selects into every lane input,
+            # about a thousand LUT inputs on one flip-flop in 1x8x8 with 8 lanes)
+            m.d.comb += [feeding.eq(0), feed.eq(rows.r_rdy), rows.r_en.eq(feed)]
+        else:
+            part = Signal(range(passes))
+            m.d.comb += feeding.eq(part != 0)
+            m.d.comb += feed.eq(rows.r_rdy | feeding)
+            with m.If(feed):
+                with m.If(part == passes - 1):
+                    m.d.comb += rows.r_en.eq(1)
+                    m.d.sync += part.eq(0)
+                with m.Else():
+                    m.d.sync += part.eq(part + 1)
         lane_units = []
         for i in range(lanes):
             m.submodules[f"lane{i}"] = lane = RequantLane(self.dsp)
@@ -204,7 +210,7 @@ class RequantStream(wiring.Component):
             for p in range(passes):
                 k = p * lanes + i  # the row's lane this lane takes in pass p
                 c = k % cfg.block_out
-                with m.If(part == p):
+                with m.If(part == p) if passes > 1 else nullcontext():
                     m.d.comb += [
                         lane.acc.eq(rows.r_data[k * ab : (k + 1) * ab]),
                         lane.bias.eq(bias[c]),
