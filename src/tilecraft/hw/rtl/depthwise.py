@@ -35,18 +35,33 @@ def array_passes(cfg: HwConfig, packed: bool) -> int:
     return cfg.depthwise_passes * (2 if packed else 1)
 
 
+def check_window(cfg: HwConfig, packed: bool) -> None:
+    """ConfigError where the mode's array passes an output would not fit under its window's
+    reads of a column (on a core that packs its multipliers, or not)."""
+    passes, k = array_passes(cfg, packed), cfg.depthwise_window
+    if passes > k:
+        halves = 2 if packed else 1
+        log_bi = next(b for b in range(12) if -(-k * k // (1 << b)) * halves <= k)
+        raise ConfigError(
+            f"config {cfg.tag}: the depthwise mode's {passes} array passes an output "
+            f"(its taps over BLOCK_IN = {cfg.block_in} lanes"
+            + (", each half of a packed multiplier pair" if packed else "")
+            + f") exceed the window's {k} reads a column; the RTL runs them under the reads: "
+            f"give the config log_block_in = log_block_out >= {log_bi}"
+            + (
+                ", or build for the ECP5, whose multipliers are not packed (`tilecraft hw "
+                "timing --flow ecp5`)"
+                if packed
+                else ""
+            )  # fmt: skip
+        )
+
+
 class DepthwiseEngine(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool, rows: int):
         self.cfg, self.packed, self.rows = cfg, packed, rows
         self.passes = array_passes(cfg, packed)
-        k = cfg.depthwise_window
-        if self.passes > k:
-            raise ConfigError(
-                f"config {cfg.tag}: the depthwise mode's {self.passes} array passes an output "
-                f"(its taps over BLOCK_IN = {cfg.block_in} lanes"
-                + (", each half of a packed multiplier pair" if packed else "")
-                + f") exceed the window's {k} reads a column; the RTL runs them under the reads"
-            )
+        check_window(cfg, packed)
         if tuple(DW_STRIDES) != (1, 2):
             raise ConfigError(f"the engine halves a count for stride 2; strides {DW_STRIDES}")
         spec = isa_for(cfg)

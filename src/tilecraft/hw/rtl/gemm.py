@@ -34,6 +34,14 @@ from tilecraft.hw.rtl.dsp import (
 PACK_SHIFT = 16
 
 
+def multipliers_packed(cfg: HwConfig, packed: bool | str | None = None) -> bool:
+    """Whether a GemmCore built with `packed` pairs its products on one multiplier: never on
+    the ECP5's MULT18X18D instances, by the config's choice where `packed` is None."""
+    if packed in (ECP5_DSP, ECP5_DSP_MODEL):
+        return False
+    return cfg.packs_multipliers if packed is None else bool(packed)
+
+
 class GemmCore(wiring.Component):
     LATENCY = 4  # operands (the packed weights combined), products, the adder trees' first
     # levels, the rest
@@ -43,9 +51,7 @@ class GemmCore(wiring.Component):
         self.dsp = packed if packed in (ECP5_DSP, ECP5_DSP_MODEL) else None
         if self.dsp and (cfg.inp_bits > DSP_WIDTH or (1 << cfg.log_wgt_width) > DSP_WIDTH):
             raise ValueError(f"MULT18X18D operands are at most {DSP_WIDTH} bits")
-        if self.dsp:
-            packed = False
-        self.packed = cfg.packs_multipliers if packed is None else packed
+        self.packed = multipliers_packed(cfg, packed)
         if self.packed and (cfg.block_out % 2 or cfg.inp_bits > 8 or cfg.log_wgt_width > 3):
             raise ValueError("multiplier packing needs int8 operands and an even BLOCK_OUT")
         b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out

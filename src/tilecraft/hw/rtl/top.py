@@ -15,13 +15,16 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from tilecraft.errors import ConfigError
 from tilecraft.hw import regs
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import Stage, TokenQueue
 from tilecraft.hw.rtl.compute import Compute
+from tilecraft.hw.rtl.depthwise import check_window
 from tilecraft.hw.rtl.dma import ReadArbiter, ReadyBuffer
 from tilecraft.hw.rtl.dsp import ECP5_DSP, ECP5_DSP_MODEL
 from tilecraft.hw.rtl.fetch import Fetch
+from tilecraft.hw.rtl.gemm import multipliers_packed
 from tilecraft.hw.rtl.queues import StreamRegister, command_queue, token_queue
 from tilecraft.hw.rtl.regfile import RegisterFile
 from tilecraft.hw.rtl.signatures import (
@@ -53,10 +56,23 @@ def _members(cfg: HwConfig) -> dict:
     }
 
 
+def refuse_unbuildable(part, cfg: HwConfig, packed: bool | str | None) -> None:
+    """A ConfigError for a config this build of the RTL cannot make, raised from `part`'s
+    constructor before any of its parts is built (each part built and left unused, `part`
+    itself too, would add a warning after the error)."""
+    if cfg.depthwise_window:
+        try:
+            check_window(cfg, multipliers_packed(cfg, packed))
+        except ConfigError:
+            part._MustUse__used = True  # refused, not forgotten: no UnusedElaboratable warning
+            raise
+
+
 class Accelerator(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
+        refuse_unbuildable(self, cfg, packed)
         super().__init__(_members(cfg))
         # built here, not in elaborate, so benches can watch their ports
         self.regs = RegisterFile(cfg)
@@ -242,6 +258,7 @@ class Top(wiring.Component):
     def __init__(self, cfg: HwConfig, packed: bool | str | None = None):
         self.cfg = cfg
         self.packed = packed
+        refuse_unbuildable(self, cfg, packed)
         super().__init__(top_signature(cfg))
 
     def elaborate(self, platform):
