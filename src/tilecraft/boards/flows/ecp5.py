@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tilecraft.boards.flows.fanout import Fanout, highest_fanouts
 from tilecraft.boards.flows.sta import EndpointSummary, summarize_file
 from tilecraft.boards.flows.tools import find_tool
 from tilecraft.errors import DeviceError
@@ -77,6 +78,7 @@ class TimingReport:
     tools: dict[str, str] = field(default_factory=dict)
     endpoints: EndpointSummary | None = None  # every endpoint's slack, once routed
     seed: int | None = None  # nextpnr's --seed; None: its default
+    fanouts: list[Fanout] = field(default_factory=list)  # the netlist's highest, clock first
 
     @property
     def met(self) -> bool:
@@ -110,6 +112,11 @@ class TimingReport:
                 lines.append(f"  {s.kind:9s} {s.delay_ns:6.2f} ns  {short_cell(s.cell)}")
         if self.endpoints is not None:
             lines.append(self.endpoints.format())
+        if self.fanouts:
+            lines.append(
+                "highest fanouts (cell inputs): "
+                + ", ".join(f"{f.net} {f.sinks:,}" for f in self.fanouts)
+            )
         for kind, use in sorted(self.resources.items()):
             if use.get("used"):
                 lines.append(f"  {kind:14s} {use['used']:>7,} of {use['available']:>7,}")
@@ -329,6 +336,7 @@ def place_and_route(
         tools=_versions(yosys, nextpnr),
         endpoints=endpoints,
         seed=seed,
+        fanouts=highest_fanouts(work / "synth.json", top),
     )
 
 
