@@ -184,8 +184,13 @@ class RequantStream(wiring.Component):
                             hi[c].eq(word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS]),
                         ]
         m.d.comb += [rows.w_data.eq(data), rows.w_en.eq(data_back)]
-        level_next = rows.level + (rows.w_en & rows.w_rdy) - (rows.r_en & rows.r_rdy)
-        m.d.sync += space.eq(level_next + in_pipe_next < ROW_QUEUE)
+        # the rows read and not yet taken by the lanes (on their way and in the queue), counted
+        # as one: a row's landing moves it from one to the other, so the count is not on the
+        # landing's path (the 73.2 MHz route: the queue's write through its level and the sum
+        # with in_pipe into `space`, 11.25 ns). The queue never refuses a landing (`space`).
+        held = Signal(range(ROW_QUEUE + 1))
+        held_next = held + read_data - (rows.r_en & rows.r_rdy)
+        m.d.sync += [held.eq(held_next), space.eq(held_next < ROW_QUEUE)]
 
         # ---- the lanes: a row in `passes` passes of `lanes` ------------------------------
         feed = Signal()
