@@ -121,6 +121,20 @@ def drawn_schedules(cfg: HwConfig, count: int, first_seed: int = 0) -> dict:
     }
 
 
+def _beside_random(cfg: HwConfig) -> list:
+    """What `random_programs` runs after the random ones, each as a function that builds it."""
+    from functools import partial
+
+    from tilecraft.compiler.programs import random_test_programs as r
+
+    makers = [partial(r.out_of_order_program, cfg)]
+    if cfg.requant_lanes:
+        makers += [partial(r.requant_pace_program, cfg, s) for s in range(2)]
+    if cfg.store_to_inp:
+        makers += [partial(r.inp_turns_program, cfg, s) for s in range(2)]
+    return makers
+
+
 def outputs_digest(outputs: dict) -> str:
     """A digest of a run's outputs (names, shapes, types and bytes): equal digests, equal data."""
     h = hashlib.sha256()
@@ -136,20 +150,11 @@ def random_programs(cfg: HwConfig, count: int) -> dict:
     a config with the requantization unit its pace program (seeds 0..1), with the STORE into
     INP its INP-turn program (seeds 0..1): the programs whose cycles a change to those parts
     would move."""
-    from tilecraft.compiler.programs.random_test_programs import (
-        inp_turns_program,
-        out_of_order_program,
-        random_program,
-        requant_pace_program,
-    )
+    from tilecraft.compiler.programs.random_test_programs import random_program
     from tilecraft.sim.rtl.device import RtlDevice
 
     seeds = track(range(count), "random programs")
-    jobs = [random_program(cfg, s) for s in seeds] + [out_of_order_program(cfg)]
-    if cfg.requant_lanes:
-        jobs += [requant_pace_program(cfg, s) for s in range(2)]
-    if cfg.store_to_inp:
-        jobs += [inp_turns_program(cfg, s) for s in range(2)]
+    jobs = [random_program(cfg, s) for s in seeds] + [make() for make in _beside_random(cfg)]
     errors, differ, runs = [], [], []
     for (program, inputs), rtl in zip(jobs, RtlDevice(cfg).run_many(jobs)):
         model = get_device("sim").run(program, inputs)
@@ -194,7 +199,7 @@ def comparable(before: dict, cfg: HwConfig, random: int) -> None:
             f"the earlier result was measured on {before['config']}, this run is on "
             f"{cfg.tag}: compare runs of one config"
         )
-    extra = 1 + 2 * bool(cfg.requant_lanes) + 2 * bool(cfg.store_to_inp)
+    extra = len(_beside_random(cfg))
     if len(before["random"]["runs"]) != random + extra:
         raise TilecraftError(
             f"the earlier result ran {len(before['random']['runs']) - extra} random programs, "

@@ -2,7 +2,7 @@
 
 A net with thousands of sinks is routed on the fabric to every slice it reaches, unless the
 placer promotes it to a global network, which nextpnr-ecp5 does for clocks alone: 1x8x8 with
-the requantization unit had its reset reach 14,871 flip-flops against the plain core's 6,704,
+the requantization unit had its reset reach 14,871 cell inputs against the plain core's 6,704,
 and its routes stalled on congestion (src/tilecraft/benchmarks/TIMING.md). `hw timing` reports
 the highest ones beside the routed figures so that such a net shows before a route is spent.
 """
