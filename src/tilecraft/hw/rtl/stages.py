@@ -98,10 +98,10 @@ class LoadStage(wiring.Component):
         ok = cmd.valid & (~head.pop_next | self.pop_next.valid) & ~run.halt & ~error.valid
         writes_inp = (head.mem == MemId.INP) & (head.x_size != 0)
         if cfg.store_to_inp:  # an INP LOAD waits while a STORE into INP runs (never starts
-            # in the same cycle: the store stage yields to `start`)
+            # in the same cycle: the store stage yields to `start`); it takes INP's port as the
+            # stage takes it (in IDLE, below), not while it waits behind a running LOAD
             turn = self.inp_turn
             ok = ok & ~(writes_inp & self.store_inp.busy)
-            m.d.comb += turn.start.eq(ok & writes_inp)
             with m.If(turn.start):
                 m.d.sync += turn.busy.eq(1)
             with m.Elif(engine.done):
@@ -114,6 +114,8 @@ class LoadStage(wiring.Component):
                     engine.start.eq(1),
                     engine.insn.eq(head),
                 ]
+                if cfg.store_to_inp:
+                    m.d.comb += self.inp_turn.start.eq(writes_inp)
                 m.d.sync += [push.eq(head.push_next), index.eq(cmd.payload.index)]
                 m.next = "RUN"
             with m.State("RUN"), m.If(engine.done):
