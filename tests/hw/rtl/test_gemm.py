@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from amaranth import Signal
+from amaranth import Signal, signed
 from amaranth.sim import Simulator
 from tiers import slow
 
@@ -88,6 +88,28 @@ def test_the_ecp5_build_instantiates_registered_dsps():
         Mult18x18dModel({**pins, "p_REG_OUTPUT_CLK": "NONE"})
     # the input registers both off (the ALU's multipliers) or both on, not one of them
     pins = mult18x18d_pins(Signal(8), Signal(8), Signal(36), input_registers=False)
-    assert Mult18x18dModel(pins).input_registers is False
     with pytest.raises(ValueError, match="REG_INPUTB_CLK"):
         Mult18x18dModel({**pins, "p_REG_INPUTA_CLK": "CLK0"})
+
+
+@pytest.mark.parametrize("input_registers, latency", [(True, 2), (False, 1)])
+def test_the_dsp_model_gives_its_product_after_its_registers(input_registers, latency):
+    """The model of a signed MULT18X18D: the product of the operands at P `latency` cycles
+    after they are set (the input registers and P's, or P's alone), not a cycle sooner."""
+    a, b, product = Signal(signed(18)), Signal(signed(18)), Signal(signed(36))
+    model = Mult18x18dModel(mult18x18d_pins(a, b, product, input_registers=input_registers))
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(a, -131_072)  # the operands' extremes: -2**17 x (2**17 - 1)
+        ctx.set(b, 131_071)
+        for _ in range(latency):
+            seen.append(ctx.get(product))
+            await ctx.tick()
+        seen.append(ctx.get(product))
+
+    sim = Simulator(model)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [0] * latency + [-131_072 * 131_071]
