@@ -237,10 +237,16 @@ def depthwise_outputs(window: int, row) -> tuple[int, int]:
 
 def depthwise_steps(window: int, passes: int, row) -> int:
     """A DEPTHWISE's cycles on the GEMM core: for each output row, `window` reads of INP for
-    every column of the plane (the window's rows of that column); each output's array passes
-    beyond `window` hold the reads."""
+    every column of the plane (the window's rows of that column), up to the last output's
+    column (at stride 2 the plane's last column is past it where the window's steps along a
+    row are odd: its reads are not waited for); each output's array passes beyond `window`
+    hold the reads."""
     rows, cols = depthwise_outputs(window, row)
-    return rows * window * row["in_cols"] + max(passes - window, 0) * rows * cols
+    if rows == 0 or cols == 0:
+        return 0
+    in_cols = row["in_cols"]
+    past_last = int(row["stride_x"] == 2 and (in_cols - window) % 2 == 1)
+    return rows * window * in_cols - window * past_last + max(passes - window, 0) * rows * cols
 
 
 def alu_hazards(row, uop_dst: np.ndarray, uop_src: np.ndarray) -> int:

@@ -57,7 +57,8 @@ def test_the_depthwise_mode_matches_the_simulator(name, packed, seed):
 @pytest.mark.parametrize("packed", [None, False])
 def test_its_cycles_are_the_models_less_the_issue_as_a_gemms_are(packed):
     """The model's busy cycles of an instruction less the unit's (start to done) are the
-    compute stage's issue, the same for a GEMM and for a DEPTHWISE of either stride."""
+    compute stage's issue, the same for a GEMM and for a DEPTHWISE of either stride, also
+    where at stride 2 the plane's last column is past its last output's (7 - 3 odd, 8 - 3)."""
     from tilecraft.hw.isa import Gemm
     from tilecraft.hw.timing import Timing, busy_cycles
 
@@ -71,11 +72,15 @@ def test_its_cycles_are_the_models_less_the_issue_as_a_gemms_are(packed):
         Depthwise(
             acc_base=90, inp_base=0, wgt_base=2, in_rows=8, in_cols=7, stride_y=2, stride_x=2
         ),
+        Depthwise(acc_base=110, inp_base=1, wgt_base=0, in_rows=5, in_cols=8, stride_x=2),
+        Depthwise(
+            acc_base=130, inp_base=2, wgt_base=1, in_rows=7, in_cols=6, stride_y=2, stride_x=2
+        ),
     ]
     m = machine_with(cfg, [Uop(0, 0, 0), Uop(1, 5, 1)], 3)
     cycles = []
     _, errors = run_unit(cfg, partial(GemmUnit, packed=packed), m, insns, cycles)
-    assert errors == [False] * 3
+    assert errors == [False] * len(insns)
     issue = {busy_cycles(timing, insn_table([i])[0]) - c for i, c in zip(insns, cycles)}
     assert len(issue) == 1, (cycles, issue)
 
