@@ -111,7 +111,7 @@ def _programs(cfg):
 
 
 UNIT_CONFIGS = ["1x8x8", "default", "2x16x16"]  # each with an 8-lane requantization unit
-UNIT_RANDOM = 16
+UNIT_RANDOM = 48
 UNIT_PACE = 4
 UNIT_MAX_CYCLE_ERROR = 0.005  # the bound for programs that use the unit
 

@@ -340,24 +340,28 @@ class Engine:
 
     def _pace(self, key) -> Generator[int | None, int, None] | None:
         """Requantizing STORE `key`'s beats burst by burst (`burst_ends`), for the DRAM port
-        as it accepts its first burst: known once the STORE's unit has its bank."""
+        as it accepts its first burst: from its grant, or before the grant from the soonest it
+        can come (once the GEMM/ALU instructions running in its bank are done), which the
+        beats never precede: the bursts the DRAM takes after it wait at least that long, as
+        on the RTL, whose DRAM serves them in order."""
         hold = self.store_hold
-        if hold is None or hold.k != key or hold.granted is None:
+        if hold is None or hold.k != key:
             return None
         _, t = self.in_flight[Stage.STORE]
-        reads = self._reads_from(t, hold)
+        granted = hold.granted if hold.granted is not None else self._bank_ready(key, hold.asked)
+        reads = self._reads_from(t, granted)
         return burst_ends(self.timing, self.plan.unit_shape[key], self.plan.bursts[key], reads)
 
-    def _reads_from(self, t: int, hold: _Hold) -> int:
-        """When the unit of the requantizing STORE started at t reads: once it has its bank
-        and its plan and checks are through."""
-        return max(hold.granted, t + self.timing.requant_start)
+    def _reads_from(self, t: int, granted: int) -> int:
+        """When the unit of the requantizing STORE started at t and granted its bank at
+        `granted` reads: once it has its bank and its plan and checks are through."""
+        return max(granted, t + self.timing.requant_start)
 
     def _unit_end(self, t: int, hold: _Hold) -> int:
         """The end of requantizing STORE hold.k, started at t: once the DRAM has taken the
         last beat its unit gave (which holds the DRAM's data bus that long)."""
         timing, k, done = self.timing, hold.k, hold.done
-        reads = self._reads_from(t, hold)
+        reads = self._reads_from(t, hold.granted)
         shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
         if not bursts:  # into INP
             return max(hold.port_end, last_inp_write(timing, shape, reads) + timing.store_tail)
