@@ -23,7 +23,7 @@ def _per_beat(timing: Timing, shape, bursts, reads_from: int):
         read += passes + (timing.requant_set_gap if j and j % per_set == 0 else 0)
         if j >= timing.requant_ahead:
             read = max(read, written[j - timing.requant_ahead] + 1)
-        ready = read + timing.requant_latency + 1
+        ready = read + timing.requant_latency + passes
         for b in range(beats):
             beat = t + 1 if b else max(t + 1, ready)
             if left == 0:

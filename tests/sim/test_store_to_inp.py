@@ -169,8 +169,8 @@ def _slices(cfg, insns, data) -> dict[int, tuple[int, int]]:
 @pytest.mark.parametrize("latency", [32, 200])
 def test_a_store_into_inp_takes_its_units_pace_and_no_dram(lanes, latency):
     """From its start: the bank's grant (or the unit's checks), the parameter rows, a row
-    every `passes` cycles, the unit's latency into INP's write port, the store's tail
-    (sim/requant_pace.py `last_inp_write`); the DRAM's latency plays no part."""
+    every `passes` cycles, the unit's latency after a row's last pass into INP's write port,
+    the store's tail (sim/requant_pace.py `last_inp_write`); the DRAM's latency plays no part."""
     cfg = preset("default").replace(requant_lanes=lanes, dram_latency=latency).with_store_to_inp()
     t = Timing.from_config(cfg)
     passes = 16 // lanes
@@ -178,7 +178,7 @@ def test_a_store_into_inp_takes_its_units_pace_and_no_dram(lanes, latency):
         acc, _ = requant_rows(cfg, np.random.default_rng(2), rows)
         start, end = _slices(cfg, _inp_store(cfg, rows, 100), {0: acc})[1]
         first = max(t.hold_grant, t.requant_start) + 3 - passes
-        assert end - start == first + rows * passes + t.requant_latency + 1 + t.store_tail
+        assert end - start == first + rows * passes + t.requant_latency + passes + t.store_tail
 
 
 def test_an_inp_load_and_a_store_into_inp_take_turns_on_inps_write_port():

@@ -69,8 +69,8 @@ class Timing:
     # at the pace sim/requant_pace.py works out: `requant_set_gap` cycles more where a parameter
     # set starts (the rows before drain into the lanes, then its three rows are read: measured
     # on the RTL's stream, tests/hw/rtl/test_requant_store.py), a row out `requant_latency`
-    # cycles after its read, at most `requant_ahead` rows read and not yet written (the store's
-    # element FIFO, hw/rtl/stages.py REQUANT_AHEAD)
+    # cycles after its last pass enters the lanes, at most `requant_ahead` rows read and not
+    # yet written (the store's element FIFO, hw/rtl/stages.py REQUANT_AHEAD)
     hold_grant: int = 1
     requant_start: int = 5
     requant_set_gap: int = 7

@@ -3,8 +3,9 @@
 The unit (hw/rtl/requant_store.py) reads each parameter set's three rows, then its data rows,
 one every `passes` cycles (a row takes BATCH x BLOCK_OUT / requant_lanes passes through the
 lanes), a set after the first `Timing.requant_set_gap` cycles later than that (its rows drain
-into the lanes first); a row comes out `Timing.requant_latency` cycles after its read, into the
-store's element FIFO, and the write takes its beats from the FIFO a cycle later, one a cycle,
+into the lanes first); a row comes out `Timing.requant_latency` cycles after its last pass
+enters the lanes (`passes` - 1 after its read), into the store's element FIFO, and the write
+takes its beats from the FIFO a cycle later, one a cycle,
 each burst's first beat no sooner than the DRAM serves it (`dram_latency` after its address
 was accepted, after the bursts accepted before it) and `burst_gap` cycles after the burst
 before it. The unit reads a row only while fewer than
@@ -41,7 +42,7 @@ def burst_ends(
         read += passes + (set_gap if j and j % per_set == 0 else 0)
         if j >= ahead and written[j - ahead] + 1 > read:
             read = written[j - ahead] + 1
-        ready = read + latency + 1  # its first beat, from the FIFO
+        ready = read + latency + passes  # its first beat, from the FIFO
         if left >= beats:  # no burst starts within the element: its beats back to back
             t = (t + 1 if t + 1 > ready else ready) + beats - 1
             left -= beats
@@ -80,8 +81,9 @@ def last_inp_write(timing: Timing, shape: tuple[int, int, int, int], reads_from:
     """The cycle a requantizing STORE into INP (`to_inp`) writes its last row: the unit reads
     as it does for DRAM (each set's three parameter rows, then a row every `passes` cycles, a
     set after the first `requant_set_gap` later), and each row goes into INP's write port
-    `requant_latency` + 1 cycles after its read, one a cycle, which never holds the unit."""
+    `requant_latency` + `passes` cycles after its read (after its last pass, a cycle on), one a
+    cycle, which never holds the unit."""
     n, per_set, passes, _ = shape
     sets = -(-n // per_set)
     last_read = reads_from + 3 - passes + n * passes + (sets - 1) * timing.requant_set_gap
-    return last_read + timing.requant_latency + 1
+    return last_read + timing.requant_latency + passes
