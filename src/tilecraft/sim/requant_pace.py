@@ -5,12 +5,11 @@ one every `passes` cycles (a row takes BATCH x BLOCK_OUT / requant_lanes passes 
 lanes), a set after the first `Timing.requant_set_gap` cycles later than that (its rows drain
 into the lanes first); a row comes out `Timing.requant_latency` cycles after its last pass
 enters the lanes (`passes` - 1 after its read), into the store's element FIFO, and the write
-takes its beats from the FIFO a cycle later, one a cycle,
-each burst's first beat no sooner than the DRAM serves it (`dram_latency` after its address
-was accepted, after the bursts accepted before it) and `burst_gap` cycles after the burst
-before it. The unit reads a row only while fewer than
-`Timing.requant_ahead` rows are read and not yet written (the FIFO's room), so where the write
-waits for the DRAM the unit waits for the write. Element by element: the model of a STORE that
+takes its beats from the FIFO a cycle later, one a cycle, each burst's first beat no sooner
+than the DRAM serves it (`dram_latency` after its address was accepted, after the bursts
+accepted before it) and `burst_gap` cycles after the burst before it. The unit reads a row
+only while fewer than `Timing.requant_ahead` rows are read and not yet written (the FIFO's
+room), so where the write waits for the DRAM the unit waits for the write. Element by element: the model of a STORE that
 the unit, not the DRAM, may pace (short sets, lanes slower than the bus, a late grant).
 """
 
