@@ -135,8 +135,9 @@ def test_a_paced_write_holds_the_data_bus_for_the_reads_accepted_after_it():
     first = paced[True]["store"][0]
     assert first == L  # accepted at 0: the DRAM's latency
     # the unit reads the three parameter rows, then a row every 3 cycles; the last row's
-    # element is ready requant_latency + 1 after its read, well after the bus would take it
-    last = reads_from + 3 - 3 + 3 * 16 + T.requant_latency + 1
+    # element is ready requant_latency + 3 after its read (after its last pass, a cycle on),
+    # well after the bus would take it
+    last = reads_from + 3 - 3 + 3 * 16 + T.requant_latency + 3
     assert last > first + 15
     assert paced[True]["load"][0] == last + 1 + GAP
     assert paced[False]["load"][0] == first + 16 + GAP

@@ -9,8 +9,9 @@ takes its beats from the FIFO a cycle later, one a cycle, each burst's first bea
 than the DRAM serves it (`dram_latency` after its address was accepted, after the bursts
 accepted before it) and `burst_gap` cycles after the burst before it. The unit reads a row
 only while fewer than `Timing.requant_ahead` rows are read and not yet written (the FIFO's
-room), so where the write waits for the DRAM the unit waits for the write. Element by element: the model of a STORE that
-the unit, not the DRAM, may pace (short sets, lanes slower than the bus, a late grant).
+room), so where the write waits for the DRAM the unit waits for the write. Element by
+element: the model of a STORE that the unit, not the DRAM, may pace (short sets, lanes slower
+than the bus, a late grant).
 """
 
 from __future__ import annotations
