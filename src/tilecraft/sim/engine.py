@@ -20,7 +20,8 @@ instruction on the other unit that pushes to the same queue. Per-instruction fac
 A requantizing STORE (configs with the unit) reads its accumulator rows through their bank's
 read port, which the GEMM and ALU units also read through, so it holds that bank: it asks as it
 starts (its address and bursts go ahead), and is granted the bank `Timing.hold_grant` cycles
-later, or once no GEMM/ALU instruction whose first micro-op is in the bank runs; until then the
+later, or once no GEMM/ALU instruction whose first micro-op is in the bank runs (its unit then
+reads `Timing.unit_release` cycles after that instruction's end); until then the
 compute stage may still issue into the bank (in a cycle where both could go, it goes first),
 after it nothing issues into the bank until `Timing.hold_release` cycles after the STORE's end.
 The STORE ends once the DRAM has taken the beats its unit gives from the grant on
@@ -349,19 +350,22 @@ class Engine:
             return None
         _, t = self.in_flight[Stage.STORE]
         granted = hold.granted if hold.granted is not None else self._bank_ready(key, hold.asked)
-        reads = self._reads_from(t, granted)
+        reads = self._reads_from(t, hold, granted)
         return burst_ends(self.timing, self.plan.unit_shape[key], self.plan.bursts[key], reads)
 
-    def _reads_from(self, t: int, granted: int) -> int:
+    def _reads_from(self, t: int, hold: _Hold, granted: int) -> int:
         """When the unit of the requantizing STORE started at t and granted its bank at
-        `granted` reads: once it has its bank and its plan and checks are through."""
+        `granted` reads: once it has its bank (`unit_release` cycles later where the grant
+        waited for an instruction in the bank) and its plan and checks are through."""
+        if granted > hold.asked:
+            granted += self.timing.unit_release
         return max(granted, t + self.timing.requant_start)
 
     def _unit_end(self, t: int, hold: _Hold) -> int:
         """The end of requantizing STORE hold.k, started at t: once the DRAM has taken the
         last beat its unit gave (which holds the DRAM's data bus that long)."""
         timing, k, done = self.timing, hold.k, hold.done
-        reads = self._reads_from(t, hold.granted)
+        reads = self._reads_from(t, hold, hold.granted)
         shape, bursts = self.plan.unit_shape[k], self.plan.bursts[k]
         if not bursts:  # into INP
             return max(hold.port_end, last_inp_write(timing, shape, reads) + timing.store_tail)
