@@ -195,7 +195,7 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
 
 
 DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
-DEPTHWISE_RANDOM = 12
+DEPTHWISE_RANDOM = 48
 
 
 def _depthwise_programs(cfg):

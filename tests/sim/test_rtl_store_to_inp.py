@@ -22,7 +22,7 @@ require_rtl()
 MAX_CYCLE_ERROR = 0.005  # the bound for programs that use a hardware change
 
 INTO_INP_CONFIGS = ["1x8x8", "default"]  # with the unit and STORE into INP (default: the mode)
-INTO_INP_RANDOM, INTO_INP_TURNS = 16, 8
+INTO_INP_RANDOM, INTO_INP_TURNS = 48, 8
 
 
 def _into_inp_programs(cfg):
