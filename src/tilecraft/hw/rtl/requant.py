@@ -85,6 +85,11 @@ def _rounded(kept, inc):
     return (kept + inc)[:KEPT] | (carry << (KEPT - 1)), carry
 
 
+# A register's attributes that keep it a flip-flop: `keep` for yosys (its shift-register
+# mapping passes over kept flip-flops; it ignores `shreg_extract`), `shreg_extract` for Vivado
+FLIP_FLOPS = {"keep": 1, "shreg_extract": "no"}
+
+
 class RequantLane(wiring.Component):
     """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later; `dsp`:
     where the partial products are registered (`dsp.registered_product`: ECP5_DSP in a
@@ -112,9 +117,15 @@ class RequantLane(wiring.Component):
         # taken only with its valid), which keeps the core's reset net to the flip-flops that
         # need it (with the data's, 1x8x8 with the unit had 14,871 reset sinks against the
         # plain core's 6,704, routed on the fabric to every slice)
+        # On the Xilinx parts (no `dsp`) they stay flip-flops: synth_xilinx otherwise maps
+        # each chain of them (the parameters' delays) to SRL16E shift registers, a LUT each,
+        # and the LUTs are the xc7z020's scarce resource (default with the unit and the
+        # depthwise mode at 75.1% with them) where its flip-flops are not (40%)
+        attrs = {} if self.dsp else FLIP_FLOPS
+
         def reg(value, name, shape=None, reset=False):  # value into a register of its own
             shape = shape if shape is not None else value.shape()
-            r = Signal(shape, name=name, reset_less=not reset)
+            r = Signal(shape, name=name, reset_less=not reset, attrs=attrs)
             m.d.sync += r.eq(value)
             return r
 
