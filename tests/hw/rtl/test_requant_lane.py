@@ -5,12 +5,14 @@ extremes among them; bit for bit, at the declared latency."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
-from tilecraft.hw.rtl.requant import LATENCY, RequantLane
+from tilecraft.hw.rtl.requant import FLIP_FLOPS, LATENCY, RequantLane
 from tilecraft.ops.requant import requantize, scale_fields
 
 
@@ -102,3 +104,40 @@ def test_the_accelerator_puts_the_lanes_in_its_store_stage():
     )
     with pytest.raises(ValueError, match=r"take 32-bit accumulators, 8 of them .* 1x8x8_i8w8a16"):
         RequantStream(preset("1x8x8").replace(requant_lanes=8, log_acc_width=4))
+
+
+def _register_attributes(text: str) -> dict[str, set[str]]:
+    """Each `reg` of a Verilog module by name, with the names of the attributes above it."""
+    regs, attrs = {}, set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("(*"):
+            attrs.add(line[2:].split("=")[0].strip())
+            continue
+        found = re.match(r"reg (?:\[[^\]]*\] )?\\?(\S+)", line)
+        if found:
+            regs[found.group(1)] = attrs
+        attrs = set()
+    return regs
+
+
+def test_the_lane_registers_stay_flip_flops_on_xilinx_alone():
+    """On the Xilinx build every register of the lane carries `FLIP_FLOPS` (yosys's
+    synth_xilinx would make the chains that delay the parameters, reset-less, SRL16E shift
+    registers, a LUT each: 79 a lane, default with the unit and the depthwise mode over 75% of
+    the xc7z020's LUTs); the ECP5 build's (no shift registers there) carry none, so its
+    netlists, and their routes, are unchanged."""
+    from amaranth.back import verilog
+
+    xilinx = _register_attributes(verilog.convert(RequantLane(None), name="lane"))
+    ecp5 = _register_attributes(verilog.convert(RequantLane(ECP5_DSP_MODEL), name="lane"))
+    chains = [
+        f"{name}_{k}"
+        for name, depth in (("zero", 13), ("lo", 14), ("sig", 5))
+        for k in range(1, depth + 1)
+    ]
+    assert set(chains) <= set(xilinx), sorted(xilinx)
+    bare = [name for name in chains if not set(FLIP_FLOPS) <= xilinx[name]]
+    assert not bare, f"without {sorted(FLIP_FLOPS)} on the Xilinx build: {bare}"
+    kept = [name for name, attrs in ecp5.items() if attrs & set(FLIP_FLOPS)]
+    assert not kept, f"the ECP5 build keeps {kept}"
