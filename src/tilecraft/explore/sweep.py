@@ -160,8 +160,14 @@ def _evaluate_all(
 
     cluster = None
     if scheduler is None:
+        # no dashboard, and its HTTP server on a free port: at None it still takes 8787 and
+        # warns when another cluster (a second sweep, the tuner) holds it
         cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=":0",
+            scheduler_kwargs={"dashboard": False},
         )
     client = Client(scheduler or cluster)
     try:

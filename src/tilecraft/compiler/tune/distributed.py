@@ -82,7 +82,8 @@ class DaskMeasurer:
                     n_workers=workers,
                     threads_per_worker=1,
                     processes=True,
-                    dashboard_address=None,
+                    dashboard_address=":0",  # a free port: at None it takes 8787, or warns
+                    scheduler_kwargs={"dashboard": False},
                     host="127.0.0.1",
                 )
             self.client = Client(self._cluster)
