@@ -286,7 +286,11 @@ def test_the_requantization_unit_is_absent_by_default_and_leaves_identities_alon
     assert unit.arch_digest != cfg.arch_digest
     assert unit.arch_mismatches(cfg) == ["requant_lanes: 8 != 0"]
     assert HwConfig.from_dict(unit.to_dict()) == unit
-    assert cfg.with_requant_unit() == unit  # the bus's 8 bytes a cycle
+    assert cfg.with_requant_unit() == unit.replace(requant_residual=1)  # the bus's 8 bytes
+    assert preset("1x16x8").with_requant_unit().requant_residual == 0  # (square blocks only)
+    residual = unit.with_requant_residual()
+    assert residual.tag == unit.tag + "_rr" and "requant_residual" not in unit.to_dict()
+    assert residual.arch_mismatches(unit) == ["requant_residual: 1 != 0"]
     assert cfg.replace(axi_data_bits=32).with_requant_unit().requant_lanes == 4
     assert preset("1x32x32").replace(axi_data_bits=1024).with_requant_unit().requant_lanes == 32
 

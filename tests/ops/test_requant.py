@@ -144,6 +144,46 @@ def test_bad_zero_points_and_clips_are_refused(zp, lo, hi, message):
         float32_requantize(np.zeros(2), 0.5, zp, lo, hi)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 64),
+    scale=SCALES,
+    zp=st.integers(-300, 300),
+    bounds=st.tuples(st.integers(-128, 127), st.integers(0, 255)),
+)
+def test_the_residual_add_is_after_the_rounding_for_any_int32_and_scale(data, n, scale, zp, bounds):
+    """The unit's residual add (configs with `requant_residual`): the integer datapath equals
+    float32's rint(fl32(v) * scale) + residual + zero point, clipped; the residual goes in
+    before the clip, so a product past the clip can come back inside it."""
+    v = data.draw(hnp.arrays(np.int64, n, elements=INT32))
+    res = data.draw(hnp.arrays(np.int64, n, elements=st.integers(-128, 127)))
+    lo, hi = bounds[0], min(127, bounds[0] + bounds[1])
+    scale = np.float32(scale)
+    theirs = float32_requantize(v, scale, zp, lo, hi, channel_axis=0, residual=res)
+    ours = requantize(v, scale_fields(scale), zp, lo, hi, channel_axis=0, residual=res)
+    np.testing.assert_array_equal(ours, theirs)
+    f = v.astype(np.float32) * scale  # written out once more, element by element
+    for k in range(n):
+        want = min(max(int(np.rint(f[k])) + int(res[k]) + zp, lo), hi)
+        assert theirs[k] == want, (int(v[k]), float(scale), int(res[k]))
+
+
+def test_the_residual_add_by_hand():
+    fields = scale_fields(np.float32(0.5))
+    v = np.array([5, 7, 500, 2**31 - 1, -(2**31)])
+    res = np.array([3, 0, -128, -128, 127])
+    # 2.5 -> 2 (to even) + 3; 3.5 -> 4; 250 past the clip, back inside with -128; 2**30 past
+    # any residual; -2**30 likewise
+    assert requantize(v, fields, 1, -128, 127, channel_axis=0, residual=res).tolist() == [
+        6, 5, 123, 127, -128,
+    ]  # fmt: skip
+    with pytest.raises(ScheduleError, match="residual 128 is not an int8 value"):
+        requantize(v, fields, 0, -128, 127, channel_axis=0, residual=res + 1)
+    with pytest.raises(ScheduleError, match=r"residual must be integers shaped like its values"):
+        float32_requantize(v, 0.5, 0, -128, 127, channel_axis=0, residual=res[:2])
+
+
 def _nearest_float32(q: Fraction) -> np.float32:
     """The float32 nearest the exact rational q, ties to the even significand (brute force over
     the neighbours of float64's guess)."""

@@ -47,6 +47,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "requant_lanes": (0, 64),
     "depthwise_window": (0, 7),
     "store_to_inp": (0, 1),
+    "requant_residual": (0, 1),
 }
 
 # Fields that change what a program means or whether it deadlocks. The rest (clock, bus width,
@@ -67,10 +68,11 @@ ARCH_FIELDS = (
     "requant_lanes",
     "depthwise_window",
     "store_to_inp",
+    "requant_residual",
 )
 # Optional units, by field and the value that means absent: a config without the unit leaves
 # the field out of its dict, digests and tag, so every config made before the unit keeps them.
-ABSENT = {"requant_lanes": 0, "depthwise_window": 0, "store_to_inp": 0}
+ABSENT = {"requant_lanes": 0, "depthwise_window": 0, "store_to_inp": 0, "requant_residual": 0}
 
 # Knobs the simulator and the compiler have but the RTL does not build yet: `check_rtl` refuses
 # a config with one where Verilog would be generated (the RTL would ignore it: silently wrong).
@@ -119,6 +121,10 @@ class HwConfig:
     # a requantizing STORE may write its rows into INP instead of DRAM (STORE's `to_inp`): 0
     # absent, 1 present; needs the unit and square blocks (an OUT row is then an INP row)
     store_to_inp: int = 0
+    # the unit adds an int8 residual read from INP after its rounding (STORE's `residual`): 0
+    # absent, 1 present; needs the unit and square blocks (an accumulator row's residual is
+    # then one INP row)
+    requant_residual: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -162,6 +168,12 @@ class HwConfig:
             raise ConfigError(
                 "store_to_inp = 1 needs the requantization unit (requant_lanes > 0) and "
                 "BLOCK_IN == BLOCK_OUT (a STORE's OUT row is then an INP row), not "
+                f"requant_lanes = {lanes}, {self.block_in} and {self.block_out}"
+            )
+        if self.requant_residual and not (lanes and self.block_in == self.block_out):
+            raise ConfigError(
+                "requant_residual = 1 needs the requantization unit (requant_lanes > 0) and "
+                "BLOCK_IN == BLOCK_OUT (an accumulator row's residual is then one INP row), not "
                 f"requant_lanes = {lanes}, {self.block_in} and {self.block_out}"
             )
         if self.acc_bits <= max(self.inp_bits, self.wgt_bits):
@@ -290,6 +302,7 @@ class HwConfig:
             + (f"_rq{self.requant_lanes}" if self.requant_lanes else "")
             + (f"_dw{self.depthwise_window}" if self.depthwise_window else "")
             + ("_si" if self.store_to_inp else "")
+            + ("_rr" if self.requant_residual else "")
         )
 
     @property
@@ -335,8 +348,12 @@ class HwConfig:
     def with_requant_unit(self) -> HwConfig:
         """This config with the requantization unit at the bus's pace: as many lanes as the
         AXI port has bytes a cycle (a narrower unit would set a STORE's pace), within
-        BATCH x BLOCK_OUT and 64."""
-        return self.replace(requant_lanes=min(self.axi_bytes, self.batch * self.block_out, 64))
+        BATCH x BLOCK_OUT and 64; and, where the blocks are square, its residual add
+        (`requant_residual`: a residual layer's epilogue on the unit too)."""
+        return self.replace(
+            requant_lanes=min(self.axi_bytes, self.batch * self.block_out, 64),
+            requant_residual=int(self.block_in == self.block_out),
+        )
 
     def with_depthwise_mode(self, window: int = 3) -> HwConfig:
         """This config with the GEMM core's depthwise mode for `window` x `window` kernels."""
@@ -345,6 +362,10 @@ class HwConfig:
     def with_store_to_inp(self) -> HwConfig:
         """This config with STORE's path into INP (the unit's rows kept on chip)."""
         return self.replace(store_to_inp=1)
+
+    def with_requant_residual(self) -> HwConfig:
+        """This config with the unit's residual add (a residual block's epilogue on the unit)."""
+        return self.replace(requant_residual=1)
 
     @property
     def packs_multipliers(self) -> bool:

@@ -47,7 +47,9 @@ class Epilogue:
     `multiplier` FLOAT32 is onnxruntime's requantization instead, every rounding of it
     (`ops.requant.requantize`): y = clip(rne(fl32(fl32(acc + bias) * scale[c])) + offset),
     with `offset` the output's zero point. It runs on the requantization unit (a STORE's
-    mode), so it takes no shift, two-stage multiply, accumulator bounds or residual."""
+    mode), so it takes no shift, two-stage multiply or accumulator bounds; a residual (configs
+    with `requant_residual`) is added after the rounding, before the offset and the clip:
+    y = clip(rne(fl32(fl32(acc + bias) * scale[c])) + residual + offset)."""
 
     bias: bool = False
     multiplier: Multiplier = Multiplier.NONE
@@ -84,13 +86,12 @@ class Epilogue:
                 "shift": self.shift,
                 "pre_shift": self.pre_shift,
                 "acc_bounds": self.acc_bounds,
-                "residual": self.residual,
             }
             used = {k: v for k, v in extra.items() if v}
             if used:
                 raise ScheduleError(
-                    f"a float32 requantization (multiplier 'float32') has no shift, pre_shift, "
-                    f"acc_bounds or residual; got {used}"
+                    f"a float32 requantization (multiplier 'float32') has no shift, pre_shift "
+                    f"or acc_bounds; got {used}"
                 )
         if (
             isinstance(self.offset, bool)
@@ -112,7 +113,7 @@ class Epilogue:
     def final_clip(self) -> bool:
         """Whether the ALU clips the result (without it the bounds did, or the
         requantization unit does)."""
-        return self.residual or not (self.acc_bounds or self.on_unit)
+        return not self.on_unit and (self.residual or not self.acc_bounds)
 
     @property
     def on_unit(self) -> bool:

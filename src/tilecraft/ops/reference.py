@@ -17,7 +17,8 @@ Epilogue, in this order, on the int32 accumulator `acc` of output channel c:
 
 With a FLOAT32 multiplier (the requantization unit's) everything after the bias is
 onnxruntime's instead: y = int8(clip(rne(fl32(fl32(x) * scale[c])) + offset, lo, hi))
-(`ops.requant`); such an epilogue has no accumulator bounds, shift or residual.
+(`ops.requant`); such an epilogue has no accumulator bounds or shift, and its residual (the
+unit's residual add) goes in after the rounding: y = int8(clip(rne(..) + residual + offset)).
 
 Every step wraps at 32 bits (two's complement), exactly as the accelerator's ALU does.
 `requant_params` turns float scales into (m, s) so that nothing wraps for realistic inputs;
@@ -99,7 +100,10 @@ def epilogue(
         x = wrap32(x + np.asarray(bias, np.int64).reshape(shape))
     if ep.on_unit:  # onnxruntime's float32 requantization, on the requantization unit
         fields = scale_fields(np.asarray(multiplier, np.float32).reshape(-1))
-        out = requantize(x, fields, ep.offset, ep.low, ep.high, channel_axis=channel_axis)
+        res = np.asarray(residual).reshape(x.shape) if ep.residual else None
+        out = requantize(
+            x, fields, ep.offset, ep.low, ep.high, channel_axis=channel_axis, residual=res
+        )
         return out.astype(np.int8)
     if ep.multiplier != Multiplier.NONE:
         m = np.asarray(multiplier, np.int64)

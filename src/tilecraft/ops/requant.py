@@ -86,20 +86,29 @@ def gap_scale(x_scale, y_scale, count: int) -> np.float32:
     return np.float32(x / np.float32(y * np.float32(count)))
 
 
-def float32_requantize(v, scale, zero_point, lo, hi, channel_axis: int = 1) -> np.ndarray:
+def float32_requantize(
+    v, scale, zero_point, lo, hi, channel_axis: int = 1, residual=None
+) -> np.ndarray:
     """onnxruntime's requantization of int32 values `v` (the accumulators plus bias) in numpy's
     float32 arithmetic: int64 results in [lo, hi]. The zero point and the clip bounds are ints,
-    or arrays of one per channel."""
+    or arrays of one per channel. With `residual` (int8 values shaped like `v`: the unit's
+    residual add, tilecraft's and not onnxruntime's) the rounded product plus the residual and
+    the zero point is clipped instead."""
     v = np.asarray(v, np.int64).astype(np.int32)
     zero, lo, hi = _clip_params(zero_point, lo, hi, v.ndim, channel_axis)
     s = _per_channel(np.asarray(scale, np.float32), v.ndim, channel_axis)
     f = v.astype(np.float32) * s
+    if residual is not None:  # |f| < 2**47: its integer is exact in int64
+        return np.clip(np.rint(f).astype(np.int64) + _residual(residual, v) + zero, lo, hi)
     f = np.minimum(np.maximum(f, (lo - zero).astype(np.float32)), (hi - zero).astype(np.float32))
     return np.rint(f).astype(np.int64) + zero
 
 
-def requantize(v, fields: ScaleFields, zero_point, lo, hi, channel_axis: int = 1) -> np.ndarray:
-    """`float32_requantize` with integers only: the requantization unit's datapath."""
+def requantize(
+    v, fields: ScaleFields, zero_point, lo, hi, channel_axis: int = 1, residual=None
+) -> np.ndarray:
+    """`float32_requantize` with integers only: the requantization unit's datapath (with
+    `residual`, its residual add after the rounding)."""
     v = np.asarray(v, np.int64).astype(np.int32).astype(np.int64)
     zero, lo, hi = _clip_params(zero_point, lo, hi, v.ndim, channel_axis)
     sig = _per_channel(fields.significand, v.ndim, channel_axis)
@@ -113,7 +122,23 @@ def requantize(v, fields: ScaleFields, zero_point, lo, hi, channel_axis: int = 1
     r = np.where(ep >= 0, p << np.clip(ep, 0, 62 - 48), _round_shift(p, -ep))
     r = np.minimum(r, 1 << 40)  # past any clip; keeps the sign and zero point in range
     r = np.where(negative, -r, r)
+    if residual is not None:  # |r| <= 2**40 is past any clip, a residual added or not
+        r = r + _residual(residual, v)
     return np.clip(r + zero, lo, hi)
+
+
+def _residual(residual, v: np.ndarray) -> np.ndarray:
+    """The residual as int64 values shaped like `v`, checked to be int8 values."""
+    res = np.asarray(residual)
+    if res.shape != v.shape or not np.issubdtype(res.dtype, np.integer):
+        raise ScheduleError(
+            f"the requantization's residual must be integers shaped like its values {v.shape}, "
+            f"not {res.dtype} {res.shape}"
+        )
+    if res.size and (res.min() < -128 or res.max() > 127):
+        bad = res.flat[np.argmax((res < -128) | (res > 127))]
+        raise ScheduleError(f"the requantization's residual {bad} is not an int8 value")
+    return res.astype(np.int64)
 
 
 def _clip_params(zero_point, lo, hi, ndim: int, channel_axis: int):

@@ -3,9 +3,10 @@
 A correct program orders every cross-stage use of a scratchpad with tokens. When one is missing
 the hardware races, and the simulator would otherwise just pick an order silently: instead it
 raises `HazardError` naming both instructions. Tracked: INP/WGT (written by load, read by
-compute; INP also written by a STORE into INP) and ACC (written by compute, read by store as
-OUT). Two writers of INP never overlap in time (they take turns on its write port, see
-sim/engine.py); which goes first is the verifier's `waw` rule's to check.
+compute; INP also written by a STORE into INP and read by a STORE's residual add) and ACC
+(written by compute, read by store as OUT). Two writers of INP never overlap in time (they
+take turns on its write port, see sim/engine.py); which goes first is the verifier's `waw`
+rule's to check.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from tilecraft.hw.isa import Stage
 from tilecraft.sim.semantics import Footprint
 
 _WRITER = {"inp": (Stage.LOAD, Stage.STORE), "wgt": (Stage.LOAD,), "acc": (Stage.COMPUTE,)}
-_READER = {"inp": Stage.COMPUTE, "wgt": Stage.COMPUTE, "acc": Stage.STORE}
+_READER = {  # INP also read by a STORE's residual add (`requant_residual`)
+    "inp": (Stage.COMPUTE, Stage.STORE),
+    "wgt": (Stage.COMPUTE,),
+    "acc": (Stage.STORE,),
+}
 
 
 class RaceChecker:
@@ -31,7 +36,7 @@ class RaceChecker:
 
     def check(self, k: int, stage: Stage, start: int, end: int, fp: Footprint) -> None:
         for buf, rows in fp.reads.items():
-            if _READER.get(buf) == stage:
+            if stage in _READER.get(buf, ()):
                 idx = _index(rows)
                 self._conflict(k, start, buf, idx, self.write_end, self.writer, "being written")
                 self.read_end[buf][idx] = np.maximum(self.read_end[buf][idx], end)

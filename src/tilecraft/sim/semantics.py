@@ -17,6 +17,8 @@ Rules beyond the ISA summary in docs/ARCHITECTURE.md:
   accumulator rows param_base.. (hw/isa/requant.py: bias, scale, zero point and clip; lane c of
   the first batch row holds channel c's); its data rows and parameter rows lie in one bank (the
   unit reads them through that bank's read port, sim/engine.py);
+- a STORE with `residual` (configs with `requant_residual`; with `requant` only) adds INP
+  row residual_base + i, int8 lane for lane, to its data row i after the unit's rounding;
 - a STORE with `to_inp` (configs with `store_to_inp`; with `requant` only) writes its
   requantized rows into INP rows dram_base + y * x_stride + x instead of DRAM;
 - a LOAD with x_size = 0 moves nothing and pads nothing (it only carries tokens);
@@ -106,8 +108,16 @@ def store(m: Machine, r) -> Footprint:
                 f"STORE with requant: its rows {base}..{base + count - 1} cross the accumulator's "
                 f"bank boundary (banks of {cfg.acc_bank_rows} rows); the unit reads one bank"
             )
-        values, params = _requantized(m, values, r["param_base"], per_row, banks.pop())
+        res_rows = _residual_rows(m, r, count)
+        res = None if res_rows is None else m.inp[res_rows].astype(np.int64)
+        values, params = _requantized(m, values, r["param_base"], per_row, banks.pop(), res)
         reads = {"acc": np.concatenate([np.arange(base, base + count), params])}
+        if res_rows is not None:
+            reads["inp"] = res_rows
+    elif r["residual"]:
+        raise IllegalInstructionError(
+            "STORE with residual without requant: only the requantization unit adds a residual"
+        )
     if r["to_inp"]:
         return Footprint(reads, {"inp": _store_inp(m, r, values)})
     rows = values.astype(m.out_dtype).view(np.uint8).reshape(y, x * eb)
@@ -144,9 +154,33 @@ def _store_inp(m: Machine, r, values: np.ndarray) -> np.ndarray:
     return rows
 
 
-def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, bank: int):
+def _residual_rows(m: Machine, r, count: int) -> np.ndarray | None:
+    """The INP rows a requantizing STORE's residual add reads (`residual`): row
+    residual_base + i for its data row i; None without one."""
+    if not r["residual"]:
+        return None
+    cfg = m.config
+    if not cfg.requant_residual:
+        raise IllegalInstructionError(
+            f"STORE with residual on config {cfg.tag}, which has no residual add in its "
+            f"requantization unit (requant_residual = 0)"
+        )
+    rows = r["residual_base"] + np.arange(count)
+    _check_index("inp", rows, cfg.depth("inp"), "STORE residual")
+    return rows
+
+
+def _requantized(
+    m: Machine,
+    values: np.ndarray,
+    param_base: int,
+    per_set: int,
+    bank: int,
+    residual: np.ndarray | None = None,
+):
     """Accumulator rows `values` (rows, batch, block_out) requantized, each run of `per_set`
-    rows with the next three parameter rows from `param_base`; and those rows' indices."""
+    rows with the next three parameter rows from `param_base` (and `residual`, int8 rows
+    shaped like `values`, added after the rounding); and those rows' indices."""
     if not m.config.requant_lanes:
         raise IllegalInstructionError(
             f"STORE with requant on config {m.config.tag}, which has no requantization unit"
@@ -179,7 +213,7 @@ def _requantized(m: Machine, values: np.ndarray, param_base: int, per_set: int, 
         )
     v = values.astype(np.int64) + bias
     fields = ScaleFields(significand, exponent)
-    return requantize(v, fields, zero, lo, hi), params
+    return requantize(v, fields, zero, lo, hi, residual=residual), params
 
 
 def gemm(m: Machine, r) -> Footprint:

@@ -145,6 +145,9 @@ def _store(cfg, r, depth, a: Access) -> None:
         a.problems.append(f"reads out rows [{base}, {base + count}) beyond its {depth['acc']} rows")
         return
     a.reads["acc"] = np.arange(base, base + count)
+    if r["residual"] and not r["requant"]:
+        a.problems.append("adds a residual without requant: only the requantization unit adds one")
+        return
     if r["requant"]:  # its parameter rows (hw/isa/requant.py)
         sets = y if r["param_per_row"] else 1
         params = r["param_base"] + np.arange(sets * len(PARAM_ROWS))
@@ -155,6 +158,15 @@ def _store(cfg, r, depth, a: Access) -> None:
             )
             return
         a.reads["acc"] = np.concatenate([a.reads["acc"], params])
+        if r["residual"]:  # its residual's INP rows, one per data row
+            rows = r["residual_base"] + np.arange(count)
+            if rows[-1] >= depth["inp"]:
+                a.problems.append(
+                    f"reads residual inp rows [{rows[0]}, {rows[-1] + 1}) beyond its "
+                    f"{depth['inp']} rows"
+                )
+                return
+            a.reads["inp"] = rows
     if r["to_inp"]:  # its rows into INP rows from dram_base, x_stride apart (no DRAM)
         rows = (r["dram_base"] + r["x_stride"] * np.arange(y)[:, None] + np.arange(x)).ravel()
         if rows.max() >= depth["inp"]:

@@ -141,8 +141,13 @@ def _get(words: np.ndarray, f: Field) -> np.ndarray:
 UNIT_FIELDS = {
     **dict.fromkeys(("requant", "param_base", "param_per_row"), "requant_lanes"),
     "to_inp": "store_to_inp",
+    **dict.fromkeys(("residual", "residual_base"), "requant_residual"),
 }
-UNIT_NAMES = {"requant_lanes": "requantization unit", "store_to_inp": "path from STORE into INP"}
+UNIT_NAMES = {
+    "requant_lanes": "requantization unit",
+    "store_to_inp": "path from STORE into INP",
+    "requant_residual": "requantization unit's residual add",
+}
 
 
 def _check_unit_fields(spec: IsaSpec, table: np.ndarray, idx: np.ndarray, fmt) -> None:

@@ -31,6 +31,7 @@ def format_row(row) -> str:
         if op == Opcode.STORE and get("requant"):
             text += f" requant params={get('param_base')}"
             text += " per row" if get("param_per_row") else ""
+            text += f" residual inp={get('residual_base')}" if get("residual") else ""
         return text + tail
     if op in (Opcode.GEMM, Opcode.ALU):
         loop = (

@@ -143,6 +143,8 @@ class IsaSpec:
             ]
             if c.store_to_inp:  # the unit's rows into INP rows from dram_base (an INP index)
                 requant.append(("to_inp", 1, False))
+            if c.requant_residual:  # an int8 residual per row, from INP rows residual_base..
+                requant += [("residual", 1, False), ("residual_base", self.inp_idx_bits, False)]
             store_fmt = _pack("STORE", INSN_BITS, header + store + requant)
         self.formats: dict[Opcode, Format] = {
             Opcode.LOAD: mem_fmt,

@@ -51,6 +51,8 @@ FIELD_NAMES = (
     "param_base",
     "param_per_row",
     "to_inp",
+    "residual",
+    "residual_base",
     "acc_base",
     "inp_base",
     "wgt_base",
@@ -123,7 +125,10 @@ class Store(_Insn):
     transfer has its own three, from `param_base + 3 * y` (a transfer whose rows are channel
     blocks). With `to_inp` (configs with `store_to_inp`; a requantizing STORE only) the rows
     go into INP instead: row y's x_size elements to inp[dram_base + y * x_stride + x], with
-    `dram_base` and `x_stride` counting INP rows (on square blocks an OUT row is an INP row)."""
+    `dram_base` and `x_stride` counting INP rows (on square blocks an OUT row is an INP row).
+    With `residual` (configs with `requant_residual`; a requantizing STORE only) the unit adds
+    an int8 residual after its rounding, before the zero point and the clip: data row i of the
+    transfer (in order) takes INP row `residual_base + i`, lane for lane."""
 
     sram_base: int
     dram_base: int
@@ -135,6 +140,8 @@ class Store(_Insn):
     param_base: int = 0
     param_per_row: bool = False
     to_inp: bool = False
+    residual: bool = False
+    residual_base: int = 0
     opcode = Opcode.STORE
 
 
@@ -274,11 +281,13 @@ def row_insn(row) -> _Insn:
         )
     if op == Opcode.STORE:
         keys = ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "param_base")
+        keys += ("residual_base",)
         return Store(
             mem=_enum(MemId, get("mem")),
             requant=bool(get("requant")),
             param_per_row=bool(get("param_per_row")),
             to_inp=bool(get("to_inp")),
+            residual=bool(get("residual")),
             **{k: int(get(k)) for k in keys},
             **flags,
         )
