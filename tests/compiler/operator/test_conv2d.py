@@ -358,7 +358,7 @@ def test_float32_requantization_on_a_dense_layer():
 def test_float32_requantization_is_refused_where_the_config_has_no_unit():
     op, ep, params, _ = _float32_case(0)
     message = r"runs on the requantization unit, which config 1x16x16_\S+ does not have"
-    with pytest.raises(ScheduleError, match=message + r".*requant_lanes > 0 \(e\.g\. \S+_rq8\)"):
+    with pytest.raises(ScheduleError, match=message + r".*requant_lanes > 0 \(e\.g\. \S+_rq8_rr\)"):
         conv2d(preset("default"), op, ep, **params)
 
 
@@ -391,3 +391,29 @@ def test_a_program_for_the_unit_is_refused_on_a_device_without_it(tmp_path):
     assert loaded.config == cfg and loaded.constants["multiplier"].dtype == np.float32
     ok, message, *_ = run_and_check(loaded, np.random.default_rng(5))
     assert ok, message
+
+
+@pytest.mark.parametrize("config", list(UNIT_CONFIGS))
+@pytest.mark.parametrize("seed", range(4))
+def test_a_residual_on_the_units_residual_add_is_bit_exact_with_no_selector_gemm(config, seed):
+    """With `requant_residual` the unit adds the residual after its rounding: bit-exact with
+    the reference, the residual read from INP by the STORE (no selector GEMM, no ALU pass),
+    and the same layer without the add refused on a config without it, naming the knob."""
+    cfg = preset(config).replace(requant_lanes=UNIT_CONFIGS[config], requant_residual=1)
+    op, ep, params, rng = _float32_case(seed)
+    ep = dataclasses.replace(ep, residual=True)
+    program = conv2d(cfg, op, ep, **params)
+    ok, message, inputs, outputs = run_and_check(program, rng)
+    assert ok, f"seed {seed} {config}: {op.describe()} [{ep.describe()}]\n{message}"
+    extra = {k: v for k, v in params.items() if k != "weight"}
+    want = R.conv2d(op, ep, inputs["input"], params["weight"], residual=inputs["residual"], **extra)
+    np.testing.assert_array_equal(outputs["output"], want)
+    table = program.table()
+    gemms = table[table["opcode"] == Opcode.GEMM]
+    assert gemms["uop_end"].max() > 0 and "select" not in {b.name for b in program.buffers}
+    stores = table[table["opcode"] == Opcode.STORE]
+    assert stores["requant"].all() and stores["residual"].all()
+    alu = table[table["opcode"] == Opcode.ALU]
+    assert ((alu["alu_op"] == AluOp.SHR) | (alu["alu_op"] == AluOp.ADD)).all()  # zero, copy
+    with pytest.raises(ScheduleError, match=r"residual add config \S+ does not have.*_rr\)"):
+        conv2d(cfg.replace(requant_residual=0), op, ep, **params)

@@ -165,7 +165,8 @@ class MappedConv:
         return self.ocb * len(self.param_vectors()) + int(self.round_row)
 
     def select_rows(self, cfg: HwConfig) -> int:
-        return len(residual_offsets(cfg, self.op.oc)) if self.epilogue.residual else 0
+        ep = self.epilogue  # the unit adds its residual itself: no selector GEMM
+        return len(residual_offsets(cfg, self.op.oc)) if ep.residual and not ep.on_unit else 0
 
     def residual_blocks(self, tile_oc: int, cfg: HwConfig) -> int:
         """Most residual (BLOCK_IN-wide) blocks one tile of `tile_oc` output blocks touches."""
@@ -289,6 +290,17 @@ def _mapped(cfg, source, op: Conv2d, epilogue: Epilogue, fold: bool) -> MappedCo
             f"the epilogue [{epilogue.describe()}] runs on the requantization unit, which config "
             f"{cfg.tag} does not have: compile it for a config with requant_lanes > 0 (e.g. "
             f"{cfg.with_requant_unit().tag})"
+        )
+    if epilogue.on_unit and epilogue.residual and not cfg.requant_residual:
+        hint = (
+            f"requant_residual = 1 (e.g. {cfg.with_requant_residual().tag})"
+            if cfg.block_in == cfg.block_out
+            else "requant_residual = 1, which needs BLOCK_IN == BLOCK_OUT"
+        )
+        raise ScheduleError(
+            f"the epilogue [{epilogue.describe()}] adds its residual on the requantization unit, "
+            f"whose residual add config {cfg.tag} does not have: compile it for a config with "
+            f"{hint}"
         )
     bi = cfg.block_in
     ocb = _ceil(op.oc, cfg.block_out)

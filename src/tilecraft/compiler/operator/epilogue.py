@@ -185,23 +185,29 @@ class EpilogueEmitter:
             inner=(tile.pix, 1, 0, 0),
         )
 
-    def store_fields(self, oc0: int, a: int, per_row: bool = False) -> dict:
+    def store_fields(self, oc0: int, a: int, per_row: bool = False, row: int = 0) -> dict:
         """A STORE's requantization fields for channel blocks from `oc0` (each row of the
         transfer a block of its own with `per_row`) of the tile in accumulator slot `a` (the
-        parameters' copy in its bank), or none without the unit."""
+        parameters' copy in its bank), its data from the slot's row `row` on; or none without
+        the unit. With a residual, the unit adds it from the residual's INP slot, whose row
+        p of block o lies where the tile's accumulator row does (`_residual_loads`)."""
         if not self.ep.on_unit:
             return {}
         copy = (a % ACC_BANKS) % len(self.slots.params)
         base = self.slots.params[copy] + len(PARAM_ROWS) * oc0
-        return {"requant": True, "param_base": base, "param_per_row": per_row}
+        fields = {"requant": True, "param_base": base, "param_per_row": per_row}
+        if self.ep.residual:
+            fields["residual"] = True
+            fields["residual_base"] = self.slots.residual[a % len(self.slots.residual)] + row
+        return fields
 
     def tile(self, tile: Tile, a: int, row: int = 0) -> list:
         """The epilogue of the tile in accumulator slot `a` (its accumulators from the slot's
         row `row` on: a part of a larger tile); none where the requantization unit does it on
-        the way out (`store_fields`)."""
+        the way out (`store_fields`): then only the loads of its residual, if any."""
         ep = self.ep
         if ep.on_unit:
-            return []
+            return self._residual_loads(tile, a) if ep.residual else []
         copy = (a % ACC_BANKS) % len(self.vectors)  # the copy in slot a's bank
         vec, round_row = self.vectors[copy], self.round_rows[copy]
         imm = self.tile_loop(tile, a, 0, False, row)
@@ -238,11 +244,17 @@ class EpilogueEmitter:
             out += clip(ep.low, ep.high, **imm)
         return out
 
-    def _residual(self, tile: Tile, a: int) -> list:
-        cfg, low, dram = self.cfg, self.low, self.dram
-        bo, bi = cfg.block_out, cfg.block_in
-        lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, low.op.oc)
-        blocks = list(range(lo // bi, (hi - 1) // bi + 1))
+    def _residual_blocks(self, tile: Tile) -> list[int]:
+        """The residual's BLOCK_IN-wide channel blocks that `tile`'s output blocks take."""
+        bo, bi = self.cfg.block_out, self.cfg.block_in
+        lo, hi = tile.oc0 * bo, min((tile.oc0 + tile.toc) * bo, self.low.op.oc)
+        return list(range(lo // bi, (hi - 1) // bi + 1))
+
+    def _residual_loads(self, tile: Tile, a: int) -> list:
+        """The LOADs of `tile`'s residual into its INP slot: block j's rows from
+        slot + j * tile.pix, in the tile's pixel order."""
+        low, dram = self.low, self.dram
+        blocks = self._residual_blocks(tile)
         base = self.slots.residual[a % len(self.slots.residual)]
         plane = low.oh * low.ow
         first = dram.residual + (tile.nb * dram.residual_blocks) * plane
@@ -271,6 +283,15 @@ class EpilogueEmitter:
                         x_stride=low.ow,
                     )
                 )
+        return out
+
+    def _residual(self, tile: Tile, a: int) -> list:
+        """The residual added on the GEMM core: its loads, then one GEMM of 0/1 selectors."""
+        cfg, low, dram = self.cfg, self.low, self.dram
+        bo, bi = cfg.block_out, cfg.block_in
+        blocks = self._residual_blocks(tile)
+        base = self.slots.residual[a % len(self.slots.residual)]
+        out = self._residual_loads(tile, a)
         acc = self.slots.acc[a]
         uops = []
         for o in range(tile.toc):

@@ -162,6 +162,7 @@ def _declare_buffers(pb: ProgramBuilder, cfg: HwConfig, low: MappedConv, p: Conv
     if ep.residual:
         res = tensor("residual", low.residual_layout, np.int8, None)
         res_blocks = res.shape[1]
+    if ep.residual and not ep.on_unit:  # selectors for the residual's GEMM (the unit adds it)
         offsets = tuple(residual_offsets(cfg, low.op.oc))
         bo, bi = cfg.block_out, cfg.block_in
         data = np.zeros((len(offsets), bo, bi), np.int8)
@@ -545,8 +546,8 @@ class _ConvEmitter:
         first += tile.oh0 * ow + tile.ow0
         acc = self.slots.acc[a] + row
 
-        def requant(oc0: int, per_row: bool = False) -> dict:
-            return self.epilogue.store_fields(oc0, a, per_row)
+        def requant(oc0: int, per_row: bool = False, at: int = row) -> dict:
+            return self.epilogue.store_fields(oc0, a, per_row, at)
 
         if tile.tow == ow:
             return [
@@ -566,7 +567,7 @@ class _ConvEmitter:
                 y_size=tile.toh,
                 x_size=tile.tow,
                 x_stride=ow,
-                **requant(tile.oc0 + o),
+                **requant(tile.oc0 + o, at=row + o * tile.pix),
             )
             for o in range(tile.toc)
         ]

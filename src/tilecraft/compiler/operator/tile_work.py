@@ -71,6 +71,6 @@ def tile_work(cfg: HwConfig, low: MappedConv, s: ConvSchedule, t: Timing) -> Til
     tensor_pass = acc * t.alu_ii_imm + s.tile_oc * (t.alu_ii_tensor - t.alu_ii_imm)
     alu = acc * (imm * t.alu_ii_imm + mul_extra) + tensor * tensor_pass + (imm + tensor) * 6
     alu += maxima + (zero_rows - acc) * t.alu_ii_imm  # (the zeroing pass: every row)
-    if low.epilogue.residual:
+    if ep.residual and not ep.on_unit:  # its selector GEMM (the unit adds one on the way out)
         gemm += pix * low.residual_blocks(s.tile_oc, cfg) + 6
     return TileWork(step, gemm, alu, zero)

@@ -84,6 +84,7 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
     requant = _requant_parameters(cfg, pb, insns, rng.spawn(1)[0]) if cfg.requant_lanes else None
     windows = rng.spawn(1)[0] if cfg.depthwise_window else None  # a stream of their own too
     into_inp = rng.spawn(1)[0] if cfg.store_to_inp else None  # and STOREs into INP
+    residuals = rng.spawn(1)[0] if cfg.requant_residual else None  # and the unit's residuals
     for _ in range(length):
         if windows is not None and windows.random() < 0.3:
             insns.append(_depthwise(cfg, windows, half))
@@ -156,6 +157,9 @@ def _draw(cfg: HwConfig, rng: np.random.Generator, length: int, name: str) -> Pr
                 first = int(requant.integers(0, PARAM_SETS - sets + 1))
                 bank = base - base % half
                 fields = _requant_fields(bank + PARAM_AT, first, per_row)
+                if residuals is not None and residuals.random() < 0.5:  # from loaded INP rows
+                    at = int(residuals.integers(0, ROWS - x * y + 1))
+                    fields |= dict(residual=True, residual_base=at)
             span = (y - 1) * stride + x
             if fields and into_inp is not None and into_inp.random() < 0.5:  # rows GEMMs read
                 at = int(into_inp.integers(0, ROWS - span + 1))

@@ -244,6 +244,7 @@ def _requant(
     exact: bool,
     offset: int = 0,
     unit: bool = False,
+    unit_residual: bool = False,
 ):
     """The epilogue's requantization and its per-channel vectors by parameter name. `exact`:
     accumulator bounds and a two-stage multiply (`requant_bounds`), within ~2**-14 of an
@@ -253,13 +254,17 @@ def _requant(
     ~2**-8 to 2**-4 of a step, which calibrated quantization cannot tell apart (ResNet-18's
     output SQNR 27.2 dB either way) and which costs four fewer ALU passes per tile. With the
     requantization `unit` (a config with one) and no residual: onnxruntime's own float32
-    requantization, every rounding of it, on the unit (no ALU pass at all)."""
-    if unit and not residual:
+    requantization, every rounding of it, on the unit (no ALU pass at all); with a residual
+    too where the unit adds one (`unit_residual`: a config with `requant_residual`), the
+    residual added after its rounding."""
+    if unit and (unit_residual or not residual):
         try:
             scale_fields(scale.astype(np.float32))
         except Exception as e:
             raise ModelError(f"node {node.name}: cannot requantize on the unit: {e}") from None
-        ep = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, clip=clip, offset=offset)
+        ep = Epilogue(
+            bias=True, multiplier=Multiplier.FLOAT32, clip=clip, offset=offset, residual=residual
+        )
         return ep, {"multiplier": scale.astype(np.float32)}
     found = None
     if exact:
@@ -316,6 +321,7 @@ def _conv_layer(
     accelerator: bool = True,
     absorbed: str | None = None,
     unit: bool = False,
+    unit_residual: bool = False,
 ):
     """A conv or dense node's int8 layer. `absorbed`: the (N, C, H, W) map a dense layer reads
     through a Flatten (its x), which it reads as an H x W convolution with one output pixel,
@@ -339,7 +345,17 @@ def _conv_layer(
     residual = bool(conv and a.residual)
     offset = z_y - (zeros.get(node.inputs[3], 0) if residual else 0)
     ep, vectors = _requant(
-        node, qw, qb, scale, axis, _clip(a.clip, s_y, z_y), residual, exact, offset, unit
+        node,
+        qw,
+        qb,
+        scale,
+        axis,
+        _clip(a.clip, s_y, z_y),
+        residual,
+        exact,
+        offset,
+        unit,
+        unit_residual,
     )
     out = name_of(node.output)
     if conv and a.groups > 1 and not accelerator:
@@ -567,7 +583,16 @@ def quantize(
             unit = has_unit and (onnxruntime or param_rows(out, cfg.block_out) < cfg.acc_bank_rows)
             layers.append(
                 _conv_layer(
-                    graph, node, scales, zeros, name_of, exact, on_accelerator(node), through, unit
+                    graph,
+                    node,
+                    scales,
+                    zeros,
+                    name_of,
+                    exact,
+                    on_accelerator(node),
+                    through,
+                    unit,
+                    unit and bool(cfg.requant_residual),
                 )
             )
         elif node.op is OpType.MAXPOOL and on_accelerator(node):
