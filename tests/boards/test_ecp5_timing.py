@@ -189,10 +189,10 @@ def test_a_unit_routed_alone_keeps_every_port_of_every_copy():
     from amaranth.lib import wiring
 
     from tilecraft.boards.flows.unit_timing import unit_harness
-    from tilecraft.hw.rtl.requant import RequantLane
+    from tilecraft.hw.rtl.requant import lane_ports
 
     widths = {"In": 0, "Out": 0}
-    for _, member in wiring.Signature(RequantLane.__annotations__).members.flatten():
+    for _, member in wiring.Signature(lane_ports()).members.flatten():
         widths[member.flow.name] += Shape.cast(member.shape).width
     text = unit_harness("requant-lane", 3)
     assert "module unit_harness(" in text

@@ -38,20 +38,38 @@ def _vectors(seed: int, count: int):
 
 
 @pytest.mark.parametrize(
-    "seed, dsp", [(0, None), (1, None), (2, ECP5_DSP_MODEL)]
+    "seed, dsp, residual",
+    [
+        (0, None, False),
+        (1, None, False),
+        (2, ECP5_DSP_MODEL, False),
+        (3, None, True),
+        (4, ECP5_DSP_MODEL, True),
+    ],  # fmt: skip
 )  # ECP5_DSP_MODEL: the partial products through MULT18X18D's pins, as the ECP5 flow builds it
-def test_lane_is_the_spec_bit_for_bit(seed, dsp):
+def test_lane_is_the_spec_bit_for_bit(seed, dsp, residual):
+    """With `residual` (configs with `requant_residual`) an int8 residual too, and the clip
+    bounds within int8 as a STORE's parameter rows hold them (hw/isa/requant.py)."""
     count = 1500
     acc, bias, scale, zero, lo, hi = _vectors(seed, count)
+    res = np.random.default_rng(seed).integers(-128, 128, count)
+    if residual:
+        lo, hi = np.clip(lo, -128, 127), np.clip(hi, -128, 127)
+        zero = np.clip(zero * 3, -511, 511)  # the zero point's whole range
     fields = scale_fields(scale)
     want = [
-        int(requantize(acc[i] + bias[i], fields_i, int(zero[i]), int(lo[i]), int(hi[i]))[()])
+        int(
+            requantize(
+                acc[i] + bias[i], fields_i, int(zero[i]), int(lo[i]), int(hi[i]),
+                residual=np.asarray(res[i]) if residual else None,
+            )[()]
+        )
         for i, fields_i in enumerate(
             type(fields)(fields.significand[j : j + 1], fields.exponent[j : j + 1])
             for j in range(count)
         )
-    ]
-    dut = RequantLane(dsp)
+    ]  # fmt: skip
+    dut = RequantLane(dsp, residual)
     got: list[tuple[int, int]] = []
 
     async def bench(ctx):
@@ -67,6 +85,8 @@ def test_lane_is_the_spec_bit_for_bit(seed, dsp):
                 ctx.set(dut.zero, int(zero[i]))
                 ctx.set(dut.lo, int(lo[i]))
                 ctx.set(dut.hi, int(hi[i]))
+                if residual:
+                    ctx.set(dut.residual, int(res[i]))
             else:
                 ctx.set(dut.valid, 0)
             if ctx.get(dut.out_valid):

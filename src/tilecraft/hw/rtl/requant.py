@@ -2,7 +2,7 @@
 (`ops.requant`, the spec) in integer logic, pipelined to take one accumulator a cycle.
 
     v = acc + bias                                  int32, wrapping
-    y = clip(rne(fl32(fl32(v) * scale)) + zero, lo, hi)
+    y = clip(rne(fl32(fl32(v) * scale)) + zero, lo, hi)    (+ residual before the clip)
 
 with the scale held as its 24-bit significand and 7-bit exponent (`ops.requant.scale_fields`).
 Each stage is one step of the spec into registers, none deeper than a carry chain or a few
@@ -29,7 +29,8 @@ whole core's longer routes still meet 100 MHz):
    11  what the integer rounding of p * 2**e needs: an e >= -13 is past any clip and
        saturates, an e <= -25 rounds to 0, the rest is a right shift by 14-24
    12  that shift, with its guard and sticky
-   13  the rounded integer (or 0, or the saturated 2**10)
+   13  the rounded integer (or 0, or the saturated 2**10); with a residual, the zero point
+       plus the residual
    14  the sign and the zero point
    15  the clip
 
@@ -48,6 +49,8 @@ from tilecraft.hw.rtl.dsp import registered_product
 LATENCY = 15
 ACC_BITS = 32
 BOUND_BITS = 10  # zero point and clip bounds: signed, |x| <= 511
+RESIDUAL_BITS = 8  # the residual add's operand: int8. |zero + residual| <= 639, so any
+# |r| >= 2**10 still lands past a STORE's clip bounds, which are int8 (hw/isa/requant.py)
 SATURATES = -13  # a product exponent from here up puts |r| >= 2**10: past any clip
 LAST_SHIFT = 24  # p >> 25 and beyond round to 0 (p < 2**24)
 SPLIT = 17  # the significands' low pieces: 17 bits unsigned, a DSP's 18 signed
@@ -90,25 +93,33 @@ def _rounded(kept, inc):
 FLIP_FLOPS = {"keep": 1, "shreg_extract": "no"}
 
 
+def lane_ports(residual: bool = False) -> dict:
+    """A lane's ports (`RequantLane`'s signature members), with the residual's input or not."""
+    ports = {
+        "valid": In(1),
+        "acc": In(signed(ACC_BITS)),
+        "bias": In(signed(ACC_BITS)),
+        "significand": In(SIGNIFICAND_BITS),
+        "exponent": In(signed(EXPONENT_BITS)),
+        "zero": In(signed(BOUND_BITS)),
+        "lo": In(signed(BOUND_BITS)),
+        "hi": In(signed(BOUND_BITS)),
+    }
+    if residual:
+        ports["residual"] = In(signed(RESIDUAL_BITS))
+    return {**ports, "out_valid": Out(1), "out": Out(signed(BOUND_BITS))}
+
+
 class RequantLane(wiring.Component):
     """`ops.requant.requantize` for one accumulator a cycle, `LATENCY` cycles later; `dsp`:
     where the partial products are registered (`dsp.registered_product`: ECP5_DSP in a
-    MULT18X18D's output register, None a registered `*`)."""
+    MULT18X18D's output register, None a registered `*`). With `residual` (configs with
+    `requant_residual`) an int8 `residual` input too, added to the zero point in stage 13
+    (the same latency; a lane without it is the same Verilog as before the knob)."""
 
-    valid: In(1)
-    acc: In(signed(ACC_BITS))
-    bias: In(signed(ACC_BITS))
-    significand: In(SIGNIFICAND_BITS)
-    exponent: In(signed(EXPONENT_BITS))
-    zero: In(signed(BOUND_BITS))
-    lo: In(signed(BOUND_BITS))
-    hi: In(signed(BOUND_BITS))
-    out_valid: Out(1)
-    out: Out(signed(BOUND_BITS))
-
-    def __init__(self, dsp: str | None = None):
-        self.dsp = dsp
-        super().__init__()
+    def __init__(self, dsp: str | None = None, residual: bool = False):
+        self.dsp, self.adds_residual = dsp, residual
+        super().__init__(lane_ports(residual))
 
     def elaborate(self, platform):
         m = Module()
@@ -206,8 +217,12 @@ class RequantLane(wiring.Component):
         # 13: the integer |r| < 2**10, or saturated at 2**10
         rounded = q + _nearest_even(q, guard12, sticky12)
         r = reg(Mux(nothing12, 0, Mux(saturated12, 1 << BOUND_BITS, rounded)), "r", BOUND_BITS + 1)
-        # 14: the sign and the zero point
-        zero = delayed(self.zero, 13, "zero")
+        # 14: the sign and the zero point (with the residual: their sum, worked out in 13)
+        if self.adds_residual:
+            both = delayed(self.zero, 12, "zero") + delayed(self.residual, 12, "residual")
+            zero = reg(both, "zero_residual", signed(BOUND_BITS + 1))
+        else:
+            zero = delayed(self.zero, 13, "zero")
         y = reg(Mux(delayed(neg, 11, "neg"), zero - r, zero + r), "y", signed(BOUND_BITS + 3))
         # 15: the clip
         lo, hi = delayed(self.lo, 14, "lo"), delayed(self.hi, 14, "hi")

@@ -54,21 +54,25 @@ class RequantStream(wiring.Component):
                 f"them dividing a row's {self.lanes} (config {cfg.tag})"
             )
         idx = spec.acc_idx_bits
-        super().__init__(
-            {
-                "start": In(1),  # a pulse with the transfer's fields
-                "base": In(idx),  # its first data row
-                "total": In(32),  # its data rows
-                "per_set": In(32),  # data rows per parameter set
-                "param_base": In(idx),
-                "go": In(1),  # the bank is held: reads may issue
-                "room": In(1),  # the store can take one more element in flight
-                "acc": Out(ReadAddress(idx, self.lanes * cfg.acc_bits)),
-                "issued": Out(1),  # a data row's read went out this cycle
-                "out_valid": Out(1),
-                "out": Out(self.lanes * cfg.out_bits),
-            }
-        )
+        ports = {
+            "start": In(1),  # a pulse with the transfer's fields
+            "base": In(idx),  # its first data row
+            "total": In(32),  # its data rows
+            "per_set": In(32),  # data rows per parameter set
+            "param_base": In(idx),
+            "go": In(1),  # the bank is held: reads may issue
+            "room": In(1),  # the store can take one more element in flight
+            "acc": Out(ReadAddress(idx, self.lanes * cfg.acc_bits)),
+            "issued": Out(1),  # a data row's read went out this cycle
+            "out_valid": Out(1),
+            "out": Out(self.lanes * cfg.out_bits),
+        }
+        if cfg.requant_residual:  # the residual add: INP rows from res_base, one a data row
+            inp_row = cfg.batch * cfg.block_in * cfg.inp_bits
+            ports["residual"] = In(1)  # the transfer adds one
+            ports["res_base"] = In(spec.inp_idx_bits)
+            ports["inp"] = Out(ReadAddress(spec.inp_idx_bits, inp_row))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -86,6 +90,11 @@ class RequantStream(wiring.Component):
         params_read = Signal(range(4))  # this set's parameter rows read (3: all)
         in_pipe = Signal(range(SRAM_READ_LATENCY + 1))  # data reads not back yet
         m.submodules.rows = rows = SyncFIFO(width=n * ab, depth=ROW_QUEUE)
+        if cfg.requant_residual:  # the rows' residuals, a queue beside theirs (the same
+            # writes and reads, so the same levels)
+            rb = cfg.inp_bits
+            m.submodules.res_rows = res_rows = SyncFIFO(width=n * rb, depth=ROW_QUEUE)
+            m.d.comb += res_rows.r_en.eq(rows.r_en)
         feeding = Signal()  # a row is in the lanes' passes
         drained = (in_pipe == 0) & ~rows.r_rdy & ~feeding
         read_param = Signal()
@@ -146,14 +155,26 @@ class RequantStream(wiring.Component):
             self.acc.addr.eq(Mux(need_params, param_addr, row)),
             self.issued.eq(read_data),
         ]
+        residual = cfg.requant_residual
+        if residual:  # the data row's residual, read from INP's own port beside it: its row
+            # stepped with the data row's (a flip-flop: no adder before the address)
+            res_row = Signal.like(self.res_base)
+            res_on = Signal()  # whether the transfer adds one
+            with m.If(self.start):
+                m.d.sync += [res_row.eq(self.res_base), res_on.eq(self.residual)]
+            with m.Elif(read_data):
+                m.d.sync += res_row.eq(res_row + 1)
+            m.d.comb += self.inp.addr.eq(res_row)
 
         # ---- the reads' data, SRAM_READ_LATENCY cycles later -----------------------------
         kind = Cat(read_param, read_data, params_read)  # what each read was, carried along
+        if residual:  # and whether its transfer adds a residual
+            kind = Cat(kind, res_on)
         for step in range(SRAM_READ_LATENCY):
             held = Signal.like(kind, name=f"read_kind_{step + 1}")
             m.d.sync += held.eq(kind)
             kind = held
-        param_back, data_back, which = kind[0], kind[1], kind[2:]
+        param_back, data_back, which = kind[0], kind[1], kind[2:4]
         in_pipe_next = in_pipe + read_data - data_back
         m.d.sync += in_pipe.eq(in_pipe_next)
         data = self.acc.data
@@ -184,6 +205,9 @@ class RequantStream(wiring.Component):
                             hi[c].eq(word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS]),
                         ]
         m.d.comb += [rows.w_data.eq(data), rows.w_en.eq(data_back)]
+        if residual:  # the residual beside its row (zeros where the transfer adds none)
+            m.d.comb += res_rows.w_data.eq(Mux(kind[4], self.inp.data, 0))
+            m.d.comb += res_rows.w_en.eq(data_back)
         # the rows read and not yet taken by the lanes (on their way and in the queue), counted
         # as one: a row's landing moves it from one to the other, so the count is not on the
         # landing's path (the 73.2 MHz route: the queue's write through its level and the sum
@@ -209,7 +233,7 @@ class RequantStream(wiring.Component):
                     m.d.sync += part.eq(part + 1)
         lane_units = []
         for i in range(lanes):
-            m.submodules[f"lane{i}"] = lane = RequantLane(self.dsp)
+            m.submodules[f"lane{i}"] = lane = RequantLane(self.dsp, bool(residual))
             lane_units.append(lane)
             m.d.comb += lane.valid.eq(feed)
             for p in range(passes):
@@ -225,6 +249,8 @@ class RequantStream(wiring.Component):
                         lane.lo.eq(lo[c]),
                         lane.hi.eq(hi[c]),
                     ]
+                    if residual:
+                        m.d.comb += lane.residual.eq(res_rows.r_data[k * rb : (k + 1) * rb])
 
         # ---- out: the passes' bytes put together, LATENCY cycles later --------------------
         ob = cfg.out_bits

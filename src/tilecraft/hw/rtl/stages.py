@@ -156,6 +156,9 @@ class StoreStage(wiring.Component):
             acc_bits = cfg.elem_bytes("acc") * 8
             members["acc"] = Out(ReadAddress(isa_for(cfg).acc_idx_bits, acc_bits))
             members["hold"] = Out(BankHold())
+        if cfg.requant_residual:  # the unit's residuals through INP's second read port
+            inp_row = cfg.elem_bytes("inp") * 8
+            members["inp_read"] = Out(ReadAddress(isa_for(cfg).inp_idx_bits, inp_row))
         if cfg.store_to_inp:  # the unit's rows into INP rows, in turns with the INP LOADs
             spec = isa_for(cfg)
             members["inp_write"] = Out(WritePort(spec.sram_bits, cfg.elem_bytes("inp") * 8))
@@ -266,6 +269,8 @@ class StoreStage(wiring.Component):
             requant = Signal()  # the instruction requantizes (its stream feeds the FIFO)
             m.submodules.requant_unit = stream = RequantStream(cfg, self.dsp)
             wiring.connect(m, wiring.flipped(self.acc), stream.acc)
+            if cfg.requant_residual:
+                wiring.connect(m, wiring.flipped(self.inp_read), stream.inp)
             want = Signal()
             bank = Signal()
             m.d.comb += [self.hold.want.eq(want), self.hold.bank.eq(bank)]
@@ -422,14 +427,15 @@ class StoreStage(wiring.Component):
                     params_end = insn.param_base + (sets << 1) + sets  # 3 rows a set
                     last = insn.sram_base + total - 1
                     bank_of = insn.sram_base // bank_rows
-                    m.d.sync += param_bad.eq(
-                        requant
-                        & (
-                            (last // bank_rows != bank_of)
-                            | (insn.param_base // bank_rows != bank_of)
-                            | ((params_end - 1) // bank_rows != bank_of)
-                        )
+                    bad = (
+                        (last // bank_rows != bank_of)
+                        | (insn.param_base // bank_rows != bank_of)
+                        | ((params_end - 1) // bank_rows != bank_of)
                     )
+                    if cfg.requant_residual:  # and the residual's INP rows within INP's
+                        res_end = insn.residual_base + total
+                        bad |= insn.residual & (res_end > cfg.depth("inp"))
+                    m.d.sync += param_bad.eq(requant & bad)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [read.eq(0), sent.eq(0), bursts.eq(0), responses.eq(0)]
@@ -444,6 +450,10 @@ class StoreStage(wiring.Component):
                 with m.Elif(sram_over if stream is None else sram_over | param_bad):
                     fail(regs.ErrorCode.SRAM_RANGE)
                     m.next = "IDLE"
+                if cfg.requant_residual:  # only the unit adds a residual
+                    with m.Elif(insn.residual & ~requant):
+                        fail(regs.ErrorCode.ILLEGAL_MEMORY)
+                        m.next = "IDLE"
                 # (into INP: its rows past INP's, or not the unit's)
                 with m.Elif(dram_over | inp_bad if cfg.store_to_inp else dram_over):
                     fail(dest_error)
@@ -465,6 +475,11 @@ class StoreStage(wiring.Component):
                             stream.per_set.eq(Mux(insn.param_per_row, insn.x_size, total)),
                             stream.param_base.eq(insn.param_base),
                         ]
+                        if cfg.requant_residual:
+                            m.d.comb += [
+                                stream.residual.eq(insn.residual),
+                                stream.res_base.eq(insn.residual_base),
+                            ]
                     m.next = "RUN"
             with m.State("RUN"):
                 if stream is None:

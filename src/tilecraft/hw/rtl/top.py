@@ -207,6 +207,19 @@ class Accelerator(wiring.Component):
                 r.addr.eq(read.addr),
                 read.data.eq(word),
             ]
+            if name == "inp" and cfg.requant_residual:  # a copy of INP, written alike, whose
+                # read port is the unit's residual add's (the GEMM core keeps its own)
+                copy = Memory(shape=mem.shape, depth=mem.depth, init=[], attrs=NO_RW_CHECK)
+                m.submodules.inp_residual_mem = copy
+                w2, r2 = copy.write_port(), copy.read_port()
+                res = store.inp_read
+                m.d.comb += [
+                    w2.addr.eq(w_addr),
+                    w2.data.eq(w_data),
+                    w2.en.eq(w_en),
+                    r2.addr.eq(res.addr),
+                    res.data.eq(read_registers(m, r2.data, "inp_residual")),
+                ]
         wiring.connect(m, store.out, compute.out)
         if cfg.requant_lanes:  # the unit's reads, through the bank the store holds
             wiring.connect(m, store.acc, compute.acc_store)

@@ -1,0 +1,144 @@
+"""The requantization unit's residual add on the generated Verilog (tier `rtl`; configs with
+`requant_residual`): the store stage reads each data row's residual through INP's second read
+port and the lanes add it after their rounding. Random programs (half their requantizing
+STOREs with a residual), compiled residual convolutions on the unit, and bad STOREs: the
+simulator's outputs (and the reference's for the convolutions), its error classes, and its
+cycles within the bound every hardware change is held to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiers import require_rtl
+
+from tilecraft.errors import AccessError, IllegalInstructionError
+from tilecraft.hw.config import preset
+from tilecraft.runtime import get_device
+
+pytestmark = [pytest.mark.rtl, pytest.mark.slow]  # Verilator models take minutes to build
+
+require_rtl()
+
+MAX_CYCLE_ERROR = 0.005  # the bound for programs that use a hardware change
+RANDOM, CONVS = 48, 4
+
+
+def _cfg():
+    return preset("1x8x8").replace(requant_lanes=8).with_requant_residual()
+
+
+def _conv(cfg, seed: int):
+    """A random conv2d whose float32 epilogue adds a residual on the unit: (program, inputs,
+    the reference's output)."""
+    from tilecraft.compiler.operator.conv2d import conv2d
+    from tilecraft.compiler.operator.params import random_scales
+    from tilecraft.ops import Conv2d, Epilogue
+    from tilecraft.ops import reference as R
+    from tilecraft.runtime.layout import pack_inputs, random_inputs
+
+    rng = np.random.default_rng(seed)
+    h = int(rng.integers(4, 12))
+    op = Conv2d(1, int(rng.integers(3, 20)), h, h, int(rng.integers(4, 24)), kernel=3, pad=1)
+    ep = Epilogue(bias=True, multiplier="float32", offset=int(rng.integers(-9, 9)), residual=True)
+    params = {
+        "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
+        "bias": rng.integers(-(1 << 14), 1 << 14, op.oc, dtype=np.int32),
+        "multiplier": random_scales(rng, op.oc),
+    }
+    program = conv2d(cfg, op, ep, **params)
+    inputs = random_inputs(program, rng)
+    extra = {k: v for k, v in params.items() if k != "weight"}
+    want = R.conv2d(op, ep, inputs["input"], params["weight"], residual=inputs["residual"], **extra)
+    return program, pack_inputs(program, inputs), want
+
+
+@pytest.fixture(scope="module")
+def residual_runs():
+    from tilecraft.compiler.programs.random_test_programs import random_program
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    cfg = _cfg()
+    jobs = [(f"random seed {s}", *random_program(cfg, s), None) for s in range(RANDOM)]
+    jobs += [(f"conv seed {s}", *_conv(cfg, s)) for s in range(CONVS)]
+    rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i, _ in jobs])
+    sim = [get_device("sim").run(p, i) for _, p, i, _ in jobs]
+    return cfg, jobs, rtl, sim
+
+
+def test_residual_adds_are_bit_exact_and_timed_on_the_rtl(residual_runs):
+    from tilecraft.hw.isa import Opcode, isa_for
+    from tilecraft.hw.isa.codec import decode
+    from tilecraft.runtime.layout import unpack_outputs
+
+    cfg, jobs, rtl, sim = residual_runs
+    residuals = 0
+    for (name, program, _, want), r, s in zip(jobs, rtl, sim):
+        rows = decode(isa_for(cfg), program.insns)
+        residuals += int((rows["residual"][rows["opcode"] == Opcode.STORE] == 1).sum())
+        for key in s.outputs:
+            assert np.array_equal(r.outputs[key], s.outputs[key]), (name, key)
+        if want is not None:
+            got = unpack_outputs(program, r.outputs)["output"]
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        error = abs(s.report.cycles - r.report.cycles) / r.report.cycles
+        assert error <= MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
+    assert residuals >= RANDOM  # about one a random program, and every conv's STOREs
+
+
+def test_bad_residual_stores_raise_the_simulators_error_class():
+    """A residual without the unit's requantization, and one whose rows run past INP's end:
+    the store stage stops with the simulator's error class, at the same instruction; one whose
+    last row is INP's last runs to the end as modeled."""
+    from tilecraft.compiler.operator.builder import ProgramBuilder
+    from tilecraft.hw.isa import Finish, Load, MemId, Store
+    from tilecraft.runtime.buffers import Role
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    from harness import requant_rows
+
+    cfg = _cfg()
+    acc, _ = requant_rows(cfg, np.random.default_rng(2), 8)
+
+    def program(at: int, requant: bool):
+        pb = ProgramBuilder(cfg, "bad")
+        rows = pb.buffer("acc", Role.CONSTANT, acc.shape, np.int32, data=acc)
+        out = pb.buffer("o", Role.OUTPUT, (8, cfg.batch, cfg.block_out), np.int8)
+        idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+        n = len(acc)
+        store = Store(
+            sram_base=0, dram_base=pb.elem(out, "out"), y_size=1, x_size=8, x_stride=8,
+            requant=requant, param_base=8, residual=True, residual_base=at, pop_prev=True,
+            push_prev=True,
+        )  # fmt: skip
+        return pb.build(
+            [
+                Load(
+                    mem=MemId.ACC,
+                    sram_base=0,
+                    dram_base=pb.elem(rows, "acc"),
+                    y_size=1,
+                    x_size=n,
+                    x_stride=n,
+                    push_next=True,
+                ),
+                store,
+                Load(mem=MemId.UOP, **idle, pop_next=True),
+                Finish(),
+            ]  # fmt: skip
+        )
+
+    device = RtlDevice(cfg)
+    last = cfg.depth("inp") - 8
+    for p, cls in (
+        (program(100, requant=False), IllegalInstructionError),
+        (program(last + 1, requant=True), AccessError),
+    ):
+        with pytest.raises(cls) as rtl_error:
+            device.run(p, {})
+        with pytest.raises(cls) as sim_error:
+            get_device("sim").run(p, {})
+        assert rtl_error.value.index == sim_error.value.index == 1
+    p = program(last, requant=True)  # its last row INP's last
+    rtl, sim = device.run(p, {}), get_device("sim").run(p, {})
+    assert np.array_equal(rtl.outputs["o"], sim.outputs["o"])
+    assert abs(rtl.report.cycles - sim.report.cycles) <= 8, (rtl.report, sim.report)
