@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tilecraft.compiler.programs.eltwise import compile_scaled_add
-from tilecraft.compiler.quant.quantize import add_requant
+from tilecraft.compiler.quant.requantization import add_requant
 from tilecraft.errors import ScheduleError
 from tilecraft.hw.config import HwConfig, preset
 from tilecraft.ops import Computation, ScaledAdd

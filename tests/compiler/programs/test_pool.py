@@ -133,7 +133,7 @@ def test_the_average_pool_with_zero_points_is_the_average_of_the_real_values():
 def test_the_average_pools_multiplier_is_as_close_as_32_bits_allow():
     """weight x multiplier carries up to 22 bits, fewer where the sum's reach leaves fewer
     within 32 bits (2**31 / reach): the error is within a few units of that precision."""
-    from tilecraft.compiler.quant.quantize import gap_requant
+    from tilecraft.compiler.quant.requantization import gap_requant
 
     rng = np.random.default_rng(5)
     for scale, count, zero in zip(
