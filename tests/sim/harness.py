@@ -122,3 +122,36 @@ def requant_store(cfg, rows: int, dram_base: int, param_base: int, y_size=1, loa
         ),
         Load(mem=MemId.UOP, **idle, pop_next=True),
     ]  # fmt: skip
+
+
+def requant_store_program(cfg, acc: np.ndarray, store: dict, out_rows: int = 8, then=()):
+    """A program of its own (for the RTL device): accumulator rows `acc` (with their parameter
+    rows) LOADed, one requantizing STORE of `store`'s fields (its `dram_base` an element of
+    the output buffer of `out_rows` rows unless given), a compute no-op that waits for it,
+    `then`, FINISH."""
+    from tilecraft.compiler.operator.builder import ProgramBuilder
+    from tilecraft.runtime.buffers import Role
+
+    pb = ProgramBuilder(cfg, "store")
+    rows = pb.buffer("acc", Role.CONSTANT, acc.shape, np.int32, data=acc)
+    out = pb.buffer("o", Role.OUTPUT, (out_rows, cfg.batch, cfg.block_out), np.int8)
+    idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    n = len(acc)
+    fields = {"sram_base": 0, "dram_base": pb.elem(out, "out"), "y_size": 1, "requant": True}
+    return pb.build(
+        [
+            Load(
+                mem=MemId.ACC,
+                sram_base=0,
+                dram_base=pb.elem(rows, "acc"),
+                y_size=1,
+                x_size=n,
+                x_stride=n,
+                push_next=True,
+            ),
+            Store(pop_prev=True, push_prev=True, **(fields | store)),
+            Load(mem=MemId.UOP, **idle, pop_next=True),
+            *then,
+            Finish(),
+        ]  # fmt: skip
+    )

@@ -89,43 +89,16 @@ def test_bad_residual_stores_raise_the_simulators_error_class():
     """A residual without the unit's requantization, and one whose rows run past INP's end:
     the store stage stops with the simulator's error class, at the same instruction; one whose
     last row is INP's last runs to the end as modeled."""
-    from tilecraft.compiler.operator.builder import ProgramBuilder
-    from tilecraft.hw.isa import Finish, Load, MemId, Store
-    from tilecraft.runtime.buffers import Role
     from tilecraft.sim.rtl.device import RtlDevice
 
-    from harness import requant_rows
+    from harness import requant_rows, requant_store_program
 
     cfg = _cfg()
     acc, _ = requant_rows(cfg, np.random.default_rng(2), 8)
 
     def program(at: int, requant: bool):
-        pb = ProgramBuilder(cfg, "bad")
-        rows = pb.buffer("acc", Role.CONSTANT, acc.shape, np.int32, data=acc)
-        out = pb.buffer("o", Role.OUTPUT, (8, cfg.batch, cfg.block_out), np.int8)
-        idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
-        n = len(acc)
-        store = Store(
-            sram_base=0, dram_base=pb.elem(out, "out"), y_size=1, x_size=8, x_stride=8,
-            requant=requant, param_base=8, residual=True, residual_base=at, pop_prev=True,
-            push_prev=True,
-        )  # fmt: skip
-        return pb.build(
-            [
-                Load(
-                    mem=MemId.ACC,
-                    sram_base=0,
-                    dram_base=pb.elem(rows, "acc"),
-                    y_size=1,
-                    x_size=n,
-                    x_stride=n,
-                    push_next=True,
-                ),
-                store,
-                Load(mem=MemId.UOP, **idle, pop_next=True),
-                Finish(),
-            ]  # fmt: skip
-        )
+        store = dict(x_size=8, x_stride=8, requant=requant, param_base=8, residual=True)
+        return requant_store_program(cfg, acc, store | {"residual_base": at})
 
     device = RtlDevice(cfg)
     last = cfg.depth("inp") - 8

@@ -85,50 +85,17 @@ def test_bad_stores_into_inp_raise_the_simulators_error_class():
     rows run past INP's end: the store stage stops with the simulator's error class, at the
     same instruction. One whose last row is INP's last, and an empty one followed by an INP
     LOAD (the port's turn given back without a row written), run to the end as modeled."""
-    from tilecraft.compiler.operator.builder import ProgramBuilder
-    from tilecraft.hw.isa import Finish, Load, MemId, Store
-    from tilecraft.runtime.buffers import Role
+    from tilecraft.hw.isa import Load, MemId
     from tilecraft.sim.rtl.device import RtlDevice
 
-    from harness import requant_rows
+    from harness import requant_rows, requant_store_program
 
     cfg = preset(INTO_INP_CONFIGS[0]).replace(requant_lanes=8).with_store_to_inp()
     acc, _ = requant_rows(cfg, np.random.default_rng(2), 8)
 
     def program(at: int, requant: bool, x: int = 8, then=()):
-        pb = ProgramBuilder(cfg, "bad")
-        rows = pb.buffer("acc", Role.CONSTANT, acc.shape, np.int32, data=acc)
-        pb.buffer("o", Role.OUTPUT, (4, cfg.batch, cfg.block_out), np.int8)
-        idle = dict(sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
-        n = len(acc)
-        return pb.build(
-            [
-                Load(
-                    mem=MemId.ACC,
-                    sram_base=0,
-                    dram_base=pb.elem(rows, "acc"),
-                    y_size=1,
-                    x_size=n,
-                    x_stride=n,
-                    push_next=True,
-                ),
-                Store(
-                    sram_base=0,
-                    dram_base=at,
-                    y_size=1,
-                    x_size=x,
-                    x_stride=8,
-                    requant=requant,
-                    param_base=8,
-                    to_inp=True,
-                    pop_prev=True,
-                    push_prev=True,
-                ),
-                Load(mem=MemId.UOP, **idle, pop_next=True),
-                *then,
-                Finish(),
-            ]  # fmt: skip
-        )
+        store = dict(dram_base=at, x_size=x, x_stride=8, requant=requant, param_base=8)
+        return requant_store_program(cfg, acc, store | {"to_inp": True}, out_rows=4, then=then)
 
     device = RtlDevice(cfg)
     past_the_end = cfg.depth("inp") - 6
