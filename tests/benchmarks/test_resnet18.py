@@ -26,7 +26,7 @@ def test_resnet18_suite():
     ):
         assert key in r
     unit = r["with_unit"]  # the preset's twin with the requantization unit, same run
-    assert unit["bit_exact_vs_reference"] and unit["config"] == f"{r['config']}_rq8"
+    assert unit["bit_exact_vs_reference"] and unit["config"] == f"{r['config']}_rq8_rr"
     assert 70 < unit["accelerator_ms"] < r["accelerator_ms"]  # the epilogues off the ALU
     assert "ResNet-18 on" in resnet18.format_table(r) and "_rq8" in resnet18.format_table(r)
 
@@ -81,4 +81,4 @@ def test_resnet18_quantized_by_onnxruntime_is_one_program():
             assert e["tensors_equal"] == e["tensors_compared"], (name, e)
         else:  # the convs onnxruntime leaves in float32 are not reproduced
             assert v["float_convs"] > 0 and e["tensors_equal"] < e["tensors_compared"], name
-    assert r["unit_config"].endswith("_rq8") and "int8" in suite.format_table(r)
+    assert r["unit_config"].endswith("_rq8_rr") and "int8" in suite.format_table(r)
