@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilecraft.benchmarks.resnet18_layers import epilogue_for
+from tilecraft.benchmarks.resnet18_layers import epilogue_for, roofline_cycles
 from tilecraft.benchmarks.workloads import layer_op, resnet18_layers
 from tilecraft.compiler.tune.features import features
 from tilecraft.compiler.tune.measure import CycleModel
@@ -131,12 +131,10 @@ def _layer(name: str, tasks: dict, cycles: dict, seeds: int) -> dict:
     warm = _warm(name, tasks, cycles)
     transfer = [trials("model", s, warm) for s in range(seeds)]
     found = tune(task, replay, TUNED_TRIALS, seed=0)
-    program = compile_operator(
-        task.config, task.op, task.epilogue, schedule=found.best, check=False
-    ).program
-    report = model_report(program)
+    comp = compile_operator(task.config, task.op, task.epilogue, schedule=found.best, check=False)
+    report = model_report(comp.program)
     ideal = task.op.macs / task.config.macs_per_cycle
-    roofline = max(ideal, sum(report.dram_bytes.values()) / task.config.axi_bytes)
+    _, roofline = roofline_cycles(task.config, comp.mapped, sum(report.dram_bytes.values()))
     return {
         "name": name,
         "schedules": cap,
