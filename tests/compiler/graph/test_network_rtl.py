@@ -1,5 +1,5 @@
 """Whole networks on the generated Verilog: every tensor bit-exact with the simulator, cycles
-within the model's 2%. ResNet-18 is the issue's check (~40 s on the RTL); the tiny network
+within the 0.5% every hardware change is held to. ResNet-18 is the issue's check (~40 s on the RTL); the tiny network
 covers a chained program with residuals on a second config."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
 require_rtl()
 
+MAX_CYCLE_ERROR = 0.005
+
 
 def _compare(model, shape, seed):
     x = {"input": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
@@ -31,7 +33,7 @@ def _compare(model, shape, seed):
         np.testing.assert_array_equal(rtl.tensors[name], value, err_msg=name)
     for a, b in zip(sim.steps, rtl.steps):
         if a.cycles is not None:
-            assert abs(a.cycles - b.cycles) <= 0.02 * b.cycles, (a.name, a.cycles, b.cycles)
+            assert abs(a.cycles - b.cycles) <= MAX_CYCLE_ERROR * b.cycles, (a.name, a.cycles, b.cycles)
     return sim, rtl
 
 
