@@ -47,7 +47,8 @@ def test_on_a_config_with_the_unit_the_layers_requantize_on_it():
 def test_the_roofline_is_taken_over_the_reduction_padded_to_the_array():
     """Layer A's folded reduction, 3 x 7 x 7 = 147 channels, takes 160 of the array's lanes (10
     blocks of 16): its compute bound is 8x8 pixels x 16 outputs x 160 / 256 = 640 cycles, not
-    the 588 its MACs alone would give; B's 32 channels fill two blocks, so its bound is its MACs'."""
+    the 588 its MACs alone would give; B's 32 channels fill two blocks, so its bound is its
+    MACs'."""
     result = bench.run(layers=LAYERS, check=False)
     a, b = result["layers"]
     assert a["folded"] and a["ideal_cycles"] == 8 * 8 * 16 * 147 / 256

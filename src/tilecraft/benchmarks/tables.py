@@ -143,8 +143,11 @@ def _resnet18_layers(r: dict) -> str:
             for x in r["layers"]
         ],
     )
-    return figures + "\n\n" + layers + (
-        f"\n\nWith the unit: {r['with_unit']['config']}." if r.get("with_unit") else ""
+    return (
+        figures
+        + "\n\n"
+        + layers
+        + (f"\n\nWith the unit: {r['with_unit']['config']}." if r.get("with_unit") else "")
     )
 
 

@@ -1,6 +1,6 @@
 """Whole networks on the generated Verilog: every tensor bit-exact with the simulator, cycles
-within the 0.5% every hardware change is held to. ResNet-18 is the issue's check (~40 s on the RTL); the tiny network
-covers a chained program with residuals on a second config."""
+within the 0.5% every hardware change is held to. ResNet-18 is the issue's check (~40 s on the
+RTL); the tiny network covers a chained program with residuals on a second config."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _compare(model, shape, seed):
         np.testing.assert_array_equal(rtl.tensors[name], value, err_msg=name)
     for a, b in zip(sim.steps, rtl.steps):
         if a.cycles is not None:
-            assert abs(a.cycles - b.cycles) <= MAX_CYCLE_ERROR * b.cycles, (a.name, a.cycles, b.cycles)
+            error = abs(a.cycles - b.cycles)
+            assert error <= MAX_CYCLE_ERROR * b.cycles, (a.name, a.cycles, b.cycles)
     return sim, rtl
 
 
