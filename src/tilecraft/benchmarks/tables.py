@@ -11,62 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tilecraft.benchmarks import results
+from tilecraft.benchmarks.markdown import figures_block, lookup, md_table, schedule_text, value
 
 README = Path(__file__).with_name("README.md")
 BLOCK = re.compile(r"(<!-- figures: ([a-z0-9-]+) -->\n)(.*?)(<!-- /figures: \2 -->)", re.S)
-
-Row = tuple[str, str, str]  # (JSON key path, what it is, goal)
-
-
-def _get(data, path: str):
-    for part in path.split("."):
-        if isinstance(data, list):
-            data = data[int(part)]
-        elif isinstance(data, dict) and part in data:
-            data = data[part]
-        else:
-            return None
-    return data
-
-
-def value(v, digits: int = 3) -> str:
-    """A figure as the README prints it."""
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        if abs(v) >= 1000:
-            return f"{v:,.0f}"
-        return f"{v:.{digits}f}" if abs(v) < 100 else f"{v:.1f}"
-    return str(v)
-
-
-def _schedule(s) -> str:
-    """A recorded schedule as `tilecraft bench` prints it: tiles, order, slots."""
-    if not isinstance(s, dict):
-        return str(s or "")
-    tiles = " ".join(str(s[k]) for k in ("tile_oc", "tile_ic", "tile_oh", "tile_ow"))
-    slots = f"x{s['acc_slots']}" if s.get("double_buffer") else "single"
-    return f"{tiles} {s.get('order', '')} {slots}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _figures(result: dict, rows: list[Row]) -> str:
-    return _table(
-        ["figure (JSON key)", "goal", "measured"],
-        [
-            [f"`{key}` ({what})" if what else f"`{key}`", goal, f"**{value(_get(result, key))}**"]
-            for key, what, goal in rows
-        ],
-    )
 
 
 def _provenance(entry: dict) -> str:
@@ -87,7 +35,7 @@ def _provenance(entry: dict) -> str:
 
 # ---- per suite -------------------------------------------------------------------------------
 def _resnet18_layers(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("mac_weighted_utilization", "MACs / (cycles x 256), MAC-weighted", "≥ 0.98"),
@@ -112,7 +60,7 @@ def _resnet18_layers(r: dict) -> str:
         ],
     )
     unit = {x["name"]: x for x in (r.get("with_unit") or {}).get("layers", [])}
-    layers = _table(
+    layers = md_table(
         [
             "layer",
             "MMACs",
@@ -132,7 +80,7 @@ def _resnet18_layers(r: dict) -> str:
                 value(x["utilization"]),
                 value(x["roofline_fraction"]),
                 value(x["utilization_no_overlap"]),
-                _schedule(x.get("schedule")),
+                schedule_text(x.get("schedule")),
                 value(x["compile_seconds"], 2),
             ]
             + (
@@ -153,7 +101,7 @@ def _resnet18_layers(r: dict) -> str:
 
 def _network(goal_ms: str) -> Callable[[dict], str]:
     def render(r: dict) -> str:
-        return _figures(
+        return figures_block(
             r,
             [
                 ("modeled_latency_ms", "accelerator + host", goal_ms),
@@ -180,7 +128,7 @@ def _network(goal_ms: str) -> Callable[[dict], str]:
 
 
 def _digits(r: dict) -> str:
-    return _figures(
+    return figures_block(
         r,
         [
             ("float_accuracy", "360 held-out images", "—"),
@@ -195,7 +143,7 @@ def _digits(r: dict) -> str:
 
 
 def _onnxruntime(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("onnxruntime_equal_fraction", "int8 logits equal to onnxruntime's", "1.0"),
@@ -223,11 +171,8 @@ def _onnxruntime(r: dict) -> str:
             value(a.get("equal_fraction")),
         ]
     )
-    return (
-        figures
-        + "\n\n"
-        + _table(["requantization", "cycles per image", "accuracy", "equal to onnxruntime"], modes)
-    )
+    header = ["requantization", "cycles per image", "accuracy", "equal to onnxruntime"]
+    return figures + "\n\n" + md_table(header, modes)
 
 
 def _float_convs(v: dict) -> str:
@@ -257,7 +202,7 @@ def _onnxruntime_resnet18(r: dict) -> str:
             ]
         )
     return (
-        _table(
+        md_table(
             [
                 "variant",
                 "programs",
@@ -300,12 +245,12 @@ def _onnxruntime_on_unit(r: dict) -> str:
         f"\n\nOn {r.get('unit_config', r.get('config'))}, with the requantization unit: "
         "modeled ms as compiled; then the rest with `--requant onnxruntime` (every rounding "
         "onnxruntime's, the Adds on the host as QLinearAdd; modeled ms = the accelerator's "
-        "and the host's, measured here):\n\n" + _table(head, rows)
+        "and the host's, measured here):\n\n" + md_table(head, rows)
     )
 
 
 def _sim_speed(r: dict) -> str:
-    return _figures(
+    return figures_block(
         r,
         [
             ("ratio", "sim_seconds / numpy_seconds", "≤ 2"),
@@ -316,7 +261,7 @@ def _sim_speed(r: dict) -> str:
 
 
 def _rtl_speed(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("cycles_per_second", "simulated cycles per wall-clock second", "≥ 100,000"),
@@ -338,7 +283,7 @@ def _rtl_speed(r: dict) -> str:
     worst = max(sweeps, key=lambda x: x["max_cycle_error"])["worst"]
     return (
         f"{figures}\n\nThe model against the RTL over random layers under random legal "
-        f"schedules (`schedules.N.KEY`):\n\n{_table(header, rows)}\n\nThe worst: model "
+        f"schedules (`schedules.N.KEY`):\n\n{md_table(header, rows)}\n\nThe worst: model "
         f"{worst['model']:,} cycles, RTL {worst['rtl']:,}: {worst['schedule']}."
     )
 
@@ -363,13 +308,13 @@ def _resources(r: dict) -> str:
             ]
         )
     return (
-        _table(["config", "part", "LUT", "FF", "DSP", "BRAM36", "seconds"], rows)
+        md_table(["config", "part", "LUT", "FF", "DSP", "BRAM36", "seconds"], rows)
         + "\n\nGoal: the default config within 70% of each resource of the xc7z020."
     )
 
 
 def _cpu_fallback(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("conv_max_vs_numpy", "the convs' worst ours / numpy", "≤ 1"),
@@ -388,7 +333,7 @@ def _cpu_fallback(r: dict) -> str:
             ("host_cpu", "", "—"),
         ],
     )
-    cases = _table(
+    cases = md_table(
         ["case", "dtype", "ours ms", "numpy ms", "onnxruntime ms", "vs numpy", "vs onnxruntime"],
         [
             [
@@ -404,7 +349,7 @@ def _cpu_fallback(r: dict) -> str:
         ],
     )
     targets = r.get("arm") or []
-    emulated = _table(
+    emulated = md_table(
         ["ARM target", "kernel (emulated)", "instructions per MAC", "build s", "bytes"],
         [
             [t["target"] + f" ({t.get('cpu', '')})", e["name"],
@@ -415,7 +360,7 @@ def _cpu_fallback(r: dict) -> str:
             for e in t.get("emulated", [])
         ],
     )  # fmt: skip
-    accelerator = _get(r, "related.resnet18.accelerator_ms")
+    accelerator = lookup(r, "related.resnet18.accelerator_ms")
     return figures + "\n\n" + cases + "\n\n" + emulated + _a9_estimate(r, accelerator)
 
 
@@ -431,7 +376,7 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
         if accelerator and name.startswith("resnet18_network"):
             ratio = f"{v['estimate_ms'] / accelerator:.0f}x its {accelerator:.1f} ms"
         rows.append([name, value(v["macs"]), f"{v['estimate_ms']:,.0f} ms (estimate)", ratio])
-    table = _table(
+    table = md_table(
         ["network", "MACs", "Cortex-A9, one core (estimate)", "the accelerator (modeled)"], rows
     )
     return (
@@ -446,7 +391,7 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
 
 
 def _timing(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("fmax_mhz", "after routing", "≥ 100"),
@@ -461,7 +406,7 @@ def _timing(r: dict) -> str:
     out = [figures]
     if r.get("seeds"):
         out.append(
-            _table(
+            md_table(
                 ["seed", "Fmax MHz", "failing endpoints"],
                 [
                     [str(x["seed"]), value(x["fmax_mhz"], 1), value(x.get("failing_endpoints"))]
@@ -470,7 +415,7 @@ def _timing(r: dict) -> str:
             )
         )
     use = {k: (v.get("used") if isinstance(v, dict) else v) for k, v in r["resources"].items()}
-    out.append(_table(["resource", "used"], [[k, value(v)] for k, v in use.items() if v]))
+    out.append(md_table(["resource", "used"], [[k, value(v)] for k, v in use.items() if v]))
     return "\n\n".join(out)
 
 
@@ -501,7 +446,7 @@ def _dse(r: dict) -> str:
     head = "config (* joint front; o: joint front without the unit)"
     models = [r.get("model"), *extra]
     ms = [f"{MODEL_TITLES.get(m, m or 'ResNet-18')} accelerator ms" for m in models]
-    return _table([head, *ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
+    return md_table([head, *ms, "LUT", "FF", "DSP", "BRAM36", "fits"], rows)
 
 
 def _dse_latency(p: dict) -> str:
@@ -530,7 +475,7 @@ def _gpu_fallback(r: dict) -> str:
         f"On {r.get('gpu', '?')} (compute capability {r.get('compute_capability', '?')})"
         + (f"; {with_}" if with_ else "")
         + ":\n\n"
-        + _table(
+        + md_table(
             [
                 "network",
                 "GPU ms",
@@ -546,7 +491,7 @@ def _gpu_fallback(r: dict) -> str:
 
 
 def _tuner(r: dict) -> str:
-    figures = _figures(
+    figures = figures_block(
         r,
         [
             ("median_trials_ratio", "random / tuner trials to 95% of the exhaustive best", "≥ 4"),
@@ -562,7 +507,7 @@ def _tuner(r: dict) -> str:
             for x in r.get("layers", [])]  # fmt: skip
     header = ["layer", "space", "exhaustive best", "tuner trials to 95%", "random",
               "tuned roofline fraction"]  # fmt: skip
-    layers = _table(header, rows)
+    layers = md_table(header, rows)
     return figures + "\n\n" + layers
 
 
