@@ -170,16 +170,21 @@ def unit_runs(request):
 
 
 UNIT_WITH_THE_MODE = ("default",)  # its model is the depthwise tier's
+UNIT_WITH_THE_ADD = ("1x8x8", "default")  # the residual tier's, and MobileNetV2's on the RTL
 
 
 def _unit_config(name: str):
-    """`name` with the unit; on default with the depthwise mode as well, so that one Verilator
-    model (about a minute to build) serves both tiers: the mode is built into fetch, the
-    compute stage and the GEMM unit, the unit into the store stage, which is the same with
-    or without the mode. 1x8x8 (no mode there) and 2x16x16 (whose model the long-STORE test
-    below needs) build the unit alone."""
+    """`name` with the unit. So that each Verilator model (about a minute to build) serves
+    several tiers: on default with the depthwise mode and the unit's residual add as well (the
+    depthwise tier's model, and `test_rtl_network.py`'s), on 1x8x8 with the residual add (the
+    residual tier's); the mode is built into fetch, the compute stage and the GEMM unit, the
+    add into the unit's last stages, and the random programs use both. 2x16x16 (whose model
+    the long-STORE test below needs) builds the unit alone, so the unit without its add stays
+    in the tier."""
     cfg = preset(name).replace(requant_lanes=8)
-    return cfg.with_depthwise_mode(3) if name in UNIT_WITH_THE_MODE else cfg
+    if name in UNIT_WITH_THE_MODE:
+        cfg = cfg.with_depthwise_mode(3)
+    return cfg.with_requant_residual() if name in UNIT_WITH_THE_ADD else cfg
 
 
 def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
@@ -195,6 +200,7 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
 
 
 DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
+DEPTHWISE_WITH_THE_ADD = ("default",)  # the unit tier's model (`_unit_config`)
 DEPTHWISE_RANDOM = 48
 
 
@@ -228,6 +234,8 @@ def depthwise_runs(request):
     from tilecraft.sim.rtl.device import RtlDevice
 
     cfg = preset(request.param).replace(requant_lanes=8).with_depthwise_mode(3)
+    if request.param in DEPTHWISE_WITH_THE_ADD:
+        cfg = cfg.with_requant_residual()
     jobs = _depthwise_programs(cfg)
     rtl = RtlDevice(cfg).run_many([(p, i) for _, p, i in jobs])
     sim = [get_device("sim").run(p, i) for _, p, i in jobs]
