@@ -299,6 +299,14 @@ def test_a_negative_schedule_reaches_the_schedule_check(tmp_path, capsys):
         (["sim", "p.tcp", "--seed", "-1"], "--seed: expected a whole number >= 0, got '-1'"),
         (["compile", "dense", "--seed", "x", "-o", "o"], "--seed: expected a whole number >= 0"),
         (["compile", "dense", "--max-insns", "0", "-o", "o"], "--max-insns: expected a whole"),
+        (["compile", "dense", "--max-insns", "-5", "-o", "o"], "a whole number >= 1, got '-5'"),
+        (["tune", "dense", "--batch", "0"], "--batch: expected a whole number >= 1, got '0'"),
+        (["tune", "dense", "--timeout", "0"], "--timeout: expected seconds > 0, got '0'"),
+        (["tune", "dense", "--timeout", "nan"], "--timeout: expected seconds > 0, got 'nan'"),
+        (
+            ["run", "m.tcm", "--input", "x.npy", "--top-k", "0"],
+            "--top-k: expected a whole number >= 1",
+        ),
         (["bench", "rtl-speed", "--random", "-2"], "--random: expected a whole number >= 0"),
     ],
 )
@@ -417,3 +425,34 @@ def test_resource_counting():
 def test_resnet_on_rtl_refuses_unknown_layers(capsys):
     assert main(["bench", "resnet18-layers", "--rtl", "C4,C99"]) == 1
     assert "unknown layers ['C99']; the workload has C1..C11" in capsys.readouterr().err
+
+
+def test_a_given_schedule_is_said_to_be_given(tmp_path, capsys):
+    out = str(tmp_path / "x.tcp")
+    layer = ["--H", "14", "--W", "14", "--IC", "32", "--OC", "32", "--K", "3", "--P", "1"]
+    assert main(["compile", "conv2d", *layer, "--schedule", "1,1,2,7", "-o", out]) == 0
+    text = capsys.readouterr().out
+    assert "tile_oc=1: chosen by the given schedule (2 would fit)" in text
+    assert "the cost model" not in text
+    assert main(["compile", "conv2d", *layer, "-o", out]) == 0
+    assert "chosen by the cost model" in capsys.readouterr().out
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    """`tilecraft disasm P | head -1`: the pipe closes under the command's output (over 100
+    KB here, more than a pipe holds, so the writes after the reader stops fail)."""
+    import subprocess
+    import sys
+
+    program = tmp_path / "p.tcp"
+    layer = ["--H", "112", "--W", "112", "--IC", "64", "--OC", "64", "--K", "3", "--P", "1"]
+    assert main(["compile", "conv2d", *layer, "-o", str(program)]) == 0
+    code = (
+        f"import sys; from tilecraft.cli import main; sys.exit(main(['disasm', {str(program)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert len(done.stdout) > 100_000  # what makes the pipe below overflow
+    piped = subprocess.run(
+        f'"{sys.executable}" -c "{code}" | head -1', shell=True, capture_output=True, text=True
+    )
+    assert piped.stdout.strip() and "Traceback" not in piped.stderr, piped.stderr

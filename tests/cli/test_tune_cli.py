@@ -51,6 +51,9 @@ def test_tune_resume_then_compile_with_the_records(tmp_path, capsys):
     [
         (["--trials", "0"], "--trials must be at least 1, not 0"),
         (["--measure", "fpga"], "unknown measurer 'fpga'; valid: sim, rtl"),
+        (["--bitfile", "a.bit"], "--bitfile is for --measure pynq, not --measure sim"),
+        (["--fpga"], "--fpga asks a Dask cluster for FPGAs: give --workers or --scheduler"),
+        (["--plot", "p.txt"], "a plot is written as .png, .svg, .pdf (by the file's extension)"),
     ],
 )
 def test_bad_tune_requests(capsys, extra, message):

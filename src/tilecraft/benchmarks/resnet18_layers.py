@@ -130,9 +130,9 @@ def run(
     layers = layers or resnet18_layers()
     tuned = None
     if records:
-        from tilecraft.compiler.tune.records import Records
+        from tilecraft.compiler.tune.records import applied_records
 
-        tuned = Records(records, cfg.digest, None)
+        tuned = applied_records(records, cfg.digest)
     result = {"suite": "resnet18-layers", **_layers(cfg, layers, seed, check, tuned)}
     if not cfg.requant_lanes and records is None:
         result["with_unit"] = _layers(cfg.with_requant_unit(), layers, seed, check, None)

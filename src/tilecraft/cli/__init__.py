@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -21,10 +23,11 @@ from tilecraft.cli.common import (
     write_json,
     write_trace,
 )
-from tilecraft.errors import TilecraftError
+from tilecraft.errors import PathError, TilecraftError
 from tilecraft.files import read_json
 
 OUTPUTS = ("output", "json", "trace", "plot")  # file arguments checked before any work
+PLOT_FORMATS = (".png", ".svg", ".pdf")  # what matplotlib writes by the extension
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except TilecraftError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `tilecraft ... | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that Python's exit flush cannot fail again
         return 1
 
 
@@ -69,6 +76,12 @@ def _check_outputs(args) -> None:
         path = getattr(args, name, None)
         if path:
             check_writable(path, f"--{name}")
+    plot = getattr(args, "plot", None)
+    if plot and Path(plot).suffix.lower() not in PLOT_FORMATS:
+        raise PathError(
+            f"--plot {plot!r}: a plot is written as {', '.join(PLOT_FORMATS)} (by the file's "
+            f"extension), not {Path(plot).suffix or 'a file without one'!r}"
+        )
 
 
 # ---- commands ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ tune take the same), writing outputs, and the modeled cycles `compile` reports."
 from __future__ import annotations
 
 import argparse
+import math
 
 LAYER_DIMS = {  # a layer's shape options and their defaults, per operator
     "conv2d": (
@@ -64,21 +65,29 @@ def write_trace(path: str, trace: dict) -> None:
     write_trace(path, trace)
 
 
-def count(text: str) -> int:
-    """A whole number >= 0 (seeds, counts)."""
+def count(text: str, least: int = 0) -> int:
+    """A whole number >= `least` (seeds, counts)."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
     return value
 
 
 def positive(text: str) -> int:
-    value = count(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return count(text, 1)
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return value
 
 
@@ -113,11 +122,11 @@ def recorded(args, cfg, op, ep):
     """The best schedule `--records` holds for the layer (None without records or a match)."""
     if not args.records:
         return None
-    from tilecraft.compiler.tune.records import Records
+    from tilecraft.compiler.tune.records import applied_records
     from tilecraft.compiler.tune.task import Task
     from tilecraft.compiler.tune.tuner import best_schedule
 
-    best = best_schedule(Records(args.records, cfg.digest, None), Task(cfg, op, ep))
+    best = best_schedule(applied_records(args.records, cfg.digest), Task(cfg, op, ep))
     print(f"records: {'best schedule ' + best.describe() if best else 'nothing for this layer'}")
     return best
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilecraft.cli.common import add_layer_arguments, layer_of
+from tilecraft.cli.common import add_layer_arguments, layer_of, positive, seconds
 from tilecraft.errors import TilecraftError
 
 
@@ -86,6 +86,10 @@ def _tune_one(args, task, plot: bool = True) -> int:
 
     if args.trials < 1:
         raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
+    if args.bitfile and args.measure != "pynq":
+        raise TilecraftError(f"--bitfile is for --measure pynq, not --measure {args.measure}")
+    if args.fpga and not (args.workers or args.scheduler):
+        raise TilecraftError("--fpga asks a Dask cluster for FPGAs: give --workers or --scheduler")
     options = {}
     if args.measure == "pynq":
         options = {"bitfile": args.bitfile, "timeout_s": args.timeout or 10.0}
@@ -240,13 +244,13 @@ def add_parsers(sub, count) -> None:
         )
         q.add_argument(
             "--timeout",
-            type=float,
+            type=seconds,
             metavar="S",
             help="a measurement not back in "
             "S seconds is recorded as timed out (Dask; pynq: the device's limit)",
         )
         q.add_argument("--strategy", choices=["model", "random"], default="model")
-        q.add_argument("--batch", type=count, default=8, help="schedules per model update")
+        q.add_argument("--batch", type=positive, default=8, help="schedules per model update")
         q.add_argument("--seed", type=count, default=0)
         q.add_argument("--plot", help="PNG: best-so-far against random search")
         q.add_argument(

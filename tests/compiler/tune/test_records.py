@@ -56,3 +56,16 @@ def test_a_malformed_line_is_named(tmp_path):
     path.write_text("not json\n" + path.read_text())
     with pytest.raises(ArtifactError, match=r"r.jsonl:1: not a tuning record"):
         Records(path, "cfg", "sim/t")
+
+
+def test_records_given_to_apply_must_exist(tmp_path):
+    """`compile --records` applies what tuning found: a missing file is a mistyped path, not
+    "no records for this layer" (`tune --records` creates the file it names)."""
+    from tilecraft.compiler.tune.records import applied_records
+    from tilecraft.errors import PathError
+
+    missing = tmp_path / "nofile.jsonl"
+    with pytest.raises(PathError, match=r"records file '.*nofile\.jsonl' does not exist"):
+        applied_records(missing, "cfg")
+    Records(missing, "cfg", "sim/t").append(_record(0, cycles=100))
+    assert applied_records(missing, "cfg").of("layer")  # the file tune wrote

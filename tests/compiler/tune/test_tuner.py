@@ -98,6 +98,8 @@ def test_a_run_resumes_from_its_records_and_records_failures(tmp_path):
 def test_bad_requests_are_refused():
     with pytest.raises(TilecraftError, match="trials must be a positive whole number, not 0"):
         tune(TASK, StandIn(), 0)
+    with pytest.raises(TilecraftError, match="batch must be a positive whole number, not 0"):
+        tune(TASK, StandIn(), 4, batch=0)  # it looped without measuring
     with pytest.raises(TilecraftError, match="unknown measurer 'fpga'; valid: sim, rtl"):
         measurer("fpga")
     with pytest.raises(TilecraftError, match="unknown strategy 'grid'"):

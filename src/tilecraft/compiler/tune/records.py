@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tilecraft import __version__
-from tilecraft.errors import ArtifactError
+from tilecraft.errors import ArtifactError, PathError
 from tilecraft.files import check_writable
 
 FORMAT = 1
@@ -40,6 +40,17 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.cycles is not None
+
+
+def applied_records(path: str | Path, config: str) -> Records:
+    """A records file given to apply what tuning found (`compile --records`): it must exist,
+    where `tune --records` creates the file it names."""
+    if not Path(path).is_file():
+        raise PathError(
+            f"records file {str(path)!r} does not exist (records are written by "
+            f"tilecraft tune ... --records FILE)"
+        )
+    return Records(path, config, None)
 
 
 class Records:

@@ -56,6 +56,8 @@ def tune(
     trained model (transfer)."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TilecraftError(f"trials must be a positive whole number, not {trials!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise TilecraftError(f"batch must be a positive whole number, not {batch!r}")
     if strategy not in STRATEGIES:
         raise TilecraftError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
     start = time.perf_counter()
