@@ -203,3 +203,50 @@ def test_run_takes_the_shape_options_and_says_where_they_belong(tmp_path, capsys
     np.save(x, np.zeros((1, 3, 16, 16), np.float32))
     assert main(["run", str(model), "--input", str(x), "--input-shape", "input=1,3,16,16"]) == 1
     assert "give --input-shape to tilecraft compile" in capsys.readouterr().err
+
+
+def test_bad_calibration_data_and_options_are_refused_before_the_compile(tmp_path, capsys):
+    """Calibration data that is not finite, or holds no sample, is refused naming the file; a
+    host target that does not exist or a records file that is missing is refused before the
+    compile runs, and no model is left behind; a random calibration too large to hold is
+    refused with its size."""
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    model = tmp_path / "m.tcm"
+    argv = ["compile", str(onnx_file), "-o", str(model)]
+    for name, data, message in (
+        ("nan.npy", np.full((2, 1, 3, 16, 16), np.nan, np.float32), "1,536 values that are NaN"),
+        ("inf.npy", np.full((1, 3, 16, 16), np.inf, np.float32), "NaN or infinite"),
+        ("empty.npy", np.zeros((0, 1, 3, 16, 16), np.float32), "holds no samples"),
+    ):
+        np.save(tmp_path / name, data)
+        assert main([*argv, "--calib", str(tmp_path / name)]) == 1
+        err = capsys.readouterr().err
+        assert f"'{tmp_path / name}': calibration" in err and message in err, err
+    assert main([*argv, "--calib-random", "1000000000"]) == 1
+    assert "would take 5,722.0 GiB of float64 samples; at most 2 GiB" in capsys.readouterr().err
+    assert main([*argv, "--calib-random", "1", "--host-target", "bogus"]) == 1
+    assert "unknown kernel target 'bogus'; valid: host" in capsys.readouterr().err
+    assert main([*argv, "--calib-random", "1", "--records", str(tmp_path / "no.jsonl")]) == 1
+    assert "records file" in capsys.readouterr().err
+    assert not model.exists()
+    assert main([*argv, "--input-shape", "input=1,3,16,16", "--input-shape", "input=2,3,16,16"])
+    assert "gives 'input' twice" in capsys.readouterr().err
+
+
+def test_run_names_its_devices_and_the_pynq_overlay(tmp_path, capsys):
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_resnet().SerializeToString())
+    model = tmp_path / "m.tcm"
+    assert main(["compile", str(onnx_file), "--calib-random", "1", "-o", str(model)]) == 0
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 3, 16, 16), np.float32))
+    capsys.readouterr()
+    run = ["run", str(model), "--input", str(x)]
+    assert main([*run, "--device", "bogus"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown device 'bogus'; available:" in err and "pynq" in err and "reference" in err
+    assert main([*run, "--device", "pynq"]) == 1
+    assert "--device pynq needs --bitfile" in capsys.readouterr().err
+    assert main([*run, "--bitfile", "x.bit"]) == 1
+    assert "--bitfile is the pynq device's overlay, not the sim device's" in capsys.readouterr().err

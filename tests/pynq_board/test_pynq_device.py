@@ -231,7 +231,7 @@ def test_hardware_errors_raise_what_the_simulator_raises(pynq_z1, make_board):
 def test_bad_options_are_refused(pynq_z1, make_board, tmp_path):
     design, bit = pynq_z1
     make_board(design)
-    with pytest.raises(DeviceError, match="needs bitfile="):
+    with pytest.raises(DeviceError, match=r"needs its overlay: get_device\('pynq', bitfile="):
         get_device("pynq")
     with pytest.raises(DeviceError, match="unknown wait 'spin'; valid: poll, interrupt"):
         PynqDevice(bit, wait="spin")

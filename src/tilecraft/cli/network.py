@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from tilecraft.cli.common import positive
 from tilecraft.compiler.graph.arena import DEFAULT_BUDGET
-from tilecraft.errors import ModelError
+from tilecraft.errors import DeviceError, ModelError
 
 
 def input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -20,6 +21,8 @@ def input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             shape = ()
         if not name or not shape or min(shape) < 1:
             raise ModelError(f"--input-shape {item!r}: expected NAME=D0,D1,... with dims >= 1")
+        if name in shapes and shapes[name] != shape:
+            raise ModelError(f"--input-shape gives {name!r} twice: {shapes[name]} and {shape}")
         shapes[name] = shape
     return shapes
 
@@ -74,6 +77,10 @@ def cmd_compile_model(args) -> int:
     from tilecraft.compiler.quant.report import error_report, format_report
 
     cfg = resolve_config(args.config)
+    if args.host_target:  # before the compile: a typo must not cost it (nor leave a model)
+        from tilecraft.compiler.llvm.targets import target
+
+        target(args.host_target)
     graph = import_model(args.model, input_shapes(args.input_shape))
     if args.calib is not None and args.calib_random is not None:
         raise ModelError("give --calib or --calib-random, not both")
@@ -91,9 +98,9 @@ def cmd_compile_model(args) -> int:
     exact = {"auto": None, "exact": True, "fast": False, "onnxruntime": "onnxruntime"}[args.requant]
     records = None
     if args.records:
-        from tilecraft.compiler.tune.records import Records
+        from tilecraft.compiler.tune.records import applied_records
 
-        records = Records(args.records, cfg.digest, None)
+        records = applied_records(args.records, cfg.digest)
     result = compile_network(
         graph,
         cfg,
@@ -164,6 +171,7 @@ def cmd_run_model(args) -> int:
 
     from tilecraft.boards import resolve_config
     from tilecraft.runtime import get_device
+    from tilecraft.runtime.device import device_names
     from tilecraft.runtime.executor import run_model
     from tilecraft.runtime.model import CompiledModel
 
@@ -178,12 +186,21 @@ def cmd_run_model(args) -> int:
     config = resolve_config(args.config) if args.config else None
     model = CompiledModel.load(args.model, config)
     inputs = _inputs(args.input, model.inputs[0])
+    names = [*device_names(), "reference"]
+    if args.device not in names:
+        raise DeviceError(f"unknown device {args.device!r}; available: {', '.join(names)}")
+    if args.bitfile and args.device != "pynq":
+        raise DeviceError(f"--bitfile is the pynq device's overlay, not the {args.device} device's")
     host, options = None, {}
+    if args.device == "pynq":
+        if not args.bitfile:
+            raise DeviceError("--device pynq needs --bitfile (the overlay's .bit, its .hwh beside)")
+        options = {"bitfile": args.bitfile}
     if args.kernels:  # a prebuilt library: the host steps, and the cpu device, run from it
         from tilecraft.runtime.cpu import LibraryKernels, load_library
 
         host = LibraryKernels(load_library(args.kernels))
-        options = {"library": args.kernels} if args.device == "cpu" else {}
+        options = {"library": args.kernels} if args.device == "cpu" else options
     elif args.device == "cpu":
         from tilecraft.compiler.llvm.host import LlvmKernels
 
@@ -372,8 +389,10 @@ def add_parsers(sub, count) -> None:
     run.add_argument(
         "--device",
         default="sim",
-        help="sim, rtl, cpu (every step on the host's generated kernels), or reference (no device)",
+        help="sim, rtl, cpu (every step on the host's generated kernels), gpu, pynq (on a "
+        "board, with --bitfile), or reference (no device)",
     )
+    run.add_argument("--bitfile", help="pynq: the overlay's .bit (its .hwh beside it)")
     run.add_argument(
         "--kernels",
         metavar="FILE.json",
@@ -381,7 +400,7 @@ def add_parsers(sub, count) -> None:
         "compile ... --host-target): host steps, and the cpu device, run from it",
     )
     run.add_argument("--config", help="refuse a model compiled for another config")
-    run.add_argument("--top-k", type=count, default=5)
+    run.add_argument("--top-k", type=positive, default=5)
     shape_option(run)
     run.add_argument("-o", "--output", help="write the float outputs here (.npz)")
     run.set_defaults(func=cmd_run_model)

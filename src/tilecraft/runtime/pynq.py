@@ -255,7 +255,10 @@ class PynqDevice:
 def pynq_device(**options) -> PynqDevice:
     """`get_device("pynq", bitfile=..., ...)`."""
     if "bitfile" not in options:
-        raise DeviceError("the pynq device needs bitfile= (the overlay's .bit, its .hwh beside)")
+        raise DeviceError(
+            "the pynq device needs its overlay: get_device('pynq', bitfile='F.bit') (tilecraft "
+            "run: --bitfile F.bit), the .hwh beside it"
+        )
     try:
         import pynq  # noqa: F401
     except ImportError as exc:

@@ -38,13 +38,16 @@ def test_resnet18_shapes_and_attributes():
 
 
 def test_dynamic_dimension_needs_a_shape():
-    with pytest.raises(ModelError, match=r"input 'x' has a dynamic dimension 'N' \(axis 0\)"):
+    with pytest.raises(ModelError, match=r"input 'x' has a dynamic dimension 'N' \(axis 0;") as e:
         load_onnx(_conv_model())
+    assert "its shape: N,3,8,8); give its shape: --input-shape x=1,3,8,8" in str(e.value)
     g = load_onnx(_conv_model(), {"x": (2, 3, 8, 8)})
     assert g.shape("y") == (2, 4, 4, 4)
     with pytest.raises(ModelError, match=r"names \['z'\], not inputs"):
         load_onnx(_conv_model(), {"z": (1, 3, 8, 8)})
-    with pytest.raises(ModelError, match="fixed dimension 3, not 5"):
+    with pytest.raises(
+        ModelError, match=r"fixed dimension 3 at axis 1, not 5 \(its shape: N,3,8,8"
+    ):
         load_onnx(_conv_model(), {"x": (1, 5, 8, 8)})
 
 

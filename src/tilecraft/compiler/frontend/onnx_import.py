@@ -136,10 +136,12 @@ def _fix_input_shapes(onnx, model, given: dict, where: str) -> None:
                 raise ModelError(
                     f"input shape {shape} for {inp.name!r} must have {len(dims)} positive dims"
                 )
-            for dim, value in zip(dims, shape):
+            declared = _shape_text(dims)
+            for axis, (dim, value) in enumerate(zip(dims, shape)):
                 if dim.HasField("dim_value") and dim.dim_value != value:
                     raise ModelError(
-                        f"input {inp.name!r} has a fixed dimension {dim.dim_value}, not {value}"
+                        f"input {inp.name!r} has a fixed dimension {dim.dim_value} at axis "
+                        f"{axis}, not {value} (its shape: {declared})"
                     )
                 dim.Clear()
                 dim.dim_value = value
@@ -148,9 +150,24 @@ def _fix_input_shapes(onnx, model, given: dict, where: str) -> None:
             if not dim.HasField("dim_value") or dim.dim_value < 1:
                 label = dim.dim_param or "?"
                 raise ModelError(
-                    f"input {inp.name!r} has a dynamic dimension {label!r} (axis {axis}); give "
-                    f"its shape, e.g. --input-shape {inp.name}=1,3,224,224"
+                    f"input {inp.name!r} has a dynamic dimension {label!r} (axis {axis}; its "
+                    f"shape: {_shape_text(dims)}); give its shape: --input-shape "
+                    f"{inp.name}={_shape_text(dims, batch=1)}"
                 )
+
+
+def _shape_text(dims, batch: int | None = None) -> str:
+    """An input's shape as --input-shape takes it: fixed dimensions as numbers, dynamic ones
+    by name (`batch` for a dynamic first axis, where given)."""
+    out = []
+    for axis, dim in enumerate(dims):
+        if dim.HasField("dim_value") and dim.dim_value >= 1:
+            out.append(str(dim.dim_value))
+        elif axis == 0 and batch is not None:
+            out.append(str(batch))
+        else:
+            out.append(dim.dim_param or f"D{axis}")
+    return ",".join(out)
 
 
 def _type(value_info) -> TensorType | None:

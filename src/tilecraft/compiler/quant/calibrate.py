@@ -43,6 +43,12 @@ def check_calibration(graph: Graph, data: dict[str, np.ndarray]) -> int:
         x, shape = np.asarray(data[name]), graph.shape(name)
         if x.dtype.kind not in "fiu":
             raise ModelError(f"calibration input {name!r} is {x.dtype}; expected numbers")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+            raise ModelError(
+                f"calibration input {name!r} holds {bad:,} values that are NaN or infinite (of "
+                f"{x.size:,}); calibration needs finite numbers"
+            )
         if x.shape == shape:
             counts.add(1)
         elif (x.ndim == len(shape) + 1 and x.shape[1:] == shape) or (
@@ -54,7 +60,9 @@ def check_calibration(graph: Graph, data: dict[str, np.ndarray]) -> int:
                 f"calibration input {name!r} has shape {x.shape}; expected "
                 f"{shape} or (S, *{shape}) for S samples"
             )
-    if len(counts) != 1 or 0 in counts:
+    if 0 in counts:
+        raise ModelError("calibration data holds no samples (an axis of length 0)")
+    if len(counts) != 1:
         raise ModelError(f"calibration inputs hold different sample counts {sorted(counts)}")
     return counts.pop()
 
@@ -86,14 +94,26 @@ def load_calibration(graph: Graph, path: str | Path) -> dict[str, np.ndarray]:
             raise ModelError(f"{str(path)!r} is not a readable .npy: {e}") from None
     else:
         data = read_arrays(path, ModelError, what="calibration .npz")
-    check_calibration(graph, data)
+    try:
+        check_calibration(graph, data)
+    except ModelError as e:
+        raise ModelError(f"{str(path)!r}: {e}") from None
     return data
+
+
+MAX_RANDOM_BYTES = 2 << 30  # random calibration samples held at once
 
 
 def random_calibration(graph: Graph, count: int, seed: int = 0) -> dict[str, np.ndarray]:
     """`count` standard-normal samples of every input (smoke runs)."""
     if count < 1:
         raise ModelError(f"--calib-random needs at least 1 sample, not {count}")
+    size = count * sum(int(np.prod(graph.shape(n))) for n in graph.inputs) * 8
+    if size > MAX_RANDOM_BYTES:
+        raise ModelError(
+            f"--calib-random {count:,} would take {size / 2**30:,.1f} GiB of float64 samples; "
+            f"at most {MAX_RANDOM_BYTES // 2**30} GiB (a few hundred samples calibrate well)"
+        )
     rng = np.random.default_rng(seed)
     return {n: rng.standard_normal((count, *graph.shape(n))) for n in graph.inputs}
 
