@@ -194,6 +194,17 @@ def test_load_unparsable(tmp_path, name, text):
         HwConfig.load(path)
 
 
+def test_fields_beside_a_board_files_hw_table_are_refused(tmp_path):
+    """A board preset file keeps the config under [hw] beside its own tables; a field left
+    outside [hw] would not be read, so it is named, not ignored."""
+    path = tmp_path / "c.toml"
+    path.write_text("log_block_in = 3\ntypo = 9\n[board]\nname = 'x'\n[hw]\nclock_mhz = 200.0\n")
+    with pytest.raises(ConfigError, match=r"outside its \[hw\] table.*: log_block_in, typo; move"):
+        HwConfig.load(path)
+    path.write_text("[board]\nname = 'x'\n[hw]\nclock_mhz = 200.0\n")
+    assert HwConfig.load(path).clock_mhz == 200.0
+
+
 def test_load_non_table_and_bad_values(tmp_path):
     path = tmp_path / "c.json"
     path.write_text("[1, 2]")

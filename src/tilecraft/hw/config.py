@@ -415,8 +415,14 @@ class HwConfig:
             raise ConfigError(f"config file {str(path)!r} does not parse: {exc}") from exc
         except RecursionError:
             raise ConfigError(f"config file {str(path)!r} nests too deeply") from None
-        if isinstance(data, dict):
-            data = data.get("hw", data)  # board preset files keep the config under [hw]
+        if isinstance(data, dict) and "hw" in data:  # board preset files keep it under [hw]
+            stray = sorted(k for k, v in data.items() if k != "hw" and not isinstance(v, dict))
+            if stray:  # beside [hw] only a board's own tables ([board], [ps], ...) are read
+                raise ConfigError(
+                    f"config file {str(path)!r} has fields outside its [hw] table, which would "
+                    f"not be read: {', '.join(stray)}; move them under [hw]"
+                )
+            data = data["hw"]
         if not isinstance(data, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a table of fields")
         return cls.from_dict(data)

@@ -274,7 +274,8 @@ def compile_operator(
         with clock("verify"):
             verify(program)
     with clock("notes"):
-        notes = tuple(S.shaping_limits(cfg, low, program.schedule))
+        chooser = "the cost model" if schedule is None else "the given schedule"
+        notes = tuple(S.shaping_limits(cfg, low, program.schedule, chooser))
     candidates = tuple(Candidate(r.schedule, r.estimate, c) for (r, _), c in zip(built, cycles))
     return Compilation(program, low, candidates, notes, MappingProxyType(clock.seconds))
 

@@ -308,8 +308,11 @@ def space(cfg: HwConfig, low: MappedConv, double_buffer=(True, False)) -> Iterat
                     yield ConvSchedule(oc, ic, oh, ow, order, db, acc)
 
 
-def shaping_limits(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]:
-    """Why each tile is not larger: the limit that growing it to the next size would break."""
+def shaping_limits(
+    cfg: HwConfig, low: MappedConv, s: ConvSchedule, chooser: str = "the cost model"
+) -> list[str]:
+    """Why each tile is not larger: the limit that growing it to the next size would break, or
+    `chooser` (who picked the schedule) where none would."""
     notes = []
     for name in ("tile_oc", "tile_ic", "tile_oh", "tile_ow"):
         value = getattr(s, name)
@@ -322,7 +325,7 @@ def shaping_limits(cfg: HwConfig, low: MappedConv, s: ConvSchedule) -> list[str]
         if problems:
             notes.append(f"{name}={value}: {bigger[0]} would break {problems[0]}")
         else:
-            notes.append(f"{name}={value}: chosen by the cost model ({bigger[0]} would fit)")
+            notes.append(f"{name}={value}: chosen by {chooser} ({bigger[0]} would fit)")
     return notes
 
 
