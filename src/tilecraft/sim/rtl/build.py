@@ -53,7 +53,8 @@ def verilator_env(root: Path | None = None) -> dict[str, str]:
     if root is not None and not os.environ.get("OBJCACHE"):  # a user's ccache does it all
         env.update(objcache_env(root, here / "include"))
         if "OBJCACHE" in env:
-            flags += f" OBJCACHE={env.pop('OBJCACHE')}"
+            # run by sh, so that a cache on a noexec mount works (make reads "\ " as a space)
+            flags += f" OBJCACHE=sh\\ {env.pop('OBJCACHE')}"
     return {**env, "MAKEFLAGS": flags}
 
 
