@@ -318,3 +318,14 @@ def test_the_requantization_unit_is_absent_by_default_and_leaves_identities_alon
 def test_requant_lanes_must_be_a_power_of_two_up_to_a_row(lanes, message):
     with pytest.raises(ConfigError, match=rf"requant_lanes must be {message}.*, not {lanes}"):
         HwConfig(requant_lanes=lanes)
+
+
+def test_a_config_spec_of_another_type_is_named():
+    from tilecraft.hw.config import require_config
+
+    for bad in (5, ["x"], 2.0):
+        with pytest.raises(ConfigError, match="a config is an HwConfig, a preset or board name"):
+            resolve(bad)
+    with pytest.raises(ConfigError, match="device's config must be an HwConfig"):
+        require_config("1x8x8", "the device's config")
+    assert require_config(preset("1x8x8")) == preset("1x8x8")

@@ -65,3 +65,11 @@ def test_a_damaged_file_is_refused(tmp_path):
     path.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(ArtifactError):
         CompiledModel.load(path)
+
+
+def test_an_input_that_is_not_finite_is_refused():
+    """NaN quantized to int8 is whatever the cast gives: the run would print confident
+    classes of nothing."""
+    for bad in (np.nan, np.inf):
+        with pytest.raises(DeviceError, match="input 'x' holds 1 values that are NaN or infinite"):
+            run_model(_host_only(), {"x": np.array([[0.2, bad, 1.0, 3.0]])})

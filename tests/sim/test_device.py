@@ -162,3 +162,16 @@ def test_a_replay_takes_the_loop_plans_of_an_earlier_run_only_for_the_same_micro
     fresh = replay(cfg, first_weights_only(), order)
     np.testing.assert_array_equal(kept.dram, fresh.dram)
     assert not np.array_equal(kept.dram, same.dram)  # the micro-ops did change the result
+
+
+def test_the_devices_options_are_checked_when_it_is_made():
+    """A config name or a wrong timing object was taken, then failed deep in `run`."""
+    from tilecraft.errors import ConfigError, DeviceError
+    from tilecraft.runtime import get_device
+
+    with pytest.raises(ConfigError, match="the sim device's config must be an HwConfig"):
+        get_device("sim", config="1x8x8")
+    with pytest.raises(DeviceError, match="timing must be a tilecraft.hw.timing.Timing, not 'x'"):
+        get_device("sim", timing="x")
+    timing = Timing.from_config(preset("1x8x8"))
+    assert get_device("sim", config=preset("1x8x8"), timing=timing).config == preset("1x8x8")

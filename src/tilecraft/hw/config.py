@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import reprlib
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -486,9 +487,27 @@ def resolve(spec: str | HwConfig | None) -> HwConfig:
         return HwConfig()
     if isinstance(spec, HwConfig):
         return spec
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str):
+        raise ConfigError(
+            f"a config is an HwConfig, a preset or board name, or a .toml/.json path; not "
+            f"{type(spec).__name__} {spec!r}"
+        )
     if spec.endswith((".toml", ".json")):
         return HwConfig.load(spec)
     return preset(spec)
+
+
+def require_config(cfg, what: str = "config") -> HwConfig:
+    """`cfg` if it is an HwConfig; a ConfigError saying how to make one otherwise (a name
+    passed where the config object is taken)."""
+    if not isinstance(cfg, HwConfig):
+        raise ConfigError(
+            f"{what} must be an HwConfig (tilecraft.boards.resolve_config(NAME) makes one from "
+            f"a preset or board name or a .toml/.json path), not {type(cfg).__name__} {cfg!r}"
+        )
+    return cfg
 
 
 def check_rtl(cfg: HwConfig) -> None:

@@ -91,6 +91,12 @@ def run_model(
                 f"input {name!r} is {x.dtype}{list(x.shape)}; model "
                 f"{model.name!r} expects float {list(spec.shape)}"
             )
+        if x.dtype.kind == "f" and not np.isfinite(x).all():  # quantized to nonsense, silently
+            bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+            raise DeviceError(
+                f"input {name!r} holds {bad:,} values that are NaN or infinite (of {x.size:,}); "
+                f"the model takes finite numbers"
+            )
         values[name] = x.astype(np.float32)
     reports = []
     for step in model.steps:

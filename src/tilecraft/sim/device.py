@@ -7,7 +7,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tilecraft.hw.config import HwConfig
+from tilecraft.errors import DeviceError
+from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.hw.timing import Timing
 from tilecraft.runtime.device import RunResult, check_inputs, check_program
 from tilecraft.runtime.program import Program
@@ -37,7 +38,9 @@ class SimDevice:
         timing: Timing | None = None,
         check_races: bool = True,
     ):
-        self.config = config
+        self.config = None if config is None else require_config(config, "the sim device's config")
+        if timing is not None and not isinstance(timing, Timing):
+            raise DeviceError(f"timing must be a tilecraft.hw.timing.Timing, not {timing!r}")
         self.timing = timing
         self.check_races = check_races
         self._timed: OrderedDict[tuple, tuple[list, SimReport, list]] = OrderedDict()

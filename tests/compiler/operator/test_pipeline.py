@@ -192,3 +192,19 @@ def test_a_network_layer_leaves_verification_to_its_chain(monkeypatch):
     assert len(verified) == 1 and "verify" in comp.seconds
     comp = compile_operator(CFG, OP, Epilogue(), check=False)
     assert len(verified) == 1 and "verify" not in comp.seconds
+
+
+def test_configs_the_compiler_does_not_build_for_are_refused():
+    """The ISA, simulator and RTL take 16-bit data, the compiler's lowering does not: such a
+    config compiled and ran, giving wrong values. A name where the config object goes is
+    refused saying how to make one."""
+    from tilecraft.errors import ConfigError
+    from tilecraft.hw.config import HwConfig
+
+    op = Conv2d(1, 16, 8, 8, 16, kernel=3, pad=1)
+    weight = np.ones(op.weight_shape, np.int8)
+    for field in ("log_inp_width", "log_wgt_width", "log_acc_width"):
+        with pytest.raises(ConfigError, match="the compiler builds programs for int8 inputs"):
+            compile_conv2d(HwConfig(**{field: 4}), op, Epilogue(shift=8), weight=weight)
+    with pytest.raises(ConfigError, match=r"must be an HwConfig \(tilecraft.boards.resolve_config"):
+        compile_conv2d("default", op, Epilogue(shift=8), weight=weight)

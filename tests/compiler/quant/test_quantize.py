@@ -133,3 +133,9 @@ def test_nodes_without_an_int8_kernel_are_all_reported():
     graph = graph.replace(nodes=(*nodes[:-1], soft))
     with pytest.raises(UnsupportedOperatorError, match="(?s)1 node.*Softmax \\(node sm\\)"):
         quantize(graph, ranges)
+
+
+def test_an_unknown_observer_is_named_with_the_valid_ones():
+    graph = import_model(tiny_resnet())
+    with pytest.raises(ModelError, match="unknown observer 'bogus'; valid: minmax, percentile"):
+        calibrate(graph, random_calibration(graph, 1), "bogus")

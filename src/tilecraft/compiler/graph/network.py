@@ -33,8 +33,8 @@ from tilecraft.compiler.quant.quantize import (
 )
 from tilecraft.compiler.tune.task import Task
 from tilecraft.compiler.tune.tuner import best_schedule
-from tilecraft.errors import ModelError, ScheduleError
-from tilecraft.hw.config import HwConfig
+from tilecraft.errors import ConfigError, ModelError, ScheduleError
+from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.jobs import map_jobs
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, DepthwiseConv2d, MaxPool2d
 from tilecraft.ops import host as host_ops
@@ -454,6 +454,12 @@ def compile_network(
     `calibration` None takes the scales of an already quantized (QDQ) model. `exact_requant`:
     see `quantize` (default: for a model that brings its own scales); `jobs`, `timer`,
     `pools_on_accumulators`: see `build_model`."""
+    require_config(cfg)
+    if records is not None and not hasattr(records, "of"):
+        raise ConfigError(
+            f"records must be tune.records.Records (applied_records(PATH, cfg.digest) reads a "
+            f"file), not {type(records).__name__} {records!r}"
+        )
     seconds = {}
     start = time.perf_counter()
     graph = source if isinstance(source, Graph) else import_model(source, input_shapes)

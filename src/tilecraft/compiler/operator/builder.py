@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tilecraft.errors import ScheduleError
+from tilecraft.errors import ConfigError, ScheduleError
 from tilecraft.hw.config import BUFFERS, HwConfig
 from tilecraft.hw.isa import INSN_BYTES, Load, MemId, Uop, encode, encode_uops, isa_for
 from tilecraft.ops import Computation
@@ -19,8 +19,27 @@ from tilecraft.runtime.program import DRAM_PAGE, Program, Schedule
 MAX_INSNS = 32_768  # the largest program compiled by default (seconds to build and verify)
 
 
+COMPILED_WIDTHS = (3, 3, 5)  # log2 bits of the inputs, weights, accumulators the compiler builds
+
+
+def check_compiled_widths(config: HwConfig) -> None:
+    """Refuse a config whose data widths the compiler does not build for: the ISA, the
+    simulator and the RTL take 16-bit inputs and weights and 16-bit accumulators, but the
+    compiler's lowering and layouts are int8 x int8 -> int32 (another width compiled and ran,
+    giving wrong values)."""
+    widths = (config.log_inp_width, config.log_wgt_width, config.log_acc_width)
+    if widths != COMPILED_WIDTHS:
+        raise ConfigError(
+            f"the compiler builds programs for int8 inputs and weights and int32 accumulators "
+            f"(log_inp_width 3, log_wgt_width 3, log_acc_width 5); config {config.tag} has "
+            f"{config.inp_bits}-bit inputs, {config.wgt_bits}-bit weights and "
+            f"{config.acc_bits}-bit accumulators"
+        )
+
+
 class ProgramBuilder:
     def __init__(self, config: HwConfig, name: str = "program"):
+        check_compiled_widths(config)
         self.config = config
         self.spec = isa_for(config)
         self.name = name

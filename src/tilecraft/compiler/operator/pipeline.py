@@ -27,7 +27,7 @@ from tilecraft.compiler.operator.lowering import lower_conv
 from tilecraft.compiler.operator.params import check_params
 from tilecraft.compiler.operator.pool_epilogue import accumulator_range, check_monotone
 from tilecraft.errors import ScheduleError
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.ops import (
     Computation,
     Conv2d,
@@ -138,6 +138,7 @@ def plan_operator(
     check `schedule` or rank the legal space, and refuse a layer too large for any program
     (more than `max_insns` instructions with every schedule, or tensors beyond the 32-bit DRAM
     window) before its weights are made or anything is built."""
+    require_config(cfg)
     for what, value in (("max_insns", max_insns), ("measure", measure)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ScheduleError(f"{what} must be a positive whole number; got {value!r}")

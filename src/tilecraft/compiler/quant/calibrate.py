@@ -122,7 +122,11 @@ def calibrate(
     graph: Graph, data: dict[str, np.ndarray], observer: Observer | str = "minmax", progress=None
 ) -> Ranges:
     """Thresholds for every tensor of `graph` (inputs included) over `data`."""
-    observer = Observer(observer)
+    try:
+        observer = Observer(observer)
+    except ValueError:
+        valid = ", ".join(o.value for o in Observer if o is not Observer.MODEL)
+        raise ModelError(f"unknown observer {observer!r}; valid: {valid}") from None
     n = check_calibration(graph, data)
     tops: dict[str, float] = {}
     for x in samples(graph, data):
