@@ -118,3 +118,16 @@ def test_a_worker_that_dies_is_named_with_the_way_out():
 
     with pytest.raises(TilecraftError, match=r"worker process died while dying.*--jobs 1"):
         map_jobs(_die_on_two, [0, 1, 2, 3], 2, "dying")
+
+
+def test_a_dask_scheduler_that_cannot_be_reached_is_named():
+    pytest.importorskip("distributed")
+    from tilecraft.errors import TilecraftError
+    from tilecraft.jobs import dask_client
+
+    with pytest.raises(
+        TilecraftError, match=r"cannot reach the Dask scheduler 'bogus' \(ValueError"
+    ):
+        dask_client("bogus")
+    with pytest.raises(TilecraftError, match="tcp://127.0.0.1:9"):
+        dask_client("tcp://127.0.0.1:9", timeout="1s")  # nothing listens on the discard port

@@ -90,3 +90,19 @@ def map_jobs(
 def _run(index: int):
     fn, items = _WORK
     return fn(items[index])
+
+
+def dask_client(scheduler: str, timeout: str = "10s"):
+    """A Dask client of the scheduler at `scheduler` (tcp://host:8786), or a TilecraftError
+    naming the address and what went wrong (a malformed address, nothing answering)."""
+    from distributed import Client
+
+    from tilecraft.errors import TilecraftError
+
+    try:
+        return Client(scheduler, timeout=timeout)
+    except (ValueError, OSError, TimeoutError) as exc:
+        raise TilecraftError(
+            f"cannot reach the Dask scheduler {scheduler!r} ({type(exc).__name__}: {exc}); give "
+            f"an address like tcp://host:8786 that a `dask scheduler` listens on"
+        ) from None

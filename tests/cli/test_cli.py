@@ -456,3 +456,41 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
         f'"{sys.executable}" -c "{code}" | head -1', shell=True, capture_output=True, text=True
     )
     assert piped.stdout.strip() and "Traceback" not in piped.stderr, piped.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bench", "sim-speed", "--rtl", "C4"], "--rtl is for resnet18-layers, not sim-speed"),
+        (["bench", "sim-speed", "--random", "3"], "--random is for rtl-speed, not sim-speed"),
+        (["bench", "resnet18", "--layers", "C1"], "--layers is for tuner, not resnet18"),
+        (["bench", "tuner", "--layers", "C99"], "unknown layers ['C99']; the workload has C1..C11"),
+        (["bench", "tuner", "--layers", "C1,c2"], "unknown layers ['c2']"),
+        (["bench", "tuner", "--save-tables", "t.txt"], "the tables are an .npz file"),
+        (
+            ["bench", "resnet18-layers", "--rtl", "C4", "--plot", "r.png"],
+            "--plot draws the cycle model's figures; drop --rtl",
+        ),
+        (["hw", "timing", "--flow", "xilinx", "--seed", "3"], "--seed: for --flow ecp5"),
+        (["dse", "--workers", "2", "--scheduler", "tcp://h:1"], "--workers (a local cluster) or"),
+        (["dse", "--scheduler", "bogus"], "cannot reach the Dask scheduler 'bogus'"),
+    ],
+)
+def test_options_for_another_suite_or_flow_are_refused_before_any_work(args, message, capsys):
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["hw", "timing", "--freq", "-5"], "--freq: expected a number > 0, got '-5'"),
+        (["hw", "timing", "--freq", "nan"], "--freq: expected a number > 0, got 'nan'"),
+        (["hw", "timing", "--route-timeout", "0"], "--route-timeout: expected seconds > 0"),
+        (["dse", "--workers", "-1"], "--workers: expected a whole number >= 0, got '-1'"),
+    ],
+)
+def test_numbers_routes_and_sweeps_take_are_checked_by_the_parser(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2 and message in capsys.readouterr().err

@@ -11,6 +11,7 @@ finds, as resnet18-layers would report them: utilization and roofline fraction."
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tilecraft.compiler.tune.measure import CycleModel
 from tilecraft.compiler.tune.table import Replay, measure_all, space_digest
 from tilecraft.compiler.tune.task import Task
 from tilecraft.compiler.tune.tuner import tune
+from tilecraft.errors import PathError, TilecraftError
 from tilecraft.hw.config import HwConfig
 from tilecraft.progress import track
 
@@ -77,6 +79,11 @@ def run(
 ) -> dict:
     cfg = cfg or HwConfig()
     chosen = [x for x in resnet18_layers() if layers is None or x["name"] in layers]
+    unknown = sorted(set(layers or ()) - {x["name"] for x in chosen})
+    if unknown or layers == []:
+        raise TilecraftError(f"unknown layers {unknown or layers}; the workload has C1..C11")
+    if save_tables and Path(save_tables).suffix != ".npz":
+        raise PathError(f"--save-tables {save_tables!r}: the tables are an .npz file")
     tables = load_tables()
     tasks, cycles, measured_now = {}, {}, []
     for layer in track(chosen, "exhaustive tables"):
@@ -89,7 +96,10 @@ def run(
         arrays = dict(tables)
         arrays.update({f"cycles_{n}": c for n, c in cycles.items()})
         arrays.update({f"digest_{n}": np.array(space_digest(tasks[n])) for n in cycles})
-        np.savez_compressed(Path(save_tables), **arrays)
+        tmp = Path(f"{save_tables}.tmp")
+        with open(tmp, "wb") as f:  # a file object: numpy adds no suffix of its own
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, save_tables)
     rows = [_layer(name, tasks, cycles, seeds) for name in track(list(tasks), "tuning runs")]
     ratios = [r["trials_ratio"] for r in rows]
     macs = sum(r["macs"] for r in rows)

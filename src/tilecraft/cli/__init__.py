@@ -26,7 +26,7 @@ from tilecraft.cli.common import (
 from tilecraft.errors import PathError, TilecraftError
 from tilecraft.files import read_json
 
-OUTPUTS = ("output", "json", "trace", "plot")  # file arguments checked before any work
+OUTPUTS = ("output", "json", "trace", "plot", "save_tables")  # checked before any work
 PLOT_FORMATS = (".png", ".svg", ".pdf")  # what matplotlib writes by the extension
 
 
@@ -75,7 +75,7 @@ def _check_outputs(args) -> None:
     for name in OUTPUTS:
         path = getattr(args, name, None)
         if path:
-            check_writable(path, f"--{name}")
+            check_writable(path, "--" + name.replace("_", "-"))
     plot = getattr(args, "plot", None)
     if plot and Path(plot).suffix.lower() not in PLOT_FORMATS:
         raise PathError(
@@ -177,11 +177,29 @@ def cmd_compile(args) -> int:
     return 0
 
 
+SUITE_OPTIONS = {  # bench's flags that only some suites take
+    "no_check": ("resnet18-layers",),
+    "rtl": ("resnet18-layers",),
+    "records": ("resnet18-layers",),
+    "random": ("rtl-speed",),
+    "schedules": ("rtl-speed",),
+    "layers": ("tuner",),
+    "save_tables": ("tuner",),
+}
+
+
 def cmd_bench(args) -> int:
     from tilecraft.benchmarks import suite
     from tilecraft.boards import resolve_config
 
     module = suite(args.suite)
+    for flag, suites in SUITE_OPTIONS.items():  # a flag for another suite: a mistake, not a no-op
+        value = getattr(args, flag)
+        if value not in (None, False, 0) and args.suite not in suites:
+            given = "--" + flag.replace("_", "-")
+            raise TilecraftError(f"{given} is for {' and '.join(suites)}, not {args.suite}")
+    if args.suite == "resnet18-layers" and args.plot and args.rtl:
+        raise TilecraftError("resnet18-layers --plot draws the cycle model's figures; drop --rtl")
     if args.plot and not hasattr(module, "plot"):
         raise TilecraftError(f"--plot is for resnet18-layers and rtl-speed, not {args.suite}")
     if args.plot and args.suite == "rtl-speed" and not args.schedules:

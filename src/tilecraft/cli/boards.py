@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from tilecraft.cli.common import positive, positive_number, seconds
+from tilecraft.errors import TilecraftError
+
 
 def board_rows() -> list[dict]:
     """One dict per board preset: what it is, and how each sweep preset fits its part."""
@@ -152,6 +155,15 @@ def cmd_hw_timing(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.cli.common import write, write_json
 
+    if args.flow != "ecp5":  # the xilinx flow synthesizes only: nothing to seed, plot or route
+        given = [
+            f
+            for f in ("seed", "unit", "plot", "record", "freq", "route_timeout")
+            if getattr(args, f)
+        ]
+        if given:
+            flags = ", ".join("--" + f.replace("_", "-") for f in given)
+            raise TilecraftError(f"{flags}: for --flow ecp5 (the xilinx flow is synthesis alone)")
     if args.unit is not None:
         return _unit_timing(args)
     cfg = resolve_config(args.config)
@@ -272,10 +284,12 @@ def add_hw_parsers(hw) -> None:
     t.add_argument("--flow", choices=("ecp5", "xilinx"), default="ecp5")
     t.add_argument("--device", default="85k", help="ecp5: 25k, 45k or 85k (speed grade 6)")
     t.add_argument("--part", default="xc7z020", help="xilinx: the part")
-    t.add_argument("--freq", type=float, help="the target clock in MHz (default: the config's)")
+    t.add_argument(
+        "--freq", type=positive_number, help="the target clock in MHz (default: the config's)"
+    )
     t.add_argument(
         "--route-timeout",
-        type=float,
+        type=seconds,
         metavar="S",
         help="stop routing after S s; report the estimate after placement",
     )
@@ -292,7 +306,7 @@ def add_hw_parsers(hw) -> None:
         "most of an hour; --config is not used)",
     )
     t.add_argument(
-        "--copies", type=int, default=4, metavar="N", help="--unit: how many side by side (4)"
+        "--copies", type=positive, default=4, metavar="N", help="--unit: how many side by side (4)"
     )
     t.add_argument("--json", help="write the figures as JSON here")
     t.add_argument("--plot", help="ecp5: plot the endpoints' path lengths (PNG) here")
@@ -323,7 +337,7 @@ def add_parsers(sub) -> None:
     )
     b.add_argument(
         "--route-timeout",
-        type=float,
+        type=seconds,
         metavar="S",
         help="open-flow boards: give up routing after S seconds",
     )
@@ -334,7 +348,7 @@ def add_parsers(sub) -> None:
     )
     b.add_argument(
         "--clock-mhz",
-        type=float,
+        type=positive_number,
         metavar="MHZ",
         help="the accelerator's clock (default: the config's; an open-flow build "
         "lowers it until a route meets it, unless given)",

@@ -82,12 +82,17 @@ def positive(text: str) -> int:
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds."""
+    return positive_number(text, "seconds")
+
+
+def positive_number(text: str, what: str = "a number") -> float:
+    """A positive, finite number (a clock in MHz, a time in seconds)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return value
 
 

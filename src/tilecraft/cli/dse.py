@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from tilecraft.errors import TilecraftError
+
 
 def cmd_dse(args) -> int:
     from tilecraft.cli.common import record_result, write, write_json
     from tilecraft.explore.sweep import run_sweep
 
-    if args.workers is not None and args.workers < 0:
-        raise SystemExit(f"--workers must be 0 or more, not {args.workers}")
+    if args.workers is not None and args.scheduler:
+        raise TilecraftError("give --workers (a local cluster) or --scheduler, not both")
     # refused before the sweep
     suite = recorded_suite(args.part, args.model) if args.record else None
     result = run_sweep(
@@ -93,7 +95,7 @@ def add_parsers(sub, count) -> None:
     p.add_argument(
         "--configs", type=count, help="sweep only the first N configs (smallest arrays first)"
     )
-    p.add_argument("--workers", type=int, help="local Dask workers (default 2; 0: no Dask)")
+    p.add_argument("--workers", type=count, help="local Dask workers (default 2; 0: no Dask)")
     p.add_argument("--scheduler", help="a Dask scheduler's address (its workers evaluate)")
     p.add_argument(
         "--cache",

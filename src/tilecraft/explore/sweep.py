@@ -17,6 +17,7 @@ from tilecraft.explore.evaluate import FIGURES, evaluate
 from tilecraft.explore.pareto import fronts
 from tilecraft.explore.space import sweep_configs
 from tilecraft.files import write_atomic
+from tilecraft.jobs import dask_client
 from tilecraft.progress import track
 
 
@@ -41,7 +42,11 @@ class SynthCache:
         except (OSError, ValueError, AttributeError) as exc:
             raise TilecraftError(
                 f"the synthesis cache {self.path} is unreadable ({exc}): "
-                f"delete it to synthesize again"
+                + (
+                    "give a file (--cache FILE.json)"
+                    if self.path.is_dir()
+                    else "delete it to synthesize again"
+                )
             ) from None
 
     def known(self, digest: str, fam: str) -> dict:
@@ -169,7 +174,7 @@ def _evaluate_all(
             dashboard_address=":0",
             scheduler_kwargs={"dashboard": False},
         )
-    client = Client(scheduler or cluster)
+    client = Client(cluster) if scheduler is None else dask_client(scheduler)
     try:
         futures = {client.submit(function, *job, pure=False): job for job in jobs}
         for future in track(as_completed(futures), "design points", total=len(futures)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tilecraft.compiler.tune.measure import MEASURERS, Result, measurer
 from tilecraft.compiler.tune.task import Task
 from tilecraft.errors import TilecraftError
+from tilecraft.jobs import dask_client
 from tilecraft.serial import from_json, to_json
 
 RETRIED = "retried: the first worker died"
@@ -73,7 +74,7 @@ class DaskMeasurer:
         self.resources = {"FPGA": 1} if fpga else None
         self._cluster = None
         if scheduler:
-            self.client = Client(scheduler, timeout="10s")
+            self.client = dask_client(scheduler)
         else:
             if workers < 1:
                 raise TilecraftError(f"--workers must be at least 1, not {workers}")
