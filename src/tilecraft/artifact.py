@@ -48,6 +48,10 @@ def read_artifact(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The header (digest checked and removed) and arrays of a `kind` artifact (format `fmt` at
     `version`); anything else is `error` naming the file and what is wrong."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise error(
+            f"a tilecraft {kind} is read from a file path, not {type(path).__name__} {path!r}"
+        )
     where = str(path)
     arrays = read_arrays(path, error, what=f"tilecraft {kind}")
     raw = arrays.pop(HEADER, None)

@@ -474,6 +474,9 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
         (["hw", "timing", "--flow", "xilinx", "--seed", "3"], "--seed: for --flow ecp5"),
         (["dse", "--workers", "2", "--scheduler", "tcp://h:1"], "--workers (a local cluster) or"),
         (["dse", "--scheduler", "bogus"], "cannot reach the Dask scheduler 'bogus'"),
+        (["build", "--board", "ulx3s-85f", "-o", "b", "--name", "x"], "--name: for Vivado"),
+        (["build", "--board", "ulx3s-85f", "-o", "b", "--any-vivado"], "--any-vivado: for Viv"),
+        (["build", "--board", "pynq-z1", "-o", "b", "--route-timeout", "5"], "for open-flow"),
     ],
 )
 def test_options_for_another_suite_or_flow_are_refused_before_any_work(args, message, capsys):

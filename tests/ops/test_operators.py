@@ -91,3 +91,20 @@ def test_bad_operators_and_knobs():
         GemmTiles(0, 1, 1)
     with pytest.raises(ScheduleError, match="gemm shift must be in 0..31"):
         Gemm(16, 16, 16, shift=32)
+
+
+def test_shapes_and_clips_of_the_wrong_type_are_named():
+    """A float, None or a numpy scalar where an int goes: the operator's own error, naming the
+    value (a TypeError from inside, or a message that contradicted itself, before)."""
+    import numpy as np
+
+    for kernel in (3.0, None, "3"):
+        with pytest.raises(ScheduleError, match="kernel must be an int or a pair of ints, not"):
+            Conv2d(1, 16, 8, 8, 16, kernel=kernel)
+    with pytest.raises(
+        ScheduleError, match=r"ic must be a positive int, not np.int64\(16\) \(a numpy"
+    ):
+        Conv2d(1, np.int64(16), 8, 8, 16, kernel=3)
+    for clip in (5, (-1.5, 3), (1, 2, 3)):
+        with pytest.raises(ScheduleError, match=r"must be two ints \(lo, hi\)"):
+            Epilogue(clip=clip)

@@ -439,3 +439,20 @@ def test_odd_dtype_strings_are_refused_by_name():
     for dtype in ("0", "00", "i9"):  # numpy raises ValueError/SyntaxError/TypeError for these
         with pytest.raises(ProgramError, match=f"dtype '{dtype}' is unknown"):
             BufferSpec("x", "input", (1,), dtype, 0)
+
+
+def test_a_path_or_name_where_an_object_goes_is_named(program, saved, tmp_path):
+    """A path where a Program, a CompiledModel or a device goes: the runtime's error, saying
+    what reads or makes the object (AttributeErrors from inside, before)."""
+    from tilecraft.errors import ConfigError
+    from tilecraft.runtime.executor import run_model
+    from tilecraft.runtime.model import CompiledModel
+
+    with pytest.raises(DeviceError, match=r"a device runs a Program \(Program.load\(PATH\)"):
+        get_device("sim").run(str(saved), {})
+    with pytest.raises(DeviceError, match=r"run_model runs a CompiledModel \(CompiledModel.load"):
+        run_model(str(saved), {})
+    with pytest.raises(ProgramError, match="read from a file path, not NoneType None"):
+        Program.load(None)
+    with pytest.raises(ConfigError, match="must be an HwConfig"):
+        CompiledModel.load(str(saved), config="default")

@@ -75,6 +75,9 @@ def cmd_boards(args) -> int:
     return 0
 
 
+NAME = "tilecraft"  # an overlay's default name
+
+
 def cmd_build(args) -> int:
     from tilecraft.boards import board, resolve_config
     from tilecraft.boards.block_design import block_design
@@ -88,7 +91,16 @@ def cmd_build(args) -> int:
     if args.clock_mhz is not None and b.open is None:
         cfg = cfg.replace(clock_mhz=args.clock_mhz)  # the fabric clock the block design makes
     if b.open is not None:
+        ignored = [
+            flag
+            for flag, given in (("--name", args.name != NAME), ("--any-vivado", args.any_vivado))
+            if given
+        ]
+        if ignored:  # the open flow writes tilecraft.bit with yosys and nextpnr, no Vivado
+            raise TilecraftError(f"{', '.join(ignored)}: for Vivado boards, not {b.name}")
         return _build_open(b, cfg, args)
+    if args.route_timeout is not None:
+        raise TilecraftError(f"--route-timeout: for open-flow boards (ulx3s-85f), not {b.name}")
     design = block_design(b, cfg, args.name)
     verdict = fit(cfg, b, args.config or b.name)
     print(
@@ -331,7 +343,7 @@ def add_parsers(sub) -> None:
     )
     b.add_argument("--board", required=True, help="a board preset (`tilecraft boards`)")
     b.add_argument("--config", help="the accelerator config (default: the board's)")
-    b.add_argument("--name", default="tilecraft", help="the overlay's name (its files' stem)")
+    b.add_argument("--name", default=NAME, help="the overlay's name (its files' stem)")
     b.add_argument(
         "-o", "--output", dest="folder", required=True, help="folder to write the project into"
     )

@@ -99,10 +99,17 @@ class Epilogue:
             or not -255 <= self.offset <= 255
         ):
             raise ScheduleError(f"epilogue offset must be an int in -255..255, not {self.offset!r}")
-        clip = tuple(self.clip)
+        given = self.clip
+        try:
+            clip = tuple(given)
+        except TypeError:
+            clip = ()
         object.__setattr__(self, "clip", clip)
-        if len(clip) != 2 or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:
-            raise ScheduleError(f"clip {self.clip} must satisfy -128 <= lo <= hi <= 127")
+        ints = all(isinstance(c, int) and not isinstance(c, bool) for c in clip)
+        if len(clip) != 2 or not ints or not INT8[0] <= clip[0] <= clip[1] <= INT8[1]:
+            raise ScheduleError(
+                f"clip {given!r} must be two ints (lo, hi) with -128 <= lo <= hi <= 127"
+            )
         if self.acc_bounds and not self.residual and (clip != INT8 or self.relu):
             raise ScheduleError(
                 f"with acc_bounds and no residual the accumulator bounds are the clip: leave "

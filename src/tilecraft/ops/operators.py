@@ -17,16 +17,26 @@ from tilecraft.ops.requant import scale_fields
 
 
 def _pair(v, name: str) -> tuple[int, int]:
-    pair = (v, v) if isinstance(v, int) else tuple(v)
+    try:
+        pair = (v, v) if isinstance(v, (int, float, np.generic)) else tuple(v)
+    except TypeError:  # None, an object
+        pair = ()
     if len(pair) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair):
-        raise ScheduleError(f"{name} must be an int or a pair of ints, not {v!r}")
+        raise ScheduleError(f"{name} must be an int or a pair of ints, not {v!r}{_numpy(v)}")
     return pair
 
 
 def _positive(owner: str, **values) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ScheduleError(f"{owner} {name} must be a positive int, not {value!r}")
+            raise ScheduleError(
+                f"{owner} {name} must be a positive int, not {value!r}{_numpy(value)}"
+            )
+
+
+def _numpy(value) -> str:
+    """A hint where a numpy scalar stood for a Python int."""
+    return " (a numpy scalar: give int(...))" if isinstance(value, np.generic) else ""
 
 
 def _int8_pad(owner: str, value) -> None:

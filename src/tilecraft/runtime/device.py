@@ -41,8 +41,18 @@ class Device(Protocol):
 
 
 def check_program(program: Program, config: HwConfig) -> None:
-    """Refuse a program built for an architecturally different config."""
-    program.check_config(config)
+    """Refuse a program built for an architecturally different config (or not a Program)."""
+    require_program(program).check_config(config)
+
+
+def require_program(program) -> Program:
+    """`program` if it is a Program; a DeviceError otherwise (a path: Program.load reads one)."""
+    if not isinstance(program, Program):
+        raise DeviceError(
+            f"a device runs a Program (Program.load(PATH) reads a .tcp file), not "
+            f"{type(program).__name__} {program!r}"
+        )
+    return program
 
 
 def check_inputs(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

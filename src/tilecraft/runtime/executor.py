@@ -76,6 +76,15 @@ def run_model(
 ) -> ModelRun:
     """Run `model` on float `inputs` (by input name); accelerator steps on `device`, or on the
     integer reference when it is None. With `keep`, every tensor is returned."""
+    if not isinstance(model, CompiledModel):
+        raise DeviceError(
+            f"run_model runs a CompiledModel (CompiledModel.load(PATH) reads a .tcm file), not "
+            f"{type(model).__name__} {model!r}"
+        )
+    if device is not None and not callable(getattr(device, "run", None)):
+        raise DeviceError(
+            f"device must be a device (get_device(NAME) makes one) or None, not {device!r}"
+        )
     host = host or NumpyKernels()
     check_names(model.name, model.inputs, inputs)
     for backend in (device, host):  # kernels compiled here: all at once, before the first step

@@ -13,7 +13,7 @@ import numpy as np
 
 from tilecraft.artifact import read_artifact, write_artifact
 from tilecraft.errors import ArtifactError, FormatError, ModelError, TilecraftError
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.ops import Computation
 from tilecraft.ops.host import HostOp
 from tilecraft.runtime.program import Program
@@ -170,6 +170,8 @@ class CompiledModel:
     @classmethod
     def load(cls, path: str | Path, config: HwConfig | None = None) -> CompiledModel:
         """Read a compiled model; with `config`, refuse one built for another config."""
+        if config is not None:
+            config = require_config(config, "the config to check the model against")
         header, arrays = read_artifact(
             path, FORMAT, VERSION, kind="compiled model", remake="compile the model again"
         )

@@ -10,7 +10,7 @@ import numpy as np
 from tilecraft.errors import DeviceError
 from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.hw.timing import Timing
-from tilecraft.runtime.device import RunResult, check_inputs, check_program
+from tilecraft.runtime.device import RunResult, check_inputs, check_program, require_program
 from tilecraft.runtime.program import Program
 from tilecraft.sim.report import SimReport
 from tilecraft.sim.simulator import replay, run_image
@@ -48,7 +48,7 @@ class SimDevice:
     def run(
         self, program: Program, inputs: dict[str, np.ndarray], *, trace: bool = False
     ) -> RunResult:
-        config = self.config or program.config
+        config = self.config or require_program(program).config
         check_program(program, config)
         dram = program.dram_image(check_inputs(program, inputs))
         key = (program.digest, config.digest, self.timing, self.check_races)
@@ -80,7 +80,7 @@ class SimDevice:
     def cycles(self, program: Program) -> int:
         """`program`'s cycles on the cycle model alone (timing does not depend on data): the
         compiler's `Timer` (`runtime.device.cycle_model`)."""
-        config = self.config or program.config
+        config = self.config or require_program(program).config
         check_program(program, config)
         report, _ = run_image(
             config,

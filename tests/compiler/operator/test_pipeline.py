@@ -208,3 +208,5 @@ def test_configs_the_compiler_does_not_build_for_are_refused():
             compile_conv2d(HwConfig(**{field: 4}), op, Epilogue(shift=8), weight=weight)
     with pytest.raises(ConfigError, match=r"must be an HwConfig \(tilecraft.boards.resolve_config"):
         compile_conv2d("default", op, Epilogue(shift=8), weight=weight)
+    with pytest.raises(ScheduleError, match="a program's name is a non-empty string, not 5"):
+        compile_conv2d(preset("default"), op, Epilogue(shift=8), weight=weight, name=5)

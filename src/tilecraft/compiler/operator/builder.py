@@ -40,6 +40,8 @@ def check_compiled_widths(config: HwConfig) -> None:
 class ProgramBuilder:
     def __init__(self, config: HwConfig, name: str = "program"):
         check_compiled_widths(config)
+        if not isinstance(name, str) or not name:  # the program file keeps it as a string
+            raise ScheduleError(f"a program's name is a non-empty string, not {name!r}")
         self.config = config
         self.spec = isa_for(config)
         self.name = name

@@ -236,6 +236,8 @@ def compile_operator(
             _check_monotone(epilogue, params)
     computation = Computation(low.source, epilogue, params.tensor_multiplier, pool)
     name = name or op.kind
+    if not isinstance(name, str):  # the program file keeps it as a string
+        raise ScheduleError(f"a program's name is a non-empty string, not {name!r}")
     built: list[tuple[Ranked, Program]] = []
     tilings = set()
     at_least = MEASURE_AT_LEAST_RESIDUAL if epilogue.residual else 1

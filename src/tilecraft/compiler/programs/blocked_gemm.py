@@ -46,7 +46,8 @@ def blocked_gemm(
     b_, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     for name, dim, block in (("M", m, b_), ("K", k, bi), ("N", n, bo)):
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % block:
-            raise ScheduleError(f"{name} = {dim!r} must be a positive multiple of {block}")
+            kind = " (a Python int: give int(...))" if not isinstance(dim, int) else ""
+            raise ScheduleError(f"{name} = {dim!r} must be a positive multiple of {block}{kind}")
     op = GemmOp(m, k, n, shift)
     mb, kb, nb = m // b_, k // bi, n // bo
     t = tiles or choose_tiles(cfg, mb, kb, nb, overlap)
