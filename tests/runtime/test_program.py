@@ -456,3 +456,18 @@ def test_a_path_or_name_where_an_object_goes_is_named(program, saved, tmp_path):
         Program.load(None)
     with pytest.raises(ConfigError, match="must be an HwConfig"):
         CompiledModel.load(str(saved), config="default")
+
+
+def test_outputs_to_check_must_be_whole_and_of_the_right_shape(program, matrices):
+    from tilecraft.runtime.check import check_outputs
+
+    inputs = dict(zip(("a", "b"), matrices))
+    result = get_device("sim").run(program, pack_inputs(program, inputs))
+    outputs = unpack_outputs(program, result.outputs)
+    assert check_outputs(program, inputs, outputs)[0]
+    with pytest.raises(DeviceError, match=r"lack \['c'\] \(unpack_outputs"):
+        check_outputs(program, inputs, {})
+    ok, text = check_outputs(program, inputs, {"c": outputs["c"][:1]})
+    assert not ok and "check c: shape (1," in text
+    with pytest.raises(DeviceError, match="unpack_outputs takes a run's outputs by name"):
+        unpack_outputs(program, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecraft.errors import ProgramError
+from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.ops import reference
 from tilecraft.runtime.program import Program
 
@@ -89,10 +89,20 @@ def check_outputs(program: Program, inputs: dict, outputs: dict) -> tuple[bool, 
     """(ok, message) comparing every output bit-exactly with the reference; `inputs` and
     `outputs` are logical tensors (runtime.layout.unpack_outputs)."""
     expected = expected_outputs(program, inputs)
+    missing = sorted(set(expected) - set(outputs or {}))
+    if missing:
+        raise DeviceError(
+            f"outputs of {program.name!r} lack {missing} (unpack_outputs(program, result.outputs) "
+            f"gives them all)"
+        )
     lines, ok = [], True
     for name, want in expected.items():
-        got = outputs[name]
-        bad = int(np.count_nonzero(got != want)) if got.shape == want.shape else want.size
+        got = np.asarray(outputs[name])
+        if got.shape != want.shape:
+            ok = False
+            lines.append(f"check {name}: shape {got.shape}, the reference's {want.shape}")
+            continue
+        bad = int(np.count_nonzero(got != want))
         ok &= bad == 0
         lines.append(
             f"check {name}: "

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tilecraft.errors import ProgramError
+from tilecraft.errors import DeviceError, ProgramError
 from tilecraft.hw.config import HwConfig
 from tilecraft.runtime.tensors import check_names, check_tensor
 
@@ -455,6 +455,10 @@ def pack_inputs(program, logical: dict[str, np.ndarray]) -> dict[str, np.ndarray
 
 
 def unpack_outputs(program, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if not isinstance(outputs, dict):
+        raise DeviceError(
+            f"unpack_outputs takes a run's outputs by name (result.outputs), not {outputs!r}"
+        )
     out = {}
     for name, value in outputs.items():
         buf = program.buffer(name)
