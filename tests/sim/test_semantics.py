@@ -499,3 +499,15 @@ def test_store_truncates_to_out_width(cfg):
     np.testing.assert_array_equal(out[:, :3], expected)
     assert not out[:, 3:].any()
     assert int(np.int32(300).astype(np.int8)) == 44
+
+
+@pytest.mark.parametrize("iters", [(0, 1), (1, 0), (0, 0)])
+@pytest.mark.parametrize("wgt_out", [0, 1])
+def test_a_gemm_with_a_loop_extent_of_zero_does_nothing(cfg, iters, wgt_out):
+    """No step, as a reset's or an ALU's zero extent (it was an IndexError in the semantics
+    when the weights stayed put)."""
+    rng = np.random.default_rng(7)
+    uops = [Uop(dst=1, src=2, wgt=0), Uop(dst=1, src=3, wgt=1)]
+    row = dict(uop_bgn=0, uop_end=2, iter_out=iters[0], iter_in=iters[1], dst_out=1, dst_in=0)
+    row.update(src_out=1, src_in=0, wgt_out=wgt_out, wgt_in=0)
+    _check_gemm(cfg, rng, uops, row)  # the naive loop takes no step either

@@ -260,6 +260,8 @@ def _gemm_plan(m: Machine, r) -> _GemmPlan:
     _check_index("wgt", wgt, cfg.depth("wgt"), "wgt")
     footprint = Footprint({"inp": src, "wgt": wgt, "acc": dst}, {"acc": dst})
     matmuls = []
+    if dst.size == 0:  # a loop extent of 0: no step, as a reset's or an ALU's
+        return _GemmPlan(None, footprint, ())
     if r["wgt_out"] == 0 and r["wgt_in"] == 0:
         # Each micro-op uses one weight tile for its whole loop, and micro-ops with one dst
         # write the same row at every step: one matmul per dst, over their tiles side by side.
