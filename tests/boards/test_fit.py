@@ -138,3 +138,20 @@ def test_a_design_is_named_by_its_verilog_and_a_config_by_the_sources_it_is_elab
     assert rtl.elaboration_digest() == first  # a docstring and a comment: the same code
     (tmp_path / "isa" / "formats.py").write_text("BITS = 4\n")
     assert rtl.elaboration_digest() != first and len(first) == 16
+
+
+def test_an_unnamed_config_is_advised_as_a_file_and_wrong_types_are_named():
+    """The advice for a config fit() was not given a name named its tag, which --config does
+    not take."""
+    from tilecraft.errors import ConfigError
+    from tilecraft.hw.config import HwConfig
+
+    unmeasured = HwConfig(log_inp_buff=16)
+    text = fit(unmeasured, board("pynq-z1")).describe()
+    assert "--config F.toml (HwConfig.save('F.toml') writes it)" in text
+    assert unmeasured.tag not in text
+    assert "--config mine.toml" in fit(unmeasured, board("pynq-z1"), "mine.toml").describe()
+    with pytest.raises(ConfigError, match="config must be an HwConfig"):
+        fit("default", board("pynq-z1"))
+    with pytest.raises(ConfigError, match=r"board must be a Board \(tilecraft.boards.board"):
+        fit(unmeasured, "pynq-z1")

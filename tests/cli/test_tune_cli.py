@@ -116,3 +116,10 @@ def test_tune_a_model_then_compile_it_with_the_records(tmp_path, capsys):
         )
         == 0
     )
+
+
+def test_tuning_a_model_takes_one_calibration(tmp_path, capsys):
+    """As compile: --calib and --calib-random together was run on --calib alone."""
+    argv = ["tune", str(tmp_path / "m.onnx"), "--calib", "c.npz", "--calib-random", "3"]
+    assert main(argv) == 1
+    assert "give --calib or --calib-random, not both" in capsys.readouterr().err

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from tilecraft.boards import Board
-from tilecraft.hw.config import HwConfig
+from tilecraft.errors import ConfigError
+from tilecraft.hw.config import HwConfig, require_config
 
 PARTS = {  # capacities from the AMD product tables (LUT6, FF, DSP slices, RAMB36, URAM288)
     "xc7z010": {"lut": 17600, "ff": 35200, "dsp": 80, "bram36": 60, "uram": 0},
@@ -46,11 +47,17 @@ def measured() -> list[dict]:
 
 @dataclass(frozen=True)
 class Fit:
-    config: str  # the config's name (a preset) or tag
+    config: str  # the config's name (a preset, a board or a file) or, unnamed, its tag
     part: str
     used: dict[str, float] | None  # None: no synthesis figure for this config
     basis: str  # which figure: "xcup", or "xc7" (a 7-series figure on an UltraScale+ part)
     current: bool = True  # the figure was measured on the tree's RTL (`hw.rtl.source_digest`)
+    named: bool = True  # `config` is a name --config takes (else a tag: the advice says F.toml)
+
+    @property
+    def spec(self) -> str:
+        """What the advice's --config names: the config's name, or a file it is saved to."""
+        return self.config if self.named else "F.toml (HwConfig.save('F.toml') writes it)"
 
     @property
     def fractions(self) -> dict[str, float]:
@@ -74,8 +81,8 @@ class Fit:
     def describe(self) -> str:
         if self.used is None:
             if family(self.part) == "ecp5":
-                return f"not measured: tilecraft hw timing --config {self.config} --record"
-            return f"not measured: tilecraft hw resources --config {self.config} --part {self.part}"
+                return f"not measured: tilecraft hw timing --config {self.spec} --record"
+            return f"not measured: tilecraft hw resources --config {self.spec} --part {self.part}"
         worst = max(self.fractions, key=self.fractions.get)
         verdict = "fits" if self.fits else "does not fit"
         note = " (tight: routing may fail)" if self.tight else ""
@@ -89,24 +96,29 @@ class Fit:
 
     def _command(self) -> str:
         if family(self.part) == "ecp5":
-            return f"tilecraft hw timing --config {self.config}"
-        return f"tilecraft hw resources --config {self.config} --part {self.part}"
+            return f"tilecraft hw timing --config {self.spec}"
+        return f"tilecraft hw resources --config {self.spec} --part {self.part}"
 
 
 def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
-    """How `cfg` (called `name`) fits the board's part."""
+    """How `cfg` (called `name`: a name --config takes) fits the board's part."""
+    require_config(cfg)
+    if not isinstance(board, Board):
+        raise ConfigError(f"board must be a Board (tilecraft.boards.board(NAME)), not {board!r}")
+    named = name is not None
     name = name or cfg.tag
     part = board.part_family
     if part not in PARTS:
-        return Fit(name, part, None, "")
+        return Fit(name, part, None, "", named=named)
     figures = {f["family"]: f for f in measured() if f["tag"] == cfg.tag}
     want = family(part)
     xilinx = {k: v for k, v in figures.items() if k != "ecp5"}
     basis = want if want in figures else ("" if want == "ecp5" else next(iter(xilinx), ""))
     if not basis:
-        return Fit(name, part, None, "")
+        return Fit(name, part, None, "", named=named)
     used = {k: figures[basis].get(k, 0) for k in PARTS[part]}
-    return Fit(name, part, used, basis, figures[basis].get("rtl") == _rtl_digest())
+    current = figures[basis].get("rtl") == _rtl_digest()
+    return Fit(name, part, used, basis, current, named)
 
 
 def _rtl_digest() -> str | None:

@@ -55,6 +55,8 @@ def _model_tasks(args) -> list:
     from tilecraft.compiler.tune.task import network_tasks
 
     cfg = resolve_config(args.config)
+    if args.calib is not None and args.calib_random is not None:  # as compile refuses it
+        raise TilecraftError("give --calib or --calib-random, not both")
     graph = import_model(args.model, input_shapes(args.input_shape))
     if args.calib is not None:
         ranges = calibrate(graph, load_calibration(graph, args.calib), args.observer)

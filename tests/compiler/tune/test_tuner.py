@@ -104,3 +104,29 @@ def test_bad_requests_are_refused():
         measurer("fpga")
     with pytest.raises(TilecraftError, match="unknown strategy 'grid'"):
         tune(TASK, StandIn(), 3, strategy="grid")
+
+
+def test_records_of_another_config_or_measurer_are_refused(tmp_path):
+    """Another config's records resumed the search from its figures, and the new ones were
+    written under the records' config (another measurer's: under its tool)."""
+    from tilecraft.compiler.tune.records import Records
+
+    other = Records(tmp_path / "r.jsonl", preset("1x8x8").digest, tool_version("cycle-model"))
+    with pytest.raises(TilecraftError, match="the records are config .*; the task is"):
+        tune(TASK, CycleModel(), 2, other)
+    mine = Records(tmp_path / "s.jsonl", TASK.config.digest, tool_version("rtl"))
+    with pytest.raises(TilecraftError, match="the records are 'rtl/tilecraft-.*; the measurer is"):
+        tune(TASK, CycleModel(), 2, mine)
+    with pytest.raises(TilecraftError, match="records must be tune.records.Records"):
+        tune(TASK, CycleModel(), 2, str(tmp_path / "r.jsonl"))
+    for bad, message in (
+        ({"epsilon": 5}, "epsilon is a share of each batch, in 0..1, not 5"),
+        ({"measurer": "sim"}, "measurer must be a measurer"),
+    ):
+        args = {"task": TASK, "measurer": CycleModel(), "trials": 2, **bad}
+        with pytest.raises(TilecraftError, match=message):
+            tune(**args)
+    with pytest.raises(TilecraftError, match="a task's config must be an HwConfig"):
+        Task("default", TASK.op)
+    with pytest.raises(TilecraftError, match="fold is None"):
+        Task(TASK.config, TASK.op, fold="yes")

@@ -11,7 +11,7 @@ from functools import cached_property
 from tilecraft.compiler.mapping.blocks import MappedConv, map_conv2d, map_dense
 from tilecraft.compiler.operator import schedule as S
 from tilecraft.errors import ScheduleError
-from tilecraft.hw.config import HwConfig
+from tilecraft.hw.config import HwConfig, require_config
 from tilecraft.ops import Conv2d, ConvSchedule, Dense, Epilogue
 from tilecraft.serial import to_json
 
@@ -24,8 +24,13 @@ class Task:
     fold: bool | None = None
 
     def __post_init__(self):
+        require_config(self.config, "a task's config")
         if not isinstance(self.op, (Conv2d, Dense)):
             raise ScheduleError(f"the tuner takes a conv2d or dense layer, not {self.op!r}")
+        if not isinstance(self.epilogue, Epilogue):
+            raise ScheduleError(f"a task's epilogue is an ops.Epilogue, not {self.epilogue!r}")
+        if self.fold not in (None, True, False):
+            raise ScheduleError(f"fold is None (decide), True or False, not {self.fold!r}")
 
     @cached_property
     def mapped(self) -> MappedConv:

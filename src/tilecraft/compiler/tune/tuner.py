@@ -15,7 +15,7 @@ import numpy as np
 from tilecraft.compiler.tune.features import NAMES, features
 from tilecraft.compiler.tune.measure import Measurer
 from tilecraft.compiler.tune.model import CostModel
-from tilecraft.compiler.tune.records import Record, Records
+from tilecraft.compiler.tune.records import Record, Records, tool_version
 from tilecraft.compiler.tune.task import Task, schedule_key
 from tilecraft.errors import TilecraftError
 from tilecraft.ops import ConvSchedule
@@ -60,6 +60,16 @@ def tune(
         raise TilecraftError(f"batch must be a positive whole number, not {batch!r}")
     if strategy not in STRATEGIES:
         raise TilecraftError(f"unknown strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
+    if not isinstance(task, Task):
+        raise TilecraftError(f"task must be a tune.task.Task, not {task!r}")
+    if not callable(getattr(measurer, "measure", None)):
+        raise TilecraftError(
+            f"measurer must be a measurer (tune.measure.measurer(NAME)), not {measurer!r}"
+        )
+    if not (isinstance(epsilon, (int, float)) and 0 <= epsilon <= 1):
+        raise TilecraftError(f"epsilon is a share of each batch, in 0..1, not {epsilon!r}")
+    if records is not None:
+        _check_records(records, task, measurer)
     start = time.perf_counter()
     space = task.space
     index = {schedule_key(s): i for i, s in enumerate(space)}
@@ -121,6 +131,23 @@ def _advance(result: TuneResult, c: int | None, schedule: ConvSchedule | None = 
         result.best_cycles = c
         result.best = schedule
     result.curve.append(result.best_cycles)
+
+
+def _check_records(records, task: Task, measurer) -> None:
+    """Records of another config or another measurer would resume the search from figures that
+    are not this one's (and be written under the wrong config or tool)."""
+    if not isinstance(records, Records):
+        raise TilecraftError(f"records must be tune.records.Records, not {records!r}")
+    if records.config != task.config.digest:
+        raise TilecraftError(
+            f"the records are config {records.config!r}'s; the task is {task.config.tag}'s "
+            f"({task.config.digest}): open them with the task's config digest"
+        )
+    name = getattr(measurer, "name", None)
+    if name is not None and records.tool is not None and records.tool != tool_version(name):
+        raise TilecraftError(
+            f"the records are {records.tool!r}'s; the measurer is {tool_version(name)!r}"
+        )
 
 
 def _best_of(space, cycles: dict) -> ConvSchedule | None:
