@@ -497,3 +497,21 @@ def test_numbers_routes_and_sweeps_take_are_checked_by_the_parser(args, message,
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_trace_is_json_and_a_schedule_has_one_order(tmp_path, capsys):
+    out = str(tmp_path / "x.tcp")
+    assert main(["example", "--trace", str(tmp_path / "t.png")]) == 1
+    assert "a trace is JSON (Perfetto's format); name a .json file" in capsys.readouterr().err
+    schedule = "1,1,2,7,spatial_outer,oc_outer"
+    assert main(["compile", "conv2d", "--schedule", schedule, "-o", out]) == 1
+    assert "names two loop orders, spatial_outer and oc_outer" in capsys.readouterr().err
+
+
+def test_a_command_of_commands_given_none_shows_its_own_help(capsys):
+    assert main(["hw"]) == 2
+    assert "usage: tilecraft hw" in capsys.readouterr().out
+    assert main(["models"]) == 2
+    assert "usage: tilecraft models" in capsys.readouterr().out
+    assert main([]) == 2
+    assert "usage: tilecraft [-h]" in capsys.readouterr().out

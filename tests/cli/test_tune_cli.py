@@ -123,3 +123,10 @@ def test_tuning_a_model_takes_one_calibration(tmp_path, capsys):
     argv = ["tune", str(tmp_path / "m.onnx"), "--calib", "c.npz", "--calib-random", "3"]
     assert main(argv) == 1
     assert "give --calib or --calib-random, not both" in capsys.readouterr().err
+
+
+def test_tuning_every_layer_checks_its_trials_once(capsys):
+    assert main(["tune", "resnet18-layers", "--trials", "0"]) == 1
+    captured = capsys.readouterr()
+    assert "--trials must be at least 1, not 0" in captured.err
+    assert "C1:" not in captured.out  # said once, not as the first layer's error

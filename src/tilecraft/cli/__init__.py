@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +33,11 @@ PLOT_FORMATS = (".png", ".svg", ".pdf")  # what matplotlib writes by the extensi
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
-    if not hasattr(args, "func"):
-        parser.print_help()
+    argv = _negative_values(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):  # a command of commands given none (`tilecraft hw`): its help
+        with suppress(SystemExit):  # --help prints, then exits
+            parser.parse_args([argv[0], "--help"] if argv else ["--help"])
         return 2
     try:
         _check_outputs(args)
@@ -76,6 +79,11 @@ def _check_outputs(args) -> None:
         path = getattr(args, name, None)
         if path:
             check_writable(path, "--" + name.replace("_", "-"))
+    trace = getattr(args, "trace", None)
+    if trace and Path(trace).suffix.lower() != ".json":
+        raise PathError(
+            f"--trace {trace!r}: a trace is JSON (Perfetto's format); name a .json file"
+        )
     plot = getattr(args, "plot", None)
     if plot and Path(plot).suffix.lower() not in PLOT_FORMATS:
         raise PathError(
@@ -409,8 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "then makes the README's tables from it)")  # fmt: skip
     bench.set_defaults(func=cmd_bench)
 
-    figures = sub.add_parser("figures", help="the benchmarks README's tables, made from the "
-                             "recorded results")  # fmt: skip
+    figures = sub.add_parser(
+        "figures",
+        help="rewrite the benchmarks README's tables (src/tilecraft/benchmarks/README.md) from "
+        "the recorded results",
+    )
     figures.add_argument("--check", action="store_true", help="only say whether they agree "
                          "(exit 1 if not)")  # fmt: skip
     figures.set_defaults(func=cmd_figures)

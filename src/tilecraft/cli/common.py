@@ -115,6 +115,9 @@ def schedule(text: str | None):
     extra = parts[4:]
     order = next((p for p in extra if p in orders), LoopOrder.OC_OUTER)
     unknown = [p for p in extra if p not in orders and p != "single"]
+    given = [p for p in extra if p in orders]
+    if len(given) > 1:
+        raise ScheduleError(f"--schedule {text!r} names two loop orders, {given[0]} and {given[1]}")
     if len(tiles) != 4 or unknown:
         raise ScheduleError(
             f"--schedule {text!r}: expected TILE_OC,TILE_IC,TILE_OH,TILE_OW[,ORDER][,single] "

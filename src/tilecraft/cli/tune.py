@@ -76,6 +76,8 @@ def _model_tasks(args) -> list:
 
 def _tune_all(args, tasks: list) -> int:
     """Each task in turn, into one records file."""
+    if args.trials < 1:  # once, before the first layer's name
+        raise TilecraftError(f"--trials must be at least 1, not {args.trials}")
     failed = 0
     for name, task in tasks:
         print(f"{name}: ", end="")
