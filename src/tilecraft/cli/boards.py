@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from tilecraft.cli.common import positive, positive_number, seconds
+from tilecraft.cli.common import (
+    positive,
+    positive_number,
+    record_result,
+    seconds,
+    write,
+    write_json,
+)
 from tilecraft.errors import TilecraftError
 
 
@@ -48,7 +55,6 @@ def board_rows() -> list[dict]:
 
 
 def cmd_boards(args) -> int:
-    from tilecraft.cli.common import write, write_json
 
     rows = board_rows()
     print(
@@ -165,7 +171,6 @@ def _build_open(b, cfg, args) -> int:
 
 def cmd_hw_timing(args) -> int:
     from tilecraft.boards import resolve_config
-    from tilecraft.cli.common import write, write_json
 
     if args.flow != "ecp5":  # the xilinx flow synthesizes only: nothing to seed, plot or route
         given = [
@@ -194,8 +199,6 @@ def cmd_hw_timing(args) -> int:
         if args.plot:
             _plot_endpoints(report, args.plot)
         if args.record:
-            from tilecraft.cli.common import record_result
-
             _record_ecp5(args.config, cfg, report)
             record_result("timing", data)
     else:
@@ -220,8 +223,6 @@ def cmd_hw_timing(args) -> int:
 def _unit_timing(args) -> int:
     """`hw timing --unit NAME`: copies of one unit routed alone on the ECP5."""
     from tilecraft.boards.flows.unit_timing import unit_timing
-    from tilecraft.cli.common import write, write_json
-    from tilecraft.errors import TilecraftError
 
     if args.flow != "ecp5" or args.record:
         raise TilecraftError(
@@ -249,7 +250,6 @@ def _unit_timing(args) -> int:
 
 def _plot_endpoints(report, path: str) -> None:
     from tilecraft.boards.flows.sta import plot_histogram
-    from tilecraft.errors import TilecraftError
 
     if report.endpoints is None:
         print("--plot: no routed SDF (routing did not finish), nothing to plot")

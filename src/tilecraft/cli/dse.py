@@ -40,7 +40,6 @@ def recorded_suite(part: str, model: str = "resnet18") -> str:
     `dse-PART` on another part; another model's as `dse-MODEL` on the xc7z020 and
     `dse-PART-MODEL` on another part (`benchmarks.tables.DSE_SUITES`)."""
     from tilecraft.benchmarks.tables import DSE_SUITES
-    from tilecraft.errors import TilecraftError
 
     suite = DSE_SUITES.get((part, model))
     if suite is None:
