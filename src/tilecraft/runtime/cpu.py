@@ -98,6 +98,7 @@ class KernelLibrary:
         self._dll = ctypes.CDLL(str(so.resolve()))
         self.host = {e["key"]: e for e in meta.get("host", [])}
         self.compute = {e["key"]: e for e in meta.get("compute", [])}
+        self.pack = {e["key"]: e for e in meta.get("pack", [])}  # none in an older library
         self.kernels = {}
         for sig in meta["kernels"]:
             address = ctypes.cast(getattr(self._dll, sig["symbol"]), ctypes.c_void_p).value
@@ -137,6 +138,12 @@ class LibraryKernels(HostStepKernels):
                 f"model)"
             )
         return self.library[entry["symbol"]], entry["bind"]
+
+    def find_packer(self, layout, batch, lanes, dtype, key):
+        """The library's kernel for this packing; None (numpy packs it, the same bytes) in a
+        library built before packing had kernels."""
+        entry = self.library.pack.get(key)
+        return None if entry is None else self.library[entry["symbol"]]
 
 
 # ---- accelerator computations on the CPU ----------------------------------------------------

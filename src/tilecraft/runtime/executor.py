@@ -125,7 +125,7 @@ def run_model(
                 values[name] = outs[name]  # with keep, the tensors inside the chain too
         else:
             t0 = time.perf_counter()
-            packed = pack_inputs(program, logical)
+            packed = pack_inputs(program, logical, _packers(host))
             t1 = time.perf_counter()
             result = device.run(program, packed)
             t2 = time.perf_counter()
@@ -197,13 +197,18 @@ def steady_host_seconds(
             continue
         program = model.programs[step.program]
         logical = {b.buffer: _view(program, b.buffer, values[b.tensor]) for b in step.inputs}
-        total += _fastest(repeats, pack_inputs, program, logical)
+        total += _fastest(repeats, pack_inputs, program, logical, _packers(host))
         for b in step.outputs:
             layout = program.buffer(b.buffer).layout
             if layout is not None:
                 packed = layout.pack(program.config, _view(program, b.buffer, values[b.tensor]))
                 total += _fastest(repeats, layout.unpack, program.config, packed)
     return total
+
+
+def _packers(host):
+    """`host` where it packs inputs too (`HostStepKernels.packer`), else None: numpy packs."""
+    return host if callable(getattr(host, "packer", None)) else None
 
 
 def _fastest(repeats: int, work, *args) -> float:

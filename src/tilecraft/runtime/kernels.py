@@ -119,17 +119,35 @@ class HostStepKernels:
     once per operator and input shapes (`find`, by `host_key`), then called in its binding's
     order (`call_host`). Flatten is a view and needs none. Subclasses say where kernels come
     from: JIT-compiled here (`compiler.llvm.host.LlvmKernels`), or a board's prebuilt library
-    (`runtime.cpu.LibraryKernels`)."""
+    (`runtime.cpu.LibraryKernels`). An accelerator step's input whose packing has a kernel
+    (an im2col layout: `packer`) is packed by it too; every other one by numpy."""
 
     name = "kernels"
 
     def __init__(self) -> None:
         self._kernels: dict[str, tuple] = {}
         self._found: dict[tuple, tuple] = {}  # (op, input shapes): what `find` found
+        self._packers: dict[tuple, object] = {}  # (layout, batch, lanes, dtype): a kernel or None
 
     def find(self, op, shapes: list[tuple[int, ...]], key: str) -> tuple:
         """(kernel, binding) for `op` on inputs of `shapes`."""
         raise NotImplementedError
+
+    def find_packer(self, layout, batch: int, lanes: int, dtype: str, key: str):
+        """The kernel that packs a logical tensor into `layout`'s blocks of `batch` x `lanes`
+        (`pack_key`), or None where numpy packs it."""
+        return None
+
+    def packer(self, config, buf):
+        """The kernel that packs input buffer `buf` of a program for `config`, or None (numpy
+        packs it: `runtime.layout.pack_inputs`). Only an im2col layout has one."""
+        layout = buf.layout
+        if layout is None or layout.kind not in PACKED_BY_KERNEL:
+            return None
+        record = (layout, config.batch, config.block_in, np.dtype(buf.dtype).name)
+        if record not in self._packers:
+            self._packers[record] = self.find_packer(*record, pack_key(*record))
+        return self._packers[record]
 
     def run(self, op, inputs, constants):
         if isinstance(op, host_ops.Flatten):
@@ -146,6 +164,16 @@ class HostStepKernels:
                 self._found[record] = found
         kernel, bind = found
         return call_host(kernel, op, bind, inputs, constants)
+
+
+PACKED_BY_KERNEL = ("im2col",)  # the layouts whose packing has a generated kernel
+
+
+def pack_key(layout, batch: int, lanes: int, dtype: str) -> str:
+    """How an input's packing kernel is found: its layout record, the blocks it packs into
+    and its element type."""
+    record = {"layout": to_json(layout), "batch": batch, "lanes": lanes, "dtype": dtype}
+    return json.dumps(record, sort_keys=True)
 
 
 def hashable(record) -> bool:

@@ -439,17 +439,20 @@ def logical_shape(buf) -> tuple[int, ...]:
     return buf.layout.logical if buf.layout is not None else buf.shape
 
 
-def pack_inputs(program, logical: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def pack_inputs(program, logical: dict[str, np.ndarray], kernels=None) -> dict[str, np.ndarray]:
     """Device inputs from logical tensors, each checked first (`runtime.tensors`): every input
     named, each of its logical shape, integers that fit the buffer's dtype. Buffers without a
-    layout pass through (the device checks them)."""
+    layout pass through (the device checks them). `kernels` (host kernels with a `packer`:
+    `runtime.kernels.HostStepKernels`) packs the inputs it has a kernel for, the same bytes
+    as numpy's."""
     check_names(program.name, [b.name for b in program.inputs], logical)
     out = {}
     for buf in program.inputs:
         value = logical[buf.name]
         if buf.layout is not None:
             value = check_tensor(buf.name, value, buf.layout.logical, buf.dtype)
-            value = buf.layout.pack(program.config, value)
+            packer = kernels.packer(program.config, buf) if kernels is not None else None
+            value = packer(value) if packer is not None else buf.layout.pack(program.config, value)
         out[buf.name] = value
     return out
 

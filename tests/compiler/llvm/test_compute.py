@@ -93,10 +93,24 @@ def test_a_prebuilt_library_runs_the_same_network(tmp_path):
     model, x = _network("default", True)
     lib = build_model_library(model, target("x86_64"), tmp_path, "model")
     device = cpu_device(library=lib.manifest)
-    ours = run_model(model, x, device, host=LibraryKernels(load_library(lib.manifest)))
+    host = LibraryKernels(load_library(lib.manifest))
+    ours = run_model(model, x, device, host=host)
     ref = run_model(model, x)
     for name in model.outputs:
         np.testing.assert_array_equal(ours.outputs[name], ref.outputs[name])
+    # on the simulator, the library packs the first conv's im2col input (its `pack` table)
+    sim = run_model(model, x, get_device("sim"), host=host)
+    for name in model.outputs:
+        np.testing.assert_array_equal(sim.outputs[name], ref.outputs[name])
+    folded = [
+        (program.config, b)
+        for program in model.programs
+        for b in program.inputs
+        if b.layout is not None and b.layout.kind == "im2col"
+    ]
+    assert len(host.library.pack) == len(folded) == 1
+    assert all(host.packer(config, b) is host.library[e["symbol"]]
+               for (config, b), e in zip(folded, host.library.pack.values()))  # fmt: skip
 
 
 def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):

@@ -1,6 +1,7 @@
 """The generated kernels as the graph executor's host backend (`LlvmKernels`): every host
-operator bit-exact with `ops.host.run`, and a whole network (its input quantization,
-depthwise convs on the host, output dequantization) equal tensor for tensor."""
+operator bit-exact with `ops.host.run`, a whole network (its input quantization, depthwise
+convs on the host, output dequantization) equal tensor for tensor, and an accelerator step's
+im2col input packed by its kernel into numpy's bytes."""
 
 import numpy as np
 import pytest
@@ -8,14 +9,17 @@ from network_models import tiny_resnet
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
-from tilecraft.compiler.llvm.host import LlvmKernels, host_entries
+from tilecraft.compiler.llvm.host import LlvmKernels, host_entries, pack_entries
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.errors import KernelError
 from tilecraft.hw.config import preset
 from tilecraft.ops import host as H
 from tilecraft.ops.operators import Epilogue, Multiplier
+from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
-from tilecraft.runtime.model import HostStep
+from tilecraft.runtime.kernels import NativeKernel, pack_key
+from tilecraft.runtime.layout import pack_inputs
+from tilecraft.runtime.model import AcceleratorStep, HostStep
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +100,30 @@ def test_onnxruntimes_add_on_the_host_kernel_over_every_input_pair(kernels):
         want = H.run(op, [a, b], {})
         assert np.array_equal(kernels.run(op, [a, b], {}), want)
         assert len(np.unique(want)) > 100
+
+
+def test_an_im2col_input_is_packed_by_its_kernel(kernels):
+    """The first conv's folded input (3 channels x 3 x 3 taps) is packed by the generated
+    kernel, into the bytes numpy packs, and the network on the simulator gives the reference's
+    tensors; its other inputs (no im2col layout) are numpy's."""
+    graph = import_model(tiny_resnet(seed=5))
+    model = compile_network(graph, preset("1x16x8"), random_calibration(graph, 1)).model
+    x = {"input": np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    ours = run_model(model, x, get_device("sim"), host=kernels, keep=True)
+    ref = run_model(model, x, keep=True)
+    for name, value in ref.tensors.items():
+        np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
+    step = next(s for s in model.steps if isinstance(s, AcceleratorStep))
+    program = model.programs[step.program]
+    folded = [b for b in program.inputs if b.layout is not None and b.layout.kind == "im2col"]
+    assert len(folded) == 1
+    buf = folded[0]
+    assert isinstance(kernels.packer(program.config, buf), NativeKernel)
+    others = [b for b in program.inputs if b.layout is not None and b.layout.kind != "im2col"]
+    assert all(kernels.packer(program.config, b) is None for b in others)
+    logical = {b.buffer: ours.tensors[b.tensor] for b in step.inputs}
+    packed, numpy_packed = pack_inputs(program, logical, kernels), pack_inputs(program, logical)
+    for name, value in numpy_packed.items():
+        assert np.array_equal(packed[name], value) and packed[name].dtype == value.dtype, name
+    key = pack_key(buf.layout, program.config.batch, program.config.block_in, "int8")
+    assert [entry["key"] for _, entry in pack_entries(model)] == [key]

@@ -13,6 +13,7 @@ from tilecraft.compiler.llvm.host import host_entries
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
 from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d
 from tilecraft.compiler.llvm.kernels.elementwise import Quantize
+from tilecraft.compiler.llvm.kernels.layout import PackIm2col
 from tilecraft.compiler.llvm.kernels.window import DepthwiseConv
 from tilecraft.compiler.llvm.library import build_library
 from tilecraft.compiler.llvm.targets import target
@@ -22,6 +23,7 @@ from tilecraft.ops import reference as R
 from tilecraft.ops.operators import Conv2d as ConvOp
 from tilecraft.ops.operators import Epilogue, Multiplier
 from tilecraft.runtime.cpu import LibraryKernels, load_library, this_machine
+from tilecraft.runtime.layout import pack_im2col
 
 pytest.importorskip("ziglang", reason="linking shared objects needs ziglang (the cross extra)")
 
@@ -43,6 +45,12 @@ DW_EP = Epilogue(bias=True, multiplier=Multiplier.CHANNEL, shift=9, relu=True, o
 DEPTHWISE = DepthwiseConv(
     (1, 5, 9, 25), (3, 3), (2, 2), (1, 1, 1, 1), DW_EP, -6
 )  # 13 outputs a row
+# a first conv's input packing (7x7 taps, stride 2: 147 lanes of 160), its 8-byte moves
+# unaligned; and a uint8 one whose runs are 9 bytes (two moves each) with an image past N
+IM2COL = [
+    PackIm2col((1, 3, 13, 12), (7, 7), (2, 2), (3, 3), 5, 1, 16),
+    PackIm2col((1, 2, 10, 11), (3, 9), (1, 2), (1, 4), 200, 2, 16, "uint8"),
+]
 
 
 def _conv_case(rng):
@@ -59,7 +67,7 @@ def _conv_case(rng):
 def libraries(tmp_path_factory):
     folder = tmp_path_factory.mktemp("libraries")
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
-    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE]
+    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE, *IM2COL]
     arm = [NEON_CONV]  # the ARM cores' own
     arm += [r for p in PAIRED for r in (p, p.weights, replace(p, packed=True))]
     return folder, {
@@ -157,6 +165,13 @@ def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
     got = emu.call(DEPTHWISE.signature(), [x, *consts.values()]).outputs[0]
     op = H.DepthwiseConv((3, 3), (2, 2), (1, 1, 1, 1), DW_EP, -6)
     assert np.array_equal(got, H.run(op, [x], consts))
+    for spec in IM2COL:  # the packing a board does for an im2col input
+        low, high = (-128, 128) if spec.dtype == "int8" else (0, 256)
+        x = rng.integers(low, high, spec.shape).astype(spec.dtype)
+        got = emu.call(spec.signature(), [x]).outputs[0]
+        want = pack_im2col(x, spec.kernel, spec.stride, spec.pad, spec.pad_value, spec.batch,
+                           spec.lanes)  # fmt: skip
+        assert np.array_equal(got, want), spec
 
 
 @pytest.mark.parametrize("arch", ["armv7", "aarch64"])

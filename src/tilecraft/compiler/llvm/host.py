@@ -1,5 +1,6 @@
 """The host operators of a compiled network (`ops.host`) on generated kernels: each record and
-its input shapes become a kernel record (`host_kernel`), compiled once and cached.
+its input shapes become a kernel record (`host_kernel`), compiled once and cached; so does
+the packing of an accelerator step's im2col input (`packing_kernel`).
 `LlvmKernels` is the graph executor's `HostKernels` on this machine (JIT); the same records,
 built ahead of time for a board, are what `runtime.cpu.LibraryKernels` calls there."""
 
@@ -8,13 +9,16 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
+import numpy as np
+
 from tilecraft.compiler.llvm.kernels import elementwise as EW
 from tilecraft.compiler.llvm.kernels import window as W
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
+from tilecraft.compiler.llvm.kernels.layout import PackIm2col
 from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.errors import KernelError
 from tilecraft.ops import host as H
-from tilecraft.runtime.kernels import HostStepKernels, host_key
+from tilecraft.runtime.kernels import HostStepKernels, host_key, pack_key
 
 Bind = list  # per input buffer of the kernel: an input's position, or a constant's name
 
@@ -78,6 +82,10 @@ class LlvmKernels(HostStepKernels):
         spec, bind = host_kernel(op, shapes)
         return self.jit.kernel(spec), bind
 
+    def find_packer(self, layout, batch, lanes, dtype, key):
+        spec = packing_kernel(layout, batch, lanes, dtype)
+        return None if spec is None else self.jit.kernel(spec)
+
     def prepare(self, model) -> None:
         """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`), once
         per model."""
@@ -91,7 +99,8 @@ class LlvmKernels(HostStepKernels):
             for s in model.steps
             if isinstance(s, HostStep)
         ]
-        self.jit.build([spec for spec, _ in host_entries(steps)])
+        specs = [spec for spec, _ in host_entries(steps) + pack_entries(model)]
+        self.jit.build(specs)
         self._prepared[id(model)] = weakref.ref(model)
         weakref.finalize(model, self._prepared.pop, id(model), None)
 
@@ -106,4 +115,43 @@ def host_entries(steps) -> list[tuple[Spec, dict]]:
         if made is not None:
             spec, bind = made
             out.append((spec, {"key": host_key(op, shapes), "symbol": spec.symbol, "bind": bind}))
+    return out
+
+
+def packing_kernel(layout, batch: int, lanes: int, dtype: str) -> Spec | None:
+    """The kernel that packs a logical tensor into `layout` (`runtime.kernels.pack_key`), or
+    None where numpy packs it: an im2col layout of one-byte elements has one."""
+    if layout.kind != "im2col" or np.dtype(dtype).itemsize != 1:
+        return None
+    return PackIm2col(
+        layout.logical,
+        layout.kernel,
+        layout.stride,
+        layout.pad,
+        layout.pad_value,
+        batch,
+        lanes,
+        np.dtype(dtype).name,
+    )
+
+
+def pack_entries(model) -> list[tuple[Spec, dict]]:
+    """The packing kernels of a model's accelerator steps' inputs, each with the manifest
+    entry that lets a board find it (`runtime.cpu.LibraryKernels.find_packer`)."""
+    from tilecraft.runtime.model import HostStep
+
+    out, seen = [], set()
+    for step in model.steps:
+        if isinstance(step, HostStep):
+            continue
+        program = model.programs[step.program]
+        for buf in program.inputs:
+            if buf.layout is None:
+                continue
+            cfg, dtype = program.config, np.dtype(buf.dtype).name
+            spec = packing_kernel(buf.layout, cfg.batch, cfg.block_in, dtype)
+            key = pack_key(buf.layout, cfg.batch, cfg.block_in, dtype)
+            if spec is not None and key not in seen:
+                seen.add(key)
+                out.append((spec, {"key": key, "symbol": spec.symbol}))
     return out
