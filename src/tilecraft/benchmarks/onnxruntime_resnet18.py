@@ -19,13 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from tilecraft.benchmarks.host_time import generated_kernels, host_times
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
 from tilecraft.hw.config import HwConfig
 from tilecraft.models.onnxruntime_quant import quantize_with_onnxruntime
 from tilecraft.models.zoo import mobilenet_v2, resnet18
 from tilecraft.runtime import get_device
-from tilecraft.runtime.executor import run_model, steady_host_seconds
+from tilecraft.runtime.executor import run_model
 
 PRESET = "pynq-z1"
 CALIBRATION = 4
@@ -96,15 +97,17 @@ def _reference(model, x: np.ndarray):
 
 def _run(model, x: np.ndarray, logits: np.ndarray, scale: float, clock_mhz: float) -> tuple:
     """(the simulator's run, its logits' steps from onnxruntime's, its times: the modeled
-    latency, the accelerator's part at `clock_mhz` and the host's, warm, measured here)."""
+    latency, the accelerator's part at `clock_mhz` and the host's, warm, measured here on
+    the generated host kernels, and on numpy: `benchmarks.host_time`)."""
     run = run_model(model, {"input": x}, get_device("sim"), keep=True)
     ours = run.outputs[model.outputs[0]]
     accelerator_ms = run.accelerator_cycles / (clock_mhz * 1e3)
-    host_ms = 1e3 * steady_host_seconds(model, run)
+    host = host_times(model, run, generated_kernels())
     times = {
-        "modeled_latency_ms": accelerator_ms + host_ms,
+        "modeled_latency_ms": accelerator_ms + host["host_ms_measured_here"],
         "accelerator_ms": accelerator_ms,
-        "host_ms_measured_here": host_ms,
+        "host_ms_measured_here": host["host_ms_measured_here"],
+        "host_ms_numpy": host["host_ms_numpy"],
     }
     return run, np.abs(np.rint(ours / scale) - np.rint(logits / scale)), times
 

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from tilecraft.benchmarks.host_time import generated_kernels, host_times
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.arena import model_arena
 from tilecraft.compiler.graph.network import compile_network
@@ -28,7 +29,7 @@ from tilecraft.compiler.quant.report import error_report
 from tilecraft.hw.config import HwConfig
 from tilecraft.models.zoo import MODELS
 from tilecraft.runtime import get_device
-from tilecraft.runtime.executor import run_model, steady_host_seconds
+from tilecraft.runtime.executor import run_model
 from tilecraft.runtime.model import AcceleratorStep
 from tilecraft.sim.simulator import model_report
 
@@ -90,7 +91,8 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
     cycles = result.accelerator_cycles
     programs = sum(isinstance(s, AcceleratorStep) for s in model.steps)
     accelerator_ms = cycles / (cfg.clock_mhz * 1e3)
-    host_ms = 1e3 * steady_host_seconds(model, result)
+    kernels = generated_kernels()
+    host = host_times(model, result, kernels)
     arena = model_arena(model)
     return {
         "suite": network.replace("_", "-"),
@@ -98,9 +100,9 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
         "config": cfg.tag,
         "accelerator_programs": programs,
         "chained_layers": sum(len(s.layers) for s in model.steps if isinstance(s, AcceleratorStep)),
-        "modeled_latency_ms": accelerator_ms + host_ms,
+        "modeled_latency_ms": accelerator_ms + host["host_ms_measured_here"],
         "accelerator_ms": accelerator_ms,
-        "host_ms_measured_here": host_ms,
+        **host,
         "accelerator_mac_share": accelerator_mac_share(placements),
         "mac_weighted_utilization": sum(r["ideal_cycles"] for r in layers) / cycles,
         "compile_seconds": comp.seconds["import"]
@@ -119,12 +121,12 @@ def run(cfg: HwConfig, calibration: int = 2, seed: int = 0, network: str = "resn
         "bit_exact_vs_reference": bit_exact,
         "output_sqnr_db": min(sqnr.values()) if sqnr else None,
         "layers": layers,
-        "with_unit": _with_unit(graph, cfg, data, x),
+        "with_unit": _with_unit(graph, cfg, data, x, kernels),
         "ok": bit_exact,
     }
 
 
-def _with_unit(graph, cfg: HwConfig, data, x: dict) -> dict | None:
+def _with_unit(graph, cfg: HwConfig, data, x: dict, kernels) -> dict | None:
     """The same network, calibration and image on `cfg`'s twin with the requantization unit
     (`HwConfig.with_requant_unit`), in the same run: what the unit buys. None when `cfg` has
     the unit already (the figures above are its own)."""
@@ -135,10 +137,13 @@ def _with_unit(graph, cfg: HwConfig, data, x: dict) -> dict | None:
     result = run_model(model, x, get_device("sim"), keep=True)
     reference = run_model(model, x)
     accelerator_ms = result.accelerator_cycles / (unit.clock_mhz * 1e3)
+    host = host_times(model, result, kernels)
     return {
         "config": unit.tag,
-        "modeled_latency_ms": accelerator_ms + 1e3 * steady_host_seconds(model, result),
+        "modeled_latency_ms": accelerator_ms + host["host_ms_measured_here"],
         "accelerator_ms": accelerator_ms,
+        "host_ms_measured_here": host["host_ms_measured_here"],
+        "host_ms_numpy": host["host_ms_numpy"],
         "bit_exact_vs_reference": all(
             np.array_equal(result.outputs[k], reference.outputs[k]) for k in model.outputs
         ),
@@ -176,8 +181,10 @@ def format_table(r: dict) -> str:
     lines += [
         f"{r.get('network', 'ResNet-18')} on {r['config']}: modeled "
         f"{r['modeled_latency_ms']:.1f} ms = accelerator {r['accelerator_ms']:.1f} ms + host "
-        f"{r['host_ms_measured_here']:.1f} ms (measured here, warm: host steps and packing "
-        f"around the {r['accelerator_programs']} programs; {r['chained_layers']} layers chained)",
+        f"{r['host_ms_measured_here']:.2f} ms (measured here, warm, on the "
+        f"{r.get('host_kernels', 'numpy')} host kernels: host steps and packing around the "
+        f"{r['accelerator_programs']} programs; numpy's {r.get('host_ms_numpy', float('nan')):.2f}"
+        f" ms; {r['chained_layers']} layers chained)",
         f"accelerator MAC share {r['accelerator_mac_share']:.0%}, MAC-weighted utilization "
         f"{r['mac_weighted_utilization']:.3f}, DRAM {r['dram_bytes'] / 1e6:.1f} MB",
         f"compile {r['compile_seconds']:.1f} s (+ calibration {r['calibration_seconds']:.1f} s), "

@@ -106,7 +106,12 @@ def _network(goal_ms: str) -> Callable[[dict], str]:
             [
                 ("modeled_latency_ms", "accelerator + host", goal_ms),
                 ("accelerator_ms", "the cycle model at the config's clock", "—"),
-                ("host_ms_measured_here", "host steps and packing, warm, this machine", "—"),
+                (
+                    "host_ms_measured_here",
+                    "host steps and packing on the generated host kernels, warm, this machine",
+                    "—",
+                ),
+                ("host_ms_numpy", "the same on numpy, no kernel library", "—"),
                 ("accelerator_mac_share", "", "1.0"),
                 ("accelerator_programs", "", "1"),
                 ("chained_layers", "layers in the programs", "—"),
@@ -120,6 +125,7 @@ def _network(goal_ms: str) -> Callable[[dict], str]:
                 ("bit_exact_vs_reference", "", "true"),
                 ("with_unit.modeled_latency_ms", "the same with the requantization unit", goal_ms),
                 ("with_unit.accelerator_ms", "the same with the unit: the cycle model", "—"),
+                ("with_unit.host_ms_measured_here", "the same with the unit: the host", "—"),
                 ("with_unit.bit_exact_vs_reference", "the same with the unit", "true"),
             ],
         ) + (f"\n\nWith the unit: {r['with_unit']['config']}." if r.get("with_unit") else "")
@@ -245,7 +251,7 @@ def _onnxruntime_on_unit(r: dict) -> str:
         f"\n\nOn {r.get('unit_config', r.get('config'))}, with the requantization unit: "
         "modeled ms as compiled; then the rest with `--requant onnxruntime` (every rounding "
         "onnxruntime's, the Adds on the host as QLinearAdd; modeled ms = the accelerator's "
-        "and the host's, measured here):\n\n" + md_table(head, rows)
+        "and the host's, measured here on the generated host kernels):\n\n" + md_table(head, rows)
     )
 
 
