@@ -120,7 +120,8 @@ def load_library(manifest: str | Path) -> KernelLibrary:
 class LibraryKernels(HostStepKernels):
     """`HostKernels` from a prebuilt library (a board): each host step's kernel is found by
     its operator and input shapes (`host_key`) in the manifest's `host` table. A step with no
-    kernel there is an error naming it."""
+    kernel there is an error naming it. An im2col input's packing is found in its `pack`
+    table (`pack_key`)."""
 
     name = "library"
 
