@@ -3,6 +3,8 @@ operator bit-exact with `ops.host.run`, a whole network (its input quantization,
 convs on the host, output dequantization) equal tensor for tensor, and an accelerator step's
 im2col input packed by its kernel into numpy's bytes."""
 
+import re
+
 import numpy as np
 import pytest
 from network_models import tiny_resnet
@@ -83,8 +85,10 @@ def test_a_network_runs_its_host_steps_on_generated_kernels(kernels):
 
 
 def test_onnxruntimes_add_on_the_host_kernel_over_every_input_pair(kernels):
-    """The host Add in onnxruntime's x86 form (two FMAs, rounded once each in IR without an
-    FMA unit) against numpy's (ops.requant.fma32), on all 65,536 pairs of int8 inputs."""
+    """The host Add in onnxruntime's x86 form (two FMAs, rounded once each: this CPU's FMA
+    instruction) against numpy's (ops.requant.fma32), on all 65,536 pairs of int8 inputs.
+    The form without an FMA unit (the Cortex-A9's) is checked the same way under emulation
+    (test_library)."""
     from tilecraft.ops.requant import add_fields
 
     grid_a, grid_b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
@@ -127,3 +131,19 @@ def test_an_im2col_input_is_packed_by_its_kernel(kernels):
         assert np.array_equal(packed[name], value) and packed[name].dtype == value.dtype, name
     key = pack_key(buf.layout, program.config.batch, program.config.block_in, "int8")
     assert [entry["key"] for _, entry in pack_entries(model)] == [key]
+
+
+def test_an_fma_is_one_instruction_where_the_target_has_one():
+    """x86-64-v3 and AArch64 round a * b + c once in an instruction; the Cortex-A9 (VFPv3)
+    has none, and its kernel must not call libm's fma (a libc-free library has no libm)."""
+    from tilecraft.compiler.llvm.build import assembly
+    from tilecraft.compiler.llvm.kernels.elementwise import ScaledAdd
+    from tilecraft.compiler.llvm.targets import AARCH64, ARMV7, X86_64
+
+    spec = ScaledAdd((1, 16, 4, 4), 0.7, 1.3, fixed=3.25)
+    assert X86_64.fused_multiply_add and AARCH64.fused_multiply_add
+    assert not ARMV7.fused_multiply_add
+    assert "vfmadd" in assembly([spec], X86_64)
+    assert "fmadd" in assembly([spec], AARCH64) or "fmla" in assembly([spec], AARCH64)
+    arm = assembly([spec], ARMV7)
+    assert "fma" not in arm and not re.search(r"^\s+blx?\s", arm, re.M)  # no call

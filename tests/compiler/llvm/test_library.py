@@ -298,8 +298,9 @@ def test_a_float32_requantization_under_emulation(tmp_path, arch):
 
 @pytest.mark.parametrize("arch", ["armv7", "aarch64"])
 def test_onnxruntimes_add_under_emulation(tmp_path, arch):
-    """The host Add in onnxruntime's x86 form as the board builds it: its exact FMAs are
-    double-precision IR (no FMA unit on the Cortex-A9, no libcall), equal to numpy's."""
+    """The host Add in onnxruntime's x86 form as the board builds it, equal to numpy's on
+    every pair of inputs: its exact FMAs double-precision IR on the Cortex-A9 (no FMA unit,
+    no libcall), AArch64's FMA instruction on the A53."""
     from tilecraft.compiler.llvm.emulate import Emulator, available
     from tilecraft.compiler.llvm.host import host_entries
     from tilecraft.ops.requant import add_fields

@@ -34,6 +34,15 @@ class Target:
     def is_host(self) -> bool:
         return self.name == "host"
 
+    @property
+    def fused_multiply_add(self) -> bool:
+        """Whether float32 a * b + c rounded once is one instruction here (`llvm.fma`):
+        x86-64-v3's FMA3, AArch64, PTX; not the Cortex-A9's VFPv3 (VFPv4 added it), where
+        `llvm.fma` is a libm call a libc-free library cannot make."""
+        if self.name == "host":
+            return "+fma" in self.features.split(",") or self.triple.startswith("aarch64")
+        return self.name in ("x86_64", "aarch64", "nvptx")
+
 
 # The A9 spills a 6-row tile (NEON's multiply-accumulate needs temporaries); AVX2 holds 6
 ARMV7 = Target(
