@@ -98,7 +98,7 @@ class KernelLibrary:
         self._dll = ctypes.CDLL(str(so.resolve()))
         self.host = {e["key"]: e for e in meta.get("host", [])}
         self.compute = {e["key"]: e for e in meta.get("compute", [])}
-        self.pack = {e["key"]: e for e in meta.get("pack", [])}  # none in an older library
+        self.layouts = {e["key"]: e for e in meta.get("layouts", [])}  # none in older ones
         self.kernels = {}
         for sig in meta["kernels"]:
             address = ctypes.cast(getattr(self._dll, sig["symbol"]), ctypes.c_void_p).value
@@ -120,8 +120,8 @@ def load_library(manifest: str | Path) -> KernelLibrary:
 class LibraryKernels(HostStepKernels):
     """`HostKernels` from a prebuilt library (a board): each host step's kernel is found by
     its operator and input shapes (`host_key`) in the manifest's `host` table. A step with no
-    kernel there is an error naming it. An im2col input's packing is found in its `pack`
-    table (`pack_key`)."""
+    kernel there is an error naming it. A layout's packing or unpacking is found in its
+    `layouts` table (`layout_key`)."""
 
     name = "library"
 
@@ -140,10 +140,10 @@ class LibraryKernels(HostStepKernels):
             )
         return self.library[entry["symbol"]], entry["bind"]
 
-    def find_packer(self, layout, batch, lanes, dtype, key):
-        """The library's kernel for this packing; None (numpy packs it, the same bytes) in a
-        library built before packing had kernels."""
-        entry = self.library.pack.get(key)
+    def find_layout_kernel(self, record, key):
+        """The library's kernel for this packing or unpacking; None (numpy does it, the same
+        bytes) in a library built before layouts had kernels."""
+        entry = self.library.layouts.get(key)
         return None if entry is None else self.library[entry["symbol"]]
 
 

@@ -129,7 +129,7 @@ def run_model(
             t1 = time.perf_counter()
             result = device.run(program, packed)
             t2 = time.perf_counter()
-            outs = unpack_outputs(program, result.outputs)
+            outs = unpack_outputs(program, result.outputs, _packers(host))
             pack = (t1 - t0) + (time.perf_counter() - t2)
             cycles = getattr(result.report, "cycles", None)
             moved = getattr(result.report, "dram_bytes", None)
@@ -202,12 +202,14 @@ def steady_host_seconds(
             layout = program.buffer(b.buffer).layout
             if layout is not None:
                 packed = layout.pack(program.config, _view(program, b.buffer, values[b.tensor]))
-                total += _fastest(repeats, layout.unpack, program.config, packed)
+                stored = {b.buffer: packed}
+                total += _fastest(repeats, unpack_outputs, program, stored, _packers(host))
     return total
 
 
 def _packers(host):
-    """`host` where it packs inputs too (`HostStepKernels.packer`), else None: numpy packs."""
+    """`host` where it packs and unpacks too (`HostStepKernels.packer`, `unpacker`), else
+    None: numpy does."""
     return host if callable(getattr(host, "packer", None)) else None
 
 

@@ -119,35 +119,42 @@ class HostStepKernels:
     once per operator and input shapes (`find`, by `host_key`), then called in its binding's
     order (`call_host`). Flatten is a view and needs none. Subclasses say where kernels come
     from: JIT-compiled here (`compiler.llvm.host.LlvmKernels`), or a board's prebuilt library
-    (`runtime.cpu.LibraryKernels`). An accelerator step's input whose packing has a kernel
-    (an im2col layout: `packer`) is packed by it too; every other one by numpy."""
+    (`runtime.cpu.LibraryKernels`). An accelerator step's input or output whose layout has a
+    kernel (`packer`, `unpacker`: `LAYOUT_KERNELS`) is packed or unpacked by it too; every
+    other one by numpy."""
 
     name = "kernels"
 
     def __init__(self) -> None:
         self._kernels: dict[str, tuple] = {}
         self._found: dict[tuple, tuple] = {}  # (op, input shapes): what `find` found
-        self._packers: dict[tuple, object] = {}  # (layout, batch, lanes, dtype): a kernel or None
+        self._layouts: dict[tuple, object] = {}  # layout_record(...): a kernel or None
 
     def find(self, op, shapes: list[tuple[int, ...]], key: str) -> tuple:
         """(kernel, binding) for `op` on inputs of `shapes`."""
         raise NotImplementedError
 
-    def find_packer(self, layout, batch: int, lanes: int, dtype: str, key: str):
-        """The kernel that packs a logical tensor into `layout`'s blocks of `batch` x `lanes`
-        (`pack_key`), or None where numpy packs it."""
+    def find_layout_kernel(self, record: tuple, key: str):
+        """The kernel for `record` (`layout_record`: a direction, a layout, its blocks and
+        element type) found by `key` (`layout_key`), or None where numpy does it."""
         return None
 
     def packer(self, config, buf):
-        """The kernel that packs input buffer `buf` of a program for `config`, or None (numpy
-        packs it: `runtime.layout.pack_inputs`). Only an im2col layout has one."""
-        layout = buf.layout
-        if layout is None or layout.kind not in PACKED_BY_KERNEL:
+        """The kernel that packs input buffer `buf` of a program for `config`, or None
+        (numpy packs it: `runtime.layout.pack_inputs`)."""
+        return self._layout_kernel("pack", config, buf)
+
+    def unpacker(self, config, buf):
+        """The kernel that unpacks output buffer `buf`, or None (numpy unpacks it)."""
+        return self._layout_kernel("unpack", config, buf)
+
+    def _layout_kernel(self, direction: str, config, buf):
+        if buf.layout is None or buf.layout.kind not in LAYOUT_KERNELS[direction]:
             return None
-        record = (layout, config.batch, config.block_in, np.dtype(buf.dtype).name)
-        if record not in self._packers:
-            self._packers[record] = self.find_packer(*record, pack_key(*record))
-        return self._packers[record]
+        record = layout_record(direction, config, buf)
+        if record not in self._layouts:
+            self._layouts[record] = self.find_layout_kernel(record, layout_key(record))
+        return self._layouts[record]
 
     def run(self, op, inputs, constants):
         if isinstance(op, host_ops.Flatten):
@@ -166,14 +173,22 @@ class HostStepKernels:
         return call_host(kernel, op, bind, inputs, constants)
 
 
-PACKED_BY_KERNEL = ("im2col",)  # the layouts whose packing has a generated kernel
+# the layouts whose packing (inputs) and unpacking (outputs) can have a generated kernel
+LAYOUT_KERNELS = {"pack": ("im2col", "activation"), "unpack": ("activation",)}
 
 
-def pack_key(layout, batch: int, lanes: int, dtype: str) -> str:
-    """How an input's packing kernel is found: its layout record, the blocks it packs into
-    and its element type."""
-    record = {"layout": to_json(layout), "batch": batch, "lanes": lanes, "dtype": dtype}
-    return json.dumps(record, sort_keys=True)
+def layout_record(direction: str, config, buf) -> tuple:
+    """What a buffer's layout kernel depends on: the direction, the layout record, the
+    batch and lanes of its blocks (the stored array's last two sizes) and its element type."""
+    batch, lanes = buf.layout.stored_shape(config)[-2:]
+    return (direction, buf.layout, int(batch), int(lanes), np.dtype(buf.dtype).name)
+
+
+def layout_key(record: tuple) -> str:
+    """How a layout kernel is found (a board's library: its manifest's `layouts` table)."""
+    direction, layout, batch, lanes, dtype = record
+    found = {"direction": direction, "layout": to_json(layout), "batch": batch, "lanes": lanes}
+    return json.dumps({**found, "dtype": dtype}, sort_keys=True)
 
 
 def hashable(record) -> bool:

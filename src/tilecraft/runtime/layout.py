@@ -443,8 +443,8 @@ def pack_inputs(program, logical: dict[str, np.ndarray], kernels=None) -> dict[s
     """Device inputs from logical tensors, each checked first (`runtime.tensors`): every input
     named, each of its logical shape, integers that fit the buffer's dtype. Buffers without a
     layout pass through (the device checks them). `kernels` (host kernels with a `packer`:
-    `runtime.kernels.HostStepKernels`) packs the inputs it has a kernel for, the same bytes
-    as numpy's."""
+    `runtime.kernels.HostStepKernels`) packs the inputs it has a kernel for, into the same
+    bytes as numpy's."""
     check_names(program.name, [b.name for b in program.inputs], logical)
     out = {}
     for buf in program.inputs:
@@ -457,7 +457,10 @@ def pack_inputs(program, logical: dict[str, np.ndarray], kernels=None) -> dict[s
     return out
 
 
-def unpack_outputs(program, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def unpack_outputs(program, outputs: dict[str, np.ndarray], kernels=None) -> dict[str, np.ndarray]:
+    """Logical tensors from a run's outputs by name; `kernels` (with an `unpacker`) unpacks
+    the stored arrays it has a kernel for (numpy the rest, and any array not of the buffer's
+    stored shape and dtype, which numpy's checks name)."""
     if not isinstance(outputs, dict):
         raise DeviceError(
             f"unpack_outputs takes a run's outputs by name (result.outputs), not {outputs!r}"
@@ -465,7 +468,15 @@ def unpack_outputs(program, outputs: dict[str, np.ndarray]) -> dict[str, np.ndar
     out = {}
     for name, value in outputs.items():
         buf = program.buffer(name)
-        out[name] = value if buf.layout is None else buf.layout.unpack(program.config, value)
+        if buf.layout is None:
+            out[name] = value
+            continue
+        unpacker = kernels.unpacker(program.config, buf) if kernels is not None else None
+        stored = isinstance(value, np.ndarray) and value.shape == tuple(buf.shape)
+        if unpacker is not None and stored and value.dtype == np.dtype(buf.dtype):
+            out[name] = unpacker(value)
+        else:
+            out[name] = buf.layout.unpack(program.config, value)
     return out
 
 

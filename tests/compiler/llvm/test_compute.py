@@ -87,6 +87,7 @@ def test_a_prebuilt_library_runs_the_same_network(tmp_path):
     from tilecraft.compiler.llvm.library import build_model_library
     from tilecraft.compiler.llvm.targets import target
     from tilecraft.runtime.cpu import LibraryKernels, cpu_device, load_library, this_machine
+    from tilecraft.runtime.kernels import layout_key, layout_record
 
     if this_machine() != "x86_64":
         pytest.skip("builds and loads an x86-64 library")
@@ -98,19 +99,21 @@ def test_a_prebuilt_library_runs_the_same_network(tmp_path):
     ref = run_model(model, x)
     for name in model.outputs:
         np.testing.assert_array_equal(ours.outputs[name], ref.outputs[name])
-    # on the simulator, the library packs the first conv's im2col input (its `pack` table)
+    # on the simulator, the library packs and unpacks the programs' buffers (`layouts`)
     sim = run_model(model, x, get_device("sim"), host=host)
     for name in model.outputs:
         np.testing.assert_array_equal(sim.outputs[name], ref.outputs[name])
-    folded = [
-        (program.config, b)
+    buffers = [
+        (direction, program.config, b)
         for program in model.programs
-        for b in program.inputs
-        if b.layout is not None and b.layout.kind == "im2col"
+        for direction, group in (("pack", program.inputs), ("unpack", program.outputs))
+        for b in group
+        if b.layout is not None and b.layout.kind in ("im2col", "activation")
     ]
-    assert len(host.library.pack) == len(folded) == 1
-    assert all(host.packer(config, b) is host.library[e["symbol"]]
-               for (config, b), e in zip(folded, host.library.pack.values()))  # fmt: skip
+    assert buffers and host.library.layouts
+    for direction, config, b in buffers:
+        entry = host.library.layouts[layout_key(layout_record(direction, config, b))]
+        assert getattr(host, f"{direction}er")(config, b) is host.library[entry["symbol"]]
 
 
 def test_dot_product_weights_are_packed_once_while_they_cannot_change(jit):

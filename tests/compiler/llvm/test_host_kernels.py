@@ -11,7 +11,7 @@ from network_models import tiny_resnet
 
 from tilecraft.compiler.frontend import import_model
 from tilecraft.compiler.graph.network import compile_network
-from tilecraft.compiler.llvm.host import LlvmKernels, host_entries, pack_entries
+from tilecraft.compiler.llvm.host import LlvmKernels, host_entries, layout_entries
 from tilecraft.compiler.quant.calibrate import random_calibration
 from tilecraft.errors import KernelError
 from tilecraft.hw.config import preset
@@ -19,8 +19,8 @@ from tilecraft.ops import host as H
 from tilecraft.ops.operators import Epilogue, Multiplier
 from tilecraft.runtime import get_device
 from tilecraft.runtime.executor import run_model
-from tilecraft.runtime.kernels import NativeKernel, pack_key
-from tilecraft.runtime.layout import pack_inputs
+from tilecraft.runtime.kernels import NativeKernel, layout_key, layout_record
+from tilecraft.runtime.layout import logical_shape, pack_inputs, unpack_outputs
 from tilecraft.runtime.model import AcceleratorStep, HostStep
 
 
@@ -106,31 +106,47 @@ def test_onnxruntimes_add_on_the_host_kernel_over_every_input_pair(kernels):
         assert len(np.unique(want)) > 100
 
 
-def test_an_im2col_input_is_packed_by_its_kernel(kernels):
-    """The first conv's folded input (3 channels x 3 x 3 taps) is packed by the generated
-    kernel, into the bytes numpy packs, and the network on the simulator gives the reference's
-    tensors; its other inputs (no im2col layout) are numpy's."""
+def test_the_accelerator_steps_buffers_are_packed_and_unpacked_by_their_kernels(kernels):
+    """A network compiled a program a layer (`chain=False`), so its programs take and give
+    int8 activations in blocks of 16 at every junction, and whose first conv's input is
+    folded (im2col): on the simulator with the generated kernels every tensor is the
+    reference's; each buffer with a layout kernel is packed (or unpacked) by it into numpy's
+    bytes; `layout_entries` lists exactly those kernels."""
     graph = import_model(tiny_resnet(seed=5))
-    model = compile_network(graph, preset("1x16x8"), random_calibration(graph, 1)).model
+    data = random_calibration(graph, 1)
+    model = compile_network(graph, preset("default"), data, chain=False).model
     x = {"input": np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     ours = run_model(model, x, get_device("sim"), host=kernels, keep=True)
     ref = run_model(model, x, keep=True)
-    for name, value in ref.tensors.items():
-        np.testing.assert_array_equal(ours.tensors[name], value, err_msg=name)
-    step = next(s for s in model.steps if isinstance(s, AcceleratorStep))
-    program = model.programs[step.program]
-    folded = [b for b in program.inputs if b.layout is not None and b.layout.kind == "im2col"]
-    assert len(folded) == 1
-    buf = folded[0]
-    assert isinstance(kernels.packer(program.config, buf), NativeKernel)
-    others = [b for b in program.inputs if b.layout is not None and b.layout.kind != "im2col"]
-    assert all(kernels.packer(program.config, b) is None for b in others)
-    logical = {b.buffer: ours.tensors[b.tensor] for b in step.inputs}
-    packed, numpy_packed = pack_inputs(program, logical, kernels), pack_inputs(program, logical)
-    for name, value in numpy_packed.items():
-        assert np.array_equal(packed[name], value) and packed[name].dtype == value.dtype, name
-    key = pack_key(buf.layout, program.config.batch, program.config.block_in, "int8")
-    assert [entry["key"] for _, entry in pack_entries(model)] == [key]
+    assert set(model.outputs) <= set(ours.tensors)
+    for name, value in ours.tensors.items():
+        np.testing.assert_array_equal(value, ref.tensors[name], err_msg=name)
+    kinds, keys = set(), set()
+    for step in (s for s in model.steps if isinstance(s, AcceleratorStep)):
+        program, config = model.programs[step.program], model.programs[step.program].config
+        logical = {  # a dense layer's (N, C) input is its buffer's (N, C, 1, 1)
+            b.buffer: ours.tensors[b.tensor].reshape(logical_shape(program.buffer(b.buffer)))
+            for b in step.inputs
+        }
+        packed, numpy_packed = pack_inputs(program, logical, kernels), pack_inputs(program, logical)
+        for name, value in numpy_packed.items():
+            assert np.array_equal(packed[name], value) and packed[name].dtype == value.dtype
+        for direction, buffers in (("pack", program.inputs), ("unpack", program.outputs)):
+            for buf in (b for b in buffers if b.layout is not None):
+                found = getattr(kernels, f"{direction}er")(config, buf)
+                assert isinstance(found, NativeKernel) == (
+                    buf.layout.kind in ("im2col", "activation")
+                )
+                if found is not None:
+                    kinds.add((direction, buf.layout.kind))
+                    keys.add(layout_key(layout_record(direction, config, buf)))
+        for b in step.outputs:
+            value = ours.tensors[b.tensor].reshape(logical_shape(program.buffer(b.buffer)))
+            stored = {b.buffer: program.buffer(b.buffer).layout.pack(config, value)}
+            got, want = unpack_outputs(program, stored, kernels), unpack_outputs(program, stored)
+            assert np.array_equal(got[b.buffer], want[b.buffer])
+    assert kinds == {("pack", "im2col"), ("pack", "activation"), ("unpack", "activation")}
+    assert {entry["key"] for _, entry in layout_entries(model)} == keys
 
 
 def test_an_fma_is_one_instruction_where_the_target_has_one():

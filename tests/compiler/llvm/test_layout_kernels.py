@@ -17,6 +17,13 @@ from tilecraft.runtime.layout import pack_activation, pack_im2col
         ((1, 16, 7, 7), 1, 16, "int8"),
         ((2, 5, 3, 3), 1, 8, "float32"),
         ((1, 70, 2, 9), 1, 32, "int32"),
+        # transposed in 16 x 16 blocks: whole ones, a partial channel block with whole pixel
+        # chunks, pixels past the last 16 only, batch lanes
+        ((1, 64, 56, 56), 1, 16, "int8"),
+        ((2, 512, 7, 7), 1, 16, "int8"),
+        ((1, 5, 4, 4), 1, 16, "int8"),
+        ((5, 20, 1, 3), 4, 16, "int8"),
+        ((1, 8, 6, 6), 1, 8, "int8"),  # 8 lanes: the walk
     ],
 )
 def test_pack_and_unpack_round_trip(jit, shape, batch, lanes, dtype):

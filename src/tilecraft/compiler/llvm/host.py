@@ -1,6 +1,7 @@
 """The host operators of a compiled network (`ops.host`) on generated kernels: each record and
-its input shapes become a kernel record (`host_kernel`), compiled once and cached; so does
-the packing of an accelerator step's im2col input (`packing_kernel`).
+its input shapes become a kernel record (`host_kernel`), compiled once and cached; so do the
+packing and unpacking of an accelerator step's inputs and outputs that have one
+(`layout_kernel`: an im2col input, int8 activations in blocks of 16).
 `LlvmKernels` is the graph executor's `HostKernels` on this machine (JIT); the same records,
 built ahead of time for a board, are what `runtime.cpu.LibraryKernels` calls there."""
 
@@ -14,11 +15,11 @@ import numpy as np
 from tilecraft.compiler.llvm.kernels import elementwise as EW
 from tilecraft.compiler.llvm.kernels import window as W
 from tilecraft.compiler.llvm.kernels.epilogue import vector_buffers
-from tilecraft.compiler.llvm.kernels.layout import PackIm2col
+from tilecraft.compiler.llvm.kernels.layout import PackActivation, PackIm2col, UnpackActivation
 from tilecraft.compiler.llvm.spec import Spec
 from tilecraft.errors import KernelError
 from tilecraft.ops import host as H
-from tilecraft.runtime.kernels import HostStepKernels, host_key, pack_key
+from tilecraft.runtime.kernels import HostStepKernels, host_key, layout_key, layout_record
 
 Bind = list  # per input buffer of the kernel: an input's position, or a constant's name
 
@@ -82,8 +83,8 @@ class LlvmKernels(HostStepKernels):
         spec, bind = host_kernel(op, shapes)
         return self.jit.kernel(spec), bind
 
-    def find_packer(self, layout, batch, lanes, dtype, key):
-        spec = packing_kernel(layout, batch, lanes, dtype)
+    def find_layout_kernel(self, record, key):
+        spec = layout_kernel(*record)
         return None if spec is None else self.jit.kernel(spec)
 
     def prepare(self, model) -> None:
@@ -99,7 +100,7 @@ class LlvmKernels(HostStepKernels):
             for s in model.steps
             if isinstance(s, HostStep)
         ]
-        specs = [spec for spec, _ in host_entries(steps) + pack_entries(model)]
+        specs = [spec for spec, _ in host_entries(steps) + layout_entries(model)]
         self.jit.build(specs)
         self._prepared[id(model)] = weakref.ref(model)
         weakref.finalize(model, self._prepared.pop, id(model), None)
@@ -118,26 +119,32 @@ def host_entries(steps) -> list[tuple[Spec, dict]]:
     return out
 
 
-def packing_kernel(layout, batch: int, lanes: int, dtype: str) -> Spec | None:
-    """The kernel that packs a logical tensor into `layout` (`runtime.kernels.pack_key`), or
-    None where numpy packs it: an im2col layout of one-byte elements has one."""
-    if layout.kind != "im2col" or np.dtype(dtype).itemsize != 1:
-        return None
-    return PackIm2col(
-        layout.logical,
-        layout.kernel,
-        layout.stride,
-        layout.pad,
-        layout.pad_value,
-        batch,
-        lanes,
-        np.dtype(dtype).name,
-    )
+def layout_kernel(direction: str, layout, batch: int, lanes: int, dtype: str) -> Spec | None:
+    """The kernel that packs a logical tensor into `layout` (direction "pack") or unpacks it
+    ("unpack"), with the blocks and element type of `runtime.kernels.layout_record`; None
+    where numpy does it as fast: an im2col input of one-byte elements, and int8 activations
+    in blocks of 16 lanes (`PackActivation.transposing`) have one."""
+    if direction == "pack" and layout.kind == "im2col" and np.dtype(dtype).itemsize == 1:
+        return PackIm2col(
+            layout.logical,
+            layout.kernel,
+            layout.stride,
+            layout.pad,
+            layout.pad_value,
+            batch,
+            lanes,
+            np.dtype(dtype).name,
+        )
+    if layout.kind == "activation" and dtype == "int8" and lanes == 16:
+        made = PackActivation if direction == "pack" else UnpackActivation
+        return made(layout.logical, batch, lanes, dtype)
+    return None
 
 
-def pack_entries(model) -> list[tuple[Spec, dict]]:
-    """The packing kernels of a model's accelerator steps' inputs, each with the manifest
-    entry that lets a board find it (`runtime.cpu.LibraryKernels.find_packer`)."""
+def layout_entries(model) -> list[tuple[Spec, dict]]:
+    """The layout kernels of a model's accelerator steps (their inputs' packing, their
+    outputs' unpacking), each with the manifest entry that lets a board find it
+    (`runtime.cpu.LibraryKernels.find_layout_kernel`)."""
     from tilecraft.runtime.model import HostStep
 
     out, seen = [], set()
@@ -145,12 +152,12 @@ def pack_entries(model) -> list[tuple[Spec, dict]]:
         if isinstance(step, HostStep):
             continue
         program = model.programs[step.program]
-        for buf in program.inputs:
+        buffers = [("pack", b) for b in program.inputs] + [("unpack", b) for b in program.outputs]
+        for direction, buf in buffers:
             if buf.layout is None:
                 continue
-            cfg, dtype = program.config, np.dtype(buf.dtype).name
-            spec = packing_kernel(buf.layout, cfg.batch, cfg.block_in, dtype)
-            key = pack_key(buf.layout, cfg.batch, cfg.block_in, dtype)
+            record = layout_record(direction, program.config, buf)
+            spec, key = layout_kernel(*record), layout_key(record)
             if spec is not None and key not in seen:
                 seen.add(key)
                 out.append((spec, {"key": key, "symbol": spec.symbol}))

@@ -128,6 +128,21 @@ class Kernel:
                     with few, self.loop(count, name="copy") as i:
                         move(1, i)
 
+    def transpose16(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """The 16 x 16 byte matrix whose rows are `rows` (16 vectors of 16 x i8), transposed:
+        four rounds of interleaving row i with row i + 8 (a perfect shuffle; x86's
+        punpck{l,h}bw, NEON's vzip), each round's pairs from the round before."""
+        b = self.b
+        low = ir.Constant(vec(I32, 16), [i // 2 + 16 * (i % 2) for i in range(16)])
+        high = ir.Constant(vec(I32, 16), [8 + i // 2 + 16 * (i % 2) for i in range(16)])
+        for _ in range(4):
+            rows = [
+                b.shuffle_vector(rows[i], rows[i + 8], mask)
+                for i in range(8)
+                for mask in (low, high)
+            ]
+        return rows
+
     def local(self, t: ir.Type, count: int = 1, name: str = "") -> ir.Value:
         """Stack space in the entry block (so SROA can promote it to registers)."""
         with self.b.goto_block(self._entry):

@@ -45,12 +45,12 @@ def build_library(
     name: str = "kernels",
     host: Sequence[dict] = (),
     compute: Sequence[dict] = (),
-    pack: Sequence[dict] = (),
+    layouts: Sequence[dict] = (),
 ) -> Library:
     """Compile `specs` for `target` and link them into `folder/name.so` + `name.json`;
-    `host`, `compute` and `pack` entries (`host.host_entries`, `compute.compute_entries`,
-    `host.pack_entries`) tell a board which kernel runs which host step, which accelerator
-    computation and which input's packing."""
+    `host`, `compute` and `layouts` entries (`host.host_entries`, `compute.compute_entries`,
+    `host.layout_entries`) tell a board which kernel runs which host step, which accelerator
+    computation and which buffer's packing or unpacking."""
     if target.name not in ZIG:
         raise KernelError(f"no linker target for {target.name!r}; valid: {', '.join(ZIG)}")
     folder = Path(folder)
@@ -76,7 +76,7 @@ def build_library(
         "kernels": [s.signature() for s in unique],
         "host": list(host),
         "compute": list(compute),
-        "pack": list(pack),
+        "layouts": list(layouts),
     }
     path = write_atomic(folder / f"{name}.json", json.dumps(manifest, indent=1) + "\n")
     return Library(so, path, target, len(unique), compiled, linked, len(data))
@@ -116,11 +116,11 @@ def link(obj: bytes, target: Target) -> bytes:
 
 
 def build_model_library(model, target: Target, folder: str | Path, name: str) -> Library:
-    """Every kernel a compiled model needs on the host (its host steps, its im2col inputs'
-    packing, and each accelerator computation for the `cpu` device) built for `target` into
+    """Every kernel a compiled model needs on the host (its host steps, its buffers' layout
+    kernels, and each accelerator computation for the `cpu` device) built for `target` into
     `folder/name.so` + `.json`."""
     from tilecraft.compiler.llvm.compute import compute_entries
-    from tilecraft.compiler.llvm.host import host_entries, pack_entries
+    from tilecraft.compiler.llvm.host import host_entries, layout_entries
     from tilecraft.runtime.model import HostStep
 
     comps = [stage for c in model.computations() for stage in c.stages()]
@@ -129,13 +129,14 @@ def build_model_library(model, target: Target, folder: str | Path, name: str) ->
         for s in model.steps
         if isinstance(s, HostStep)
     ]
-    compute, host, pack = compute_entries(comps, target), host_entries(hosts), pack_entries(model)
+    compute, host = compute_entries(comps, target), host_entries(hosts)
+    layouts = layout_entries(model)
     return build_library(
-        [spec for spec, _ in compute + host + pack],
+        [spec for spec, _ in compute + host + layouts],
         target,
         folder,
         name,
         host=[e for _, e in host],
         compute=[e for _, e in compute],
-        pack=[e for _, e in pack],
+        layouts=[e for _, e in layouts],
     )
