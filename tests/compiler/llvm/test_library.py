@@ -13,7 +13,7 @@ from tilecraft.compiler.llvm.host import host_entries
 from tilecraft.compiler.llvm.kernels.conv import Conv2d
 from tilecraft.compiler.llvm.kernels.dot_conv import DotConv2d
 from tilecraft.compiler.llvm.kernels.elementwise import Quantize
-from tilecraft.compiler.llvm.kernels.layout import PackIm2col
+from tilecraft.compiler.llvm.kernels.layout import PackActivation, PackIm2col, UnpackActivation
 from tilecraft.compiler.llvm.kernels.window import DepthwiseConv
 from tilecraft.compiler.llvm.library import build_library
 from tilecraft.compiler.llvm.targets import target
@@ -23,7 +23,7 @@ from tilecraft.ops import reference as R
 from tilecraft.ops.operators import Conv2d as ConvOp
 from tilecraft.ops.operators import Epilogue, Multiplier
 from tilecraft.runtime.cpu import LibraryKernels, load_library, this_machine
-from tilecraft.runtime.layout import pack_im2col
+from tilecraft.runtime.layout import pack_activation, pack_im2col
 
 pytest.importorskip("ziglang", reason="linking shared objects needs ziglang (the cross extra)")
 
@@ -51,6 +51,9 @@ IM2COL = [
     PackIm2col((1, 3, 13, 12), (7, 7), (2, 2), (3, 3), 5, 1, 16),
     PackIm2col((1, 2, 10, 11), (3, 9), (1, 2), (1, 4), 200, 2, 16, "uint8"),
 ]
+# int8 activations through 16 x 16 transposes (NEON's vzip): a partial channel block, 16-pixel
+# chunks and a tail of 2
+ACTIVATION = [PackActivation((1, 21, 3, 6), 1, 16), UnpackActivation((1, 21, 3, 6), 1, 16)]
 
 
 def _conv_case(rng):
@@ -67,7 +70,7 @@ def _conv_case(rng):
 def libraries(tmp_path_factory):
     folder = tmp_path_factory.mktemp("libraries")
     host = [entry for _, entry in host_entries([(QUANT, [(3, 5)])])]
-    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE, *IM2COL]
+    specs = [CONV, FLOAT_CONV, Quantize((3, 5), 0.25, 1), DEPTHWISE, *IM2COL, *ACTIVATION]
     arm = [NEON_CONV]  # the ARM cores' own
     arm += [r for p in PAIRED for r in (p, p.weights, replace(p, packed=True))]
     return folder, {
@@ -172,6 +175,10 @@ def test_arm_kernels_run_bit_exact_under_emulation(libraries, arch):
         want = pack_im2col(x, spec.kernel, spec.stride, spec.pad, spec.pad_value, spec.batch,
                            spec.lanes)  # fmt: skip
         assert np.array_equal(got, want), spec
+    x = rng.integers(-128, 128, (1, 21, 3, 6)).astype(np.int8)
+    packed = emu.call(ACTIVATION[0].signature(), [x]).outputs[0]
+    assert np.array_equal(packed, pack_activation(x, 1, 16))
+    assert np.array_equal(emu.call(ACTIVATION[1].signature(), [packed]).outputs[0], x)
 
 
 @pytest.mark.parametrize("arch", ["armv7", "aarch64"])
