@@ -7,6 +7,7 @@ built ahead of time for a board, are what `runtime.cpu.LibraryKernels` calls the
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 
@@ -119,11 +120,17 @@ def host_entries(steps) -> list[tuple[Spec, dict]]:
     return out
 
 
+# a kernel's call costs about 5.5 us here (ctypes, the signature's checks), numpy's transposes
+# of a small tensor less: (1, 128, 8, 8) packed in 7.6 us by numpy, 6.3 by the kernel; its
+# unpacking 5.0 and 6.2 (scratch timings, fastest of 200)
+KERNEL_BYTES = 16384
+
+
 def layout_kernel(direction: str, layout, batch: int, lanes: int, dtype: str) -> Spec | None:
     """The kernel that packs a logical tensor into `layout` (direction "pack") or unpacks it
     ("unpack"), with the blocks and element type of `runtime.kernels.layout_record`; None
     where numpy does it as fast: an im2col input of one-byte elements, and int8 activations
-    in blocks of 16 lanes (`PackActivation.transposing`) have one."""
+    of KERNEL_BYTES or more in blocks of 16 lanes (`PackActivation.transposing`) have one."""
     if direction == "pack" and layout.kind == "im2col" and np.dtype(dtype).itemsize == 1:
         return PackIm2col(
             layout.logical,
@@ -135,7 +142,8 @@ def layout_kernel(direction: str, layout, batch: int, lanes: int, dtype: str) ->
             lanes,
             np.dtype(dtype).name,
         )
-    if layout.kind == "activation" and dtype == "int8" and lanes == 16:
+    big = math.prod(layout.logical) >= KERNEL_BYTES
+    if layout.kind == "activation" and dtype == "int8" and lanes == 16 and big:
         made = PackActivation if direction == "pack" else UnpackActivation
         return made(layout.logical, batch, lanes, dtype)
     return None
