@@ -128,7 +128,7 @@ class HostStepKernels:
     def __init__(self) -> None:
         self._kernels: dict[str, tuple] = {}
         self._found: dict[tuple, tuple] = {}  # (op, input shapes): what `find` found
-        self._layouts: dict[tuple, object] = {}  # layout_record(...): a kernel or None
+        self._layouts: dict = {}  # layout_record(...) (or its key): a kernel or None
 
     def find(self, op, shapes: list[tuple[int, ...]], key: str) -> tuple:
         """(kernel, binding) for `op` on inputs of `shapes`."""
@@ -152,9 +152,10 @@ class HostStepKernels:
         if buf.layout is None or buf.layout.kind not in LAYOUT_KERNELS[direction]:
             return None
         record = layout_record(direction, config, buf)
-        if record not in self._layouts:
-            self._layouts[record] = self.find_layout_kernel(record, layout_key(record))
-        return self._layouts[record]
+        held = record if hashable(record) else layout_key(record)  # a layout given lists
+        if held not in self._layouts:
+            self._layouts[held] = self.find_layout_kernel(record, layout_key(record))
+        return self._layouts[held]
 
     def run(self, op, inputs, constants):
         if isinstance(op, host_ops.Flatten):

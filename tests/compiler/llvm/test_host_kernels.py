@@ -166,3 +166,18 @@ def test_an_fma_is_one_instruction_where_the_target_has_one():
     assert "fmadd" in assembly([spec], AARCH64) or "fmla" in assembly([spec], AARCH64)
     arm = assembly([spec], ARMV7)
     assert "fma" not in arm and not re.search(r"^\s+blx?\s", arm, re.M)  # no call
+
+
+def test_a_layout_given_lists_is_packed_by_its_kernel(kernels):
+    """An im2col layout built by hand with lists (numpy's packing takes it) is found by its
+    key, not refused as unhashable, and packs numpy's bytes."""
+    from tilecraft.runtime.buffers import BufferSpec
+    from tilecraft.runtime.layout import Im2col
+
+    cfg = preset("default")
+    layout = Im2col((1, 3, 8, 8), [3, 3], [1, 1], [1, 1], 0)
+    buf = BufferSpec("x", "input", layout.stored_shape(cfg), "int8", 0, layout)
+    x = np.random.default_rng(9).integers(-128, 128, (1, 3, 8, 8)).astype(np.int8)
+    packer = kernels.packer(cfg, buf)
+    assert isinstance(packer, NativeKernel) and kernels.packer(cfg, buf) is packer
+    assert np.array_equal(packer(x), layout.pack(cfg, x))
