@@ -87,10 +87,15 @@ def run_model(
         )
     host = host or NumpyKernels()
     check_names(model.name, model.inputs, inputs)
-    for backend in (device, host):  # kernels compiled here: all at once, before the first step
-        prepare = getattr(backend, "prepare", None)
-        if prepare is not None:
-            prepare(model)
+    # kernels compiled here: all at once, before the first step (the host's layout kernels
+    # only for a device that takes packed arrays: the cpu device runs on logical tensors)
+    if callable(getattr(device, "prepare", None)):
+        device.prepare(model)
+    if callable(getattr(host, "prepare", None)):
+        if _packers(host) is None:
+            host.prepare(model)
+        else:
+            host.prepare(model, layouts=device is not None and not hasattr(device, "run_layers"))
     values = {}
     for name in model.inputs:
         spec = model.tensor(name)

@@ -181,3 +181,22 @@ def test_a_layout_given_lists_is_packed_by_its_kernel(kernels):
     packer = kernels.packer(cfg, buf)
     assert isinstance(packer, NativeKernel) and kernels.packer(cfg, buf) is packer
     assert np.array_equal(packer(x), layout.pack(cfg, x))
+
+
+def test_layout_kernels_are_built_only_for_a_device_that_packs():
+    """`prepare` builds the layout kernels with the host steps' for the simulator (it takes
+    packed arrays), not for the cpu device, which runs on logical tensors and never packs."""
+    from tilecraft.compiler.llvm.jit import Jit
+
+    graph = import_model(tiny_resnet(seed=5))
+    model = compile_network(graph, preset("default"), random_calibration(graph, 1)).model
+    steps = [(s.op, [model.tensor(i).shape for i in s.inputs]) for s in model.steps
+             if isinstance(s, HostStep)]  # fmt: skip
+    hosts, layouts = host_entries(steps), layout_entries(model)
+    assert layouts  # the folded first conv's input
+    kernels = LlvmKernels(Jit(cache=False))
+    kernels.prepare(model, layouts=False)
+    assert kernels.jit.built == len({spec.symbol for spec, _ in hosts})
+    x = {"input": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    run_model(model, x, get_device("sim"), host=kernels)  # prepares with the layouts
+    assert kernels.jit.built == len({spec.symbol for spec, _ in hosts + layouts})

@@ -78,7 +78,7 @@ class LlvmKernels(HostStepKernels):
 
         super().__init__()
         self.jit = jit or Jit()
-        self._prepared: dict[int, weakref.ref] = {}  # the models whose kernels are built
+        self._prepared: dict[tuple, weakref.ref] = {}  # (model id, layouts): kernels built
 
     def find(self, op, shapes, key):
         spec, bind = host_kernel(op, shapes)
@@ -88,12 +88,13 @@ class LlvmKernels(HostStepKernels):
         spec = layout_kernel(*record)
         return None if spec is None else self.jit.kernel(spec)
 
-    def prepare(self, model) -> None:
-        """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`), once
-        per model."""
+    def prepare(self, model, layouts: bool = True) -> None:
+        """Compile the kernels of `model`'s host steps all at once (`jit.Jit.build`), and
+        with `layouts` its accelerator steps' layout kernels (not for a device that runs on
+        logical tensors, the `cpu` device, which never packs), once per model."""
         from tilecraft.runtime.model import HostStep
 
-        held = self._prepared.get(id(model))
+        held = self._prepared.get((id(model), layouts))
         if held is not None and held() is model:
             return
         steps = [
@@ -101,10 +102,10 @@ class LlvmKernels(HostStepKernels):
             for s in model.steps
             if isinstance(s, HostStep)
         ]
-        specs = [spec for spec, _ in host_entries(steps) + layout_entries(model)]
-        self.jit.build(specs)
-        self._prepared[id(model)] = weakref.ref(model)
-        weakref.finalize(model, self._prepared.pop, id(model), None)
+        entries = host_entries(steps) + (layout_entries(model) if layouts else [])
+        self.jit.build([spec for spec, _ in entries])
+        self._prepared[(id(model), layouts)] = weakref.ref(model)
+        weakref.finalize(model, self._prepared.pop, (id(model), layouts), None)
 
 
 def host_entries(steps) -> list[tuple[Spec, dict]]:
