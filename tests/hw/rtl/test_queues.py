@@ -7,11 +7,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from tilecraft.hw.config import preset
 from tilecraft.hw.rtl.queues import (
     CMD_BITS,
+    CommandQueue,
     FlaggedFIFO,
     TokenCounter,
     command_queue,
@@ -66,6 +68,61 @@ def _run(fifo, width: int, depth: int, seed: int, items: int = 300):
 @pytest.mark.parametrize("seed", range(3))
 def test_command_queue_keeps_order_and_depth(seed):
     _run(command_queue(CFG), CMD_BITS, CFG.cmd_queue_depth, seed, items=CFG.cmd_queue_depth + 200)
+
+
+@pytest.mark.parametrize("depth", [1, 3, 8])
+def test_a_small_command_queue_keeps_order_and_depth(depth):
+    """The shortest queues: one entry (the output register alone, no storage), a few."""
+    _run(CommandQueue(width=12, depth=depth), 12, depth, seed=depth, items=60)
+
+
+class _WatchedQueue(CommandQueue):
+    """A CommandQueue whose storage's ports the test bench can read."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        storage = m.submodules.storage
+        self.read_port, self.write_port = storage.read_ports[0], storage.write_ports[0]
+        return m
+
+
+@pytest.mark.parametrize(("seed", "depth"), [(0, 3), (1, 8), (2, 512)])
+def test_no_read_of_the_command_queues_storage_meets_a_write_of_its_row(seed, depth):
+    """What `no_rw_check` promises yosys (CommandQueue's docstring), watched under random
+    traffic that fills and empties the queue: no cycle enables a read and a write of one row."""
+    rng = random.Random(seed)
+    q = _WatchedQueue(width=8, depth=depth)
+    seen = {"meets": 0, "both": 0, "full": 0, "empty": 0}
+
+    async def bench(ctx):
+        r, w = q.read_port, q.write_port
+        for cycle in range(30 * depth + 400):
+            filling = (cycle // (4 * depth + 40)) % 2 == 0  # phases that fill, then drain
+            ctx.set(q.w_en, rng.random() < (0.8 if filling else 0.2))
+            ctx.set(q.w_data, rng.getrandbits(8))
+            ctx.set(q.r_en, rng.random() < (0.2 if filling else 0.8))
+            reading, writing = ctx.get(r.en), ctx.get(w.en)
+            seen["both"] += reading and writing
+            seen["meets"] += reading and writing and ctx.get(r.addr) == ctx.get(w.addr)
+            seen["full"] += not ctx.get(q.w_rdy)
+            seen["empty"] += not ctx.get(q.r_rdy)
+            await ctx.tick()
+
+    _simulate(q, bench)
+    assert seen["meets"] == 0, f"{seen['meets']} cycles read and wrote one row"
+    assert seen["both"] and seen["full"] and seen["empty"], seen  # the traffic reached them
+
+
+def test_the_command_queues_storage_tells_yosys_no_read_meets_a_write():
+    """The storage carries `no_rw_check` (CommandQueue's docstring says why no read meets a
+    write of its row), so yosys maps the block RAM without its old-data emulation; a queue of
+    one entry has no storage and elaborates too."""
+
+    def netlist(q):
+        return rtlil.convert(q, ports=[q.w_data, q.w_en, q.w_rdy, q.r_data, q.r_en, q.r_rdy])
+
+    assert netlist(command_queue(CFG)).count("no_rw_check") == 1, "not on the storage"
+    assert "no_rw_check" not in netlist(CommandQueue(width=8, depth=1))
 
 
 def _run_stream(
