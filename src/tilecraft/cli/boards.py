@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tilecraft.cli.common import (
     positive,
     positive_number,
@@ -12,6 +14,25 @@ from tilecraft.cli.common import (
     write_json,
 )
 from tilecraft.errors import TilecraftError
+
+
+def seed_list(text: str) -> list[int | None]:
+    """nextpnr seeds, comma-separated: whole numbers >= 0, or `default` (nextpnr's own)."""
+    seeds = []
+    for part in text.split(","):
+        part = part.strip()
+        if part == "default":
+            seeds.append(None)
+        elif part.isdigit():
+            seeds.append(int(part))
+        else:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a seed: give whole numbers >= 0 or 'default', "
+                f"comma-separated (default,1,2,3,4,5)"
+            )
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} names a seed twice: give each once")
+    return seeds
 
 
 def board_rows() -> list[dict]:
@@ -175,15 +196,22 @@ def cmd_hw_timing(args) -> int:
     if args.flow != "ecp5":  # the xilinx flow synthesizes only: nothing to seed, plot or route
         given = [
             f
-            for f in ("seed", "unit", "plot", "record", "freq", "route_timeout")
+            for f in ("seed", "seeds", "unit", "plot", "record", "freq", "route_timeout")
             if getattr(args, f)
         ]
         if given:
             flags = ", ".join("--" + f.replace("_", "-") for f in given)
             raise TilecraftError(f"{flags}: for --flow ecp5 (the xilinx flow is synthesis alone)")
+    if args.workers is not None and args.seeds is None:
+        raise TilecraftError("--workers: for --seeds (one route runs on one core)")
+    if args.seeds is not None and (args.seed is not None or args.unit is not None):
+        other = "--seed" if args.seed is not None else "--unit"
+        raise TilecraftError(f"--seeds routes the config at each seed: drop {other}")
     if args.unit is not None:
         return _unit_timing(args)
     cfg = resolve_config(args.config)
+    if args.seeds is not None:
+        return _timing_over_seeds(args, cfg)
     if args.flow == "ecp5":
         from tilecraft.boards.flows.ecp5 import timing
 
@@ -216,6 +244,33 @@ def cmd_hw_timing(args) -> int:
             "seconds": r.seconds,
             **r.to_dict(),
         }
+    write(args.json, lambda p: write_json(p, data), "JSON")
+    return 0
+
+
+def _timing_over_seeds(args, cfg) -> int:
+    """`hw timing --seeds`: the config routed at each seed; the JSON (and --record) keeps the
+    default seed's route (else the first's) with a row per seed under `seeds`."""
+    from tilecraft.boards.flows.ecp5 import format_seeds, seed_rows, timing_over_seeds
+
+    reports = timing_over_seeds(
+        cfg,
+        args.seeds,
+        device=args.device,
+        target_mhz=args.freq,
+        route_timeout_s=args.route_timeout,
+        workers=args.workers or 1,
+    )
+    for report in reports:
+        print(report.format(), end="\n\n")
+    print(format_seeds(reports))
+    first = next((r for r in reports if r.seed is None), reports[0])
+    data = {"flow": "ecp5", **first.to_dict(), "seeds": seed_rows(reports)}
+    if args.plot:
+        _plot_endpoints(first, args.plot)
+    if args.record:
+        _record_ecp5(args.config, cfg, first)
+        record_result("timing", data)
     write(args.json, lambda p: write_json(p, data), "JSON")
     return 0
 
@@ -310,6 +365,20 @@ def add_hw_parsers(hw) -> None:
         type=int,
         metavar="N",
         help="ecp5: nextpnr's placement seed (default: nextpnr's own)",
+    )
+    t.add_argument(
+        "--seeds",
+        type=seed_list,
+        metavar="LIST",
+        help="ecp5: route at each of these seeds (default,1,2,3,4,5) and say at how many "
+        "the target holds; the JSON and --record keep the default seed's route (else the "
+        "first's) and a row per seed",
+    )
+    t.add_argument(
+        "--workers",
+        type=positive,
+        metavar="N",
+        help="--seeds: routes at once, each on one core (default 1)",
     )
     t.add_argument(
         "--unit",

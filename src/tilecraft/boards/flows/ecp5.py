@@ -12,6 +12,7 @@ away, and no I/O path sits between two of its registers, so the Fmax is the core
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -25,6 +26,7 @@ from tilecraft.errors import DeviceError
 from tilecraft.files import write_atomic
 from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.hw.rtl.dsp import ECP5_DSP
+from tilecraft.jobs import can_fork, check_jobs, map_jobs
 from tilecraft.progress import status
 
 DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
@@ -338,6 +340,99 @@ def place_and_route(
         seed=seed,
         fanouts=highest_fanouts(work / "synth.json", top),
     )
+
+
+def timing_over_seeds(
+    cfg: HwConfig,
+    seeds: list[int | None],
+    *,
+    device: str = "85k",
+    target_mhz: float | None = None,
+    workdir: str | Path | None = None,
+    route_timeout_s: float | None = None,
+    workers: int = 1,
+) -> list[TimingReport]:
+    """`timing` at each of `seeds` (None: nextpnr's default), in `seeds`' order: one netlist's
+    routed Fmax moves by several MHz from seed to seed (benchmarks/TIMING.md), so a margin is
+    judged over several. Each route has a folder of its own under `workdir` (`seed-default`,
+    `seed-3`, ...); up to `workers` run at once, each nextpnr on one core (with more than one,
+    a bar counts the routes done and each route's own progress is not drawn)."""
+    if not seeds:
+        raise DeviceError("no seed to route: give one or more (None: nextpnr's default)")
+    for seed in seeds:
+        _check_seed(seed)
+    if len(set(seeds)) != len(seeds):
+        raise DeviceError(f"seeds {seeds}: each seed once (a route of a seed is deterministic)")
+    workers = check_jobs(workers)
+    if device not in DEVICES:
+        raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
+    base = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}-seeds")
+
+    def route(seed: int | None) -> TimingReport:
+        return timing(
+            cfg,
+            device=device,
+            target_mhz=target_mhz,
+            workdir=base / f"seed-{'default' if seed is None else seed}",
+            route_timeout_s=route_timeout_s,
+            seed=seed,
+        )
+
+    if workers == 1 or len(seeds) == 1 or not can_fork():
+        return [route(seed) for seed in seeds]
+    parent = os.getpid()
+
+    def quiet_route(seed: int | None) -> TimingReport:
+        if os.getpid() != parent:  # a worker: the parent's bar shows the routes
+            os.environ["TILECRAFT_PROGRESS"] = "0"
+        return route(seed)
+
+    return map_jobs(quiet_route, list(seeds), workers, f"routing {cfg.tag} at {len(seeds)} seeds")
+
+
+def seed_rows(reports: list[TimingReport]) -> list[dict]:
+    """A row per route: its seed (`default` for nextpnr's own), Fmax, whether it routed, its
+    failing endpoints and worst path (None where routing did not finish) and its seconds."""
+    return [
+        {
+            "seed": "default" if r.seed is None else r.seed,
+            "fmax_mhz": r.fmax_mhz,
+            "routed": r.routed,
+            "met": r.routed and r.met,  # a placement's estimate is no route
+            "failing_endpoints": r.endpoints.failing if r.endpoints else None,
+            "worst_ns": r.endpoints.worst_ns if r.endpoints else None,
+            "seconds": round(r.seconds),
+        }
+        for r in reports
+    ]
+
+
+def format_seeds(reports: list[TimingReport]) -> str:
+    """The routes side by side, and at how many seeds the target holds."""
+    rows = seed_rows(reports)
+    lines = [f"{'seed':>8}  {'Fmax MHz':>9}  {'failing':>7}  {'worst ns':>8}  {'s':>6}"]
+    for row, r in zip(rows, reports):
+        fmax = f"{r.fmax_mhz:.1f}" if r.fmax_mhz is not None else "—"
+        fmax += "" if r.routed else " (placed)"
+        failing = "—" if row["failing_endpoints"] is None else f"{row['failing_endpoints']:,}"
+        worst = "—" if row["worst_ns"] is None else f"{row['worst_ns']:.2f}"
+        lines.append(
+            f"{row['seed']!s:>8}  {fmax:>9}  {failing:>7}  {worst:>8}  {row['seconds']:>6}"
+        )
+    target = reports[0].target_mhz
+    numbered = [r for r in reports if r.seed is not None]
+    said = (
+        [f"{sum(r.routed and r.met for r in numbered)} of {len(numbered)} numbered seeds"]
+        if numbered
+        else []
+    )
+    said += [
+        f"nextpnr's default seed: {'met' if r.met else 'NOT met'}"
+        for r in reports
+        if r.seed is None
+    ]
+    lines.append(f"routed at >= {target:g} MHz: " + "; ".join(said))
+    return "\n".join(lines)
 
 
 def _check_seed(seed) -> None:
