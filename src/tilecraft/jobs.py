@@ -61,10 +61,15 @@ def can_fork() -> bool:
 
 
 def map_jobs(
-    fn: Callable[[T], R], items: Sequence[T], jobs: int | None, description: str
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    jobs: int | None,
+    description: str,
+    fewer: str = "jobs=1, --jobs 1",
 ) -> list[R]:
     """`[fn(x) for x in items]` on up to `jobs` worker processes (None: one per core), with a
-    progress bar; put the longest items first, the workers take them in order."""
+    progress bar; put the longest items first, the workers take them in order. `fewer`: how
+    the caller's user asks for one job, for the message when a worker dies."""
     n = min(check_jobs(jobs), len(items))
     if n <= 1 or not can_fork():
         return [fn(x) for x in track(items, description)]
@@ -79,8 +84,7 @@ def map_jobs(
     except BrokenProcessPool as exc:
         raise TilecraftError(
             f"a worker process died while {description} (killed, or out of memory: {n} "
-            f"workers each hold a copy of what they change); run with one job (jobs=1, "
-            f"--jobs 1)"
+            f"workers each hold a copy of what they change); run with one job ({fewer})"
         ) from exc
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -164,12 +164,16 @@ def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_routes_at_several_seeds_each_in_a_folder_of_its_own(tmp_path, monkeypatch, workers):
-    """A stand-in nextpnr whose route meets 100 MHz at seeds 1 and 3 alone; the reports come
-    back in the seeds' order, each seed reached its own nextpnr, and the count says so."""
+    """A stand-in nextpnr whose route meets 100 MHz at seeds 1 and 3 alone, runs past the time
+    limit at seed 2 and fails at seed 4: the reports come back in the seeds' order, one netlist
+    synthesized once, each seed reaching its own nextpnr, and the count says what routed."""
     met = json.dumps({**REPORT, "fmax": {"clk": {"achieved": 101.5}}})
     missed = json.dumps({**REPORT, "fmax": {"clk": {"achieved": 93.9}}})
+    estimate = "echo \"Info: Max frequency for clock 'clk': 104.20 MHz (PASS at 100.00 MHz)\"\n"
     body = (
         'echo "$@" > args.txt\ncase "$*" in\n'
+        f"  *'--seed 2'*) {estimate} sleep 30;;\n"
+        "  *'--seed 4'*) echo 'ERROR: Unable to route' >&2; exit 1;;\n"
         f"  *'--seed 1'*|*'--seed 3'*) cat > report.json <<'END'\n{met}\nEND\n;;\n"
         f"  *) cat > report.json <<'END'\n{missed}\nEND\n;;\nesac\n"
         f"cat > routed.sdf <<'END'\n{SDF}\nEND\n"
@@ -180,22 +184,35 @@ def test_routes_at_several_seeds_each_in_a_folder_of_its_own(tmp_path, monkeypat
 
     # the stand-in tools read no Verilog: skip making it (seconds a route)
     monkeypatch.setattr(tilecraft.hw.rtl.top, "verilog", lambda *args: "// not read\n")
-    seeds = [None, 1, 2, 3]
+    seeds = [None, 1, 2, 3, 4]
     work = tmp_path / "work"
-    reports = ecp5.timing_over_seeds(preset("1x8x8"), seeds, workdir=work, workers=workers)
+    reports = ecp5.timing_over_seeds(
+        preset("1x8x8"), seeds, workdir=work, workers=workers, route_timeout_s=1.5
+    )
     assert [r.seed for r in reports] == seeds
-    assert [r.fmax_mhz for r in reports] == [93.9, 101.5, 93.9, 101.5]
+    assert [r.fmax_mhz for r in reports] == [93.9, 101.5, 104.2, 101.5, None]
+    assert [r.routed for r in reports] == [True, True, False, True, False]
+    assert [r.met for r in reports] == [False, True, False, True, False]  # 104.2: placed only
+    assert "Unable to route" in reports[4].error and "no route: " in reports[4].format()
+    assert (work / "netlist" / "yosys.log").exists()  # synthesized once, for every seed
     for seed in seeds:
-        args = (work / f"seed-{'default' if seed is None else seed}" / "args.txt").read_text()
+        folder = work / f"seed-{'default' if seed is None else seed}"
+        args = (folder / "args.txt").read_text()
         assert ("--seed" in args) == (seed is not None) and args.endswith(f" {seed}\n") == bool(
             seed
         )
+        assert (folder / "synth.json").exists() and not (folder / "yosys.log").exists()
     rows = ecp5.seed_rows(reports)
-    assert [row["seed"] for row in rows] == ["default", 1, 2, 3]
-    assert [row["met"] for row in rows] == [False, True, False, True]
+    assert [row["seed"] for row in rows] == ["default", 1, 2, 3, 4]
+    assert [row["met"] for row in rows] == [False, True, False, True, False]
     assert rows[0]["failing_endpoints"] == 1 and rows[0]["worst_ns"] == pytest.approx(11.8)
+    assert rows[2]["failing_endpoints"] is None and rows[4]["error"] and not rows[1]["error"]
     text = ecp5.format_seeds(reports)
-    assert "routed at >= 100 MHz: 2 of 3 numbered seeds; nextpnr's default seed: NOT met" in text
+    assert "placed only" in text and "failed" in text
+    assert (
+        "routed at >= 100 MHz: 2 of 4 numbered seeds (2 not routed); nextpnr's default seed: "
+        "NOT met" in text
+    )
 
 
 @pytest.mark.slow
@@ -210,9 +227,13 @@ def test_failures_and_bad_input(tmp_path, monkeypatch):
         ([], "no seed to route"),
         ([1, None, 1], r"seeds \[1, None, 1\]: each seed once"),
         ([None, -2], "nextpnr seed -2: give a whole number >= 0"),
+        ([None], r"workers 0: give a whole number >= 1"),
     ):
         with pytest.raises(DeviceError, match=message):
-            ecp5.timing_over_seeds(preset("1x8x8"), seeds, workdir=tmp_path / "never")
+            workers = 0 if "workers" in message else 1
+            ecp5.timing_over_seeds(
+                preset("1x8x8"), seeds, workdir=tmp_path / "never", workers=workers
+            )
     assert not (tmp_path / "never").exists()
     _tools(tmp_path / "bin", "echo 'ERROR: Unable to place cell' >&2; exit 1\n")
     monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))

@@ -415,7 +415,11 @@ def _timing(r: dict) -> str:
             md_table(
                 ["seed", "Fmax MHz", "failing endpoints"],
                 [
-                    [str(x["seed"]), value(x["fmax_mhz"], 1), value(x.get("failing_endpoints"))]
+                    [
+                        str(x["seed"]),
+                        value(x["fmax_mhz"], 1) + ("" if x.get("routed", True) else " (placed)"),
+                        value(x.get("failing_endpoints")),
+                    ]
                     for x in r["seeds"]
                 ],
             )

@@ -23,7 +23,7 @@ def seed_list(text: str) -> list[int | None]:
         part = part.strip()
         if part == "default":
             seeds.append(None)
-        elif part.isdigit():
+        elif part.isascii() and part.isdigit():
             seeds.append(int(part))
         else:
             raise argparse.ArgumentTypeError(
@@ -370,9 +370,9 @@ def add_hw_parsers(hw) -> None:
         "--seeds",
         type=seed_list,
         metavar="LIST",
-        help="ecp5: route at each of these seeds (default,1,2,3,4,5) and say at how many "
-        "the target holds; the JSON and --record keep the default seed's route (else the "
-        "first's) and a row per seed",
+        help="ecp5: synthesize once, route at each of these seeds (e.g. default,1,2,3,4,5) "
+        "and say at how many the target holds; the JSON and --record keep the default seed's "
+        "route (else the first's) and a row per seed",
     )
     t.add_argument(
         "--workers",

