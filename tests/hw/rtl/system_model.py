@@ -18,12 +18,22 @@ BASE = 0x1000
 def run_program(
     program, inputs, latency: int = 6, max_cycles: int = 200_000, watch=None, packed=None
 ):
-    """`packed` as Accelerator's: ECP5_DSP_MODEL runs the ECP5 flows' DSP pins on the model."""
-    cfg = program.config
+    """`packed` as Accelerator's: ECP5_DSP_MODEL runs the ECP5 flows' DSP pins on the model.
+    Returns (done, outputs, dut); `run_program.cycles` is the run's CYCLES."""
+    (run,), dut = run_programs([(program, inputs)], latency, max_cycles, watch, packed)
+    run_program.cycles = run["cycles"]
+    return run["done"], run["outputs"], dut
+
+
+def run_programs(jobs, latency: int = 6, max_cycles: int = 200_000, watch=None, packed=None):
+    """Each (program, inputs) of `jobs` (one config) run in turn on one `Accelerator`, with no
+    reset between them (a board's host runs program after program so), each from a DRAM of its
+    own. Returns ([{done, cycles, error, error_code, error_index, outputs}, ...], dut)."""
+    cfg = jobs[0][0].config
     dut = Accelerator(cfg, packed)
-    dram = program.dram_image(inputs)
+    holder = {"dram": None}
     ab = cfg.axi_bytes
-    state = {"done": False, "cycles": None}
+    runs = []
 
     def p(name):
         return getattr(dut.m_axi, name)
@@ -55,7 +65,9 @@ def run_program(
             wdata = ctx.get(p("wdata"))
             await ctx.tick()
 
-            def word(addr, k):
+            dram = holder["dram"]
+
+            def word(addr, k, dram=dram):
                 start = addr - BASE + k * ab
                 return int.from_bytes(bytes(dram[start : start + ab]), "little")
 
@@ -96,41 +108,50 @@ def run_program(
 
     async def host(ctx):
         o = regs.OFFSETS
-        # single-cycle AXI-Lite writes (the register file is tested with random handshakes
-        # on its own)
-        writes = {
-            "DRAM_BASE_LO": BASE,
-            "DRAM_BASE_HI": 0,
-            "INSN_OFFSET": program.insn_offset,
-            "INSN_COUNT": len(program.insns),
-            "DRAM_SIZE": program.dram_size,
-            "IRQ_ENABLE": 1,
-            "CONTROL": regs.START,
-        }
-        for name, value in writes.items():
-            ctx.set(dut.s_axi_control.awaddr, o[name])
-            ctx.set(dut.s_axi_control.wdata, value)
-            ctx.set(dut.s_axi_control.awvalid, 1)
-            ctx.set(dut.s_axi_control.wvalid, 1)
-            ctx.set(dut.s_axi_control.bready, 1)
-            await ctx.tick()
-            ctx.set(dut.s_axi_control.awvalid, 0)
-            ctx.set(dut.s_axi_control.wvalid, 0)
-            await ctx.tick().repeat(2)
-        for cycle in range(max_cycles):
-            if watch:
-                watch(ctx, dut, cycle)
-            if ctx.get(dut.interrupt):
-                state["done"] = True
-                state["cycles"] = ctx.get(dut.regs.cycles)
-                break
-            await ctx.tick()
+        for program, inputs in jobs:
+            holder["dram"] = dram = program.dram_image(inputs)
+            # single-cycle AXI-Lite writes (the register file is tested with random handshakes
+            # on its own)
+            writes = {
+                "DRAM_BASE_LO": BASE,
+                "DRAM_BASE_HI": 0,
+                "INSN_OFFSET": program.insn_offset,
+                "INSN_COUNT": len(program.insns),
+                "DRAM_SIZE": program.dram_size,
+                "IRQ_ENABLE": 1,
+                "CONTROL": regs.START,
+            }
+            for name, value in writes.items():
+                ctx.set(dut.s_axi_control.awaddr, o[name])
+                ctx.set(dut.s_axi_control.wdata, value)
+                ctx.set(dut.s_axi_control.awvalid, 1)
+                ctx.set(dut.s_axi_control.wvalid, 1)
+                ctx.set(dut.s_axi_control.bready, 1)
+                await ctx.tick()
+                ctx.set(dut.s_axi_control.awvalid, 0)
+                ctx.set(dut.s_axi_control.wvalid, 0)
+                await ctx.tick().repeat(2)
+            run = {"done": False, "cycles": None, "error": 0, "error_code": 0, "error_index": 0}
+            for cycle in range(max_cycles):
+                if watch:
+                    watch(ctx, dut, cycle)
+                if ctx.get(dut.interrupt):
+                    run["done"] = True
+                    run["cycles"] = ctx.get(dut.regs.cycles)
+                    run["error"] = ctx.get(dut.regs.error)
+                    run["error_code"] = ctx.get(dut.regs.error_code)
+                    run["error_index"] = ctx.get(dut.regs.error_index)
+                    break
+                await ctx.tick()
+            run["outputs"] = {b.name: program.read(dram, b.name) for b in program.outputs}
+            runs.append(run)
+            if not run["done"]:
+                break  # a hung run: the next START would not be taken
+            await ctx.tick().repeat(4)  # the host reads the results between runs
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(host)
     sim.add_testbench(memory, background=True)
     sim.run()
-    outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
-    run_program.cycles = state["cycles"]
-    return state["done"], outputs, dut
+    return runs, dut

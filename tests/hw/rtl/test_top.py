@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 from amaranth.hdl import Shape
-from system_model import run_program
+from system_model import run_program, run_programs
 from tiers import slow
 
 from tilecraft.compiler.operator.conv2d import conv2d
@@ -158,6 +158,41 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
         get_device("sim").run(program, {})
     assert sim_error.value.index > 0
     assert reports and reports[-1] == (regs.ErrorCode.SRAM_RANGE, sim_error.value.index)
+
+
+@pytest.mark.slow
+def test_programs_run_one_after_another_with_no_reset_between_them():
+    """A board's host STARTs program after program on one accelerator: each run is the
+    simulator's, bit for bit, in the cycles it takes after a reset (the compute stage left
+    FINISHED for a run that ended, so a second START ran no instruction: one cycle, its
+    outputs whatever DRAM held). After an error the units keep it, so the next START stops at
+    once with it, until a reset (the board's runtime downloads the overlay again then)."""
+    from tilecraft.compiler.operator.builder import ProgramBuilder
+    from tilecraft.hw.isa import Finish, Gemm
+    from tilecraft.runtime.buffers import Role
+
+    cfg = preset("1x8x8")
+    rng = np.random.default_rng(11)
+    conv = conv2d(cfg, Conv2d(1, 16, 6, 6, 16, 3, 1, 1), Epilogue(shift=7, relu=True))
+    gemm = blocked_gemm(cfg, 8, 32, 16)
+    jobs = [(p, pack_inputs(p, random_inputs(p, rng))) for p in (conv, conv, gemm, conv)]
+    runs, _ = run_programs(jobs)
+    for k, ((program, inputs), run) in enumerate(zip(jobs, runs)):
+        want = get_device("sim").run(program, inputs)
+        alone = run_programs([(program, inputs)])[0][0]
+        assert run["done"] and not run["error"], k
+        assert run["cycles"] == alone["cycles"] > 100, (k, run["cycles"], alone["cycles"])
+        for name, value in want.outputs.items():
+            assert np.array_equal(run["outputs"][name], value), (k, name)
+
+    pb = ProgramBuilder(cfg, "gemm_range")
+    pb.buffer("o", Role.OUTPUT, (4, 1, cfg.block_out), np.int8)
+    past = Gemm(uop_bgn=0, uop_end=1, iter_out=1, iter_in=3, dst_in=cfg.depth("acc") - 1)
+    bad = pb.build([past, Finish()])
+    runs, _ = run_programs([(bad, {}), jobs[2], jobs[2]])
+    assert [r["done"] for r in runs] == [True] * 3
+    codes = {(r["error"], r["error_code"], r["error_index"]) for r in runs}
+    assert codes == {(1, regs.ErrorCode.SRAM_RANGE, 0)}  # the first run's, each time
 
 
 def test_the_depthwise_mode_builds_where_its_passes_fit_under_the_reads():

@@ -361,8 +361,10 @@ class Compute(wiring.Component):
                 with m.If(idle & tokens_ok & ~run.halt):
                     m.d.comb += pop.eq(1)
                     m.next = "FINISHED"
-            with m.State("FINISHED"):
+            with m.State("FINISHED"):  # until the run has ended: then the next START's
                 m.d.comb += self.finished.eq(1)
+                with m.If(run.halt):
+                    m.next = "IDLE"
         m.d.comb += loader.insn.eq(cur)
         m.d.comb += [gemm.insn.eq(cur), alu.insn.eq(cur)]
         # a unit starts the cycle after DECIDE, from a flip-flop (the issue decision's tokens,
