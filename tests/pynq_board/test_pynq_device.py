@@ -211,13 +211,15 @@ def _program(cfg, insns, dram_size=4096) -> Program:
 
 def test_hardware_errors_raise_what_the_simulator_raises(pynq_z1, make_board):
     design, bit = pynq_z1
-    make_board(design)
+    fake = make_board(design)
     cfg = design.config
     device = PynqDevice(bit)
     far = Load(mem=MemId.INP, sram_base=0, dram_base=10**6, y_size=1, x_size=1, x_stride=1)
     with pytest.raises(AccessError) as info:
         device.run(_program(cfg, [far, Finish()]), {})
     assert info.value.index == 0 and "DRAM_RANGE" in str(info.value)
+    assert "the overlay was downloaded again, so the device is reset" in str(info.value)
+    assert fake.downloads == 2  # opened, then reset: the error would stop the next run
     flagged = Load(
         mem=MemId.INP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0, pop_prev=True
     )
@@ -226,6 +228,25 @@ def test_hardware_errors_raise_what_the_simulator_raises(pynq_z1, make_board):
     assert info.value.index == 0
     # and the device still runs a good program afterwards
     assert device.run(_program(cfg, [Finish()]), {}).report.cycles > 0
+    assert fake.downloads == 3
+
+
+def test_the_simulated_board_keeps_an_error_until_a_reset_as_the_rtl_does(pynq_z1, make_board):
+    """Without the runtime's reset, the next START stops at once with the last error: the
+    hardware's behaviour (test_pynq_rtl.py shows it on the Verilog), what the reset is for."""
+    design, bit = pynq_z1
+    fake = make_board(design)
+    cfg = design.config
+    device = PynqDevice(bit)
+    device._reset = lambda: None  # a runtime that does not reset
+    far = Load(mem=MemId.INP, sram_base=0, dram_base=10**6, y_size=1, x_size=1, x_stride=1)
+    for program in (_program(cfg, [far, Finish()]), _program(cfg, [Finish()])):
+        with pytest.raises(AccessError, match="DRAM_RANGE") as info:
+            device.run(program, {})
+        assert info.value.index == 0
+    del device._reset  # the runtime's own: download the overlay again
+    device._reset()
+    assert fake.downloads == 2 and device.run(_program(cfg, [Finish()]), {}).report.cycles > 0
 
 
 def test_bad_options_are_refused(pynq_z1, make_board, tmp_path):

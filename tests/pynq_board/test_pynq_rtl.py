@@ -76,6 +76,19 @@ def test_a_conv_runs_on_the_verilog_bit_exact(overlay, make_board, session):
         "flush",
         "invalidate",
     ]
+    # the host's next run, with no reset between (an inference after another): new inputs,
+    # the simulator's outputs again, in the same cycles
+    again = pack_inputs(
+        program,
+        {
+            "input": rng.integers(-128, 128, op.input_shape, dtype=np.int8),
+            "weight": rng.integers(-128, 128, op.weight_shape, dtype=np.int8),
+        },
+    )
+    second = device.run(program, again)
+    for name, value in SimDevice().run(program, again).outputs.items():
+        assert np.array_equal(second.outputs[name], value), name
+    assert second.report.cycles == rtl and fake.accelerator.runs == 2 and fake.downloads == 1
 
 
 def test_the_models_own_error_registers_raise(overlay, make_board, session):
@@ -103,6 +116,19 @@ def test_the_models_own_error_registers_raise(overlay, make_board, session):
     with pytest.raises(AccessError, match="DRAM_RANGE") as info:
         device.run(program, {})
     assert info.value.index == 0
+    # the runtime reset the model (the overlay downloaded again): a good program runs
+    finish = ProgramBuilder(cfg, "finish alone")
+    finish.buffer("o", Role.OUTPUT, (4, 1, 8), np.int8)
+    assert device.run(finish.build([Finish()]), {}).report.cycles > 0
+    # the Verilog itself keeps the error: without a reset, the next START stops at once with it
+    with pytest.raises(AccessError, match="DRAM_RANGE"):
+        device.run(program, {})
+    device._reset = lambda: None  # a runtime that does not reset
+    with pytest.raises(AccessError, match="DRAM_RANGE") as info:
+        device.run(program, {})
+    with pytest.raises(AccessError, match="DRAM_RANGE") as again:
+        device.run(finish.build([Finish()]), {})
+    assert again.value.index == info.value.index == 0
 
 
 def test_the_overlay_config_is_checked_against_the_models_id(overlay, make_board, session):

@@ -9,9 +9,12 @@ holds a program's whole DRAM region: instructions, micro-ops, constants and tens
 A run writes the region, flushes it out of the ARM's caches (the HP port is not coherent),
 programs the registers of `hw/regs.py`, writes START, waits for DONE by polling STATUS (or by
 the PL interrupt, `wait="interrupt"`) with a timeout, invalidates the region and reads the
-outputs. An accelerator that stops on an error raises what the simulator raises; one that never
-finishes raises `DeviceTimeout` with a dump of its registers, after the overlay is downloaded
-again so the device is usable. Needs numpy and pynq only (Python 3.10, numpy 1.26 on PYNQ 3.1).
+outputs. An accelerator that stops on an error raises what the simulator raises, and one that
+never finishes raises `DeviceTimeout` with a dump of its registers; either way the overlay is
+downloaded again first, so the device is usable (START does not reset the accelerator: a run
+that stopped on an error leaves its queued instructions, tokens and error behind, and the next
+START would report that error again at once). Needs numpy and pynq only (Python 3.10, numpy
+1.26 on PYNQ 3.1).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from tilecraft.runtime.status import raise_for_error
 
 PAGE = 4096  # pynq.allocate hands out whole pages; the accelerator's bursts never cross one
 WAITS = ("poll", "interrupt")
+
+
+RESET = "the overlay was downloaded again, so the device is reset and usable"
 
 
 class DeviceTimeout(DeviceError):
@@ -201,7 +207,9 @@ class PynqDevice:
         seconds = time.perf_counter() - t0
         region.invalidate()  # drop stale lines before reading what the accelerator wrote
         if status & regs.ERROR:
-            raise_for_error(self.read("ERROR_CODE"), self.read("ERROR_INDEX"))
+            code, index = self.read("ERROR_CODE"), self.read("ERROR_INDEX")
+            self._reset()  # what the stopped run left behind would stop the next one
+            raise_for_error(code, index, RESET)
         dram = np.asarray(region)
         outputs = {b.name: program.read(dram, b.name) for b in program.outputs}
         cycles = self.read("CYCLES_LO") | (self.read("CYCLES_HI") << 32)
@@ -241,14 +249,16 @@ class PynqDevice:
             f"{r.name}=0x{self.read(r.name):08X}" for r in regs.REGISTERS if "r" in r.access
         )
 
-    def _timed_out(self, program: Program, status: int):
-        dump = self.register_dump()
+    def _reset(self) -> None:
         self.overlay.download()  # reprogramming the PL resets the accelerator
         self.check_identity()
+
+    def _timed_out(self, program: Program, status: int):
+        dump = self.register_dump()
+        self._reset()
         raise DeviceTimeout(
             f"program {program.name!r} ({len(program.insns)} instructions) did not finish "
-            f"within {self.timeout_s:g} s (STATUS 0x{status:X}); registers: {dump}. The "
-            f"overlay was downloaded again, so the device is reset and usable"
+            f"within {self.timeout_s:g} s (STATUS 0x{status:X}); registers: {dump}; {RESET}"
         )
 
 

@@ -16,14 +16,18 @@ ERRORS = {
 }
 
 
-def raise_for_error(code: int, index: int) -> None:
-    """Raise the exception of ERROR_CODE `code` at instruction `index` (STATUS said ERROR)."""
+def raise_for_error(code: int, index: int, then: str = "") -> None:
+    """Raise the exception of ERROR_CODE `code` at instruction `index` (STATUS said ERROR);
+    `then`, a sentence on what the device did about it, closes the message."""
+    then = f"; {then}" if then else ""
     try:
         name = regs.ErrorCode(code).name
     except ValueError:
-        raise DeviceError(f"the accelerator stopped with an unknown error code {code}") from None
+        raise DeviceError(
+            f"the accelerator stopped with an unknown error code {code}{then}"
+        ) from None
     cls = ERRORS.get(regs.ErrorCode(code), DeviceError)
-    message = f"the accelerator stopped with {name}"
+    message = f"the accelerator stopped with {name}{then}"
     if issubclass(cls, AccessError | IllegalInstructionError):
         raise cls(message, index=index)
     raise cls(message)

@@ -11,8 +11,10 @@ model behind a non-coherent cache: a buffer's bytes reach the accelerator only w
 come back only when invalidated, so a host that forgets either reads wrong data, as on a board.
 Contiguous memory (CMA) is a fixed pool; running out raises what XRT raises ("Allocate failed").
 
-Faults to test against: `hang=True` makes START never finish (a timeout); downloading the
-overlay again resets the accelerator, as programming the PL does.
+Faults to test against: `hang=True` makes START never finish (a timeout); a run that stops on
+an error leaves it behind, so each START until a reset stops at once with the same error (as
+the RTL does: tests/pynq_board/test_pynq_rtl.py); downloading the overlay again resets the
+accelerator, as programming the PL does.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Accelerator:
         self.values = {r.name: 0 for r in regs.REGISTERS}
         lo, hi = regs.id_words(self.config.digest)
         self.values.update(MAGIC=regs.MAGIC, ID_LO=lo, ID_HI=hi)
+        self.stopped = None  # (code, index) of a run that stopped on an error, until a reset
 
     def read(self, offset: int) -> int:
         for r in regs.REGISTERS:
@@ -117,6 +120,10 @@ class Accelerator:
         self.runs += 1
         if self.hang:
             return
+        if self.stopped is not None:  # as the RTL: the units keep their error until a reset
+            code, index = self.stopped
+            v.update(STATUS=regs.DONE | regs.ERROR, ERROR_CODE=code, ERROR_INDEX=index)
+            return
         base = (v["DRAM_BASE_HI"] << 32 | v["DRAM_BASE_LO"]) - self.ddr_base
         size = v["DRAM_SIZE"]
         region = self.ddr[max(base, 0) : max(base, 0) + size]
@@ -127,10 +134,11 @@ class Accelerator:
         except ExecutionError as exc:
             if error_code(exc) is None:
                 return  # DONE never rises: the host times out
+            self.stopped = (int(error_code(exc)), exc.index or 0)
             v.update(
                 STATUS=regs.DONE | regs.ERROR,
-                ERROR_CODE=int(error_code(exc)),
-                ERROR_INDEX=exc.index or 0,
+                ERROR_CODE=self.stopped[0],
+                ERROR_INDEX=self.stopped[1],
             )
             return
         v.update(STATUS=regs.DONE, CYCLES_LO=report.cycles & 0xFFFFFFFF)

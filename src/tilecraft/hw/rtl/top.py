@@ -142,7 +142,9 @@ class Accelerator(wiring.Component):
         ]
 
         # ---- command queues: fetch -> each stage ------------------------------------------
-        # Reset with each START so a run that stopped on an error leaves nothing behind.
+        # Not reset by START: a run that stopped on an error leaves its queued commands, its
+        # tokens and the units' error reports behind, and the next START stops at once with
+        # that error; the board's runtime resets the accelerator then (runtime/pynq.py).
         # Buffered (registered reads): block RAM, not ~1,700 LUTs of distributed RAM each.
         for stage, unit in stages.items():
             q = command_queue(cfg)
