@@ -18,7 +18,7 @@ from tilecraft.hw.config import preset
 from tilecraft.hw.rtl.dsp import ECP5_DSP_MODEL
 from tilecraft.hw.rtl.signatures import flat_ports
 from tilecraft.hw.rtl.top import Top, top_signature
-from tilecraft.ops import Conv2d, Epilogue, GemmTiles
+from tilecraft.ops import Conv2d, Epilogue, GemmTiles, Multiplier
 from tilecraft.runtime import get_device
 from tilecraft.runtime.layout import pack_inputs, random_inputs
 
@@ -161,7 +161,8 @@ def test_a_units_range_error_reaches_the_report_with_its_index(unit):
 
 
 @pytest.mark.slow
-def test_programs_run_one_after_another_with_no_reset_between_them():
+@pytest.mark.parametrize("unit", [False, True])
+def test_programs_run_one_after_another_with_no_reset_between_them(unit):
     """A board's host STARTs program after program on one accelerator: each run is the
     simulator's, bit for bit, in the cycles it takes after a reset (the compute stage left
     FINISHED for a run that ended, so a second START ran no instruction: one cycle, its
@@ -171,9 +172,20 @@ def test_programs_run_one_after_another_with_no_reset_between_them():
     from tilecraft.hw.isa import Finish, Gemm
     from tilecraft.runtime.buffers import Role
 
-    cfg = preset("1x8x8")
+    cfg = preset("1x8x8").replace(requant_lanes=8 if unit else 0)
     rng = np.random.default_rng(11)
-    conv = conv2d(cfg, Conv2d(1, 16, 6, 6, 16, 3, 1, 1), Epilogue(shift=7, relu=True))
+    op = Conv2d(1, 16, 6, 6, 16, 3, 1, 1)
+    if unit:  # a float32 multiplier per channel: its STOREs requantize on the unit
+        ep = Epilogue(bias=True, multiplier=Multiplier.FLOAT32, offset=5)
+        conv = conv2d(
+            cfg,
+            op,
+            ep,
+            bias=rng.integers(-3000, 3000, op.oc).astype(np.int32),
+            multiplier=(rng.uniform(1, 2, op.oc) * 2.0**-9).astype(np.float32),
+        )
+    else:
+        conv = conv2d(cfg, op, Epilogue(shift=7, relu=True))
     gemm = blocked_gemm(cfg, 8, 32, 16)
     jobs = [(p, pack_inputs(p, random_inputs(p, rng))) for p in (conv, conv, gemm, conv)]
     runs, _ = run_programs(jobs)
