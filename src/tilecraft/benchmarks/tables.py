@@ -417,7 +417,12 @@ def _timing(r: dict) -> str:
                 [
                     [
                         str(x["seed"]),
-                        value(x["fmax_mhz"], 1) + ("" if x.get("routed", True) else " (placed)"),
+                        value(x["fmax_mhz"], 1)
+                        + (
+                            ""
+                            if x.get("routed", True)
+                            else (" (no route)" if x.get("error") else " (placed)")
+                        ),
                         value(x.get("failing_endpoints")),
                     ]
                     for x in r["seeds"]
