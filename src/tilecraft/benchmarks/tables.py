@@ -396,6 +396,13 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
     )
 
 
+def _seed_fmax(row: dict) -> str:
+    """A seed's Fmax, marked where it is a placement's estimate or no route came back."""
+    if row.get("routed", True):
+        return value(row["fmax_mhz"], 1)
+    return value(row["fmax_mhz"], 1) + (" (no route)" if row.get("error") else " (placed)")
+
+
 def _timing(r: dict) -> str:
     figures = figures_block(
         r,
@@ -415,16 +422,7 @@ def _timing(r: dict) -> str:
             md_table(
                 ["seed", "Fmax MHz", "failing endpoints"],
                 [
-                    [
-                        str(x["seed"]),
-                        value(x["fmax_mhz"], 1)
-                        + (
-                            ""
-                            if x.get("routed", True)
-                            else (" (no route)" if x.get("error") else " (placed)")
-                        ),
-                        value(x.get("failing_endpoints")),
-                    ]
+                    [str(x["seed"]), _seed_fmax(x), value(x.get("failing_endpoints"))]
                     for x in r["seeds"]
                 ],
             )

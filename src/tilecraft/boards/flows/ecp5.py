@@ -377,6 +377,8 @@ def timing_over_seeds(
     seeds: list[int | None],
     *,
     device: str = "85k",
+    package: str = "CABGA381",
+    speed: int = 6,
     target_mhz: float | None = None,
     workdir: str | Path | None = None,
     route_timeout_s: float | None = None,
@@ -412,6 +414,8 @@ def timing_over_seeds(
             report = timing(
                 cfg,
                 device=device,
+                package=package,
+                speed=speed,
                 target_mhz=target_mhz,
                 workdir=base / f"seed-{'default' if seed is None else seed}",
                 route_timeout_s=route_timeout_s,
@@ -422,8 +426,8 @@ def timing_over_seeds(
             report = TimingReport(
                 config=cfg.tag,
                 device=DEVICES[device],
-                package="CABGA381",
-                speed=6,
+                package=package,
+                speed=speed,
                 target_mhz=target_mhz or cfg.clock_mhz,
                 fmax_mhz=None,
                 routed=False,
