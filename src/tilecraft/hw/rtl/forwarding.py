@@ -16,11 +16,16 @@ class WriteHistory:
     unit will make next cycle, so whether a row is hit is worked out a cycle ahead, into
     registers (a compare is never on the path from a write's data to the next operation)."""
 
-    def __init__(self, m: Module, write, upcoming, copies: int = 1, dsp: str | None = None):
-        """`copies` of each hit flag, each picking its share of the row (replicas.py)."""
+    def __init__(
+        self, m: Module, write, upcoming, copies: int = 1, dsp: str | None = None, ahead=None
+    ):
+        """`copies` of each hit flag, each picking its share of the row (replicas.py). `ahead`,
+        if given, is (en, addr) of the write two cycles ahead, which `upcoming` takes a cycle
+        later (registers, never holding): `hits_ahead` needs it."""
         self.m = m
         self.write = write
         self.upcoming = upcoming
+        self.ahead = ahead
         self.copies, self.dsp = copies, dsp
         self.past = []  # (en, addr, data), most recent first
         prev = (write.en, write.addr, write.data)
@@ -49,6 +54,23 @@ class WriteHistory:
             else:
                 self.m.d.comb += hit.eq(e & (a == next_addr))
             flags.append(replicated(self.m, hit, self.copies, f"{name}_hit{k}", self.dsp))
+        return flags
+
+    def hits_ahead(self, addr_before, name: str) -> list:
+        """`hits`' flags for a row named by `addr_before` a cycle before `hits`' `next_addr`
+        (a delay line that never holds): each compare made a cycle earlier, against the writes
+        as they will be a cycle later (`ahead`, `upcoming`, this cycle's, the ones before), into
+        one flip-flop that the copies take a cycle later. The compare then drives one
+        flip-flop, not a copy per share: the ALU's read-hit flags, the 99.0 MHz seed-2 route's
+        worst path (its tag through the compare into the copies, 10.10 ns)."""
+        assert self.ahead is not None, "hits_ahead needs the write two cycles ahead"
+        writes = [self.ahead, self.upcoming, (self.write.en, self.write.addr)]
+        writes += [(e, a) for e, a, _ in self.past[: SRAM_READ_LATENCY - 2]]
+        flags = []
+        for k, (e, a) in enumerate(writes):
+            early = Signal(name=f"{name}_hit{k}_early")
+            self.m.d.sync += early.eq(e & (a == addr_before))
+            flags.append(replicated(self.m, early, self.copies, f"{name}_hit{k}", self.dsp))
         return flags
 
     def upcoming_hit(self, next_addr, enable=1):

@@ -14,25 +14,30 @@ from tilecraft.hw.rtl.dsp import ECP5_DSP
 
 
 def replicated(m: Module, d, copies: int, name: str, dsp: str | None = None) -> list[Signal]:
-    """`copies` flip-flops, each `d` a cycle later (no reset: a flag worked out every cycle)."""
+    """`copies` registers, each `d` a cycle later (no reset: a value worked out every cycle); a
+    `d` of several bits takes a flip-flop a bit in each copy."""
+    d = Value.cast(d)
+    width = len(d)
     out = []
     for k in range(copies):
-        q = Signal(name=f"{name}_{k}", reset_less=True)
+        q = Signal(width, name=f"{name}_{k}", reset_less=True)
         if dsp == ECP5_DSP:
-            m.submodules[f"{name}_ff{k}"] = Instance(
-                "TRELLIS_FF",
-                p_GSR="DISABLED",
-                p_CEMUX="1",
-                p_CLKMUX="CLK",
-                p_LSRMUX="LSR",
-                p_REGSET="RESET",
-                p_SRMODE="LSR_OVER_CE",
-                i_CLK=ClockSignal(),
-                i_LSR=Const(0),
-                i_CE=Const(1),
-                i_DI=d,
-                o_Q=q,
-            )
+            for b in range(width):
+                cell = f"{name}_ff{k}" if width == 1 else f"{name}_ff{k}_{b}"
+                m.submodules[cell] = Instance(
+                    "TRELLIS_FF",
+                    p_GSR="DISABLED",
+                    p_CEMUX="1",
+                    p_CLKMUX="CLK",
+                    p_LSRMUX="LSR",
+                    p_REGSET="RESET",
+                    p_SRMODE="LSR_OVER_CE",
+                    i_CLK=ClockSignal(),
+                    i_LSR=Const(0),
+                    i_CE=Const(1),
+                    i_DI=d[b],
+                    o_Q=q[b],
+                )
         else:
             m.d.sync += q.eq(d)
         out.append(q)

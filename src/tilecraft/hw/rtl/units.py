@@ -424,14 +424,16 @@ class AluUnit(wiring.Component):
         done_x2 = Signal()  # X2 now: its write is next cycle
         m.d.comb += done_x_next.eq(vals[lat] & (phos[lat] == last_phase(repos[lat])))
         m.d.sync += [done_x.eq(done_x_next), done_x2.eq(done_x)]
-        history = WriteHistory(m, w, (done_x2, dsts[lat + 2]), lanes, self.dsp)
+        history = WriteHistory(
+            m, w, (done_x2, dsts[lat + 2]), lanes, self.dsp, ahead=(done_x, dsts[lat + 1])
+        )
         # O: the operands, with the unit's writes the reads missed, then kept up to date from
         # each write to their row (so a src read once serves the micro-ops after it that repeat
         # it: within an instruction, only this unit writes the rows it reads, see the
         # unit-overlap rule of compiler/analysis/verify.py). A write reaches them the cycle
         # after it, from the write-data register: no path from the lane ops back into the
         # operands (`hazard`)
-        value = history.latest(history.hits(tags[lat - 1], "read"), read.data)
+        value = history.latest(history.hits_ahead(tags[lat - 2], "read"), read.data)
         # an immediate op's b is its immediate in every lane, from the instruction's start
         # (so no lane op selects between a tensor and an immediate operand)
         imm = Signal(signed(ab))
@@ -507,17 +509,23 @@ class AluUnit(wiring.Component):
             cands["mul"] = product
             m.d.comb += result[lane].eq(select(m, flags, cands, ab))
         # the lane group X multiplies, and whether it does, decoded a cycle early (as done_x)
-        g, multiplying = Signal(8), Signal()
+        # (g on the bits that name a group: `multiplying` compares the whole difference, and
+        # the pick and the products' slot matter only while it is set)
+        pick_bits = max(1, (groups - 1).bit_length())
+        g, multiplying = Signal(pick_bits), Signal()
         g_early = Signal(8)
         m.d.comb += g_early.eq(phos[lat] - reads(repos[lat]))
         m.d.sync += [
-            g.eq(g_early),
+            g.eq(g_early[:pick_bits]),
             multiplying.eq(
                 vals[lat] & is_mul & (phos[lat] >= reads(repos[lat])) & (g_early < groups)
             ),
         ]
         active = _delayed(m, multiplying, MUL_TAIL - 1, "mul_v")
         slot = _delayed(m, g, MUL_TAIL - 1, "mul_g")
+        # a copy of g for each operand pick (replicas.py): one 8-bit g decoded into every
+        # operand bit's pick was the 90.9 MHz route's worst path (three LUTs, 6.8 ns routed)
+        picks = replicated(m, g_early[:pick_bits], 2 * group, "mul_pick", self.dsp)
         for i in range(group):
             xs = Array(lhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
             ys = Array(rhs[(j * group + i) * ab : (j * group + i + 1) * ab] for j in range(groups))
@@ -526,7 +534,7 @@ class AluUnit(wiring.Component):
             # straight into the DSPs' input registers, the 92.2 MHz route's worst paths)
             x = Signal(signed(ab), name=f"mul_x{i}", reset_less=True)
             y = Signal(signed(ab), name=f"mul_y{i}", reset_less=True)
-            m.d.sync += [x.eq(xs[g]), y.eq(ys[g])]
+            m.d.sync += [x.eq(xs[picks[2 * i]]), y.eq(ys[picks[2 * i + 1]])]
             if self.dsp:
                 p = lane_multiply_dsp(m, x, y, ab, f"mul{i}", self.dsp)
             else:
