@@ -136,3 +136,15 @@ def test_the_dse_table_marks_both_fronts_and_says_why_a_point_failed():
     assert "| ResNet-18 accelerator ms | MobileNetV2 accelerator ms | LUT |" in text
     assert "| o a | 12.5 | 30.2 | 100 (50%) |" in text and "| * a+requant | 10.0 | — |" in text
     assert tables.RELATED["dse"] == ("dse-mobilenet-v2",)
+
+
+def test_a_seed_row_says_whether_it_routed():
+    """The README's seed table: a route's Fmax; a placement's estimate, where routing ran out of
+    time (placed) or was stopped by hand (placed; stopped); no figure where no route came back."""
+    cell = tables._seed_fmax
+    assert cell({"fmax_mhz": 103.14, "routed": True}) == "103.1"
+    assert cell({"fmax_mhz": 75.1, "routed": False, "error": None}) == "75.1 (placed)"
+    stopped = {"fmax_mhz": 68.2, "routed": False, "error": "nextpnr stopped by signal 15"}
+    assert cell(stopped) == "68.2 (placed; stopped)"
+    failed = cell({"fmax_mhz": None, "routed": False, "error": "Unable to route"})
+    assert failed.endswith(" (no route)") and "68" not in failed

@@ -147,6 +147,25 @@ def test_a_route_that_runs_too_long_reports_the_placement_estimate(tmp_path, mon
 
 
 @pytest.mark.slow
+def test_a_route_stopped_by_hand_keeps_the_placement_estimate(tmp_path, monkeypatch):
+    """nextpnr killed from outside (a route stopped by hand) is no route, but says what its
+    placement reached and why it stopped, where a failing nextpnr says only that it failed."""
+    body = (
+        "echo \"Info: Max frequency for clock '\\$glbnet\\$clk': 68.20 MHz (FAIL at 100.00 MHz)\"\n"
+        "echo 'Info: Routing..'\nkill -TERM $$\n"
+    )
+    _tools(tmp_path / "bin", body)
+    monkeypatch.setattr(ecp5, "find_tool", lambda *names, extra: str(tmp_path / "bin" / names[0]))
+    r = ecp5.timing(preset("1x8x8"), workdir=tmp_path / "work", seed=3)
+    assert r.routed is False and r.fmax_mhz == 68.2 and not r.met and r.endpoints is None
+    assert "stopped by signal 15 (SIGTERM)" in r.error and "placement's estimate" in r.error
+    assert "after placement (routing did not finish)" in r.format()
+    assert "   stopped" in ecp5.format_seeds([r])
+    (row,) = ecp5.seed_rows([r])
+    assert row["fmax_mhz"] == 68.2 and row["routed"] is False and row["error"] == r.error
+
+
+@pytest.mark.slow
 def test_the_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch):
     body = f"echo \"$@\" > args.txt\ncat > report.json <<'END'\n{json.dumps(REPORT)}\nEND\n"
     _tools(tmp_path / "bin", body)

@@ -397,10 +397,13 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
 
 
 def _seed_fmax(row: dict) -> str:
-    """A seed's Fmax, marked where it is a placement's estimate or no route came back."""
+    """A seed's Fmax, marked where it is a placement's estimate (a route stopped by its time
+    limit or by hand) or no route came back."""
     if row.get("routed", True):
         return value(row["fmax_mhz"], 1)
-    return value(row["fmax_mhz"], 1) + (" (no route)" if row.get("error") else " (placed)")
+    if row.get("fmax_mhz") is None:
+        return value(None) + " (no route)"
+    return value(row["fmax_mhz"], 1) + (" (placed; stopped)" if row.get("error") else " (placed)")
 
 
 def _timing(r: dict) -> str:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -214,9 +215,31 @@ def _run(command: list[str], cwd: Path, log: Path, update, timeout_s: float | No
                 proc.wait()
                 return False, log.read_text(errors="replace")
     text = log.read_text(errors="replace")
+    if proc.returncode < 0:  # a signal from outside: the log so far still says something
+        raise ToolStopped(
+            f"{Path(command[0]).name} stopped by signal {-proc.returncode} "
+            f"({_signal_name(-proc.returncode)}) after {time.monotonic() - start:,.0f} s",
+            text,
+        )
     if proc.returncode != 0:
         raise DeviceError(f"{Path(command[0]).name} failed ({proc.returncode}):\n{text[-3000:]}")
     return True, text
+
+
+class ToolStopped(DeviceError):
+    """A tool stopped by a signal from outside it (a route stopped by hand), not by an error of
+    its own: `log` is what it printed until then (nextpnr's estimate after placement)."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
 
 
 def _worst_path(report: dict) -> list[PathStep]:
@@ -334,7 +357,11 @@ def place_and_route(
             *(("--seed", str(seed)) if seed is not None else ()),
         ]
         (work / "routed.sdf").unlink(missing_ok=True)  # never a previous route's
-        finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
+        stopped = None
+        try:
+            finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
+        except ToolStopped as exc:  # stopped by hand: no route, but its placement's estimate
+            finished, log, stopped = False, exc.log, f"{exc}; the Fmax is placement's estimate"
     seconds = time.perf_counter() - t0
     sdf = work / "routed.sdf"
     endpoints = summarize_file(sdf, 1000.0 / target_mhz) if finished and sdf.exists() else None
@@ -357,6 +384,7 @@ def place_and_route(
         endpoints=endpoints,
         seed=seed,
         fanouts=highest_fanouts(work / "synth.json", top),
+        error=stopped,
     )
 
 
@@ -476,7 +504,7 @@ def format_seeds(reports: list[TimingReport]) -> str:
     lines = [f"{'seed':>8}  {'Fmax MHz':>9}  {'routed':>10}  {'failing':>7}  {'worst ns':>8}"]
     for row, r in zip(rows, reports):
         fmax = "—" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}"
-        how = "yes" if r.routed else ("failed" if r.error else "placed only")
+        how = "yes" if r.routed else ("placed only" if r.error is None else _no_route(r))
         failing = "—" if row["failing_endpoints"] is None else f"{row['failing_endpoints']:,}"
         worst = "—" if row["worst_ns"] is None else f"{row['worst_ns']:.2f}"
         lines.append(f"{row['seed']!s:>8}  {fmax:>9}  {how:>10}  {failing:>7}  {worst:>8}")
@@ -496,6 +524,12 @@ def format_seeds(reports: list[TimingReport]) -> str:
             )
     lines.append(f"routed at >= {reports[0].target_mhz:g} MHz: " + "; ".join(said))
     return "\n".join(lines)
+
+
+def _no_route(r: TimingReport) -> str:
+    """A route that came back with an error: stopped after placement (its estimate kept), or
+    failed."""
+    return "stopped" if r.fmax_mhz is not None else "failed"
 
 
 def _check_seed(seed) -> None:
