@@ -148,3 +148,5 @@ def test_a_seed_row_says_whether_it_routed():
     assert cell(stopped) == "68.2 (placed; stopped)"
     failed = cell({"fmax_mhz": None, "routed": False, "error": "Unable to route"})
     assert failed.endswith(" (no route)") and "68" not in failed
+    rows = [{"seed": s} for s in (2, "default", 5, 1)]
+    assert [x["seed"] for x in sorted(rows, key=tables._seed_order)] == ["default", 1, 2, 5]

@@ -396,6 +396,13 @@ def _a9_estimate(r: dict, accelerator: float | None) -> str:
     )
 
 
+def _seed_order(row: dict) -> tuple:
+    """nextpnr's default seed first, then the numbered ones in order (whatever order they were
+    routed in)."""
+    seed = row["seed"]
+    return (0, 0) if seed == "default" else (1, seed)
+
+
 def _seed_fmax(row: dict) -> str:
     """A seed's Fmax, marked where it is a placement's estimate (a route stopped by its time
     limit or by hand) or no route came back."""
@@ -426,7 +433,7 @@ def _timing(r: dict) -> str:
                 ["seed", "Fmax MHz", "failing endpoints"],
                 [
                     [str(x["seed"]), _seed_fmax(x), value(x.get("failing_endpoints"))]
-                    for x in r["seeds"]
+                    for x in sorted(r["seeds"], key=_seed_order)
                 ],
             )
         )
