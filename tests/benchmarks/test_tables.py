@@ -140,13 +140,22 @@ def test_the_dse_table_marks_both_fronts_and_says_why_a_point_failed():
 
 def test_a_seed_row_says_whether_it_routed():
     """The README's seed table: a route's Fmax; a placement's estimate, where routing ran out of
-    time (placed) or was stopped by hand (placed; stopped); no figure where no route came back."""
+    time (placed) or was stopped by hand (placed; stopped); no figure where no route came back.
+    The rows in seed order, the default first, whatever order they were routed in."""
     cell = tables._seed_fmax
     assert cell({"fmax_mhz": 103.14, "routed": True}) == "103.1"
     assert cell({"fmax_mhz": 75.1, "routed": False, "error": None}) == "75.1 (placed)"
-    stopped = {"fmax_mhz": 68.2, "routed": False, "error": "nextpnr stopped by signal 15"}
+    stopped = {"fmax_mhz": 68.2, "routed": False, "error": "stopped", "stopped": True}
     assert cell(stopped) == "68.2 (placed; stopped)"
-    failed = cell({"fmax_mhz": None, "routed": False, "error": "Unable to route"})
-    assert failed.endswith(" (no route)") and "68" not in failed
-    rows = [{"seed": s} for s in (2, "default", 5, 1)]
-    assert [x["seed"] for x in sorted(rows, key=tables._seed_order)] == ["default", 1, 2, 5]
+    early = {"fmax_mhz": None, "routed": False, "error": "stopped", "stopped": True}
+    assert cell(early) == tables.value(None) + " (stopped)"
+    failed = {"fmax_mhz": None, "routed": False, "error": "Unable to route", "stopped": False}
+    assert cell(failed) == tables.value(None) + " (no route)"
+    route = {"fmax_mhz": 90.0, "routed": True, "failing_endpoints": 3}
+    data = dict(results.load("timing")["result"])
+    data["seeds"] = [{**route, "seed": s} for s in (2, "default", 5, 1)]
+    text = tables.RENDER["timing"](data)
+    seeds = re.findall(r"^\| (default|\d) \| 90\.0 \| 3 \|$", text, flags=re.M)
+    assert seeds == ["default", "1", "2", "5"]
+    rows = [{"seed": s} for s in (2, "7", None, "default")]  # not what hw timing writes
+    assert [x["seed"] for x in sorted(rows, key=tables._seed_order)] == ["default", 2, "7", None]

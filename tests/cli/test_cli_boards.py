@@ -187,6 +187,30 @@ def test_hw_timing_routes_at_several_seeds_and_keeps_a_row_each(tmp_path, capsys
     ]
 
 
+def test_hw_timing_records_no_utilisation_without_a_route(capsys, monkeypatch):
+    """A route stopped or out of time has no nextpnr report, so no utilisation: --record keeps
+    the timing result (a placement's estimate, routed false) but writes no zeros into the
+    package's synthesis figures, which `tilecraft boards` judges fits by."""
+    import tilecraft.boards.fit as fit
+    import tilecraft.boards.flows.ecp5 as ecp5
+    import tilecraft.cli.boards as cli_boards
+
+    recorded, figures = [], []
+    report = ecp5.TimingReport(
+        config="1x8x8", device="LFE5U-85F", package="CABGA381", speed=6, target_mhz=100.0,
+        fmax_mhz=68.2, routed=False, seconds=1.0, stopped=True, error="stopped by signal 15",
+    )  # fmt: skip
+    monkeypatch.setattr(ecp5, "timing", lambda cfg, **options: report)
+    monkeypatch.setattr(fit, "record", figures.append)
+    monkeypatch.setattr(cli_boards, "record_result", lambda suite, data: recorded.append(data))
+    assert main(["hw", "timing", "--record"]) == 0
+    assert "not recorded in the package's figures" in capsys.readouterr().out
+    assert figures == [] and recorded[0]["routed"] is False and recorded[0]["fmax_mhz"] == 68.2
+    report.resources = {"TRELLIS_COMB": {"used": 900, "available": 83640}}
+    assert main(["hw", "timing", "--record"]) == 0
+    assert figures[0]["lut"] == 900 and figures[0]["family"] == "ecp5"
+
+
 def test_hw_timing_routes_a_unit_alone(tmp_path, capsys, monkeypatch):
     import tilecraft.boards.flows.unit_timing as unit_timing
     from tilecraft.boards.flows.ecp5 import TimingReport

@@ -400,7 +400,11 @@ def _seed_order(row: dict) -> tuple:
     """nextpnr's default seed first, then the numbered ones in order (whatever order they were
     routed in)."""
     seed = row["seed"]
-    return (0, 0) if seed == "default" else (1, seed)
+    if seed == "default":
+        return (0, 0, "")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return (1, seed, "")
+    return (2, 0, str(seed))  # not a seed `hw timing` writes: last, as it reads
 
 
 def _seed_fmax(row: dict) -> str:
@@ -408,9 +412,10 @@ def _seed_fmax(row: dict) -> str:
     limit or by hand) or no route came back."""
     if row.get("routed", True):
         return value(row["fmax_mhz"], 1)
+    stopped = row.get("stopped", False)
     if row.get("fmax_mhz") is None:
-        return value(None) + " (no route)"
-    return value(row["fmax_mhz"], 1) + (" (placed; stopped)" if row.get("error") else " (placed)")
+        return value(None) + (" (stopped)" if stopped else " (no route)")
+    return value(row["fmax_mhz"], 1) + (" (placed; stopped)" if stopped else " (placed)")
 
 
 def _timing(r: dict) -> str:

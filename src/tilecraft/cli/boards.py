@@ -323,6 +323,9 @@ def _plot_endpoints(report, path: str) -> None:
 def _record_ecp5(name: str, cfg, report) -> None:
     from tilecraft.boards.fit import record
 
+    if not report.resources:  # no route came back: nextpnr wrote no utilisation
+        print(f"not recorded in the package's figures (ecp5, {cfg.tag}): no route, no utilisation")
+        return
     use = {k: v.get("used", 0) for k, v in report.resources.items()}
     record(
         {

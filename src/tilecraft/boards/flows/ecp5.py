@@ -85,6 +85,7 @@ class TimingReport:
     fanouts: list[Fanout] = field(default_factory=list)  # the netlist's highest, clock first
 
     error: str | None = None  # why no route came back (`timing_over_seeds` keeps the others)
+    stopped: bool = False  # nextpnr was stopped from outside (`STOP_SIGNALS`), not failed
 
     @property
     def met(self) -> bool:
@@ -215,20 +216,32 @@ def _run(command: list[str], cwd: Path, log: Path, update, timeout_s: float | No
                 proc.wait()
                 return False, log.read_text(errors="replace")
     text = log.read_text(errors="replace")
-    if proc.returncode < 0:  # a signal from outside: the log so far still says something
+    name = Path(command[0]).name
+    if -proc.returncode in STOP_SIGNALS:  # stopped from outside: its log so far still counts
         raise ToolStopped(
-            f"{Path(command[0]).name} stopped by signal {-proc.returncode} "
-            f"({_signal_name(-proc.returncode)}) after {time.monotonic() - start:,.0f} s",
+            f"{name} stopped by signal {-proc.returncode} ({_signal_name(-proc.returncode)}) "
+            f"after {time.monotonic() - start:,.0f} s",
             text,
         )
+    if proc.returncode < 0:  # a crash, or killed by the system (SIGKILL: out of memory)
+        raise DeviceError(
+            f"{name} died of signal {-proc.returncode} ({_signal_name(-proc.returncode)}):\n"
+            f"{text[-3000:]}"
+        )
     if proc.returncode != 0:
-        raise DeviceError(f"{Path(command[0]).name} failed ({proc.returncode}):\n{text[-3000:]}")
+        raise DeviceError(f"{name} failed ({proc.returncode}):\n{text[-3000:]}")
     return True, text
 
 
+# the signals a person stops a tool with (kill, Ctrl-C, a closed terminal); any other is a
+# failure (a crash, or the system's out-of-memory SIGKILL)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class ToolStopped(DeviceError):
-    """A tool stopped by a signal from outside it (a route stopped by hand), not by an error of
-    its own: `log` is what it printed until then (nextpnr's estimate after placement)."""
+    """A tool stopped by a signal from outside it (`STOP_SIGNALS`: a route stopped by hand),
+    not by an error of its own: `log` is what it printed until then (nextpnr's estimate after
+    placement, where placement had finished)."""
 
     def __init__(self, message: str, log: str):
         super().__init__(message)
@@ -360,8 +373,8 @@ def place_and_route(
         stopped = None
         try:
             finished, log = _run(command, work, work / "nextpnr.log", update, route_timeout_s)
-        except ToolStopped as exc:  # stopped by hand: no route, but its placement's estimate
-            finished, log, stopped = False, exc.log, f"{exc}; the Fmax is placement's estimate"
+        except ToolStopped as exc:  # stopped by hand: no route, but what placement reached
+            finished, log, stopped = False, exc.log, str(exc)
     seconds = time.perf_counter() - t0
     sdf = work / "routed.sdf"
     endpoints = summarize_file(sdf, 1000.0 / target_mhz) if finished and sdf.exists() else None
@@ -369,6 +382,10 @@ def place_and_route(
     report = json.loads((work / "report.json").read_text()) if finished else {}
     achieved = [c.get("achieved") for c in report.get("fmax", {}).values() if c.get("achieved")]
     fmax = min(achieved) if achieved else (estimates[-1] if estimates else None)
+    if stopped is not None:
+        stopped += (
+            "; the Fmax is placement's estimate" if fmax is not None else ", before placement"
+        )
     return TimingReport(
         config=routed,
         device=DEVICES[device],
@@ -385,6 +402,7 @@ def place_and_route(
         seed=seed,
         fanouts=highest_fanouts(work / "synth.json", top),
         error=stopped,
+        stopped=stopped is not None,
     )
 
 
@@ -396,7 +414,10 @@ def synthesize(work: Path, sources: dict[str, str], top: str, label: str) -> Pat
         write_atomic(work / name, text)
     with status(f"yosys synth_ecp5: {label}") as update:
         script = f"read_verilog {' '.join(sources)}; synth_ecp5 -top {top} -json synth.json"
-        _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
+        try:
+            _run([yosys, "-q", "-p", script], work, work / "yosys.log", update, None)
+        except ToolStopped as exc:  # no netlist: nothing to route
+            raise DeviceError(f"{exc}:\n{exc.log[-3000:]}") from None
     return work / "synth.json"
 
 
@@ -493,6 +514,7 @@ def seed_rows(reports: list[TimingReport]) -> list[dict]:
             "worst_ns": r.endpoints.worst_ns if r.endpoints else None,
             "seconds": round(r.seconds),
             "error": r.error,
+            "stopped": r.stopped,
         }
         for r in reports
     ]
@@ -527,9 +549,8 @@ def format_seeds(reports: list[TimingReport]) -> str:
 
 
 def _no_route(r: TimingReport) -> str:
-    """A route that came back with an error: stopped after placement (its estimate kept), or
-    failed."""
-    return "stopped" if r.fmax_mhz is not None else "failed"
+    """A route that came back with an error: stopped from outside, or failed."""
+    return "stopped" if r.stopped else "failed"
 
 
 def _check_seed(seed) -> None:
