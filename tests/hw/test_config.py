@@ -278,6 +278,20 @@ def test_describe():
     assert "1x16x16_i8w8a32_15_15_17_17" in text
     assert "256 MAC/cycle, 51.2 GOPS peak" in text
     assert "wgt buffer       128 KiB = 512 x 256 B" in text
+    assert "cycle model" not in text  # the queues the model is held to the RTL at
+
+
+def test_describe_says_where_the_cycle_model_drifts_from_the_rtl():
+    """Short command queues fill on real layers, where the model's cycles drift from the RTL's
+    (the benchmarks README's rtl-speed section): a config with them says so."""
+    from dataclasses import replace
+
+    from tilecraft.hw.config import CALIBRATED_CMD_QUEUE_DEPTH
+
+    assert HwConfig().cmd_queue_depth == CALIBRATED_CMD_QUEUE_DEPTH
+    text = replace(HwConfig(), cmd_queue_depth=4).describe()
+    assert "at 4 they fill on real layers" in text
+    assert "rtl-speed" in text
 
 
 def test_config_file_with_a_non_table_hw_key(tmp_path):

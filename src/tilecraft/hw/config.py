@@ -85,6 +85,8 @@ BUFFERS = SCRATCHPADS + ("out",)  # and OUT, the narrowed view of ACC that STORE
 ACC_BANKS = 2  # the accumulator is two banks (halves), one per index's top bit
 
 
+# the command queues' depth the cycle model is held to the RTL at (`HwConfig.cmd_queue_depth`)
+CALIBRATED_CMD_QUEUE_DEPTH = 512
 ALU_MUL_LANES = 4  # the vector ALU multiplies this many lanes per cycle (DSP budget)
 
 
@@ -112,6 +114,8 @@ class HwConfig:
     dram_latency: int = 32
     burst_len: int = 16
     dep_queue_depth: int = 16
+    # the cycle model is held to the RTL (bench rtl-speed's sweep) at 512; shorter queues fill
+    # on real layers and its cycles drift from the RTL's (`CALIBRATED_CMD_QUEUE_DEPTH`)
     cmd_queue_depth: int = 512
     # the requantization unit on the store path (STORE's `requant` mode): 0 absent, else the
     # accumulator lanes it requantizes a cycle (a power of two up to BATCH x BLOCK_OUT and 64)
@@ -442,6 +446,12 @@ class HwConfig:
             rows.append(
                 f"{name} buffer       {size // 1024} KiB = {self.depth(name)} x "
                 f"{self.elem_bytes(name)} B"
+            )
+        if self.cmd_queue_depth < CALIBRATED_CMD_QUEUE_DEPTH:
+            rows.append(
+                f"cycle model      held to the RTL at {CALIBRATED_CMD_QUEUE_DEPTH}-entry command "
+                f"queues; at {self.cmd_queue_depth} they fill on real layers and its cycles drift "
+                f"from the RTL's (past 0.5% at 8 or fewer): the benchmarks README, rtl-speed"
             )
         return "\n".join(rows)
 
