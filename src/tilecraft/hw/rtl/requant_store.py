@@ -212,9 +212,14 @@ class RequantStream(wiring.Component):
         # as one: a row's landing moves it from one to the other, so the count is not on the
         # landing's path (the 73.2 MHz route: the queue's write through its level and the sum
         # with in_pipe into `space`, 11.25 ns). The queue never refuses a landing (`space`).
+        # The read decision picks between the count and compare worked out without it (as the
+        # store stage's `space`), so no adder lies behind it.
         held = Signal(range(ROW_QUEUE + 1))
-        held_next = held + read_data - (rows.r_en & rows.r_rdy)
-        m.d.sync += [held.eq(held_next), space.eq(held_next < ROW_QUEUE)]
+        kept = held - (rows.r_en & rows.r_rdy)
+        m.d.sync += [
+            held.eq(Mux(read_data, kept + 1, kept)),
+            space.eq(Mux(read_data, kept + 1 < ROW_QUEUE, kept < ROW_QUEUE)),
+        ]
 
         # ---- the lanes: a row in `passes` passes of `lanes` ------------------------------
         feed = Signal()
