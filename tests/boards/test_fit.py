@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tilecraft.boards import board
@@ -62,6 +64,8 @@ def test_a_figure_from_an_earlier_rtl_says_how_to_measure_it_again(monkeypatch):
     from tilecraft.hw.rtl import source_digest
 
     figures = [dict(f, rtl="0" * 16) for f in measured()]
+    for f in figures:
+        f.pop("design", None)  # the sources' digest alone decides
     monkeypatch.setattr(fits, "measured", lambda: figures)
     old = fit(preset("default"), board("pynq-z1"), "default")
     assert not old.current and old.fits
@@ -103,6 +107,64 @@ def test_a_recorded_figure_names_the_rtl_it_was_measured_on(tmp_path, monkeypatc
     mine = [f for f in saved if f["config"] == "1x16x8"]
     assert len(mine) == 1 and mine[0]["rtl"] == source_digest()
     assert len(saved) == before + 1  # the others kept
+
+
+def test_a_figure_stands_while_its_config_elaborates_to_the_design_it_was_measured_on(
+    monkeypatch,
+):
+    """A change to a part of the RTL a config does not have (a unit it leaves out) changes the
+    sources' digest but not the config's design: its figure is still the tree's."""
+    import tilecraft.boards.fit as fits
+
+    figures = [dict(f, rtl="0" * 16, design="d" * 16) for f in measured()]
+    monkeypatch.setattr(fits, "measured", lambda: figures)
+    monkeypatch.setattr(fits, "design_of", lambda cfg, fam: "d" * 16)
+    assert fit(preset("default"), board("pynq-z1"), "default").current
+    monkeypatch.setattr(fits, "design_of", lambda cfg, fam: "e" * 16)
+    changed = fit(preset("default"), board("pynq-z1"), "default")
+    assert not changed.current and "earlier RTL" in changed.describe()
+    for f in figures:
+        del f["design"]  # recorded before designs were: the sources' digest alone decides
+    assert not fit(preset("default"), board("pynq-z1"), "default").current
+
+
+def test_restamp_marks_the_figures_whose_design_is_unchanged(tmp_path, monkeypatch):
+    import shutil
+    from importlib import resources
+
+    import tilecraft.boards.fit as fits
+    from tilecraft.hw.rtl import source_digest
+
+    real = resources.files("tilecraft.boards")
+    shutil.copy(real.joinpath("synthesis.json"), tmp_path)
+
+    class Files:  # the figures from tmp_path, the rest (the board presets) as installed
+        def joinpath(self, name):
+            return tmp_path / name if name == "synthesis.json" else real.joinpath(name)
+
+    monkeypatch.setattr(fits.resources, "files", lambda package: Files())
+    path = tmp_path / "synthesis.json"
+    data = json.loads(path.read_text())
+    same = preset("1x8x8")
+    for f in data["figures"]:
+        f["rtl"] = "0" * 16
+        if f["family"] == "xc7":
+            f["design"] = "same" if f["tag"] == same.tag else "before"
+        else:
+            f.pop("design", None)
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(
+        fits, "design_of", lambda cfg, fam: "same" if cfg.tag == same.tag else "after"
+    )
+    done = {(c, fam): what for c, fam, what in fits.restamp()}
+    assert done[("1x8x8", "xc7")] == "stamped"
+    assert done[("default", "xc7")] == "changed"
+    assert done[("default", "xcup")] == "no design"
+    saved = {(f["config"], f["family"]): f for f in json.loads(path.read_text())["figures"]}
+    assert saved[("1x8x8", "xc7")]["rtl"] == source_digest()
+    assert saved[("1x8x8", "xc7")]["design"] == "same"  # kept
+    assert saved[("default", "xc7")]["rtl"] == "0" * 16  # left to be measured again
+    assert fits.restamp() == [(c, fam, w) for (c, fam), w in done.items() if w != "stamped"]
 
 
 def test_the_rtl_digest_follows_its_sources(tmp_path, monkeypatch):

@@ -522,3 +522,23 @@ def test_a_command_of_commands_given_none_shows_its_own_help(capsys):
     assert "usage: tilecraft models" in capsys.readouterr().out
     assert main([]) == 2
     assert "usage: tilecraft [-h]" in capsys.readouterr().out
+
+
+def test_hw_restamp_names_what_it_stamped_and_what_to_measure_again(capsys, monkeypatch):
+    import tilecraft.boards.fit as fit
+
+    monkeypatch.setattr(
+        fit,
+        "restamp",
+        lambda: [
+            ("1x8x8", "ecp5", "stamped"),
+            ("default", "xc7", "changed"),
+            ("x", "xcup", "no design"),
+        ],
+    )
+    assert main(["hw", "restamp"]) == 0
+    out = capsys.readouterr().out
+    assert "1x8x8 (ecp5): the same design: stamped with the tree's RTL" in out
+    assert "default (xc7): its design changed: measure it again" in out
+    assert "x (xcup): recorded without its design" in out
+    assert "1 of 3 figures from other sources stamped" in out

@@ -201,7 +201,7 @@ def test_hw_timing_records_no_utilisation_without_a_route(capsys, monkeypatch):
         fmax_mhz=68.2, routed=False, seconds=1.0, stopped=True, error="stopped by signal 15",
     )  # fmt: skip
     monkeypatch.setattr(ecp5, "timing", lambda cfg, **options: report)
-    monkeypatch.setattr(fit, "record", figures.append)
+    monkeypatch.setattr(fit, "record", lambda figure, cfg: figures.append(dict(figure, cfg=cfg)))
     monkeypatch.setattr(cli_boards, "record_result", lambda suite, data: recorded.append(data))
     assert main(["hw", "timing", "--record"]) == 0
     assert "not recorded in the package's figures" in capsys.readouterr().out
@@ -209,6 +209,7 @@ def test_hw_timing_records_no_utilisation_without_a_route(capsys, monkeypatch):
     report.resources = {"TRELLIS_COMB": {"used": 900, "available": 83640}}
     assert main(["hw", "timing", "--record"]) == 0
     assert figures[0]["lut"] == 900 and figures[0]["family"] == "ecp5"
+    assert figures[0]["cfg"].tag == figures[0]["tag"]  # its design is recorded with it
 
 
 def test_hw_timing_routes_a_unit_alone(tmp_path, capsys, monkeypatch):

@@ -10,6 +10,7 @@ estimates before placement: above `TIGHT` of any resource, routing may still fai
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -51,7 +52,7 @@ class Fit:
     part: str
     used: dict[str, float] | None  # None: no synthesis figure for this config
     basis: str  # which figure: "xcup", or "xc7" (a 7-series figure on an UltraScale+ part)
-    current: bool = True  # the figure was measured on the tree's RTL (`hw.rtl.source_digest`)
+    current: bool = True  # the figure was measured on the tree's RTL (`_current`)
     named: bool = True  # `config` is a name --config takes (else a tag: the advice says F.toml)
 
     @property
@@ -117,8 +118,56 @@ def fit(cfg: HwConfig, board: Board, name: str | None = None) -> Fit:
     if not basis:
         return Fit(name, part, None, "", named=named)
     used = {k: figures[basis].get(k, 0) for k in PARTS[part]}
-    current = figures[basis].get("rtl") == _rtl_digest()
-    return Fit(name, part, used, basis, current, named)
+    return Fit(name, part, used, basis, _current(cfg, figures[basis]), named)
+
+
+def _current(cfg: HwConfig, figure: dict) -> bool:
+    """Whether `figure` was measured on the tree's RTL: on its sources (`rtl`), or, where they
+    have changed since, on the very design the config elaborates to now (`design`: a change
+    to a part of the RTL this config does not have, such as a unit it leaves out, leaves its
+    figures standing)."""
+    rtl = _rtl_digest()
+    if figure.get("rtl") == rtl:
+        return True
+    if rtl is None or "design" not in figure:
+        return False
+    return figure["design"] == design_of(cfg, figure["family"])
+
+
+@functools.lru_cache(maxsize=16)
+def design_of(cfg: HwConfig, family: str) -> str:
+    """The digest of the design a figure of `family` is measured on for `cfg` (the Verilog
+    `hw resources` synthesizes, or the ECP5 flow's, its DSPs unpacked); it elaborates the
+    config, seconds to a minute."""
+    from tilecraft.boards.flows.resources import design
+    from tilecraft.hw.rtl.dsp import ECP5_DSP
+
+    return design(cfg, ECP5_DSP if family == "ecp5" else None)
+
+
+def restamp() -> list[tuple[str, str, str]]:
+    """Stamp with the tree's RTL digest each figure in the source tree's synthesis.json whose
+    config still elaborates to the design it was measured on (its `design`): after a change to
+    a part of the RTL other configs do not have, their figures stand without a synthesis or a
+    route. (config, family, what was done: "stamped", "changed" or "no design") per figure
+    measured on other sources; a figure whose design changed, or that has none recorded, is
+    left as it is, to be measured again."""
+    from tilecraft.boards import resolve_config
+
+    rtl, done = _rtl_digest(), []
+    if rtl is None:
+        raise ConfigError("the RTL's sources are not installed here: nothing to stamp against")
+    for f in measured():
+        if f.get("rtl") == rtl:
+            continue
+        if "design" not in f:
+            done.append((f["config"], f["family"], "no design"))
+        elif f["design"] != design_of(resolve_config(f["config"]), f["family"]):
+            done.append((f["config"], f["family"], "changed"))
+        else:
+            record({k: v for k, v in f.items() if k != "rtl"})
+            done.append((f["config"], f["family"], "stamped"))
+    return done
 
 
 def _rtl_digest() -> str | None:
@@ -131,16 +180,19 @@ def _rtl_digest() -> str | None:
         return None
 
 
-def record(figure: dict) -> None:
+def record(figure: dict, cfg: HwConfig | None = None) -> None:
     """Add or replace one figure (config tag and family) in the source tree's synthesis.json
-    (`tilecraft hw resources --record`, for developers: an installed package is read-only)."""
+    (`tilecraft hw resources --record`, for developers: an installed package is read-only),
+    with the RTL's digest and, given `cfg`, its design's (`design_of`)."""
     from pathlib import Path
 
     from tilecraft.files import write_atomic
 
     path = Path(str(resources.files(__package__).joinpath("synthesis.json")))
     data = json.loads(path.read_text())
-    figure = {**figure, "rtl": _rtl_digest()}  # the design it was measured on
+    figure = {**figure, "rtl": _rtl_digest()}  # the sources it was measured on
+    if cfg is not None:  # and the design, which outlives changes elsewhere in the sources
+        figure["design"] = design_of(cfg, figure["family"])
     key = (figure["tag"], figure["family"])
     kept = [f for f in data["figures"] if (f["tag"], f["family"]) != key]
     data["figures"] = sorted([*kept, figure], key=lambda f: (f["family"], f["tag"]))

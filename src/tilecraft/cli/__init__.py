@@ -272,6 +272,22 @@ def cmd_hw_verilog(args) -> int:
     return 0
 
 
+def cmd_hw_restamp(args) -> int:
+    from tilecraft.boards.fit import restamp
+
+    done = restamp()
+    says = {
+        "stamped": "the same design: stamped with the tree's RTL",
+        "changed": "its design changed: measure it again",
+        "no design": "recorded without its design: measure it again to stamp it later",
+    }
+    for config, fam, what in done:
+        print(f"{config} ({fam}): {says[what]}")
+    stamped = sum(what == "stamped" for *_, what in done)
+    print(f"{stamped} of {len(done)} figures from other sources stamped")
+    return 0
+
+
 def cmd_hw_resources(args) -> int:
     from tilecraft.boards import resolve_config
     from tilecraft.boards.flows.resources import synthesize
@@ -290,7 +306,7 @@ def cmd_hw_resources(args) -> int:
             **{k: getattr(r, k) for k in ("lut", "ff", "dsp", "bram36", "uram")},
             "seconds": round(r.seconds),
         }
-        record(figure)
+        record(figure, cfg)
         print(f"recorded in the package's synthesis figures ({figure['family']}, {cfg.tag})")
     return 0
 
@@ -441,6 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="add them to boards/synthesis.json (what `tilecraft boards` judges fits by)",
     )
     res.set_defaults(func=cmd_hw_resources)
+    stamp = hw.add_parser(
+        "restamp",
+        help="mark the recorded synthesis figures whose config's design is unchanged as "
+        "measured on the tree's RTL (after a change to a part of the RTL they do not have)",
+    )
+    stamp.set_defaults(func=cmd_hw_restamp)
     from tilecraft.cli.boards import add_hw_parsers
 
     add_hw_parsers(hw)

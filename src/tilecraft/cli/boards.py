@@ -338,7 +338,8 @@ def _record_ecp5(name: str, cfg, report) -> None:
             "bram36": use.get("DP16KD", 0) / 2,
             "uram": 0,
             "seconds": round(report.seconds),
-        }
+        },
+        cfg,
     )
     print(f"recorded in the package's figures (ecp5, {cfg.tag})")
 
