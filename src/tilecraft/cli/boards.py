@@ -362,7 +362,8 @@ def add_hw_parsers(hw) -> None:
         "--route-timeout",
         type=seconds,
         metavar="S",
-        help="stop routing after S s; report the estimate after placement",
+        help="stop nextpnr S s after it starts (placement counts); report the estimate "
+        "after placement",
     )
     t.add_argument(
         "--seed",

@@ -284,7 +284,8 @@ def timing(
     synthesized: Path | None = None,
 ) -> TimingReport:
     """Place and route `cfg` on an ECP5 and report its Fmax; `route_timeout_s` stops nextpnr
-    then and reports the estimate after placement (routed=False). `seed` is nextpnr's (one
+    that long after it starts (placement counts) and reports the estimate after placement
+    (routed=False). `seed` is nextpnr's (one
     netlist's routed Fmax moves by several MHz from seed to seed: benchmarks/TIMING.md).
     `synthesized`: this config's synth_ecp5 netlist, made already (`timing_over_seeds`)."""
     _check_seed(seed)
