@@ -157,7 +157,9 @@ def restamp() -> list[tuple[str, str, str]]:
     rtl, done = _rtl_digest(), []
     if rtl is None:
         raise ConfigError("the RTL's sources are not installed here: nothing to stamp against")
-    for f in measured():
+    path = _figures_path()
+    data = json.loads(path.read_text())
+    for f in data["figures"]:
         if f.get("rtl") == rtl:
             continue
         if "design" not in f:
@@ -165,8 +167,10 @@ def restamp() -> list[tuple[str, str, str]]:
         elif f["design"] != design_of(resolve_config(f["config"]), f["family"]):
             done.append((f["config"], f["family"], "changed"))
         else:
-            record({k: v for k, v in f.items() if k != "rtl"})
+            f["rtl"] = rtl
             done.append((f["config"], f["family"], "stamped"))
+    if any(what == "stamped" for *_, what in done):
+        _save(path, data)
     return done
 
 
@@ -184,11 +188,7 @@ def record(figure: dict, cfg: HwConfig | None = None) -> None:
     """Add or replace one figure (config tag and family) in the source tree's synthesis.json
     (`tilecraft hw resources --record`, for developers: an installed package is read-only),
     with the RTL's digest and, given `cfg`, its design's (`design_of`)."""
-    from pathlib import Path
-
-    from tilecraft.files import write_atomic
-
-    path = Path(str(resources.files(__package__).joinpath("synthesis.json")))
+    path = _figures_path()
     data = json.loads(path.read_text())
     figure = {**figure, "rtl": _rtl_digest()}  # the sources it was measured on
     if cfg is not None:  # and the design, which outlives changes elsewhere in the sources
@@ -196,6 +196,21 @@ def record(figure: dict, cfg: HwConfig | None = None) -> None:
     key = (figure["tag"], figure["family"])
     kept = [f for f in data["figures"] if (f["tag"], f["family"]) != key]
     data["figures"] = sorted([*kept, figure], key=lambda f: (f["family"], f["tag"]))
+    _save(path, data)
+
+
+def _figures_path():
+    """The source tree's synthesis.json (written by developers: an installed package is
+    read-only)."""
+    from pathlib import Path
+
+    return Path(str(resources.files(__package__).joinpath("synthesis.json")))
+
+
+def _save(path, data: dict) -> None:
+    """synthesis.json as it is kept: a figure a line."""
+    from tilecraft.files import write_atomic
+
     rows = ",\n".join("    " + json.dumps(f) for f in data["figures"])
     write_atomic(
         path, f'{{\n  "source": {json.dumps(data["source"])},\n  "figures": [\n{rows}\n  ]\n}}\n'
