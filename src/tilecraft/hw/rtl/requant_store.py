@@ -218,7 +218,7 @@ class RequantStream(wiring.Component):
         kept = held - (rows.r_en & rows.r_rdy)
         m.d.sync += [
             held.eq(Mux(read_data, kept + 1, kept)),
-            space.eq(Mux(read_data, kept + 1 < ROW_QUEUE, kept < ROW_QUEUE)),
+            space.eq(Mux(read_data, kept < ROW_QUEUE - 1, kept < ROW_QUEUE)),
         ]
 
         # ---- the lanes: a row in `passes` passes of `lanes` ------------------------------
