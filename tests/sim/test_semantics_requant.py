@@ -130,12 +130,13 @@ def test_a_requantizing_store_with_parameters_per_row():
 )
 def test_a_requantizing_store_reads_one_bank(sram_base, param_base, message):
     """The unit reads a STORE's data and parameter rows through one bank's read port: rows in
-    both banks are refused, naming them (the default config's banks are 1,024 rows)."""
+    both banks are refused, naming them, as a scratchpad range error (the RTL's SRAM_RANGE; the
+    default config's banks are 1,024 rows)."""
     cfg = preset("default").replace(requant_lanes=8)
     assert cfg.acc_bank_rows == 1024
     acc, _ = requant_rows(cfg, np.random.default_rng(1), 24)
     insns = _store_program(cfg, 24, 40960, param_base)
     insns[0] = Load(**{**insns[0].__dict__, "sram_base": sram_base, "x_size": 24, "x_stride": 24})
     insns[1] = Store(**{**insns[1].__dict__, "sram_base": sram_base})
-    with pytest.raises(IllegalInstructionError, match=message):
+    with pytest.raises(AccessError, match=message):
         run(cfg, insns, {0: acc[:24]}, check_races=False)

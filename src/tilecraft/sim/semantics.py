@@ -104,7 +104,7 @@ def store(m: Machine, r) -> Footprint:
         per_row = x if r["param_per_row"] else count
         banks = {cfg.acc_bank(base), cfg.acc_bank(base + count - 1)}
         if len(banks) > 1:
-            raise IllegalInstructionError(
+            raise AccessError(
                 f"STORE with requant: its rows {base}..{base + count - 1} cross the accumulator's "
                 f"bank boundary (banks of {cfg.acc_bank_rows} rows); the unit reads one bank"
             )
@@ -190,7 +190,7 @@ def _requantized(
     _check_index("acc", params, m.config.depth("acc"), "requant param")
     cfg = m.config
     if len({cfg.acc_bank(int(params[0])), cfg.acc_bank(int(params[-1])), bank}) > 1:
-        raise IllegalInstructionError(
+        raise AccessError(
             f"STORE with requant: its parameter rows {int(params[0])}..{int(params[-1])} and its "
             f"data rows (bank {bank}) lie in more than one accumulator bank (banks of "
             f"{cfg.acc_bank_rows} rows); the unit reads one bank"
