@@ -202,6 +202,48 @@ def test_the_requantization_unit_is_bit_exact_and_timed_on_the_rtl(unit_runs):
         assert error <= UNIT_MAX_CYCLE_ERROR, (name, s.report.cycles, r.report.cycles)
 
 
+def test_a_requantizing_store_outside_its_bank_raises_the_simulators_error():
+    """The one-bank rule at its edges: data rows that end on the bank's last row, and
+    parameter sets that do, run as modeled; one row further (data, parameters, a set per row)
+    stops the store stage with the simulator's error class at the same instruction."""
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    from harness import requant_rows, requant_store_program
+
+    cfg = _unit_config("1x8x8")
+    edge = cfg.acc_bank_rows
+    rows, _ = requant_rows(cfg, np.random.default_rng(5), 8)  # 8 rows, their set at 8
+    acc = np.zeros((2 * edge, *rows.shape[1:]), np.int32)  # both banks, sets at each end
+    acc[:11], acc[-3:], acc[-6:-3] = rows, rows[8:], rows[8:]
+    acc[edge - 8 : edge + 16] = np.tile(rows[:8], (3, 1, 1))
+
+    def program(**store):
+        return requant_store_program(cfg, acc, dict(x_size=8, x_stride=8) | store, out_rows=16)
+
+    fits = (
+        program(sram_base=edge - 8, param_base=8),
+        program(sram_base=edge + 8, param_base=edge * 2 - 3),
+        program(y_size=2, param_per_row=True, sram_base=edge, param_base=edge * 2 - 6),
+    )
+    past = (
+        program(sram_base=edge - 7, param_base=8),
+        program(sram_base=edge + 8, param_base=edge * 2 - 2),
+        program(sram_base=0, param_base=edge),
+        program(y_size=2, param_per_row=True, sram_base=edge, param_base=edge * 2 - 5),
+    )
+    device = RtlDevice(cfg)
+    for p in fits:
+        rtl, sim = device.run(p, {}), get_device("sim").run(p, {})
+        assert np.array_equal(rtl.outputs["o"], sim.outputs["o"])
+        assert abs(rtl.report.cycles - sim.report.cycles) <= 8, (rtl.report, sim.report)
+    for p in past:
+        with pytest.raises(AccessError) as rtl_error:
+            device.run(p, {})
+        with pytest.raises(AccessError) as sim_error:
+            get_device("sim").run(p, {})
+        assert rtl_error.value.index == sim_error.value.index == 1
+
+
 DEPTHWISE_CONFIGS = ["default", "2x16x16"]  # with the unit and the depthwise mode (3x3)
 DEPTHWISE_WITH_THE_ADD = ("default",)  # the unit tier's model (`_unit_config`)
 DEPTHWISE_RANDOM = 48

@@ -215,6 +215,10 @@ class StoreStage(wiring.Component):
         sram_room = Signal(signed(len(insn.sram_base) + 2))
         sram_over = Signal()
         param_bad = Signal()  # a requantizing STORE's rows not all in one bank, or past it
+        if cfg.requant_lanes:  # (its parameter rows outside the rows' bank, and two rooms: PLAN)
+            params_off, bank_room = Signal(), Signal(range(cfg.acc_bank_rows + 1))
+        if cfg.requant_residual:
+            res_room = Signal(signed(len(insn.residual_base) + 2))
         first_addr = Signal.like(run.dram_base)
         # AW from the planner through a skid buffer; the burst's beat count goes to the W side
         # (through a ReadyBuffer, as a read client's: AW's and the burst lengths' ready never
@@ -307,23 +311,26 @@ class StoreStage(wiring.Component):
             out_valid, out_data, take = w_head.o.valid, w_head.o.payload, w_head.o.ready
             ahead = Signal(range(elems.depth + 2))
             grow, gone = elems.w_en & elems.w_rdy, take & out_valid
-            # the two late terms, `issue` (the bank's grant through the unit's read decision)
-            # and `grow` (the FIFO's write-ready), only pick among the counts and compares
-            # worked out without them, so no adder or compare lies behind either (the 87.7 MHz
-            # route of 1x8x8 with the unit: the grant through the read decision and the sum
-            # into `space`, 11.40 ns in 18 cells; the 81.8 MHz route: the write-ready through
-            # the sum and a + 1 into `space`, 12.23 ns)
-            base = ahead - landing - gone
+            # the late terms, `issue` (the bank's grant through the unit's read decision),
+            # `grow` (the FIFO's write-ready) and `gone` (W's handshake through the spare's
+            # valid), only pick among the counts and compares worked out from the early ones,
+            # so no adder or compare lies behind any of them (the 87.7 MHz route of 1x8x8 with
+            # the unit: the grant through the read decision and the sum into `space`, 11.40 ns
+            # in 18 cells; the 81.8 MHz route: the FIFO's level through W's ready and three
+            # chained sums into `space`, 12.23 ns)
+            base = ahead - landing
             both, either = issue & grow, issue | grow
+
+            def pick(by_change):  # by_change[c]: the value for a net change of c - 1 (-1..2)
+                arrived = [
+                    Mux(both, by_change[k + 2], Mux(either, by_change[k + 1], by_change[k]))
+                    for k in (0, 1)
+                ]
+                return Mux(gone, arrived[0], arrived[1])
+
             m.d.sync += [
-                ahead.eq(Mux(both, base + 2, Mux(either, base + 1, base))),
-                space.eq(
-                    Mux(
-                        both,
-                        base < elems.depth - 2,
-                        Mux(either, base < elems.depth - 1, base < elems.depth),
-                    )
-                ),
+                ahead.eq(pick([base + c - 1 for c in range(4)])),
+                space.eq(pick([base < elems.depth + 1 - c for c in range(4)])),
             ]
         # W: the beats of each element, LSB first, WLAST on each burst's last beat
         part = Signal(range(k + 1))
@@ -429,6 +436,25 @@ class StoreStage(wiring.Component):
                     sram_room.eq(cfg.depth("acc") - insn.sram_base),
                     room.eq(dram_room),
                 ]
+                if stream is not None:  # sim/semantics.py's rule: one bank, in range
+                    # what does not wait on `total`, worked out here; SUMS compares `total`
+                    # against the rooms (the 81.8 MHz route of 1x8x8 with the unit: `total`
+                    # through `sram_base + total - 1` and its bank's compare, 10.4 ns)
+                    bank_rows = cfg.acc_bank_rows
+                    sets = Mux(insn.param_per_row, insn.y_size, 1)
+                    params_end = insn.param_base + (sets << 1) + sets  # 3 rows a set
+                    bank_of = insn.sram_base // bank_rows
+                    m.d.sync += [
+                        params_off.eq(
+                            (insn.param_base // bank_rows != bank_of)
+                            | ((params_end - 1) // bank_rows != bank_of)
+                        ),
+                        # the rows from sram_base to its bank's end: the last row,
+                        # sram_base + total - 1, stays in the bank while total is at most these
+                        bank_room.eq(bank_rows - insn.sram_base % bank_rows),
+                    ]
+                    if cfg.requant_residual:  # the residual's rows, residual_base + total, in INP's
+                        m.d.sync += res_room.eq(cfg.depth("inp") - insn.residual_base)
                 m.next = "SUMS"
             with m.State("SUMS"):
                 m.d.sync += [
@@ -437,20 +463,10 @@ class StoreStage(wiring.Component):
                     sram_over.eq(total > sram_room),
                     first_addr.eq(run.dram_base + insn.dram_base * eb),
                 ]
-                if stream is not None:  # sim/semantics.py's rule: one bank, in range
-                    bank_rows = cfg.acc_bank_rows
-                    sets = Mux(insn.param_per_row, insn.y_size, 1)
-                    params_end = insn.param_base + (sets << 1) + sets  # 3 rows a set
-                    last = insn.sram_base + total - 1
-                    bank_of = insn.sram_base // bank_rows
-                    bad = (
-                        (last // bank_rows != bank_of)
-                        | (insn.param_base // bank_rows != bank_of)
-                        | ((params_end - 1) // bank_rows != bank_of)
-                    )
-                    if cfg.requant_residual:  # and the residual's INP rows within INP's
-                        res_end = insn.residual_base + total
-                        bad |= insn.residual & (res_end > cfg.depth("inp"))
+                if stream is not None:  # (total >= 1 here: an empty STORE skips PLAN and SUMS)
+                    bad = params_off | (total > bank_room)
+                    if cfg.requant_residual:
+                        bad |= insn.residual & (total > res_room)
                     m.d.sync += param_bad.eq(requant & bad)
                 m.next = "CHECK"
             with m.State("CHECK"):
