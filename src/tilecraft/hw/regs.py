@@ -57,7 +57,8 @@ class ErrorCode(IntEnum):
     NONE = 0
     ILLEGAL_OPCODE = 1  # IllegalInstructionError
     ILLEGAL_MEMORY = 2  # IllegalInstructionError: a LOAD/STORE memory id the unit cannot serve
-    SRAM_RANGE = 3  # AccessError: a scratchpad row beyond the buffer
+    SRAM_RANGE = 3  # AccessError: a scratchpad row beyond the buffer (or a requantizing STORE's
+    # data or parameter rows outside the one accumulator bank the unit reads)
     DRAM_RANGE = 4  # AccessError: a DRAM byte beyond DRAM_SIZE
     UOP_RANGE = 5  # AccessError: a micro-op range beyond the micro-op buffer
     ILLEGAL_FLAGS = 6  # IllegalInstructionError: a dependence flag with no queue on its stage
