@@ -312,7 +312,7 @@ class StoreStage(wiring.Component):
             ahead = Signal(range(elems.depth + 2))
             grow, gone = elems.w_en & elems.w_rdy, take & out_valid
             # the late terms, `issue` (the bank's grant through the unit's read decision),
-            # `grow` (the FIFO's write-ready) and `gone` (W's handshake through the spare's
+            # `grow` (a write into the FIFO) and `gone` (W's handshake through the spare's
             # valid), only pick among the counts and compares worked out from the early ones,
             # so no adder or compare lies behind any of them (the 87.7 MHz route of 1x8x8 with
             # the unit: the grant through the read decision and the sum into `space`, 11.40 ns
