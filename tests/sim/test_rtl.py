@@ -214,7 +214,8 @@ def test_a_requantizing_store_outside_its_bank_raises_the_simulators_error():
     edge = cfg.acc_bank_rows
     rows, _ = requant_rows(cfg, np.random.default_rng(5), 8)  # 8 rows, their set at 8
     acc = np.zeros((2 * edge, *rows.shape[1:]), np.int32)  # both banks, sets at each end
-    acc[:11], acc[-3:], acc[-6:-3] = rows, rows[8:], rows[8:]
+    params = rows[8:]  # the set's three rows
+    acc[: len(rows)], acc[-3:], acc[-6:-3] = rows, params, params
     acc[edge - 8 : edge + 16] = np.tile(rows[:8], (3, 1, 1))
 
     def program(**store):
