@@ -198,3 +198,45 @@ def test_flagged_fifo_keeps_order_and_flags_its_level_as_syncfifo_does(seed, dep
 def test_a_staged_flagged_fifo_shows_a_put_a_cycle_later_and_never_overfills(seed, depth):
     """The read arbiter's route queue: a grant's put goes through a register first."""
     _run_stream(FlaggedFIFO(5, depth, staged=True), 5, depth, seed, staged=True)
+
+
+@pytest.mark.parametrize(("seed", "depth", "places"), [(0, 8, 5), (1, 4, 4), (2, 2, 1)])
+def test_a_counted_flagged_fifo_writes_on_valid_alone_and_keeps_order(seed, depth, places):
+    """The requantization stream's row queue: its writer counts its own places (never more than
+    `places` held, however many the storage has), so `ready` is 1 in every cycle and a put is
+    `valid` alone; what goes in comes out in order, `valid` exactly while something is held."""
+    fifo = FlaggedFIFO(9, depth, counted=True)
+    rng = random.Random(seed)
+    sent = [rng.getrandbits(9) for _ in range(200)]
+    got, held, most = [], 0, 0
+
+    async def bench(ctx):
+        nonlocal held, most
+        k = 0
+        for cycle in range(4000):
+            write = k < len(sent) and held < places and rng.random() < 0.7
+            read = rng.random() < (0.2 if cycle < 40 else 0.5)
+            ctx.set(fifo.w_stream.valid, write)
+            ctx.set(fifo.w_stream.payload, sent[k] if write else 0)
+            ctx.set(fifo.r_stream.ready, read)
+            ready, valid = ctx.get(fifo.w_stream.ready), ctx.get(fifo.r_stream.valid)
+            assert ready == 1 and valid == (held > 0), (cycle, held, ready, valid)
+            if valid and read:
+                got.append(ctx.get(fifo.r_stream.payload))
+                held -= 1
+            if write:
+                k += 1
+                held += 1
+            most = max(most, held)
+            await ctx.tick()
+            if len(got) == len(sent):
+                return
+
+    _simulate(fifo, bench)
+    assert got == sent, f"seed {seed}: {len(got)} of {len(sent)} came out, or out of order"
+    assert most == places
+
+
+def test_a_flagged_fifo_is_counted_or_staged_not_both():
+    with pytest.raises(ValueError, match="staged=True with counted"):
+        FlaggedFIFO(4, 4, staged=True, counted=True)

@@ -107,12 +107,19 @@ class FlaggedFIFO(wiring.Component):
 
     `staged`: a put is registered first and reaches the storage and flags a cycle later (its
     entry shows a cycle later too), so the producer's handshake ends at one flip-flop; ready
-    leaves room for the staged put (not full, and not one short of full with a put staged)."""
+    leaves room for the staged put (not full, and not one short of full with a put staged).
 
-    def __init__(self, width: int, depth: int, staged: bool = False):
+    `counted`: the producer counts the queue's places itself and never puts into a full queue
+    (the requantization stream's row queue: its reads hold their places), so `ready` is 1 and
+    a put is `valid` alone, nothing of the queue's state in front of the storage's write
+    enable."""
+
+    def __init__(self, width: int, depth: int, staged: bool = False, counted: bool = False):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two of at least 2, not {depth}")
-        self.width, self.depth, self.staged = width, depth, staged
+        if staged and counted:
+            raise ValueError("a counted queue takes its puts unstaged: staged=True with counted")
+        self.width, self.depth, self.staged, self.counted = width, depth, staged, counted
         super().__init__(
             {"w_stream": In(stream.Signature(width)), "r_stream": Out(stream.Signature(width))}
         )
@@ -134,8 +141,14 @@ class FlaggedFIFO(wiring.Component):
             m.d.sync += [staged_put.eq(put), data.eq(w.payload)]
             put = staged_put
         full, empty, _, near_full = _flags(m, self.depth, put, take)
+        if self.counted:
+            writable = 1
+        elif self.staged:
+            writable = ~full & ~(near_full & put)
+        else:
+            writable = ~full
         m.d.comb += [
-            ready.eq(~full & ~(near_full & put) if self.staged else ~full),
+            ready.eq(writable),
             valid.eq(~empty),
             w.ready.eq(ready),
             r.valid.eq(valid),

@@ -18,12 +18,12 @@ from contextlib import nullcontext
 
 from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tilecraft.hw.config import HwConfig
 from tilecraft.hw.isa import isa_for
 from tilecraft.hw.isa.requant import BOUND_BITS, EXPONENT_BITS, SIGNIFICAND_BITS, ZERO_BITS
+from tilecraft.hw.rtl.queues import FlaggedFIFO
 from tilecraft.hw.rtl.requant import ACC_BITS, RequantLane
 from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress
 
@@ -31,6 +31,9 @@ from tilecraft.hw.rtl.signatures import SRAM_READ_LATENCY, ReadAddress
 # left the queue (the read's latency, then the queue's write and its level's update), and fewer
 # places than those cycles stall the reads (4 places gave 4 rows in 5 cycles, measured)
 ROW_QUEUE = SRAM_READ_LATENCY + 2
+# the queue's storage: its places rounded up to a power of two (FlaggedFIFO's pointers wrap
+# without a compare; a LUT RAM holds 16 or 32 rows either way)
+ROW_STORAGE = 1 << (ROW_QUEUE - 1).bit_length()
 
 
 class BankHold(wiring.Signature):
@@ -89,14 +92,19 @@ class RequantStream(wiring.Component):
         param_at = Signal.like(self.param_base)
         params_read = Signal(range(4))  # this set's parameter rows read (3: all)
         in_pipe = Signal(range(SRAM_READ_LATENCY + 1))  # data reads not back yet
-        m.submodules.rows = rows = SyncFIFO(width=n * ab, depth=ROW_QUEUE)
+        # the row queue writes a landing row on the landing alone: the reads count its places
+        # (`held`, below), so it is never full when one lands (the 96.3 MHz route at seed 3
+        # had SyncFIFO's level through its write enable and back into the level, 10.39 ns)
+        m.submodules.rows = queue = FlaggedFIFO(n * ab, ROW_STORAGE, counted=True)
+        rows = queue.r_stream
         if cfg.requant_residual:  # the rows' residuals, a queue beside theirs (the same
             # writes and reads, so the same levels)
             rb = cfg.inp_bits
-            m.submodules.res_rows = res_rows = SyncFIFO(width=n * rb, depth=ROW_QUEUE)
-            m.d.comb += res_rows.r_en.eq(rows.r_en)
+            m.submodules.res_rows = res_queue = FlaggedFIFO(n * rb, ROW_STORAGE, counted=True)
+            res_rows = res_queue.r_stream
+            m.d.comb += res_rows.ready.eq(rows.ready)
         feeding = Signal()  # a row is in the lanes' passes
-        drained = (in_pipe == 0) & ~rows.r_rdy & ~feeding
+        drained = (in_pipe == 0) & ~rows.valid & ~feeding
         read_param = Signal()
         read_data = Signal()
         # the read decision from flip-flops alone (its compares and the parameter row's
@@ -204,10 +212,10 @@ class RequantStream(wiring.Component):
                             lo[c].eq(word[ZERO_BITS : ZERO_BITS + BOUND_BITS]),
                             hi[c].eq(word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS]),
                         ]
-        m.d.comb += [rows.w_data.eq(data), rows.w_en.eq(data_back)]
+        m.d.comb += [queue.w_stream.payload.eq(data), queue.w_stream.valid.eq(data_back)]
         if residual:  # the residual beside its row (zeros where the transfer adds none)
-            m.d.comb += res_rows.w_data.eq(Mux(kind[4], self.inp.data, 0))
-            m.d.comb += res_rows.w_en.eq(data_back)
+            m.d.comb += res_queue.w_stream.payload.eq(Mux(kind[4], self.inp.data, 0))
+            m.d.comb += res_queue.w_stream.valid.eq(data_back)
         # the rows read and not yet taken by the lanes (on their way and in the queue), counted
         # as one: a row's landing moves it from one to the other, so the count is not on the
         # landing's path (the 73.2 MHz route: the queue's write through its level and the sum
@@ -215,7 +223,7 @@ class RequantStream(wiring.Component):
         # The read decision picks between the count and compare worked out without it (as the
         # store stage's `space`), so no adder lies behind it.
         held = Signal(range(ROW_QUEUE + 1))
-        kept = held - (rows.r_en & rows.r_rdy)
+        kept = held - (rows.ready & rows.valid)
         m.d.sync += [
             held.eq(Mux(read_data, kept + 1, kept)),
             space.eq(Mux(read_data, kept < ROW_QUEUE - 1, kept < ROW_QUEUE)),
@@ -225,14 +233,14 @@ class RequantStream(wiring.Component):
         feed = Signal()
         if passes == 1:  # a row a pass: no pass counter (nor its selects into every lane input,
             # about a thousand LUT inputs on one flip-flop in 1x8x8 with 8 lanes)
-            m.d.comb += [feeding.eq(0), feed.eq(rows.r_rdy), rows.r_en.eq(feed)]
+            m.d.comb += [feeding.eq(0), feed.eq(rows.valid), rows.ready.eq(feed)]
         else:
             part = Signal(range(passes))
             m.d.comb += feeding.eq(part != 0)
-            m.d.comb += feed.eq(rows.r_rdy | feeding)
+            m.d.comb += feed.eq(rows.valid | feeding)
             with m.If(feed):
                 with m.If(part == passes - 1):
-                    m.d.comb += rows.r_en.eq(1)
+                    m.d.comb += rows.ready.eq(1)
                     m.d.sync += part.eq(0)
                 with m.Else():
                     m.d.sync += part.eq(part + 1)
@@ -246,7 +254,7 @@ class RequantStream(wiring.Component):
                 c = k % cfg.block_out
                 with m.If(part == p) if passes > 1 else nullcontext():
                     m.d.comb += [
-                        lane.acc.eq(rows.r_data[k * ab : (k + 1) * ab]),
+                        lane.acc.eq(rows.payload[k * ab : (k + 1) * ab]),
                         lane.bias.eq(bias[c]),
                         lane.significand.eq(sig[c]),
                         lane.exponent.eq(exp[c]),
@@ -255,7 +263,7 @@ class RequantStream(wiring.Component):
                         lane.hi.eq(hi[c]),
                     ]
                     if residual:
-                        m.d.comb += lane.residual.eq(res_rows.r_data[k * rb : (k + 1) * rb])
+                        m.d.comb += lane.residual.eq(res_rows.payload[k * rb : (k + 1) * rb])
 
         # ---- out: the passes' bytes put together, LATENCY cycles later --------------------
         ob = cfg.out_bits
