@@ -115,3 +115,51 @@ def test_bad_residual_stores_raise_the_simulators_error_class():
     rtl, sim = device.run(p, {}), get_device("sim").run(p, {})
     assert np.array_equal(rtl.outputs["o"], sim.outputs["o"])
     assert abs(rtl.report.cycles - sim.report.cycles) <= 8, (rtl.report, sim.report)
+
+
+def test_parameter_rows_the_simulator_refuses_stop_the_rtl_too():
+    """A scale that is not a normalized float32 (its significand's top bit clear) and an empty
+    clip (lo above hi), in one lane of the first set or of a later one: the store stage stops
+    the run with the simulator's error class at the same instruction (REQUANT_PARAMS, as the
+    STORE ends). Their edges, a significand of exactly 2**23 and a clip of one value, run as
+    modeled."""
+    from tilecraft.hw.isa.requant import pack_clip, pack_scale, unpack_clip, unpack_scale
+    from tilecraft.sim.rtl.device import RtlDevice
+
+    from harness import requant_rows, requant_store_program
+
+    cfg = _cfg()
+    good, _ = requant_rows(cfg, np.random.default_rng(3), 8)  # 8 rows, their set at 8
+    sets = np.concatenate([good, good[8:]])  # two sets: rows 8-10 and 11-13
+    significand, exponent = unpack_scale(good[9, 0].astype(np.int64))
+    zero, lo, hi = unpack_clip(good[10, 0].astype(np.int64))
+
+    def program(row: int, lane: int, word: int, **store):
+        acc = sets.copy()
+        acc[row, 0, lane] = np.array(word, np.int64).astype(np.int32)  # its bit 31 wraps
+        store = dict(x_size=8, x_stride=8, param_base=8) | store
+        return requant_store_program(cfg, acc, store, out_rows=16)
+
+    two_sets = dict(x_size=4, x_stride=4, y_size=2, param_per_row=True)
+    flat = pack_scale(np.int64(1 << 23) - 1, exponent[3])
+    empty = pack_clip(zero[6], np.int64(5), np.int64(4))
+    refused = (
+        program(9, 3, flat),  # the scale, first set
+        program(10, 6, empty),  # the clip, first set
+        program(13, 6, empty, **two_sets),  # the clip of the second set, after rows written
+        program(12, 0, flat, **two_sets),
+    )
+    device = RtlDevice(cfg)
+    for p in refused:
+        with pytest.raises(IllegalInstructionError, match="REQUANT_PARAMS") as rtl_error:
+            device.run(p, {})
+        with pytest.raises(IllegalInstructionError, match="requant param row") as sim_error:
+            get_device("sim").run(p, {})
+        assert rtl_error.value.index == sim_error.value.index == 1
+    for p in (  # the edges: exactly 2**23, and lo == hi
+        program(9, 3, pack_scale(np.int64(1 << 23), exponent[3])),
+        program(13, 6, pack_clip(zero[6], np.int64(4), np.int64(4)), **two_sets),
+    ):
+        rtl, sim = device.run(p, {}), get_device("sim").run(p, {})
+        assert np.array_equal(rtl.outputs["o"], sim.outputs["o"])
+        assert abs(rtl.report.cycles - sim.report.cycles) <= 8, (rtl.report, sim.report)

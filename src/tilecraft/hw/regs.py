@@ -62,6 +62,8 @@ class ErrorCode(IntEnum):
     DRAM_RANGE = 4  # AccessError: a DRAM byte beyond DRAM_SIZE
     UOP_RANGE = 5  # AccessError: a micro-op range beyond the micro-op buffer
     ILLEGAL_FLAGS = 6  # IllegalInstructionError: a dependence flag with no queue on its stage
+    REQUANT_PARAMS = 7  # IllegalInstructionError: a requantizing STORE's parameter row with a
+    # scale that is not a normalized float32 or an empty clip (reported as the STORE ends)
 
 
 def id_words(digest: str) -> tuple[int, int]:

@@ -10,6 +10,7 @@ ERRORS = {
     regs.ErrorCode.ILLEGAL_OPCODE: IllegalInstructionError,
     regs.ErrorCode.ILLEGAL_MEMORY: IllegalInstructionError,
     regs.ErrorCode.ILLEGAL_FLAGS: IllegalInstructionError,
+    regs.ErrorCode.REQUANT_PARAMS: IllegalInstructionError,
     regs.ErrorCode.SRAM_RANGE: AccessError,
     regs.ErrorCode.DRAM_RANGE: AccessError,
     regs.ErrorCode.UOP_RANGE: AccessError,

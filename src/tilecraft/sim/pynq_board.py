@@ -83,6 +83,8 @@ def error_code(exc: ExecutionError) -> regs.ErrorCode | None:
     if isinstance(exc, IllegalInstructionError):
         if "memory id" in text:
             return regs.ErrorCode.ILLEGAL_MEMORY
+        if "requant param row" in text:
+            return regs.ErrorCode.REQUANT_PARAMS
         return regs.ErrorCode.ILLEGAL_FLAGS if "flag" in text else regs.ErrorCode.ILLEGAL_OPCODE
     return None
 

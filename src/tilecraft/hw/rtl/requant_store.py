@@ -69,6 +69,9 @@ class RequantStream(wiring.Component):
             "issued": Out(1),  # a data row's read went out this cycle
             "out_valid": Out(1),
             "out": Out(self.lanes * cfg.out_bits),
+            # a parameter row read since `start` holds a scale that is not a normalized float32
+            # or an empty clip (the simulator's IllegalInstructionError, sim/semantics.py)
+            "bad_params": Out(1),
         }
         if cfg.requant_residual:  # the residual add: INP rows from res_base, one a data row
             inp_row = cfg.batch * cfg.block_in * cfg.inp_bits
@@ -212,6 +215,18 @@ class RequantStream(wiring.Component):
                             lo[c].eq(word[ZERO_BITS : ZERO_BITS + BOUND_BITS]),
                             hi[c].eq(word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS]),
                         ]
+        # the simulator's refusals, on the lanes the unit takes (channel c's, of the first batch
+        # row): a scale's significand without its top bit, a clip whose lo is above its hi
+        refused = []
+        for c in range(cfg.block_out):
+            word = data[c * ab : (c + 1) * ab]
+            clip_lo = word[ZERO_BITS : ZERO_BITS + BOUND_BITS].as_signed()
+            clip_hi = word[ZERO_BITS + BOUND_BITS : ZERO_BITS + 2 * BOUND_BITS].as_signed()
+            refused.append(Mux(which == 1, ~word[SIGNIFICAND_BITS - 1], clip_lo > clip_hi))
+        with m.If(self.start):
+            m.d.sync += self.bad_params.eq(0)
+        with m.Elif(param_back & (which != 0) & Cat(*refused).any()):
+            m.d.sync += self.bad_params.eq(1)
         m.d.comb += [queue.w_stream.payload.eq(data), queue.w_stream.valid.eq(data_back)]
         if residual:  # the residual beside its row (zeros where the transfer adds none)
             m.d.comb += res_queue.w_stream.payload.eq(Mux(kind[4], self.inp.data, 0))

@@ -531,6 +531,11 @@ class StoreStage(wiring.Component):
                         m.next = "IDLE"
                     if stream is not None:  # the bank's read port is free again
                         m.d.sync += [want.eq(0), requant.eq(0)]
+                        # a parameter row the simulator refuses: the transfer has run out
+                        # (nothing is left in flight on AXI), and the STORE stops the run
+                        with m.If(requant & stream.bad_params):
+                            fail(regs.ErrorCode.REQUANT_PARAMS)
+                            m.next = "IDLE"
                     if cfg.store_to_inp:  # and INP's write port
                         m.d.sync += self.inp_turn.busy.eq(0)
             with m.State("PUSH"):
