@@ -5,9 +5,12 @@ the layer's first step split by output block (its weights LOADed and its GEMM is
 channel block at a time, so the array starts on the first block's weights), on the PYNQ-Z1
 preset's twin with the requantization unit. The what-if patches the lowering for the run only;
 where the compiler already splits the first step by input block (`_first_step`), it is kept.
+With `--gather`, a third: the layer at stride 1 over only the pixels its stride reads, every
+schedule of that space timed as the compiler lowers it, which is the best a LOAD that gathered
+those pixels (the even rows' even columns, not whole rows) could give.
 
-    .venv/bin/python scripts/prologue_split.py [--layers C7,C10] [--json FILE]
-    (about 4 minutes a layer on one core)
+    .venv/bin/python scripts/prologue_split.py [--layers C7,C10] [--gather] [--json FILE]
+    (about 4 minutes a layer on one core, 2 more with --gather)
 """
 
 import argparse
@@ -26,6 +29,7 @@ from tilecraft.compiler.tune.measure import CycleModel
 from tilecraft.compiler.tune.table import measure_all
 from tilecraft.compiler.tune.task import Task
 from tilecraft.hw.isa import Gemm, Load, MemId, Uop
+from tilecraft.ops import Conv2d
 
 
 def _by_output_block(emitter, tile, ic0, tic, islot, wslot, a):
@@ -94,6 +98,17 @@ def split_by_output_block():
         emitter._splits, emitter._first_step = splits, first
 
 
+def only_read_pixels(task: Task) -> Task:
+    """A 1x1 conv with a stride, as a conv at stride 1 over the input pixels it reads: the
+    same MACs, weights and output, its input 1/stride**2 of the bytes."""
+    op = task.op
+    (sh, sw), (kh, kw) = op.stride, op.kernel
+    if (kh, kw) != (1, 1) or any(op.pad):
+        raise SystemExit(f"{op}: only a 1x1 conv without padding reads a strided subset")
+    sub = Conv2d(op.n, op.ic, -(-op.h // sh), -(-op.w // sw), op.oc, kernel=1, stride=1)
+    return Task(task.config, sub, task.epilogue)
+
+
 def best(task: Task) -> dict:
     cycles = measure_all(task, CycleModel(), jobs=1)
     i = int(np.argmin(np.where(cycles > 0, cycles, np.iinfo(np.int64).max)))
@@ -109,6 +124,7 @@ def best(task: Task) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", default="C4,C7,C10")
+    ap.add_argument("--gather", action="store_true", help="also the stride's pixels alone")
     ap.add_argument("--json")
     args = ap.parse_args()
     cfg = resolve_config("pynq-z1").with_requant_unit()
@@ -121,9 +137,13 @@ def main() -> None:
         with split_by_output_block():
             split = best(task)
         out["layers"][name] = {"as_lowered": plain, "first_step_by_output_block": split}
+        gathered = ""
+        if args.gather:
+            out["layers"][name]["only_read_pixels"] = read = best(only_read_pixels(task))
+            gathered = f", {read['best_cycles']:,} over only the pixels its stride reads"
         print(
             f"{name}: {plain['schedules']} schedules; best {plain['best_cycles']:,} cycles as "
-            f"lowered, {split['best_cycles']:,} with the first step by output block "
+            f"lowered, {split['best_cycles']:,} with the first step by output block{gathered} "
             f"({time.perf_counter() - start:.0f} s)",
             flush=True,
         )
